@@ -1,0 +1,21 @@
+"""Typed errors the storage layer raises; each message is one line, without credentials."""
+
+
+class StorageError(RuntimeError):
+    """Base of every error the storage layer raises on purpose."""
+
+
+class DatabaseUnavailable(StorageError):
+    """The database cannot be reached (exit code 1 in the CLI)."""
+
+
+class NotFound(StorageError):
+    """The named task, run or occurrence does not exist."""
+
+
+class Conflict(StorageError):
+    """The change breaks a rule that depends on what is in the database (exit code 2)."""
+
+
+class SchemaMismatch(StorageError):
+    """The schema is not at the revision this build expects."""

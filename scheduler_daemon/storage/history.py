@@ -1,0 +1,24 @@
+"""Reads run history: runs and the occurrences that never ran (sql/run.sql)."""
+
+from typing import Any
+
+import psycopg
+
+from scheduler_daemon.storage import query
+
+
+def list_history(
+    conn: psycopg.Connection[Any], *, task_id: int | None, status: str | None, limit: int
+) -> list[dict[str, Any]]:
+    rows = query.run(conn, "run_history", {"task_id": task_id, "status": status, "limit": limit})
+    for row in rows:
+        row.pop("sort_at", None)
+    return rows
+
+
+def get_run(conn: psycopg.Connection[Any], run_id: int) -> dict[str, Any] | None:
+    return query.run(conn, "run_get", {"id": run_id})
+
+
+def runs_of(conn: psycopg.Connection[Any], occurrence_id: int) -> list[dict[str, Any]]:
+    return query.run(conn, "run_list_for_occurrence", {"occurrence_id": occurrence_id})

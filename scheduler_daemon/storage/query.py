@@ -1,0 +1,102 @@
+"""Loads the named SQL statements in `sql/*.sql` once, and runs them by name with a cardinality.
+
+A file holds blocks of the form::
+
+    -- name: task_insert :one
+    -- Inserts a task and returns it.
+    INSERT INTO task ...;
+
+Cardinalities: `:one` (a row or None), `:many` (all rows), `:scalar` (first column of the first row
+or None), `:rowcount` (number of rows touched: a fenced write learns it lost from a 0).
+"""
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import psycopg
+
+from scheduler_daemon.storage.resource import resource_dir
+
+CARDINALITIES = ("one", "many", "scalar", "rowcount")
+_HEADER = re.compile(r"^--\s*name:\s*(?P<name>[a-z][a-z0-9_]*)\s+:(?P<card>[a-z]+)\s*$")
+
+
+class QueryError(RuntimeError):
+    """The query files are malformed: a duplicate name, an unknown cardinality or an empty body."""
+
+
+@dataclass(frozen=True)
+class Query:
+    name: str
+    cardinality: str
+    doc: str
+    sql: str
+    source: str
+
+
+def parse(text: str, source: str) -> list[Query]:
+    """Splits one file into its named statements."""
+    queries: list[Query] = []
+    name = card = None
+    doc: list[str] = []
+    body: list[str] = []
+
+    def flush() -> None:
+        if name is None:
+            if "".join(body).strip():
+                raise QueryError(f"{source}: SQL before the first '-- name:' header")
+            return
+        sql = "\n".join(body).strip().rstrip(";").strip()
+        if not sql:
+            raise QueryError(f"{source}: query {name} has no statement")
+        queries.append(Query(name, card or "", " ".join(doc), sql, source))
+
+    for line in text.splitlines():
+        header = _HEADER.match(line.strip())
+        if header:
+            flush()
+            name, card = header["name"], header["card"]
+            if card not in CARDINALITIES:
+                raise QueryError(f"{source}: query {name} has unknown cardinality :{card}")
+            doc, body = [], []
+        elif name is not None and not body and line.strip().startswith("--"):
+            doc.append(line.strip()[2:].strip())
+        else:
+            body.append(line)
+    flush()
+    return queries
+
+
+def load(directory: Path) -> dict[str, Query]:
+    """Every query of every `*.sql` file in `directory`, by name; duplicates are an error."""
+    found: dict[str, Query] = {}
+    for path in sorted(directory.glob("*.sql")):
+        if path.name == "schema.sql":  # the generated schema snapshot, not named queries
+            continue
+        for query in parse(path.read_text(encoding="utf-8"), path.name):
+            if query.name in found:
+                first = found[query.name].source
+                raise QueryError(f"query {query.name} is defined in {first} and {query.source}")
+            found[query.name] = query
+    return found
+
+
+QUERIES: dict[str, Query] = load(resource_dir("sql"))
+
+
+def run(conn: psycopg.Connection[Any], name: str, params: dict[str, Any] | None = None) -> Any:
+    """Executes the query `name` on `conn` and returns what its cardinality promises."""
+    query = QUERIES[name]
+    cursor = conn.execute(query.sql, params or {})
+    if query.cardinality == "rowcount":
+        return cursor.rowcount
+    if query.cardinality == "many":
+        return cursor.fetchall()
+    row = cursor.fetchone()
+    if query.cardinality == "one":
+        return row
+    if row is None:
+        return None
+    return next(iter(row.values())) if isinstance(row, dict) else row[0]

@@ -1,0 +1,169 @@
+"""Reads and writes task rows through the named queries in sql/task.sql."""
+
+from datetime import datetime
+from typing import Any
+
+import psycopg
+from psycopg.types.json import Jsonb
+
+from scheduler_daemon.domain.task import TaskRecord, TaskSpec
+from scheduler_daemon.storage import query
+from scheduler_daemon.storage.error import Conflict, NotFound
+
+_PAYLOAD_KEY = {"shell": "command", "http": "url", "python": "target"}
+
+
+def _columns(spec: TaskSpec) -> dict[str, Any]:
+    return {
+        "name": spec.name,
+        "schedule_kind": spec.schedule_kind,
+        "cron_expr": spec.cron,
+        "every": spec.every,
+        "run_at": spec.at,
+        "anchor_at": spec.anchor,
+        "timezone": spec.timezone,
+        "dst_gap": spec.dst_gap,
+        "dst_overlap": spec.dst_overlap,
+        "executor": spec.executor,
+        "payload": Jsonb(spec.payload),
+        "concurrency_key": spec.concurrency_key,
+        "overlap": spec.overlap,
+        "misfire": spec.misfire,
+        "misfire_grace": spec.misfire_grace,
+        "catchup_limit": spec.catchup_limit,
+        "catchup_window": spec.catchup_window,
+        "start_deadline": spec.start_deadline,
+        "run_timeout": spec.timeout,
+        "max_attempts": spec.max_attempts,
+        "backoff": spec.backoff,
+        "paused": spec.paused,
+    }
+
+
+def record(row: dict[str, Any]) -> TaskRecord:
+    """The TaskRecord a task row describes."""
+    spec = TaskSpec(
+        name=row["name"],
+        executor=row["executor"],
+        target=row["payload"][_PAYLOAD_KEY[row["executor"]]],
+        cron=row["cron_expr"],
+        every=row["every"],
+        at=row["run_at"],
+        timezone=row["timezone"],
+        dst_gap=row["dst_gap"],
+        dst_overlap=row["dst_overlap"],
+        concurrency_key=row["concurrency_key"],
+        overlap=row["overlap"],
+        misfire=row["misfire"],
+        misfire_grace=row["misfire_grace"],
+        catchup_limit=row["catchup_limit"],
+        catchup_window=row["catchup_window"],
+        start_deadline=row["start_deadline"],
+        timeout=row["run_timeout"],
+        max_attempts=row["max_attempts"],
+        backoff=row["backoff"],
+        paused=row["paused"],
+        anchor=row["anchor_at"],
+    )
+    return TaskRecord(
+        id=row["id"],
+        spec=spec,
+        status=row["status"],
+        next_run_at=row["next_run_at"],
+        occurrence_seq=row["occurrence_seq"],
+        last_outcome_seq=row["last_outcome_seq"],
+        last_status=row["last_status"],
+        last_scheduled_for=row["last_scheduled_for"],
+        last_finished_at=row["last_finished_at"],
+        last_error=row["last_error"],
+        created_at=row["created_at"],
+        updated_at=row["updated_at"],
+        deleted_at=row["deleted_at"],
+    )
+
+
+def insert(
+    conn: psycopg.Connection[Any], spec: TaskSpec, next_run_at: datetime | None
+) -> TaskRecord:
+    try:
+        with conn.transaction():  # a savepoint, so the caller's transaction survives the error
+            row = query.run(conn, "task_insert", {**_columns(spec), "next_run_at": next_run_at})
+    except psycopg.errors.UniqueViolation as exc:
+        raise Conflict(f"a task named '{spec.name}' already exists") from exc
+    return record(row)
+
+
+def find(conn: psycopg.Connection[Any], ref: str | int) -> TaskRecord:
+    """A task by id (deleted ones too) or by the name of a live task; NotFound otherwise."""
+    task_id = int(ref) if isinstance(ref, int) or str(ref).isdigit() else None
+    row = query.run(conn, "task_find", {"id": task_id, "name": str(ref)})
+    if row is None:
+        raise NotFound(f"unknown task '{ref}'")
+    return record(row)
+
+
+def lock(conn: psycopg.Connection[Any], ref: str | int) -> TaskRecord:
+    """Finds a live task and takes its row lock (the parent lock, always first)."""
+    task = find(conn, ref)
+    row = query.run(conn, "task_lock", {"id": task.id})
+    if row is None:
+        raise NotFound(f"unknown task '{ref}' (it was deleted)")
+    return record(row)
+
+
+def list_live(conn: psycopg.Connection[Any]) -> list[TaskRecord]:
+    return [record(row) for row in query.run(conn, "task_list")]
+
+
+def update(
+    conn: psycopg.Connection[Any],
+    task_id: int,
+    spec: TaskSpec,
+    *,
+    status: str,
+    next_run_at: datetime | None,
+    now: datetime,
+) -> TaskRecord:
+    params = {
+        **_columns(spec),
+        "id": task_id,
+        "status": status,
+        "next_run_at": next_run_at,
+        "now": now,
+    }
+    return record(query.run(conn, "task_update", params))
+
+
+def set_paused(
+    conn: psycopg.Connection[Any],
+    task_id: int,
+    *,
+    paused: bool,
+    status: str,
+    next_run_at: datetime | None,
+    now: datetime,
+    last_error: str | None = None,
+) -> TaskRecord:
+    params = {
+        "id": task_id,
+        "paused": paused,
+        "status": status,
+        "next_run_at": next_run_at,
+        "now": now,
+        "last_error": last_error,
+    }
+    return record(query.run(conn, "task_set_paused", params))
+
+
+def next_seq(conn: psycopg.Connection[Any], task_id: int) -> int:
+    """Allocates the next occurrence_seq; the caller holds the task's row lock."""
+    return int(query.run(conn, "task_next_seq", {"id": task_id}))
+
+
+def delete(conn: psycopg.Connection[Any], task_id: int, now: datetime) -> None:
+    query.run(conn, "task_delete", {"id": task_id, "now": now})
+
+
+def clock(conn: psycopg.Connection[Any], now: datetime | None = None) -> datetime:
+    """The database clock (or the time a test pinned)."""
+    return query.run(conn, "clock_now", {"now": now})

@@ -1,0 +1,58 @@
+-- name: task_insert :one
+-- Inserts a task; next_run_at was computed from the database clock by the caller.
+INSERT INTO task (
+    name, schedule_kind, cron_expr, every, run_at, anchor_at, timezone, dst_gap, dst_overlap,
+    executor, payload, concurrency_key, overlap, misfire, misfire_grace, catchup_limit,
+    catchup_window, start_deadline, run_timeout, max_attempts, backoff, paused, next_run_at,
+    created_at, updated_at)
+VALUES (
+    %(name)s, %(schedule_kind)s, %(cron_expr)s, %(every)s, %(run_at)s, %(anchor_at)s, %(timezone)s,
+    %(dst_gap)s, %(dst_overlap)s, %(executor)s, %(payload)s, %(concurrency_key)s, %(overlap)s,
+    %(misfire)s, %(misfire_grace)s, %(catchup_limit)s, %(catchup_window)s, %(start_deadline)s,
+    %(run_timeout)s, %(max_attempts)s, %(backoff)s, %(paused)s, %(next_run_at)s,
+    %(anchor_at)s, %(anchor_at)s)
+RETURNING *
+
+-- name: task_find :one
+-- A task by id (deleted ones too, for history) or by the name of a live task.
+SELECT * FROM task
+WHERE (id = %(id)s) OR (%(id)s::bigint IS NULL AND name = %(name)s AND deleted_at IS NULL)
+
+-- name: task_lock :one
+-- Locks a live task row: the parent lock every multi-row change takes first.
+SELECT * FROM task WHERE id = %(id)s AND deleted_at IS NULL FOR UPDATE
+
+-- name: task_list :many
+-- Live tasks by name.
+SELECT * FROM task WHERE deleted_at IS NULL ORDER BY name
+
+-- name: task_update :one
+-- Rewrites a locked task's definition; takes effect from its next firing.
+UPDATE task SET
+    schedule_kind = %(schedule_kind)s, cron_expr = %(cron_expr)s, every = %(every)s,
+    run_at = %(run_at)s, anchor_at = %(anchor_at)s, timezone = %(timezone)s, dst_gap = %(dst_gap)s,
+    dst_overlap = %(dst_overlap)s, executor = %(executor)s, payload = %(payload)s,
+    concurrency_key = %(concurrency_key)s, overlap = %(overlap)s, misfire = %(misfire)s,
+    misfire_grace = %(misfire_grace)s, catchup_limit = %(catchup_limit)s,
+    catchup_window = %(catchup_window)s, start_deadline = %(start_deadline)s,
+    run_timeout = %(run_timeout)s, max_attempts = %(max_attempts)s, backoff = %(backoff)s,
+    paused = %(paused)s, next_run_at = %(next_run_at)s, status = %(status)s,
+    updated_at = %(now)s
+WHERE id = %(id)s AND deleted_at IS NULL
+RETURNING *
+
+-- name: task_set_paused :one
+-- Pauses or resumes a locked task; resume passes the next firing from now (paused firings are not owed).
+UPDATE task SET paused = %(paused)s, next_run_at = %(next_run_at)s, status = %(status)s,
+    last_error = coalesce(%(last_error)s, last_error), updated_at = %(now)s
+WHERE id = %(id)s AND deleted_at IS NULL
+RETURNING *
+
+-- name: task_next_seq :scalar
+-- Allocates the next occurrence sequence number of a task whose row lock the caller holds.
+UPDATE task SET occurrence_seq = occurrence_seq + 1 WHERE id = %(id)s RETURNING occurrence_seq
+
+-- name: task_delete :rowcount
+-- Soft-deletes a locked task: its history stays queryable by id and its name becomes free.
+UPDATE task SET deleted_at = %(now)s, next_run_at = NULL, updated_at = %(now)s
+WHERE id = %(id)s AND deleted_at IS NULL

@@ -1,0 +1,174 @@
+"""Test harness: a real PostgreSQL server, a migrated template database, a fresh database per test.
+
+The server is, in order: SCHEDULER_TEST_DATABASE_URL (a server the tests may create databases on),
+else the embedded wheel, else a testcontainers PostgreSQL when a Docker engine answers; otherwise
+the suite stops at once saying how to provide one.
+"""
+
+import json
+import os
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+import psycopg
+import pytest
+
+SERVER_ENV = "SCHEDULER_TEST_DATABASE_URL"
+EMBEDDED_TEST_DIR = Path(
+    os.environ.get("SCHEDULER_TEST_EMBEDDED_DIR", "/var/tmp/scheduler-daemon-tests/embedded")
+)
+
+
+def with_database(url: str, name: str) -> str:
+    """`url` pointing at database `name` instead."""
+    parts = urlsplit(url)
+    return urlunsplit(parts._replace(path="/" + name))
+
+
+def _embedded_server() -> str | None:
+    try:
+        from scheduler_daemon import embedded
+    except ImportError:
+        return None
+    try:
+        return embedded.acquire(EMBEDDED_TEST_DIR)
+    except embedded.EmbeddedUnavailable:
+        return None
+
+
+def _container_server(request: pytest.FixtureRequest) -> str | None:
+    try:
+        import docker
+        from testcontainers.postgres import PostgresContainer
+
+        docker.from_env(timeout=2).ping()
+    except Exception:
+        return None
+    container = PostgresContainer("postgres:16-alpine", driver=None)
+    container.start()
+    request.addfinalizer(container.stop)
+    return container.get_connection_url()
+
+
+@pytest.fixture(scope="session")
+def server_url(request: pytest.FixtureRequest) -> str:
+    """A URL of a server on which the tests may create and drop databases."""
+    url = os.environ.get(SERVER_ENV) or _embedded_server() or _container_server(request)
+    if not url:
+        pytest.exit(
+            f"no PostgreSQL for the tests: set {SERVER_ENV}=postgresql://postgres@127.0.0.1:5432/"
+            "postgres, or install the 'embedded' extra, or run a Docker engine",
+            returncode=3,
+        )
+    return url
+
+
+def _admin(url: str) -> psycopg.Connection[Any]:
+    return psycopg.connect(url, autocommit=True)
+
+
+@pytest.fixture(scope="session")
+def template_url(server_url: str) -> Iterator[str]:
+    """A database migrated to head once per session; every test database is a copy of it."""
+    from scheduler_daemon.storage import migration
+
+    name = f"sd_template_{os.getpid()}"
+    with _admin(server_url) as conn:
+        conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+        conn.execute(f"CREATE DATABASE {name}")
+    url = with_database(server_url, name)
+    migration.upgrade(url)
+    yield url
+    with _admin(server_url) as conn:
+        conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+
+
+def _fresh_database(server_url: str, template: str | None) -> Iterator[str]:
+    name = f"sd_test_{uuid.uuid4().hex[:12]}"
+    clause = f" TEMPLATE {urlsplit(template).path.lstrip('/')}" if template else ""
+    with _admin(server_url) as conn:
+        conn.execute(f"CREATE DATABASE {name}{clause}")
+    try:
+        yield with_database(server_url, name)
+    finally:
+        with _admin(server_url) as conn:
+            conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+
+
+@pytest.fixture
+def database_url(server_url: str, template_url: str) -> Iterator[str]:
+    """A fresh, migrated database of this test's own, dropped afterwards."""
+    yield from _fresh_database(server_url, template_url)
+
+
+@pytest.fixture
+def empty_database_url(server_url: str) -> Iterator[str]:
+    """A fresh database with no schema at all (for migration tests)."""
+    yield from _fresh_database(server_url, None)
+
+
+@pytest.fixture
+def db(database_url: str) -> Iterator[psycopg.Connection[Any]]:
+    """An autocommit connection to the test database with dict rows, for setup and assertions."""
+    from psycopg.rows import dict_row
+
+    with psycopg.connect(database_url, autocommit=True, row_factory=dict_row) as conn:
+        yield conn
+
+
+@pytest.fixture
+def client(database_url: str) -> Any:
+    from scheduler_daemon.client import Client
+
+    return Client(database_url)
+
+
+@dataclass
+class CliResult:
+    code: int
+    out: str
+    err: str
+
+    def json(self) -> Any:
+        return json.loads(self.out)
+
+
+@pytest.fixture
+def cli(database_url: str, capsys: pytest.CaptureFixture[str]) -> Any:
+    """Runs the real `scheduler-daemon` entry point in-process against the test database."""
+    from scheduler_daemon.cli import main
+
+    def run(*args: str, url: str | None = database_url) -> CliResult:
+        argv = (["--database-url", url] if url else []) + ["--log-level", "warning", *args]
+        capsys.readouterr()
+        try:
+            main(argv)
+        except SystemExit as exc:
+            code = exc.code if isinstance(exc.code, int) else 1
+        else:
+            code = 0
+        captured = capsys.readouterr()
+        return CliResult(code, captured.out, captured.err)
+
+    return run
+
+
+def row_counts(conn: psycopg.Connection[Any]) -> dict[str, int]:
+    """Rows per table, to assert that a refused command wrote nothing."""
+    from psycopg.rows import tuple_row
+
+    with conn.cursor(row_factory=tuple_row) as cur:
+        return {
+            t: cur.execute(f"SELECT count(*) FROM {t}").fetchone()[0]  # type: ignore[index]
+            for t in ("task", "occurrence", "run", "instance", "fleet_setting")
+        }
+
+
+@pytest.fixture
+def counts(db: psycopg.Connection[Any]) -> Any:
+    """Call it to get the row count of every table."""
+    return lambda: row_counts(db)

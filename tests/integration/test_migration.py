@@ -1,0 +1,59 @@
+"""Migrations: upgrade → downgrade → upgrade, `migrate --check/--sql`, and the schema snapshot."""
+
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from scheduler_daemon.storage import migration
+from tests.schema_snapshot import dump
+
+pytestmark = pytest.mark.smoke
+SNAPSHOT = Path(__file__).resolve().parents[2] / "sql" / "schema.sql"
+
+
+def _tables(url: str) -> set[str]:
+    with psycopg.connect(url) as conn:
+        rows = conn.execute(
+            "SELECT tablename FROM pg_tables WHERE schemaname = 'public'"
+        ).fetchall()
+    return {r[0] for r in rows}
+
+
+def test_upgrade_downgrade_upgrade_leaves_the_same_schema(empty_database_url: str) -> None:
+    migration.upgrade(empty_database_url)
+    first = dump(empty_database_url)
+    assert {"task", "occurrence", "run", "instance", "fleet_setting"} <= _tables(empty_database_url)
+    migration.downgrade(empty_database_url, "base")
+    assert _tables(empty_database_url) == {migration.VERSION_TABLE}
+    assert migration.current_revision(empty_database_url) is None
+    migration.upgrade(empty_database_url)
+    assert dump(empty_database_url) == first
+    assert migration.current_revision(empty_database_url) == migration.head_revision()
+
+
+def test_migrate_check_exits_1_when_behind_and_0_at_head(empty_database_url: str, cli) -> None:
+    behind = cli("migrate", "--check", url=empty_database_url)
+    assert behind.code == 1
+    assert "schema at nothing" in behind.out
+    assert cli("migrate", url=empty_database_url).code == 0
+    at_head = cli("migrate", "--check", url=empty_database_url)
+    assert at_head.code == 0, at_head.err
+    assert migration.head_revision() in at_head.out
+
+
+def test_migrate_sql_prints_the_ddl_without_a_database(cli) -> None:
+    result = cli("migrate", "--sql", url="postgresql://nobody@127.0.0.1:1/none")
+    assert result.code == 0
+    assert "CREATE TABLE task" in result.out
+    assert "occurrence_task_scheduled_for_key" in result.out
+
+
+def test_schema_snapshot_matches_the_migrations(database_url: str) -> None:
+    with psycopg.connect(database_url) as conn:
+        major = conn.info.server_version // 10000
+    if major != 15:
+        pytest.skip(f"the snapshot is rendered by PostgreSQL 15's catalog functions, not {major}")
+    assert dump(database_url) == SNAPSHOT.read_text(), (
+        "sql/schema.sql is stale: regenerate it with python -m tests.schema_snapshot URL"
+    )
