@@ -1,0 +1,222 @@
+"""The Python API for defining and inspecting tasks; the `tasks`, `runs`, `config` commands use it.
+
+Each call is one short transaction. Every time it reads comes from the database clock (`now` pins it
+in tests), and every multi-row change locks the task row first.
+"""
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import datetime
+from typing import Any
+
+import psycopg
+
+from scheduler_daemon.domain.task import InvalidTask, TaskRecord, TaskSpec
+from scheduler_daemon.storage import fleet_store, history, occurrence_store, task_store
+from scheduler_daemon.storage.database import transaction
+from scheduler_daemon.storage.error import Conflict, NotFound
+
+SCHEDULE_FIELDS = frozenset({"cron", "every", "at", "timezone", "dst_gap", "dst_overlap"})
+OCCURRENCE_STATUSES = (
+    "queued",
+    "launching",
+    "running",
+    "success",
+    "failed",
+    "timeout",
+    "interrupted",
+    "cancelled",
+    "skipped",
+    "expired",
+)
+FLEET_SETTINGS = {"max-concurrent-runs": "max_concurrent_runs"}
+
+
+class Client:
+    """Task management against one database. `database_url=None` resolves it from the settings
+    (SCHEDULER_DATABASE_URL, else the embedded server)."""
+
+    def __init__(self, database_url: str | None = None) -> None:
+        if database_url is None:
+            from scheduler_daemon.settings import resolve_database_url
+
+            database_url = resolve_database_url(None)
+        self.database_url = database_url
+
+    @contextmanager
+    def _tx(self) -> Iterator[psycopg.Connection[Any]]:
+        with transaction(self.database_url) as conn:
+            yield conn
+
+    # -- tasks -----------------------------------------------------------------------------------
+    def add_task(self, spec: TaskSpec, *, now: datetime | None = None) -> TaskRecord:
+        spec.validate()  # the rules that need no database, before connecting
+        with self._tx() as conn:
+            db_now = task_store.clock(conn, now)
+            spec = spec.with_changes(anchor=db_now)
+            spec.validate(db_now)
+            return task_store.insert(conn, spec, spec.schedule().next_after(db_now))
+
+    def update_task(
+        self, ref: str | int, *, now: datetime | None = None, **changes: Any
+    ) -> TaskRecord:
+        """Changes a task's definition; it takes effect from the next firing."""
+        unknown = set(changes) - set(TaskSpec.__dataclass_fields__) - {"paused"}
+        if unknown or "name" in changes or "anchor" in changes:
+            raise InvalidTask(
+                f"cannot update {', '.join(sorted(unknown | {'name'} & set(changes)))}"
+            )
+        with self._tx() as conn:
+            task = task_store.lock(conn, ref)
+            db_now = task_store.clock(conn, now)
+            if "at" in changes and task.spec.schedule_kind == "once" and task.status != "enabled":
+                raise Conflict(f"task '{task.name}' already fired ({task.status}); add a new task")
+            spec = task.spec.with_changes(**changes)
+            rescheduled = bool(SCHEDULE_FIELDS & set(changes))
+            if changes.get("every") is not None:
+                spec = spec.with_changes(anchor=db_now)
+            spec.validate(db_now, new_instant="at" in changes)
+            next_run_at = spec.schedule().next_after(db_now) if rescheduled else task.next_run_at
+            status = "enabled" if spec.schedule_kind != "once" else task.status
+            return task_store.update(
+                conn, task.id, spec, status=status, next_run_at=next_run_at, now=db_now
+            )
+
+    def get_task(self, ref: str | int) -> TaskRecord:
+        with self._tx() as conn:
+            return task_store.find(conn, ref)
+
+    def list_tasks(self) -> list[TaskRecord]:
+        with self._tx() as conn:
+            return task_store.list_live(conn)
+
+    def pause(self, ref: str | int, *, now: datetime | None = None) -> TaskRecord:
+        with self._tx() as conn:
+            task = task_store.lock(conn, ref)
+            return task_store.set_paused(
+                conn,
+                task.id,
+                paused=True,
+                status=task.status,
+                next_run_at=task.next_run_at,
+                now=task_store.clock(conn, now),
+            )
+
+    def resume(self, ref: str | int, *, now: datetime | None = None) -> TaskRecord:
+        """Unpauses; the next firing is computed from now, since paused firings are not owed."""
+        with self._tx() as conn:
+            task = task_store.lock(conn, ref)
+            db_now = task_store.clock(conn, now)
+            next_run_at = task.spec.schedule().next_after(db_now)
+            status, error = task.status, None
+            if (
+                task.spec.schedule_kind == "once"
+                and task.status == "enabled"
+                and next_run_at is None
+            ):
+                status, error = "cancelled", "its instant passed while the task was paused"
+            return task_store.set_paused(
+                conn,
+                task.id,
+                paused=False,
+                status=status,
+                next_run_at=next_run_at,
+                now=db_now,
+                last_error=error,
+            )
+
+    def next_fire_times(
+        self, ref: str | int, count: int = 5, *, now: datetime | None = None
+    ) -> list[datetime]:
+        """The next `count` fire times after the database's now."""
+        if count < 1:
+            raise InvalidTask("-n must be at least 1")
+        with self._tx() as conn:
+            task = task_store.find(conn, ref)
+            db_now = task_store.clock(conn, now)
+        return list(task.spec.schedule().fire_times(db_now, limit=count))
+
+    def trigger(
+        self, ref: str | int, *, requested_by: str, now: datetime | None = None
+    ) -> dict[str, Any]:
+        """A `manual` occurrence now; it follows the task's overlap policy."""
+        with self._tx() as conn:
+            task = task_store.lock(conn, ref)
+            db_now = task_store.clock(conn, now)
+            blocked = task.spec.overlap == "forbid" and occurrence_store.active_count(conn, task.id)
+            return occurrence_store.insert(
+                conn,
+                task_id=task.id,
+                occurrence_seq=task_store.next_seq(conn, task.id),
+                scheduled_for=db_now,
+                trigger="manual",
+                overlap=task.spec.overlap,
+                concurrency_key=task.spec.concurrency_key,
+                status="skipped" if blocked else "queued",
+                reason="overlap" if blocked else None,
+                requested_by=requested_by,
+                now=db_now,
+            )
+
+    def delete(
+        self, ref: str | int, *, force: bool = False, requested_by: str, now: datetime | None = None
+    ) -> list[int]:
+        """Deletes a task, refusing while it has active occurrences unless `force` cancels them.
+        Returns the ids of the occurrences it cancelled."""
+        with self._tx() as conn:
+            task = task_store.lock(conn, ref)
+            db_now = task_store.clock(conn, now)
+            active = occurrence_store.active_count(conn, task.id)
+            if active and not force:
+                raise Conflict(
+                    f"task '{task.name}' has {active} active occurrence(s); --force cancels them"
+                )
+            cancelled = occurrence_store.cancel_active(
+                conn, task.id, reason="task deleted", requested_by=requested_by, now=db_now
+            )
+            task_store.delete(conn, task.id, db_now)
+            return cancelled
+
+    # -- history ---------------------------------------------------------------------------------
+    def list_runs(
+        self, *, task: str | int | None = None, status: str | None = None, limit: int = 50
+    ) -> list[dict[str, Any]]:
+        if status is not None and status not in OCCURRENCE_STATUSES:
+            raise InvalidTask(
+                f"unknown status '{status}': choose one of {', '.join(OCCURRENCE_STATUSES)}"
+            )
+        if limit < 1:
+            raise InvalidTask("--limit must be at least 1")
+        with self._tx() as conn:
+            task_id = task_store.find(conn, task).id if task is not None else None
+            return history.list_history(conn, task_id=task_id, status=status, limit=limit)
+
+    def show_run(self, run_id: int) -> dict[str, Any]:
+        with self._tx() as conn:
+            run = history.get_run(conn, run_id)
+        if run is None:
+            raise NotFound(f"unknown run {run_id}")
+        return run
+
+    def show_occurrence(self, occurrence_id: int) -> dict[str, Any]:
+        with self._tx() as conn:
+            occurrence = occurrence_store.get(conn, occurrence_id)
+            if occurrence is None:
+                raise NotFound(f"unknown occurrence {occurrence_id}")
+            occurrence["runs"] = history.runs_of(conn, occurrence_id)
+        return occurrence
+
+    # -- fleet settings --------------------------------------------------------------------------
+    def fleet_settings(self) -> dict[str, Any]:
+        with self._tx() as conn:
+            return {row["key"]: row["value"] for row in fleet_store.list_settings(conn)}
+
+    def set_fleet_setting(self, name: str, value: str, *, updated_by: str) -> dict[str, Any]:
+        if name not in FLEET_SETTINGS:
+            raise InvalidTask(
+                f"unknown setting '{name}': choose one of {', '.join(FLEET_SETTINGS)}"
+            )
+        if not value.isdigit() or int(value) < 1:
+            raise InvalidTask(f"{name} must be a whole number of at least 1, got '{value}'")
+        with self._tx() as conn:
+            return fleet_store.set_setting(conn, FLEET_SETTINGS[name], int(value), updated_by)

@@ -1,0 +1,188 @@
+"""The task definition: its fields, their defaults, and the rules a valid task obeys (pure)."""
+
+import json
+import re
+from dataclasses import dataclass, field, fields, replace
+from datetime import datetime, timedelta
+from typing import Any
+
+from scheduler_daemon.domain.schedule import (
+    CronSchedule,
+    IntervalSchedule,
+    OneShotSchedule,
+    ScheduleError,
+    load_zone,
+    validate_cron,
+)
+
+MAX_PAYLOAD_BYTES = 64 * 1024
+MAX_NAME_LENGTH = 200
+EXECUTORS = ("shell", "http", "python")
+OVERLAP_POLICIES = ("forbid", "queue", "allow")
+MISFIRE_POLICIES = ("skip", "run_once", "run_all")
+DST_GAP_POLICIES = ("shift", "skip")
+DST_OVERLAP_POLICIES = ("first", "second", "both")
+_PYTHON_TARGET = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
+
+
+class InvalidTask(ValueError):
+    """A task definition breaks a rule; the message is one line, fit for the CLI."""
+
+
+@dataclass(frozen=True)
+class TaskSpec:
+    """What an operator asks for. Durations are timedeltas; `None` means "not set"."""
+
+    name: str
+    executor: str
+    target: str  # the shell command, the URL, or module:function
+    cron: str | None = None
+    every: timedelta | None = None
+    at: datetime | None = None
+    timezone: str = "UTC"
+    dst_gap: str = "shift"
+    dst_overlap: str = "first"
+    concurrency_key: str | None = None
+    overlap: str = "forbid"
+    misfire: str = "run_once"
+    misfire_grace: timedelta = timedelta(seconds=60)
+    catchup_limit: int | None = None
+    catchup_window: timedelta | None = None
+    start_deadline: timedelta | None = None
+    timeout: timedelta | None = None
+    max_attempts: int = 1
+    backoff: timedelta = timedelta(seconds=30)
+    paused: bool = False
+    anchor: datetime | None = field(default=None, compare=False)
+
+    @property
+    def schedule_kind(self) -> str:
+        if self.cron is not None:
+            return "cron"
+        return "interval" if self.every is not None else "once"
+
+    @property
+    def payload(self) -> dict[str, Any]:
+        key = {"shell": "command", "http": "url", "python": "target"}[self.executor]
+        return {key: self.target}
+
+    def schedule(self) -> CronSchedule | IntervalSchedule | OneShotSchedule:
+        """The schedule object that computes this task's fire times."""
+        if self.cron is not None:
+            return CronSchedule(self.cron, self.timezone, self.dst_gap, self.dst_overlap)
+        if self.every is not None:
+            if self.anchor is None:
+                raise InvalidTask("an interval schedule needs its anchor (the creation time)")
+            return IntervalSchedule(self.every, self.anchor)
+        assert self.at is not None
+        return OneShotSchedule(self.at)
+
+    def with_changes(self, **changes: Any) -> "TaskSpec":
+        """A copy with `changes` applied; setting one schedule kind clears the others."""
+        if any(changes.get(k) is not None for k in ("cron", "every", "at")):
+            changes = {"cron": None, "every": None, "at": None, **changes}
+        return replace(self, **changes)
+
+    def validate(self, now: datetime | None = None, *, new_instant: bool = True) -> None:
+        """Raises InvalidTask for the first rule this spec breaks. `now` is the database clock;
+        without it the rules that need the clock (`--at` in the past) are not checked."""
+        _check(
+            0 < len(self.name) <= MAX_NAME_LENGTH and self.name.strip() == self.name,
+            f"task name must be 1 to {MAX_NAME_LENGTH} characters without surrounding spaces",
+        )
+        _check(not self.name.isdigit(), f"task name '{self.name}' must not be all digits (ids are)")
+        kinds = [k for k in (self.cron, self.every, self.at) if k is not None]
+        _check(len(kinds) == 1, "give exactly one schedule: --cron, --every or --at")
+        _check_choice("executor", self.executor, EXECUTORS)
+        _check_choice("overlap", self.overlap, OVERLAP_POLICIES)
+        _check_choice("misfire", self.misfire, MISFIRE_POLICIES)
+        _check_choice("dst-gap", self.dst_gap, DST_GAP_POLICIES)
+        _check_choice("dst-overlap", self.dst_overlap, DST_OVERLAP_POLICIES)
+        try:
+            load_zone(self.timezone)
+            if self.cron is not None:
+                validate_cron(self.cron)
+        except ScheduleError as exc:
+            raise InvalidTask(str(exc)) from exc
+        if self.at is not None:
+            _check(self.at.tzinfo is not None, "--at needs a time zone offset or --timezone")
+            _check(
+                now is None or not new_instant or self.at > now,
+                f"--at {self.at.isoformat()} is in the past (database time {now})",
+            )
+        for label, value in self._durations().items():
+            _check(value is None or value > timedelta(0), f"{label} must be positive")
+        _check(self.misfire_grace >= timedelta(0), "--misfire-grace must not be negative")
+        _check(self.max_attempts >= 1, "--max-attempts must be at least 1")
+        _check(
+            self.catchup_limit is None or self.catchup_limit >= 1,
+            "--catchup-limit must be at least 1",
+        )
+        _check(
+            not (self.misfire == "run_all" and self.overlap == "forbid"),
+            "--misfire run_all with --overlap forbid could only skip; use --overlap queue or allow",
+        )
+        self._validate_target()
+
+    def _durations(self) -> dict[str, timedelta | None]:
+        return {
+            "--every": self.every,
+            "--catchup-window": self.catchup_window,
+            "--start-deadline": self.start_deadline,
+            "--timeout": self.timeout,
+        }
+
+    def _validate_target(self) -> None:
+        _check(bool(self.target.strip()), f"the {self.executor} target must not be empty")
+        if self.executor == "http":
+            _check(
+                re.match(r"^https?://[^\s/]+", self.target) is not None,
+                f"--http needs an http:// or https:// URL, got '{self.target[:80]}'",
+            )
+        if self.executor == "python":
+            _check(
+                _PYTHON_TARGET.match(self.target) is not None,
+                f"--call needs MODULE:FUNCTION, got '{self.target[:80]}'",
+            )
+        size = len(json.dumps(self.payload).encode())
+        _check(
+            size <= MAX_PAYLOAD_BYTES,
+            f"payload is {size} bytes; the limit is {MAX_PAYLOAD_BYTES} bytes",
+        )
+
+
+def spec_fields() -> tuple[str, ...]:
+    """The names of the TaskSpec fields, in declaration order."""
+    return tuple(f.name for f in fields(TaskSpec))
+
+
+def _check(ok: bool, message: str) -> None:
+    if not ok:
+        raise InvalidTask(message)
+
+
+def _check_choice(label: str, value: str, choices: tuple[str, ...]) -> None:
+    _check(value in choices, f"unknown {label} '{value}': choose one of {', '.join(choices)}")
+
+
+@dataclass(frozen=True)
+class TaskRecord:
+    """A stored task: its definition plus the lifecycle and bookkeeping the database keeps."""
+
+    id: int
+    spec: TaskSpec
+    status: str
+    next_run_at: datetime | None
+    occurrence_seq: int
+    last_outcome_seq: int
+    last_status: str | None
+    last_scheduled_for: datetime | None
+    last_finished_at: datetime | None
+    last_error: str | None
+    created_at: datetime
+    updated_at: datetime
+    deleted_at: datetime | None
+
+    @property
+    def name(self) -> str:
+        return self.spec.name

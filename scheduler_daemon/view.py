@@ -1,0 +1,145 @@
+"""Turns records into the stable, documented output fields (docs/cli.md) and aligned tables."""
+
+from datetime import datetime, timedelta
+from typing import Any
+from zoneinfo import ZoneInfo
+
+from scheduler_daemon.domain.task import TaskRecord
+
+RUN_FIELDS = (
+    "id",
+    "occurrence_id",
+    "occurrence_seq",
+    "task_id",
+    "task_name",
+    "scheduled_for",
+    "trigger",
+    "attempt",
+    "status",
+    "reason",
+    "instance_id",
+    "started_at",
+    "finished_at",
+    "exit_code",
+    "http_status",
+    "error",
+    "firing_count",
+    "last_scheduled_for",
+    "lease_token",
+)
+RUN_COLUMNS = (
+    "id",
+    "occurrence_id",
+    "task_name",
+    "scheduled_for",
+    "trigger",
+    "attempt",
+    "status",
+    "reason",
+    "instance_id",
+    "exit_code",
+)
+TASK_COLUMNS = (
+    "id",
+    "name",
+    "schedule",
+    "timezone",
+    "executor",
+    "status",
+    "paused",
+    "next_run_at",
+    "last_status",
+)
+
+
+def iso(value: datetime | None) -> str | None:
+    """ISO 8601 with offset, to the second unless there are fractions."""
+    return None if value is None else value.isoformat()
+
+
+def seconds(value: timedelta | None) -> float | None:
+    return None if value is None else value.total_seconds()
+
+
+def schedule_text(task: TaskRecord) -> str:
+    spec = task.spec
+    if spec.cron is not None:
+        return f"cron {spec.cron}"
+    if spec.every is not None:
+        from scheduler_daemon.domain.duration import format_duration
+
+        return f"every {format_duration(spec.every)}"
+    return f"at {iso(spec.at)}"
+
+
+def task_fields(task: TaskRecord) -> dict[str, Any]:
+    spec = task.spec
+    return {
+        "id": task.id,
+        "name": spec.name,
+        "schedule_kind": spec.schedule_kind,
+        "schedule": schedule_text(task),
+        "cron": spec.cron,
+        "every_seconds": seconds(spec.every),
+        "at": iso(spec.at),
+        "timezone": spec.timezone,
+        "dst_gap": spec.dst_gap,
+        "dst_overlap": spec.dst_overlap,
+        "executor": spec.executor,
+        "target": spec.target,
+        "concurrency_key": spec.concurrency_key,
+        "overlap": spec.overlap,
+        "misfire": spec.misfire,
+        "misfire_grace_seconds": seconds(spec.misfire_grace),
+        "catchup_limit": spec.catchup_limit,
+        "catchup_window_seconds": seconds(spec.catchup_window),
+        "start_deadline_seconds": seconds(spec.start_deadline),
+        "timeout_seconds": seconds(spec.timeout),
+        "max_attempts": spec.max_attempts,
+        "backoff_seconds": seconds(spec.backoff),
+        "status": task.status,
+        "paused": spec.paused,
+        "next_run_at": iso(task.next_run_at),
+        "occurrence_seq": task.occurrence_seq,
+        "last_outcome_seq": task.last_outcome_seq,
+        "last_status": task.last_status,
+        "last_scheduled_for": iso(task.last_scheduled_for),
+        "last_finished_at": iso(task.last_finished_at),
+        "last_error": task.last_error,
+        "created_at": iso(task.created_at),
+        "updated_at": iso(task.updated_at),
+        "deleted_at": iso(task.deleted_at),
+    }
+
+
+def run_fields(row: dict[str, Any]) -> dict[str, Any]:
+    """A history row (run or never-run occurrence) with the documented field names."""
+    out = {name: row.get(name) for name in RUN_FIELDS}
+    if "owner" in row and out["instance_id"] is None:
+        out["instance_id"] = row["owner"]
+    return {k: iso(v) if isinstance(v, datetime) else v for k, v in out.items()}
+
+
+def occurrence_fields(row: dict[str, Any]) -> dict[str, Any]:
+    out = {k: iso(v) if isinstance(v, datetime) else v for k, v in row.items() if k != "runs"}
+    out["runs"] = [run_fields({**r, "occurrence_id": row["id"]}) for r in row.get("runs", [])]
+    return out
+
+
+def fire_time_fields(instant: datetime, zone: str) -> dict[str, str | None]:
+    return {"local": iso(instant.astimezone(ZoneInfo(zone))), "utc": iso(instant)}
+
+
+def table(rows: list[dict[str, Any]], columns: tuple[str, ...]) -> str:
+    """An aligned text table; empty cells for None."""
+    cells = [[("" if row.get(c) is None else str(row.get(c))) for c in columns] for row in rows]
+    widths = [max([len(c)] + [len(r[i]) for r in cells]) for i, c in enumerate(columns)]
+    lines = ["  ".join(c.upper().ljust(w) for c, w in zip(columns, widths, strict=True)).rstrip()]
+    lines += ["  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)).rstrip() for r in cells]
+    return "\n".join(lines)
+
+
+def pairs(record: dict[str, Any]) -> str:
+    """One `key: value` line per field, for `show` commands."""
+    width = max(len(k) for k in record)
+    return "\n".join(f"{k.ljust(width)}  {'' if v is None else v}" for k, v in record.items())
