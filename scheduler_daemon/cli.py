@@ -22,9 +22,19 @@ from scheduler_daemon.domain.task import (
     TaskSpec,
 )
 from scheduler_daemon.logconfig import LEVELS, configure
-from scheduler_daemon.settings import DATABASE_URL_ENV, resolve_database_url
+from scheduler_daemon.settings import (
+    DATABASE_URL_ENV,
+    DaemonSettings,
+    InvalidSettings,
+    resolve_database_url,
+)
 from scheduler_daemon.storage.database import redact
-from scheduler_daemon.storage.error import Conflict, DatabaseUnavailable, NotFound
+from scheduler_daemon.storage.error import (
+    Conflict,
+    DatabaseUnavailable,
+    NotFound,
+    SchemaMismatch,
+)
 
 EXIT_BAD_INPUT = 2
 EXIT_UNAVAILABLE = 1
@@ -358,6 +368,137 @@ def runs_show(ctx: click.Context, ident: int, occurrence: bool) -> None:
         _emit(ctx, fields, view.pairs(fields))
 
 
+@runs.command("cancel")
+@click.argument("ident", type=int, metavar="ID")
+@click.option("--occurrence", is_flag=True, help="ID is an occurrence id, not a run id.")
+@json_option
+@click.pass_context
+def runs_cancel(ctx: click.Context, ident: int, occurrence: bool) -> None:
+    """Cancel a run (its occurrence): the holder is fenced and stops the job at its next renewal."""
+    row = _client(ctx).cancel(ident, occurrence=occurrence, requested_by=_who())
+    fields = {k: view.iso(v) if isinstance(v, datetime) else v for k, v in row.items()}
+    _emit(ctx, fields, f"occurrence {row['id']} cancelled")
+
+
+# -- daemon --------------------------------------------------------------------------------------
+@cli.command("run")
+@click.option(
+    "--instance-id",
+    "instance_prefix",
+    envvar="SCHEDULER_INSTANCE_ID",
+    default=DaemonSettings.instance_prefix,
+    show_default="host name",
+    help="Instance id prefix; a per-start suffix is always added.",
+)
+@click.option(
+    "--concurrency",
+    envvar="SCHEDULER_CONCURRENCY",
+    type=int,
+    default=DaemonSettings.concurrency,
+    show_default=True,
+    help="Local job slots.",
+)
+@click.option(
+    "--poll-interval",
+    envvar="SCHEDULER_POLL_INTERVAL",
+    type=DURATION,
+    default="1s",
+    show_default=True,
+)
+@click.option(
+    "--lease-ttl",
+    envvar="SCHEDULER_LEASE_TTL",
+    type=DURATION,
+    default="15s",
+    show_default=True,
+    help="Run lease length; renewed every TTL/3.",
+)
+@click.option(
+    "--lease-grace",
+    envvar="SCHEDULER_LEASE_GRACE",
+    type=DURATION,
+    default="5s",
+    show_default=True,
+    help="Wait past lease expiry before a takeover.",
+)
+@click.option(
+    "--drain-timeout",
+    envvar="SCHEDULER_DRAIN_TIMEOUT",
+    type=DURATION,
+    default="20s",
+    show_default=True,
+    help="How long running jobs may finish after SIGTERM.",
+)
+@click.option(
+    "--stop-timeout",
+    envvar="SCHEDULER_STOP_TIMEOUT",
+    type=DURATION,
+    default="30s",
+    show_default=True,
+    help="What the supervisor allows between SIGTERM and SIGKILL.",
+)
+@click.option(
+    "--reconcile-interval",
+    envvar="SCHEDULER_RECONCILE_INTERVAL",
+    type=DURATION,
+    default="5s",
+    show_default=True,
+)
+@click.option(
+    "--max-interruptions",
+    envvar="SCHEDULER_MAX_INTERRUPTIONS",
+    type=int,
+    default=DaemonSettings.max_interruptions,
+    show_default=True,
+    help="Interruptions (shutdown, takeover) before an occurrence gives up.",
+)
+@click.option(
+    "--listen/--no-listen",
+    envvar="SCHEDULER_LISTEN",
+    default=True,
+    show_default=True,
+    help="LISTEN for wake-ups (turn off behind PgBouncer in transaction mode).",
+)
+@click.pass_context
+def run(ctx: click.Context, **options: Any) -> None:
+    """Run the daemon until SIGTERM/SIGINT (a second signal stops at once)."""
+    import signal
+    import threading
+
+    from scheduler_daemon.daemon import Daemon
+
+    try:
+        settings = DaemonSettings(**options).validate()
+    except InvalidSettings as exc:
+        raise InvalidTask(str(exc)) from exc
+    url = resolve_database_url(ctx.obj["database_url"])
+    stop, hard_stop = threading.Event(), threading.Event()
+
+    daemon = Daemon(url, settings)
+
+    def on_signal(signum: int, _frame: Any) -> None:
+        (hard_stop if stop.is_set() else stop).set()
+        daemon.wake.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    ctx.exit(daemon.run(stop, hard_stop))
+
+
+@cli.command("status")
+@json_option
+@click.pass_context
+def status(ctx: click.Context) -> None:
+    """Live instances, queue depth, executing runs against the budget, the takeover bound."""
+    fields = view.status_fields(_client(ctx).status())
+    text = (
+        view.table(fields["instances"], view.INSTANCE_COLUMNS)
+        + f"\n\nqueue depth {fields['queue_depth']}, executing "
+        f"{fields['executing_runs']}/{fields['max_concurrent_runs']}"
+    )
+    _emit(ctx, fields, text)
+
+
 # -- config --------------------------------------------------------------------------------------
 @cli.group()
 def config() -> None:
@@ -416,5 +557,5 @@ def main(argv: list[str] | None = None) -> None:
         _fail(EXIT_BAD_INPUT, exc.format_message().replace("\n", " "))
     except (InvalidTask, ScheduleError, Conflict, NotFound) as exc:
         _fail(EXIT_BAD_INPUT, str(exc))
-    except (DatabaseUnavailable, EmbeddedUnavailable) as exc:
+    except (DatabaseUnavailable, EmbeddedUnavailable, SchemaMismatch) as exc:
         _fail(EXIT_UNAVAILABLE, str(exc))

@@ -12,7 +12,14 @@ from typing import Any
 import psycopg
 
 from scheduler_daemon.domain.task import InvalidTask, TaskRecord, TaskSpec
-from scheduler_daemon.storage import fleet_store, history, occurrence_store, task_store
+from scheduler_daemon.storage import (
+    fleet_store,
+    history,
+    instance_store,
+    occurrence_store,
+    run_store,
+    task_store,
+)
 from scheduler_daemon.storage.database import transaction
 from scheduler_daemon.storage.error import Conflict, NotFound
 
@@ -55,6 +62,7 @@ class Client:
             db_now = task_store.clock(conn, now)
             spec = spec.with_changes(anchor=db_now)
             spec.validate(db_now)
+            instance_store.notify_wakeup(conn, "task_added")
             return task_store.insert(conn, spec, spec.schedule().next_after(db_now))
 
     def update_task(
@@ -144,6 +152,7 @@ class Client:
             task = task_store.lock(conn, ref)
             db_now = task_store.clock(conn, now)
             blocked = task.spec.overlap == "forbid" and occurrence_store.active_count(conn, task.id)
+            instance_store.notify_wakeup(conn, "triggered")
             return occurrence_store.insert(
                 conn,
                 task_id=task.id,
@@ -205,6 +214,43 @@ class Client:
                 raise NotFound(f"unknown occurrence {occurrence_id}")
             occurrence["runs"] = history.runs_of(conn, occurrence_id)
         return occurrence
+
+    def cancel(self, ident: int, *, occurrence: bool = False, requested_by: str) -> dict[str, Any]:
+        """Cancels a run's occurrence (or an occurrence): raises its token, so the holder's next
+        renewal fails and its job is stopped; records `cancelled` with who asked."""
+        with self._tx() as conn:
+            if occurrence:
+                occurrence_id = ident
+            else:
+                run = history.get_run(conn, ident)
+                if run is None:
+                    raise NotFound(f"unknown run {ident}")
+                occurrence_id = run["occurrence_id"]
+            found = occurrence_store.get(conn, occurrence_id)
+            if found is None:
+                raise NotFound(f"unknown occurrence {occurrence_id}")
+            task_store.lock_row(conn, found["task_id"])  # parent first
+            cancelled = occurrence_store.cancel(
+                conn,
+                occurrence_id,
+                reason=f"cancelled by {requested_by}",
+                requested_by=requested_by,
+            )
+            if cancelled is None:
+                raise Conflict(f"occurrence {occurrence_id} is already {found['status']}")
+            instance_store.notify_wakeup(conn, "cancelled")
+            return cancelled
+
+    def status(self) -> dict[str, Any]:
+        """Live instances, queue depth, executing runs against the budget, the takeover bound."""
+        with self._tx() as conn:
+            instances = instance_store.list_instances(conn)
+            return {
+                "instances": instances,
+                "queue_depth": occurrence_store.queue_depth(conn),
+                "executing_runs": run_store.executing_count(conn),
+                "max_concurrent_runs": fleet_store.budget(conn),
+            }
 
     # -- fleet settings --------------------------------------------------------------------------
     def fleet_settings(self) -> dict[str, Any]:

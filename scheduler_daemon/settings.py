@@ -1,18 +1,88 @@
-"""Where configuration comes from: flags, then SCHEDULER_* variables, then the embedded default."""
+"""Where configuration comes from (flags, SCHEDULER_* variables, the embedded default), and the
+daemon's per-replica settings with the timing invariants they must satisfy together."""
 
 import os
+import socket
 from dataclasses import dataclass
+from datetime import timedelta
 
 DATABASE_URL_ENV = "SCHEDULER_DATABASE_URL"
+# What a supervisor gives a process between SIGTERM and SIGKILL: Kubernetes'
+# terminationGracePeriodSeconds defaults to 30 s, systemd's TimeoutStopSec to 90 s.
+DEFAULT_STOP_TIMEOUT = timedelta(seconds=30)
+SHUTDOWN_MARGIN = timedelta(seconds=5)
+
+
+class InvalidSettings(ValueError):
+    """Settings that contradict each other; the message says which and how to fix it."""
 
 
 @dataclass(frozen=True)
-class Settings:
-    """Settings every command shares."""
+class DaemonSettings:
+    """One replica's settings. Fleet-wide ones (the run budget) live in the database."""
 
-    database_url: str | None
-    log_format: str = "auto"  # auto: JSON off a terminal, console on one
-    log_level: str = "info"
+    instance_prefix: str = socket.gethostname()
+    concurrency: int = 4
+    poll_interval: timedelta = timedelta(seconds=1)
+    lease_ttl: timedelta = timedelta(seconds=15)
+    lease_grace: timedelta = timedelta(seconds=5)
+    drain_timeout: timedelta = timedelta(seconds=20)
+    stop_timeout: timedelta = DEFAULT_STOP_TIMEOUT
+    reconcile_interval: timedelta = timedelta(seconds=5)
+    max_interruptions: int = 3
+    dispatch_batch: int = 100
+    listen: bool = True
+
+    @property
+    def renew_interval(self) -> timedelta:
+        """Leases are renewed three times per TTL."""
+        return self.lease_ttl / 3
+
+    @property
+    def trust_margin(self) -> timedelta:
+        """How long before a lease's end the job is stopped when renewals fail."""
+        return self.lease_ttl / 5
+
+    @property
+    def claim_ttl(self) -> timedelta:
+        """How long a claim may sit in `launching` before reconciliation gives it back."""
+        return self.lease_ttl
+
+    @property
+    def takeover_bound(self) -> timedelta:
+        """The longest a dead replica's run waits for takeover."""
+        return self.lease_ttl + self.lease_grace + self.reconcile_interval
+
+    def validate(self) -> "DaemonSettings":
+        def check(ok: bool, message: str) -> None:
+            if not ok:
+                raise InvalidSettings(message)
+
+        check(self.concurrency >= 1, "--concurrency must be at least 1")
+        check(bool(self.instance_prefix.strip()), "--instance-id must not be empty")
+        check(
+            timedelta(0) < self.poll_interval <= timedelta(minutes=5),
+            "--poll-interval must be between 0 and 5m",
+        )
+        check(
+            self.lease_ttl >= timedelta(seconds=3),
+            "--lease-ttl must be at least 3s (renewal runs every TTL/3)",
+        )
+        check(self.lease_grace > timedelta(0), "--lease-grace must be positive")
+        check(
+            self.reconcile_interval >= self.poll_interval,
+            "--reconcile-interval must not be shorter than --poll-interval",
+        )
+        check(self.drain_timeout >= timedelta(0), "--drain-timeout must not be negative")
+        check(
+            self.drain_timeout + SHUTDOWN_MARGIN <= self.stop_timeout,
+            f"--drain-timeout {self.drain_timeout.total_seconds():g}s plus "
+            f"{SHUTDOWN_MARGIN.total_seconds():g}s to record outcomes exceeds --stop-timeout "
+            f"{self.stop_timeout.total_seconds():g}s (what systemd/Kubernetes allow before "
+            "SIGKILL)",
+        )
+        check(self.max_interruptions >= 1, "--max-interruptions must be at least 1")
+        return self
 
 
 def resolve_database_url(url: str | None) -> str:
@@ -22,11 +92,6 @@ def resolve_database_url(url: str | None) -> str:
         return url
     from scheduler_daemon import embedded
 
-    embedded_url = embedded.acquire()
+    embedded_url = embedded.acquire()  # logs one `embedded_database` line with the fleet hint
     embedded.install_signal_handlers()
-    structlog.get_logger().info(
-        "embedded_database_in_use",
-        data_dir=str(embedded.data_dir()),
-        hint=f"a fleet of daemons on several hosts needs {DATABASE_URL_ENV}",
-    )
     return embedded_url

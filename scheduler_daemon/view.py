@@ -143,3 +143,41 @@ def pairs(record: dict[str, Any]) -> str:
     """One `key: value` line per field, for `show` commands."""
     width = max(len(k) for k in record)
     return "\n".join(f"{k.ljust(width)}  {'' if v is None else v}" for k, v in record.items())
+
+
+INSTANCE_COLUMNS = (
+    "id",
+    "version",
+    "schema_revision",
+    "slots",
+    "clock_drift_seconds",
+    "silent_for_seconds",
+    "takeover_bound_seconds",
+    "stopping",
+)
+
+
+def status_fields(status: dict[str, Any]) -> dict[str, Any]:
+    """`status --json`: instances with drift and takeover bound, queue depth, budget use."""
+    instances = []
+    for row in status["instances"]:
+        bound = row["lease_ttl"] + row["lease_grace"] + row["reconcile_interval"]
+        instances.append(
+            {
+                "id": row["id"],
+                "hostname": row["hostname"],
+                "pid": row["pid"],
+                "version": row["version"],
+                "schema_revision": row["schema_revision"],
+                "slots": f"{row['slots_in_use']}/{row['concurrency']}",
+                "slots_in_use": row["slots_in_use"],
+                "concurrency": row["concurrency"],
+                "clock_drift_seconds": seconds(row["clock_drift"]),
+                "silent_for_seconds": round(row["silent_for"].total_seconds(), 3),
+                "takeover_bound_seconds": seconds(bound),
+                "stopping": row["stopping"],
+                "started_at": iso(row["started_at"]),
+                "heartbeat_at": iso(row["heartbeat_at"]),
+            }
+        )
+    return {**status, "instances": instances}

@@ -1,5 +1,6 @@
 -- name: occurrence_insert :one
--- Inserts an occurrence of a task whose row lock the caller holds.
+-- Inserts an occurrence of a task whose row lock the caller holds; a scheduled firing that
+-- exists already is not inserted again (no row returned).
 INSERT INTO occurrence (
     task_id, occurrence_seq, scheduled_for, last_scheduled_for, firing_count, trigger, overlap,
     concurrency_key, status, reason, requested_by, not_before, created_at, updated_at, finished_at)
@@ -8,6 +9,7 @@ VALUES (
     %(trigger)s, %(overlap)s, %(concurrency_key)s, %(status)s, %(reason)s, %(requested_by)s,
     %(scheduled_for)s, %(now)s, %(now)s,
     CASE WHEN %(status)s IN ('skipped', 'expired', 'cancelled') THEN %(now)s::timestamptz END)
+ON CONFLICT (task_id, scheduled_for) WHERE trigger = 'schedule' DO NOTHING
 RETURNING *
 
 -- name: occurrence_active_count :scalar
@@ -30,3 +32,82 @@ RETURNING id, occurrence_seq
 -- One occurrence with its task's name.
 SELECT o.*, t.name AS task_name FROM occurrence o JOIN task t ON t.id = o.task_id
 WHERE o.id = %(id)s
+
+-- name: occurrence_executing_count :scalar
+-- Occurrences holding a slot of the fleet budget; run after the budget lock, in its own statement.
+SELECT count(*) FROM occurrence WHERE status IN ('launching', 'running')
+
+-- name: occurrence_claim :many
+-- Claims up to `limit` queued occurrences that may start now: fewest attempts first, then oldest;
+-- never one whose concurrency key, or whose `queue` task, has an older active occurrence (FIFO).
+-- The locking select is a MATERIALIZED CTE so the planner cannot re-run it and claim more.
+WITH picked AS MATERIALIZED (
+    SELECT o.id FROM occurrence o
+    WHERE o.status = 'queued' AND o.not_before <= clock_timestamp()
+      AND (o.concurrency_key IS NULL OR NOT EXISTS (
+            SELECT 1 FROM occurrence older
+            WHERE older.concurrency_key = o.concurrency_key
+              AND older.status IN ('queued', 'launching', 'running')
+              AND (older.scheduled_for, older.id) < (o.scheduled_for, o.id)))
+      AND (o.overlap <> 'queue' OR NOT EXISTS (
+            SELECT 1 FROM occurrence older
+            WHERE older.task_id = o.task_id
+              AND older.status IN ('queued', 'launching', 'running')
+              AND older.occurrence_seq < o.occurrence_seq))
+    ORDER BY o.attempts, o.scheduled_for, o.id
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+)
+UPDATE occurrence o SET status = 'launching', lease_token = o.lease_token + 1,
+    claim_owner = %(owner)s, claim_expires_at = clock_timestamp() + %(claim_ttl)s,
+    updated_at = clock_timestamp()
+FROM picked, task t
+WHERE o.id = picked.id AND t.id = o.task_id
+RETURNING o.id, o.task_id, o.occurrence_seq, o.scheduled_for, o.lease_token, o.attempts,
+    t.name AS task_name, t.executor, t.payload, t.run_timeout
+
+-- name: occurrence_launch :one
+-- Moves a claimed occurrence to running and counts the attempt; fenced unless still ours.
+UPDATE occurrence SET status = 'running', attempts = attempts + 1, claim_expires_at = NULL,
+    updated_at = clock_timestamp()
+WHERE id = %(id)s AND status = 'launching' AND claim_owner = %(owner)s
+  AND lease_token = %(token)s
+RETURNING id, task_id, occurrence_seq, scheduled_for, attempts, lease_token
+
+-- name: occurrence_release_claims :rowcount
+-- Gives back this instance's claims that never launched (shutdown).
+UPDATE occurrence SET status = 'queued', claim_owner = NULL, claim_expires_at = NULL,
+    updated_at = clock_timestamp()
+WHERE id IN (SELECT id FROM occurrence WHERE status = 'launching' AND claim_owner = %(owner)s
+             ORDER BY id FOR UPDATE)
+
+-- name: occurrence_lock :one
+-- Locks one occurrence (after its task: the one lock order).
+SELECT * FROM occurrence WHERE id = %(id)s FOR UPDATE
+
+-- name: occurrence_finish :rowcount
+-- Records an occurrence's final status, fenced on the token the finishing run holds.
+UPDATE occurrence SET status = %(status)s, error = %(error)s, reason = %(reason)s,
+    finished_at = clock_timestamp(), updated_at = clock_timestamp(), claim_owner = NULL
+WHERE id = %(id)s AND status = 'running' AND lease_token = %(token)s
+
+-- name: occurrence_retry :rowcount
+-- Puts an occurrence back in the queue for another attempt after `delay`; an interruption gives
+-- the attempt back and counts against the interruption bound instead.
+UPDATE occurrence SET status = 'queued', error = %(error)s, claim_owner = NULL,
+    claim_expires_at = NULL, not_before = clock_timestamp() + %(delay)s,
+    attempts = attempts - %(refund)s, interruptions = interruptions + %(refund)s,
+    updated_at = clock_timestamp()
+WHERE id = %(id)s AND status = 'running' AND lease_token = %(token)s
+
+-- name: occurrence_queue_depth :scalar
+-- Queued occurrences, fleet-wide.
+SELECT count(*) FROM occurrence WHERE status = 'queued'
+
+-- name: occurrence_cancel :one
+-- Cancels one active occurrence of a locked task and raises its token, fencing its holder.
+UPDATE occurrence SET status = 'cancelled', reason = %(reason)s, requested_by = %(requested_by)s,
+    lease_token = lease_token + 1, claim_owner = NULL, claim_expires_at = NULL,
+    updated_at = clock_timestamp(), finished_at = clock_timestamp()
+WHERE id = %(id)s AND status IN ('queued', 'launching', 'running')
+RETURNING id, task_id, occurrence_seq, scheduled_for, status

@@ -1,6 +1,6 @@
 -- name: run_cancel_for_occurrences :rowcount
 -- Ends the running runs of occurrences that were just cancelled; their owners are fenced.
-UPDATE run SET status = 'cancelled', finished_at = %(now)s, finished_by = %(requested_by)s,
+UPDATE run SET status = 'cancelled', finished_at = coalesce(%(now)s::timestamptz, clock_timestamp()), finished_by = %(requested_by)s,
     error = %(reason)s
 WHERE id IN (
     SELECT id FROM run WHERE occurrence_id = ANY(%(occurrence_ids)s) AND status = 'running'
@@ -38,3 +38,40 @@ WHERE r.id = %(id)s
 -- name: run_list_for_occurrence :many
 -- The runs of one occurrence, oldest first.
 SELECT * FROM run WHERE occurrence_id = %(occurrence_id)s ORDER BY id
+
+-- name: run_insert :one
+-- Creates the run of a just-launched occurrence; the lease and takeover point use the database clock.
+INSERT INTO run (occurrence_id, attempt, owner, lease_token, lease_expires_at, takeover_at, started_at)
+VALUES (%(occurrence_id)s, %(attempt)s, %(owner)s, %(token)s, clock_timestamp() + %(ttl)s,
+        clock_timestamp() + %(ttl)s + %(grace)s, clock_timestamp())
+RETURNING id, lease_expires_at, takeover_at
+
+-- name: run_renew :many
+-- Renews exactly the (run, token) pairs this process holds, in id order, touching only run rows;
+-- a pair missing from the result was taken over or cancelled: its holder is fenced.
+WITH held AS (
+    SELECT r.id FROM run r
+    JOIN unnest(%(ids)s::bigint[], %(tokens)s::bigint[]) AS h(id, token)
+      ON r.id = h.id AND r.lease_token = h.token
+    WHERE r.owner = %(owner)s AND r.status = 'running'
+    ORDER BY r.id FOR UPDATE OF r
+)
+UPDATE run SET lease_expires_at = clock_timestamp() + %(ttl)s,
+    takeover_at = clock_timestamp() + %(ttl)s + %(grace)s
+FROM held WHERE run.id = held.id
+RETURNING run.id
+
+-- name: run_lock :one
+-- Locks one run (after its occurrence: the one lock order).
+SELECT * FROM run WHERE id = %(id)s FOR UPDATE
+
+-- name: run_finish :rowcount
+-- Records a run's outcome; fenced: only the owner holding the current token may write it.
+UPDATE run SET status = %(status)s, exit_code = %(exit_code)s, http_status = %(http_status)s,
+    output_tail = %(output_tail)s, error = %(error)s, finished_at = clock_timestamp(),
+    finished_by = %(owner)s
+WHERE id = %(id)s AND owner = %(owner)s AND lease_token = %(token)s AND status = 'running'
+
+-- name: run_executing_count :scalar
+-- Runs executing now, fleet-wide.
+SELECT count(*) FROM run WHERE status = 'running'

@@ -20,6 +20,7 @@ CREATE TABLE instance (
     slots_in_use integer NOT NULL DEFAULT 0,
     lease_ttl interval NOT NULL,
     lease_grace interval NOT NULL,
+    reconcile_interval interval NOT NULL,
     clock_drift interval,
     stopping boolean NOT NULL DEFAULT false,
     started_at timestamp with time zone NOT NULL DEFAULT now(),

@@ -56,3 +56,33 @@ UPDATE task SET occurrence_seq = occurrence_seq + 1 WHERE id = %(id)s RETURNING 
 -- Soft-deletes a locked task: its history stays queryable by id and its name becomes free.
 UPDATE task SET deleted_at = %(now)s, next_run_at = NULL, updated_at = %(now)s
 WHERE id = %(id)s AND deleted_at IS NULL
+
+-- name: task_claim_due :many
+-- Locks a batch of due, enabled, unpaused tasks; tasks another dispatcher holds are skipped.
+SELECT * FROM task
+WHERE deleted_at IS NULL AND NOT paused AND status = 'enabled'
+  AND next_run_at <= coalesce(%(now)s::timestamptz, now())
+ORDER BY next_run_at, id
+LIMIT %(limit)s
+FOR UPDATE SKIP LOCKED
+
+-- name: task_advance :rowcount
+-- Moves a dispatched task to its next firing (and a fired one-shot task to running).
+UPDATE task SET next_run_at = %(next_run_at)s, status = %(status)s, updated_at = %(now)s
+WHERE id = %(id)s
+
+-- name: task_record_outcome :rowcount
+-- Shows an occurrence's final outcome on its task, only if it is newer than the one shown; a
+-- one-shot task's lifecycle follows it.
+UPDATE task SET last_outcome_seq = %(occurrence_seq)s, last_occurrence_id = %(occurrence_id)s,
+    last_scheduled_for = %(scheduled_for)s, last_status = %(status)s,
+    last_finished_at = clock_timestamp(), last_error = %(error)s,
+    status = CASE WHEN schedule_kind = 'once' AND status = 'running' THEN %(lifecycle)s
+                  ELSE status END,
+    updated_at = clock_timestamp()
+WHERE id = %(id)s AND last_outcome_seq < %(occurrence_seq)s
+
+-- name: task_next_due :scalar
+-- When the earliest enabled task falls due, for the loop's sleep.
+SELECT min(next_run_at) FROM task
+WHERE deleted_at IS NULL AND NOT paused AND status = 'enabled'

@@ -3,10 +3,12 @@
 import re
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any
 
 import psycopg
 from psycopg.rows import dict_row
+from psycopg_pool import ConnectionPool, PoolTimeout
 
 from scheduler_daemon.storage.error import DatabaseUnavailable
 
@@ -64,3 +66,56 @@ def transaction(url: str) -> Iterator[psycopg.Connection[Any]]:
         ) from exc
     finally:
         conn.close()
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Per-transaction limits, applied with SET LOCAL semantics (PgBouncer transaction mode)."""
+
+    lock_timeout: str = "5s"
+    statement_timeout: str = "30s"
+    idle_timeout: str = "60s"
+
+
+def make_pool(url: str, *, max_size: int, name: str) -> ConnectionPool:
+    """A small pool for one daemon's loop; opened lazily so a database that is down at start
+    is retried by the caller instead of failing the constructor."""
+    return ConnectionPool(
+        url,
+        min_size=1,
+        max_size=max_size,
+        open=False,
+        name=name,
+        timeout=5.0,
+        reconnect_timeout=5.0,
+        kwargs={
+            "row_factory": dict_row,
+            "prepare_threshold": None,
+            "autocommit": False,
+            "connect_timeout": CONNECT_TIMEOUT_SECONDS,
+            "application_name": name,
+            **KEEPALIVES,
+        },
+    )
+
+
+@contextmanager
+def pooled_transaction(pool: ConnectionPool, limits: Limits = Limits()) -> Iterator[Any]:
+    """One short transaction on a pooled connection, with the per-transaction limits set;
+    DatabaseUnavailable when the database cannot be reached."""
+    from scheduler_daemon.storage import query
+
+    try:
+        with pool.connection() as conn, conn.transaction():
+            query.run(
+                conn,
+                "session_limits",
+                {
+                    "lock_timeout": limits.lock_timeout,
+                    "statement_timeout": limits.statement_timeout,
+                    "idle_timeout": limits.idle_timeout,
+                },
+            )
+            yield conn
+    except (psycopg.OperationalError, PoolTimeout) as exc:
+        raise DatabaseUnavailable(f"database unavailable: {redact(str(exc).strip())}") from exc

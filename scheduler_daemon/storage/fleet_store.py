@@ -18,3 +18,17 @@ def set_setting(
     return query.run(
         conn, "fleet_setting_set", {"key": key, "value": Jsonb(value), "updated_by": updated_by}
     )
+
+
+# Any fixed 64-bit key works; this one spells "schedbud" so it is recognisable in pg_locks.
+BUDGET_LOCK_KEY = 0x7363686564627564
+
+
+def lock_budget(conn: psycopg.Connection[Any]) -> None:
+    """Takes the fleet budget's transaction-scoped advisory lock, in its own statement."""
+    query.run(conn, "fleet_budget_lock", {"key": BUDGET_LOCK_KEY})
+
+
+def budget(conn: psycopg.Connection[Any]) -> int:
+    value = query.run(conn, "fleet_budget")
+    return 0 if value is None else int(value)

@@ -1,6 +1,6 @@
 """Writes occurrence rows (and the runs they own) through sql/occurrence.sql and sql/run.sql."""
 
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 import psycopg
@@ -60,14 +60,132 @@ def cancel_active(
         {"task_id": task_id, "reason": reason, "requested_by": requested_by, "now": now},
     )
     ids = [row["id"] for row in rows]
-    if ids:
+    _cancel_runs(conn, ids, reason=reason, requested_by=requested_by, now=now)
+    return ids
+
+
+def _cancel_runs(
+    conn: psycopg.Connection[Any],
+    occurrence_ids: list[int],
+    *,
+    reason: str,
+    requested_by: str,
+    now: datetime | None,
+) -> None:
+    """Ends the running runs of just-cancelled occurrences (occurrence before run)."""
+    if occurrence_ids:
         query.run(
             conn,
             "run_cancel_for_occurrences",
-            {"occurrence_ids": ids, "reason": reason, "requested_by": requested_by, "now": now},
+            {
+                "occurrence_ids": occurrence_ids,
+                "reason": reason,
+                "requested_by": requested_by,
+                "now": now,
+            },
         )
-    return ids
 
 
 def get(conn: psycopg.Connection[Any], occurrence_id: int) -> dict[str, Any] | None:
     return query.run(conn, "occurrence_get", {"id": occurrence_id})
+
+
+def executing_count(conn: psycopg.Connection[Any]) -> int:
+    return int(query.run(conn, "occurrence_executing_count"))
+
+
+def queue_depth(conn: psycopg.Connection[Any]) -> int:
+    return int(query.run(conn, "occurrence_queue_depth"))
+
+
+def claim(
+    conn: psycopg.Connection[Any], *, owner: str, limit: int, claim_ttl: timedelta
+) -> list[dict[str, Any]]:
+    """Claims up to `limit` startable occurrences (status launching, token raised)."""
+    if limit <= 0:
+        return []
+    return query.run(
+        conn, "occurrence_claim", {"owner": owner, "limit": limit, "claim_ttl": claim_ttl}
+    )
+
+
+def launch(
+    conn: psycopg.Connection[Any], occurrence_id: int, *, owner: str, token: int
+) -> dict[str, Any] | None:
+    """Moves our claim to running; None when it is no longer ours (fenced)."""
+    return query.run(
+        conn, "occurrence_launch", {"id": occurrence_id, "owner": owner, "token": token}
+    )
+
+
+def release_claims(conn: psycopg.Connection[Any], owner: str) -> int:
+    return query.run(conn, "occurrence_release_claims", {"owner": owner})
+
+
+def lock(conn: psycopg.Connection[Any], occurrence_id: int) -> dict[str, Any] | None:
+    return query.run(conn, "occurrence_lock", {"id": occurrence_id})
+
+
+def finish(
+    conn: psycopg.Connection[Any],
+    occurrence_id: int,
+    *,
+    token: int,
+    status: str,
+    error: str | None,
+    reason: str | None = None,
+) -> bool:
+    return (
+        query.run(
+            conn,
+            "occurrence_finish",
+            {
+                "id": occurrence_id,
+                "token": token,
+                "status": status,
+                "error": error,
+                "reason": reason,
+            },
+        )
+        == 1
+    )
+
+
+def retry(
+    conn: psycopg.Connection[Any],
+    occurrence_id: int,
+    *,
+    token: int,
+    delay: timedelta,
+    error: str | None,
+    refund: bool,
+) -> bool:
+    """Back to the queue after `delay`; `refund` gives the attempt back (an interruption)."""
+    return (
+        query.run(
+            conn,
+            "occurrence_retry",
+            {
+                "id": occurrence_id,
+                "token": token,
+                "delay": delay,
+                "error": error,
+                "refund": int(refund),
+            },
+        )
+        == 1
+    )
+
+
+def cancel(
+    conn: psycopg.Connection[Any], occurrence_id: int, *, reason: str, requested_by: str
+) -> dict[str, Any] | None:
+    """Cancels one active occurrence (task locked first) and then its running run."""
+    row = query.run(
+        conn,
+        "occurrence_cancel",
+        {"id": occurrence_id, "reason": reason, "requested_by": requested_by},
+    )
+    if row is not None:
+        _cancel_runs(conn, [occurrence_id], reason=reason, requested_by=requested_by, now=None)
+    return row

@@ -104,11 +104,10 @@ def find(conn: psycopg.Connection[Any], ref: str | int) -> TaskRecord:
 
 def lock(conn: psycopg.Connection[Any], ref: str | int) -> TaskRecord:
     """Finds a live task and takes its row lock (the parent lock, always first)."""
-    task = find(conn, ref)
-    row = query.run(conn, "task_lock", {"id": task.id})
-    if row is None:
+    locked = lock_row(conn, find(conn, ref).id)
+    if locked is None:
         raise NotFound(f"unknown task '{ref}' (it was deleted)")
-    return record(row)
+    return locked
 
 
 def list_live(conn: psycopg.Connection[Any]) -> list[TaskRecord]:
@@ -167,3 +166,65 @@ def delete(conn: psycopg.Connection[Any], task_id: int, now: datetime) -> None:
 def clock(conn: psycopg.Connection[Any], now: datetime | None = None) -> datetime:
     """The database clock (or the time a test pinned)."""
     return query.run(conn, "clock_now", {"now": now})
+
+
+def claim_due(
+    conn: psycopg.Connection[Any], limit: int, now: datetime | None = None
+) -> list[TaskRecord]:
+    """Locks up to `limit` due tasks, skipping those another dispatcher holds."""
+    return [record(r) for r in query.run(conn, "task_claim_due", {"limit": limit, "now": now})]
+
+
+def advance(
+    conn: psycopg.Connection[Any],
+    task_id: int,
+    *,
+    next_run_at: datetime | None,
+    status: str,
+    now: datetime,
+) -> None:
+    query.run(
+        conn,
+        "task_advance",
+        {"id": task_id, "next_run_at": next_run_at, "status": status, "now": now},
+    )
+
+
+def record_outcome(
+    conn: psycopg.Connection[Any],
+    task_id: int,
+    *,
+    occurrence_id: int,
+    occurrence_seq: int,
+    scheduled_for: datetime,
+    status: str,
+    error: str | None,
+    lifecycle: str,
+) -> bool:
+    """Shows an outcome on the locked task if it is newer than the one shown; False if older."""
+    return (
+        query.run(
+            conn,
+            "task_record_outcome",
+            {
+                "id": task_id,
+                "occurrence_id": occurrence_id,
+                "occurrence_seq": occurrence_seq,
+                "scheduled_for": scheduled_for,
+                "status": status,
+                "error": error,
+                "lifecycle": lifecycle,
+            },
+        )
+        == 1
+    )
+
+
+def next_due(conn: psycopg.Connection[Any]) -> datetime | None:
+    return query.run(conn, "task_next_due")
+
+
+def lock_row(conn: psycopg.Connection[Any], task_id: int) -> TaskRecord | None:
+    """Locks a live task by id; None when it was deleted."""
+    row = query.run(conn, "task_lock", {"id": task_id})
+    return None if row is None else record(row)

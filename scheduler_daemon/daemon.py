@@ -1,0 +1,232 @@
+"""Composition root of `scheduler-daemon run`: builds the pool, executors and services, runs the
+loop, and drains on shutdown. Only this module knows the concrete classes."""
+
+import os
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from datetime import timedelta
+from pathlib import Path
+
+import psycopg
+import structlog
+from psycopg_pool import ConnectionPool
+
+from scheduler_daemon import __version__
+from scheduler_daemon.domain.held import HeldRuns
+from scheduler_daemon.executors import make_executors
+from scheduler_daemon.services.completer import Completer
+from scheduler_daemon.services.dispatcher import Dispatcher
+from scheduler_daemon.services.launcher import Launcher
+from scheduler_daemon.services.lease_keeper import LeaseKeeper
+from scheduler_daemon.services.waker import Waker
+from scheduler_daemon.settings import DaemonSettings
+from scheduler_daemon.storage import instance_store, migration, occurrence_store
+from scheduler_daemon.storage.database import connect, make_pool, pooled_transaction
+from scheduler_daemon.storage.error import DatabaseUnavailable, SchemaMismatch
+
+log = structlog.get_logger()
+# Errors a pass may meet and simply retry next pass (lock waits, cancels, deadlocks).
+TRANSIENT = (
+    DatabaseUnavailable,
+    psycopg.errors.LockNotAvailable,
+    psycopg.errors.QueryCanceled,
+    psycopg.errors.DeadlockDetected,
+    psycopg.errors.SerializationFailure,
+)
+STOP_WAIT_SECONDS = 5.0
+
+
+def new_instance_id(prefix: str) -> str:
+    """Unique per process start, so a restarted process is a new instance."""
+    return f"{prefix}-{uuid.uuid4().hex[:8]}"
+
+
+class Daemon:
+    def __init__(
+        self, url: str, settings: DaemonSettings, *, spool_dir: Path | None = None
+    ) -> None:
+        self.url = url
+        self.settings = settings.validate()
+        self.instance_id = new_instance_id(settings.instance_prefix)
+        self.held = HeldRuns()
+        self.wake = threading.Event()
+        self.spool_dir = spool_dir
+        self.clock_drift: timedelta | None = None
+        self.draining = False
+        self.log = log.bind(instance_id=self.instance_id)
+
+    # -- start -----------------------------------------------------------------------------------
+    def _wait_for_database(self, stop: threading.Event) -> bool:
+        delay = 1.0
+        while not stop.is_set():
+            try:
+                connect(self.url).close()
+            except DatabaseUnavailable as exc:
+                self.log.warning("database_unavailable_at_start", error=str(exc), retry_in=delay)
+                stop.wait(delay)
+                delay = min(delay * 2, 30.0)
+            else:
+                return True
+        return False
+
+    def _measure_drift(self) -> timedelta:
+        """Database clock minus this host's; reported, never used to coordinate."""
+        with connect(self.url, autocommit=True) as conn:
+            before = time.time()
+            db_now = instance_store.database_clock(conn)
+            after = time.time()
+        return timedelta(seconds=db_now.timestamp() - (before + after) / 2)
+
+    def _register(self) -> None:
+        current, head = migration.current_revision(self.url), migration.head_revision()
+        if current != head:
+            raise SchemaMismatch(
+                f"the database schema is at {current or 'nothing'}, this build "
+                f"expects {head}; run `scheduler-daemon migrate`"
+            )
+        self.clock_drift = self._measure_drift()
+        with connect(self.url) as conn, conn.transaction():
+            instance_store.register(
+                conn,
+                id=self.instance_id,
+                hostname=socket.gethostname(),
+                pid=os.getpid(),
+                version=__version__,
+                schema_revision=head,
+                concurrency=self.settings.concurrency,
+                lease_ttl=self.settings.lease_ttl,
+                lease_grace=self.settings.lease_grace,
+                reconcile_interval=self.settings.reconcile_interval,
+                clock_drift=self.clock_drift,
+            )
+        self.log.info(
+            "instance_registered",
+            version=__version__,
+            schema_revision=head,
+            clock_drift_seconds=self.clock_drift.total_seconds(),
+            takeover_bound_seconds=self.settings.takeover_bound.total_seconds(),
+        )
+
+    # -- run -------------------------------------------------------------------------------------
+    def run(self, stop: threading.Event, hard_stop: threading.Event | None = None) -> int:
+        """Runs until `stop` is set, then drains; `hard_stop` skips the drain's wait."""
+        hard_stop = hard_stop or threading.Event()
+        if not self._wait_for_database(stop):
+            return 0
+        self._register()
+        pool = make_pool(self.url, max_size=2, name=f"scheduler-daemon {self.instance_id}")
+        pool.open(wait=False)
+        executors = make_executors(self.wake, self.spool_dir)
+        dispatcher = Dispatcher(
+            pool, instance_id=self.instance_id, batch=self.settings.dispatch_batch
+        )
+        launcher = Launcher(
+            pool,
+            instance_id=self.instance_id,
+            settings=self.settings,
+            held=self.held,
+            executors=executors,
+        )
+        completer = Completer(
+            pool,
+            instance_id=self.instance_id,
+            held=self.held,
+            max_interruptions=self.settings.max_interruptions,
+        )
+        keeper = LeaseKeeper(
+            self.url,
+            instance_id=self.instance_id,
+            settings=self.settings,
+            held=self.held,
+            slots_in_use=lambda: len(self.held),
+            stopping=lambda: self.draining,
+            clock_drift=lambda: self.clock_drift,
+        )
+        waker = Waker(self.url, self.wake, instance_id=self.instance_id)
+        keeper.start()
+        if self.settings.listen:
+            waker.start()
+        try:
+            while not stop.is_set():
+                timeout = self._pass(dispatcher, launcher, completer)
+                stop_or_wake = self.wake.wait(timeout)
+                if stop_or_wake:
+                    self.wake.clear()
+            self._drain(pool, completer, hard_stop)
+        finally:
+            for job_owner in executors.values():
+                job_owner.close()
+            waker.stop()
+            keeper.stop()  # heartbeats stop last, after the drain
+            pool.close()
+        self.log.info("instance_stopped")
+        return 0
+
+    def _pass(self, dispatcher: Dispatcher, launcher: Launcher, completer: Completer) -> float:
+        """One loop pass; returns how long to sleep (until the next due time, at most a poll)."""
+        timeout = self.settings.poll_interval.total_seconds()
+        try:
+            completer.run_once()
+            result = dispatcher.run_once()
+            launcher.run_once()
+            if result.next_due is not None and result.db_now is not None:
+                until_due = (result.next_due - result.db_now).total_seconds()
+                timeout = max(0.0, min(timeout, until_due))
+        except TRANSIENT as exc:
+            self.log.warning("pass_failed", error=str(exc).strip().splitlines()[0])
+        except Exception:  # a surprise must never take the daemon down; logged with traceback
+            self.log.exception("pass_crashed")
+        return timeout
+
+    # -- stop ------------------------------------------------------------------------------------
+    def _drain(
+        self, pool: ConnectionPool, completer: Completer, hard_stop: threading.Event
+    ) -> None:
+        """Stop claiming; let running jobs finish up to the drain timeout; then stop them and
+        record them interrupted (their occurrences go back to the queue); deregister."""
+        self.draining = True
+        self.log.info(
+            "drain_started",
+            running=len(self.held),
+            drain_timeout_seconds=self.settings.drain_timeout.total_seconds(),
+        )
+        self._safely(lambda: self._release_claims(pool))
+        deadline = time.monotonic() + self.settings.drain_timeout.total_seconds()
+        while len(self.held) and time.monotonic() < deadline and not hard_stop.is_set():
+            self._safely(completer.run_once)
+            self.wake.wait(0.1)
+            self.wake.clear()
+        for run in self.held:
+            if run.outcome is None:
+                run.job.stop("shutdown: drain timeout passed")
+                self.log.warning(
+                    "run_interrupted_by_shutdown",
+                    run_id=run.run_id,
+                    occurrence_id=run.occurrence_id,
+                    task_id=run.task_id,
+                )
+        stop_deadline = time.monotonic() + STOP_WAIT_SECONDS
+        while len(self.held) and time.monotonic() < stop_deadline:
+            self._safely(completer.run_once)
+            self.wake.wait(0.1)
+            self.wake.clear()
+        self._safely(self._deregister)
+
+    def _release_claims(self, pool: ConnectionPool) -> None:
+        with pooled_transaction(pool) as conn:
+            released = occurrence_store.release_claims(conn, self.instance_id)
+        if released:
+            self.log.info("claims_released", count=released)
+
+    def _deregister(self) -> None:
+        with connect(self.url) as conn, conn.transaction():
+            instance_store.deregister(conn, self.instance_id)
+
+    def _safely(self, step: Callable[[], object]) -> None:
+        try:
+            step()
+        except TRANSIENT as exc:
+            self.log.warning("shutdown_step_failed", error=str(exc).strip().splitlines()[0])

@@ -1,0 +1,62 @@
+"""The runs this process holds a lease on, shared by the loop and the lease keeper thread."""
+
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+
+@dataclass
+class HeldRun:
+    """A run this process launched and has not yet finished or lost."""
+
+    run_id: int
+    token: int
+    occurrence_id: int
+    occurrence_seq: int
+    task_id: int
+    task_name: str
+    scheduled_for: datetime
+    job: Any  # an executors.base.Job; typed loosely so the domain stays free of executors
+    fenced: bool = False
+    completing: bool = False
+    outcome: Any = None  # the job's Outcome once it finished, kept until it is written
+    log_fields: dict[str, Any] = field(default_factory=dict)
+
+
+class HeldRuns:
+    """Thread-safe map of run id → HeldRun."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._runs: dict[int, HeldRun] = {}
+
+    def add(self, run: HeldRun) -> None:
+        with self._lock:
+            self._runs[run.run_id] = run
+
+    def remove(self, run_id: int) -> None:
+        with self._lock:
+            self._runs.pop(run_id, None)
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._runs)
+
+    def __iter__(self) -> Iterator[HeldRun]:
+        with self._lock:
+            return iter(list(self._runs.values()))
+
+    def leases(self) -> list[tuple[int, int]]:
+        """The (run id, token) pairs to renew: held, not fenced, not being completed."""
+        with self._lock:
+            return [
+                (r.run_id, r.token)
+                for r in self._runs.values()
+                if not r.fenced and not r.completing
+            ]
+
+    def get(self, run_id: int) -> HeldRun | None:
+        with self._lock:
+            return self._runs.get(run_id)

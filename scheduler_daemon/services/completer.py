@@ -1,0 +1,159 @@
+"""Completer: writes each finished job's outcome in one fenced transaction (task, occurrence,
+run)."""
+
+from typing import Any, Literal
+
+import structlog
+from psycopg_pool import ConnectionPool
+
+from scheduler_daemon.domain.held import HeldRun, HeldRuns
+from scheduler_daemon.domain.outcome import LIFECYCLE, decide
+from scheduler_daemon.storage import instance_store, occurrence_store, run_store, task_store
+from scheduler_daemon.storage.database import pooled_transaction
+from scheduler_daemon.storage.error import DatabaseUnavailable
+
+log = structlog.get_logger()
+Completion = Literal["recorded", "retry", "fenced"]
+
+
+class Fenced(Exception):
+    """Raised inside the completion transaction to roll it back when the token moved on."""
+
+
+class Completer:
+    """Finished jobs' outcomes are kept in memory until written, so a database outage loses none;
+    writing is idempotent and fenced on (owner, token): a late writer changes nothing."""
+
+    def __init__(
+        self, pool: ConnectionPool, *, instance_id: str, held: HeldRuns, max_interruptions: int
+    ) -> None:
+        self.pool = pool
+        self.instance_id = instance_id
+        self.held = held
+        self.max_interruptions = max_interruptions
+
+    def run_once(self) -> int:
+        """Writes every finished job's outcome; returns how many left the held set."""
+        done = 0
+        for run in self.held:
+            if run.outcome is None:
+                run.outcome = run.job.poll()
+            if run.outcome is None:
+                continue
+            if run.fenced:
+                self.held.remove(run.run_id)
+                done += 1
+                continue
+            try:
+                self.complete(run)
+            except DatabaseUnavailable as exc:
+                log.warning(
+                    "outcome_kept_for_later",
+                    run_id=run.run_id,
+                    error=str(exc),
+                    occurrence_id=run.occurrence_id,
+                    instance_id=self.instance_id,
+                )
+                continue
+            done += 1
+        return done
+
+    def complete(self, run: HeldRun) -> Completion:
+        """Writes one finished run's outcome and drops it from the held set (unless the database
+        is unreachable: then it stays held, its lease renewed, and is written later)."""
+        run.completing = True  # the lease keeper neither renews nor fences it meanwhile
+        try:
+            result = self._complete(run)
+            self.held.remove(run.run_id)
+            return result
+        finally:
+            run.completing = False
+
+    def _complete(self, run: HeldRun) -> Completion:
+        ids = {
+            "run_id": run.run_id,
+            "occurrence_id": run.occurrence_id,
+            "task_id": run.task_id,
+            "instance_id": self.instance_id,
+        }
+        outcome = run.outcome
+        try:
+            with pooled_transaction(self.pool) as conn:
+                result = self._write(conn, run, outcome)
+        except Fenced:
+            log.warning("run_fenced", stage="completion", **ids)
+            return "fenced"
+        log.info(
+            "run_finished",
+            status=outcome.status,
+            exit_code=outcome.exit_code,
+            http_status=outcome.http_status,
+            error=outcome.error,
+            result=result,
+            **ids,
+        )
+        return result
+
+    def _write(self, conn: Any, run: HeldRun, outcome: Any) -> Completion:
+        task = task_store.lock_row(conn, run.task_id)  # parent first: task → occurrence → run
+        occ = occurrence_store.lock(conn, run.occurrence_id)
+        row = run_store.lock(conn, run.run_id)
+        if (
+            task is None
+            or occ is None
+            or row is None
+            or occ["lease_token"] != run.token
+            or occ["status"] != "running"
+        ):
+            raise Fenced
+        decision = decide(
+            outcome.status,
+            attempts=occ["attempts"],
+            max_attempts=task.spec.max_attempts,
+            interruptions=occ["interruptions"],
+            max_interruptions=self.max_interruptions,
+            backoff=task.spec.backoff,
+        )
+        if not run_store.finish(
+            conn,
+            run.run_id,
+            owner=self.instance_id,
+            token=run.token,
+            status=decision.run_status,
+            exit_code=outcome.exit_code,
+            http_status=outcome.http_status,
+            output_tail=outcome.output_tail or None,
+            error=outcome.error,
+        ):
+            raise Fenced
+        if not decision.final:
+            occurrence_store.retry(
+                conn,
+                run.occurrence_id,
+                token=run.token,
+                delay=decision.delay,
+                error=outcome.error,
+                refund=decision.refund,
+            )
+            instance_store.notify_wakeup(conn, "retry")
+            return "retry"
+        occurrence_store.finish(
+            conn,
+            run.occurrence_id,
+            token=run.token,
+            status=decision.occurrence_status,
+            error=outcome.error,
+            reason=decision.reason,
+        )
+        task_store.record_outcome(
+            conn,
+            run.task_id,
+            occurrence_id=run.occurrence_id,
+            occurrence_seq=run.occurrence_seq,
+            scheduled_for=run.scheduled_for,
+            status=decision.occurrence_status,
+            error=outcome.error,
+            lifecycle=LIFECYCLE[decision.occurrence_status],
+        )
+        instance_store.notify_wakeup(conn, "finished")
+        return "recorded"

@@ -1,0 +1,110 @@
+"""Dispatcher: turns due tasks into occurrences, applying the misfire and overlap policies."""
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+import structlog
+from psycopg_pool import ConnectionPool
+
+from scheduler_daemon.domain.misfire import plan_dispatch
+from scheduler_daemon.domain.task import TaskRecord
+from scheduler_daemon.storage import instance_store, occurrence_store, task_store
+from scheduler_daemon.storage.database import pooled_transaction
+
+log = structlog.get_logger()
+
+
+@dataclass
+class DispatchResult:
+    tasks: int = 0
+    queued: int = 0
+    skipped: int = 0
+    db_now: datetime | None = None
+    next_due: datetime | None = None
+    occurrence_ids: list[int] = field(default_factory=list)
+
+
+class Dispatcher:
+    """Claims due tasks with SKIP LOCKED in batches; for each, in the same transaction, inserts
+    its occurrences (sequence allocated under the task lock) and advances `next_run_at`."""
+
+    def __init__(self, pool: ConnectionPool, *, instance_id: str, batch: int) -> None:
+        self.pool = pool
+        self.instance_id = instance_id
+        self.batch = batch
+
+    def run_once(self, now: datetime | None = None) -> DispatchResult:
+        result = DispatchResult()
+        while True:
+            with pooled_transaction(self.pool) as conn:
+                db_now = task_store.clock(conn, now)
+                tasks = task_store.claim_due(conn, self.batch, now)
+                for task in tasks:
+                    self._dispatch(conn, task, db_now, result)
+                if result.queued:
+                    instance_store.notify_wakeup(conn, "queued")
+                result.tasks += len(tasks)
+                result.db_now = db_now
+                result.next_due = task_store.next_due(conn)
+            if len(tasks) < self.batch:
+                return result
+
+    def _dispatch(
+        self, conn: Any, task: TaskRecord, db_now: datetime, result: DispatchResult
+    ) -> None:
+        spec = task.spec
+        assert task.next_run_at is not None
+        plan = plan_dispatch(
+            spec.schedule(),
+            next_run_at=task.next_run_at,
+            now=db_now,
+            misfire=spec.misfire,
+            misfire_grace=spec.misfire_grace,
+            catchup_limit=spec.catchup_limit,
+            catchup_window=spec.catchup_window,
+            overlap=spec.overlap,
+            active=occurrence_store.active_count(conn, task.id) > 0,
+        )
+        queued = 0
+        for firing in plan.firings:
+            row = occurrence_store.insert(
+                conn,
+                task_id=task.id,
+                occurrence_seq=task_store.next_seq(conn, task.id),
+                scheduled_for=firing.scheduled_for,
+                trigger="schedule",
+                overlap=spec.overlap,
+                concurrency_key=spec.concurrency_key,
+                status=firing.status,
+                reason=firing.reason,
+                now=db_now,
+                firing_count=firing.firing_count,
+                last_scheduled_for=firing.last_scheduled_for,
+            )
+            if row is None:  # the unique scheduled firing: someone recorded it already
+                log.warning(
+                    "firing_already_recorded",
+                    task_id=task.id,
+                    scheduled_for=firing.scheduled_for.isoformat(),
+                    instance_id=self.instance_id,
+                )
+                continue
+            if firing.status == "queued":
+                queued += 1
+                result.occurrence_ids.append(row["id"])
+            else:
+                result.skipped += firing.firing_count
+            log.debug(
+                "occurrence_created",
+                task_id=task.id,
+                occurrence_id=row["id"],
+                status=firing.status,
+                reason=firing.reason,
+                instance_id=self.instance_id,
+            )
+        result.queued += queued
+        status = task.status
+        if spec.schedule_kind == "once" and plan.firings:
+            status = "running" if queued else "cancelled"
+        task_store.advance(conn, task.id, next_run_at=plan.next_run_at, status=status, now=db_now)

@@ -1,0 +1,121 @@
+"""LeaseKeeper: renews the leases of the runs this process holds, on its own thread and connection,
+and stops the job of every run it learns it lost (fenced)."""
+
+import threading
+import time
+from collections.abc import Callable
+from datetime import timedelta
+from typing import Any
+
+import psycopg
+import structlog
+
+from scheduler_daemon.domain.held import HeldRuns
+from scheduler_daemon.settings import DaemonSettings
+from scheduler_daemon.storage import instance_store, run_store
+from scheduler_daemon.storage.database import connect
+from scheduler_daemon.storage.error import DatabaseUnavailable
+
+log = structlog.get_logger()
+
+
+class LeaseKeeper:
+    """Every TTL/3: one statement renews exactly the held (run id, token) pairs. A pair not
+    renewed was taken over or cancelled: its job is stopped at once and nothing is written for
+    it. A renewal that fails extends nothing, so each job's trust deadline (time the last good
+    renewal was *sent* + TTL - margin, on the monotonic clock) runs out before the lease does."""
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        instance_id: str,
+        settings: DaemonSettings,
+        held: HeldRuns,
+        slots_in_use: Callable[[], int],
+        stopping: Callable[[], bool],
+        clock_drift: Callable[[], timedelta | None],
+    ) -> None:
+        self.url = url
+        self.instance_id = instance_id
+        self.settings = settings
+        self.held = held
+        self.slots_in_use = slots_in_use
+        self.stopping = stopping
+        self.clock_drift = clock_drift
+        self._conn: psycopg.Connection[Any] | None = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="lease-keeper", daemon=True)
+        self.renewed = threading.Event()  # test signal: set after every successful pass
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Stops renewing; called last at shutdown, after the drain."""
+        self._stop.set()
+        self._thread.join(timeout=10)
+        if self._conn is not None:
+            self._conn.close()
+
+    def _loop(self) -> None:
+        interval = self.settings.renew_interval.total_seconds()
+        while not self._stop.wait(interval):
+            try:
+                self.run_once()
+            except DatabaseUnavailable as exc:
+                log.warning("lease_renewal_failed", error=str(exc), instance_id=self.instance_id)
+            except Exception:  # the keeper must outlive any surprise; logged with its traceback
+                log.exception("lease_keeper_error", instance_id=self.instance_id)
+
+    def _connection(self) -> psycopg.Connection[Any]:
+        if self._conn is None or self._conn.closed or self._conn.broken:
+            self._conn = connect(self.url, autocommit=True)
+        return self._conn
+
+    def run_once(self) -> set[int]:
+        """One renewal pass; returns the ids of the runs found fenced."""
+        leases = self.held.leases()
+        sent = time.monotonic()
+        try:
+            conn = self._connection()
+            renewed = run_store.renew(
+                conn,
+                owner=self.instance_id,
+                held=leases,
+                ttl=self.settings.lease_ttl,
+                grace=self.settings.lease_grace,
+            )
+            instance_store.heartbeat(
+                conn,
+                self.instance_id,
+                slots_in_use=self.slots_in_use(),
+                clock_drift=self.clock_drift(),
+                stopping=self.stopping(),
+            )
+        except psycopg.OperationalError as exc:
+            if self._conn is not None:
+                self._conn.close()
+            raise DatabaseUnavailable(str(exc).strip()) from exc
+        deadline = sent + (self.settings.lease_ttl - self.settings.trust_margin).total_seconds()
+        fenced: set[int] = set()
+        for run_id, _ in leases:
+            run = self.held.get(run_id)
+            if run is None:
+                continue
+            if run_id in renewed:
+                run.job.extend(deadline)
+            elif not run.completing:
+                run.fenced = True
+                fenced.add(run_id)
+                run.job.stop("fenced: the lease was taken over or cancelled")
+                log.warning(
+                    "run_fenced",
+                    stage="renewal",
+                    run_id=run_id,
+                    occurrence_id=run.occurrence_id,
+                    task_id=run.task_id,
+                    instance_id=self.instance_id,
+                )
+        self.renewed.set()
+        return fenced

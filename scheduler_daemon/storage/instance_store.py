@@ -1,0 +1,53 @@
+"""The registry of daemon instances: register, heartbeat, deregister, list (sql/instance.sql)."""
+
+from datetime import datetime, timedelta
+from typing import Any
+
+import psycopg
+
+from scheduler_daemon.storage import query
+
+
+def register(conn: psycopg.Connection[Any], **fields: Any) -> dict[str, Any]:
+    return query.run(conn, "instance_register", fields)
+
+
+def heartbeat(
+    conn: psycopg.Connection[Any],
+    instance_id: str,
+    *,
+    slots_in_use: int,
+    clock_drift: timedelta | None,
+    stopping: bool,
+) -> bool:
+    """False when the row is gone (a reconciler removed us as dead)."""
+    return (
+        query.run(
+            conn,
+            "instance_heartbeat",
+            {
+                "id": instance_id,
+                "slots_in_use": slots_in_use,
+                "clock_drift": clock_drift,
+                "stopping": stopping,
+            },
+        )
+        == 1
+    )
+
+
+def deregister(conn: psycopg.Connection[Any], instance_id: str) -> None:
+    query.run(conn, "instance_deregister", {"id": instance_id})
+
+
+def list_instances(conn: psycopg.Connection[Any]) -> list[dict[str, Any]]:
+    return query.run(conn, "instance_list")
+
+
+def database_clock(conn: psycopg.Connection[Any]) -> datetime:
+    return query.run(conn, "instance_clock")["db_now"]
+
+
+def notify_wakeup(conn: psycopg.Connection[Any], reason: str) -> None:
+    """Wakes idle daemons when this transaction commits."""
+    query.run(conn, "wakeup_notify", {"reason": reason})

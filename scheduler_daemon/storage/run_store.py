@@ -1,0 +1,94 @@
+"""Writes run rows: create at launch, renew leases, lock and finish (sql/run.sql)."""
+
+from datetime import timedelta
+from typing import Any
+
+import psycopg
+
+from scheduler_daemon.storage import query
+
+
+def insert(
+    conn: psycopg.Connection[Any],
+    *,
+    occurrence_id: int,
+    attempt: int,
+    owner: str,
+    token: int,
+    ttl: timedelta,
+    grace: timedelta,
+) -> dict[str, Any]:
+    """The run of a just-launched occurrence, leased on the database clock until now + ttl;
+    others may take it over after that + grace."""
+    return query.run(
+        conn,
+        "run_insert",
+        {
+            "occurrence_id": occurrence_id,
+            "attempt": attempt,
+            "owner": owner,
+            "token": token,
+            "ttl": ttl,
+            "grace": grace,
+        },
+    )
+
+
+def renew(
+    conn: psycopg.Connection[Any],
+    *,
+    owner: str,
+    held: list[tuple[int, int]],
+    ttl: timedelta,
+    grace: timedelta,
+) -> set[int]:
+    """Renews the held (run id, token) pairs in one statement; returns the ids it renewed."""
+    if not held:
+        return set()
+    ids, tokens = zip(*sorted(held), strict=True)
+    rows = query.run(
+        conn,
+        "run_renew",
+        {"ids": list(ids), "tokens": list(tokens), "owner": owner, "ttl": ttl, "grace": grace},
+    )
+    return {row["id"] for row in rows}
+
+
+def lock(conn: psycopg.Connection[Any], run_id: int) -> dict[str, Any] | None:
+    return query.run(conn, "run_lock", {"id": run_id})
+
+
+def finish(
+    conn: psycopg.Connection[Any],
+    run_id: int,
+    *,
+    owner: str,
+    token: int,
+    status: str,
+    exit_code: int | None,
+    http_status: int | None,
+    output_tail: str | None,
+    error: str | None,
+) -> bool:
+    """Records the outcome if `owner` still holds `token`; False means fenced."""
+    return (
+        query.run(
+            conn,
+            "run_finish",
+            {
+                "id": run_id,
+                "owner": owner,
+                "token": token,
+                "status": status,
+                "exit_code": exit_code,
+                "http_status": http_status,
+                "output_tail": output_tail,
+                "error": error,
+            },
+        )
+        == 1
+    )
+
+
+def executing_count(conn: psycopg.Connection[Any]) -> int:
+    return int(query.run(conn, "run_executing_count"))

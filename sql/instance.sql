@@ -1,0 +1,26 @@
+-- name: instance_register :one
+-- Registers this process start as a new instance.
+INSERT INTO instance (id, hostname, pid, version, schema_revision, concurrency, lease_ttl,
+    lease_grace, reconcile_interval, clock_drift, started_at, heartbeat_at)
+VALUES (%(id)s, %(hostname)s, %(pid)s, %(version)s, %(schema_revision)s, %(concurrency)s,
+    %(lease_ttl)s, %(lease_grace)s, %(reconcile_interval)s, %(clock_drift)s, clock_timestamp(),
+    clock_timestamp())
+RETURNING *
+
+-- name: instance_heartbeat :rowcount
+-- Marks this instance alive and publishes its slot use and clock drift.
+UPDATE instance SET heartbeat_at = clock_timestamp(), slots_in_use = %(slots_in_use)s,
+    clock_drift = %(clock_drift)s, stopping = %(stopping)s
+WHERE id = %(id)s
+
+-- name: instance_deregister :rowcount
+-- Removes this instance from the registry at a clean shutdown.
+DELETE FROM instance WHERE id = %(id)s
+
+-- name: instance_list :many
+-- Live instances for `status`, with how long ago each was heard from (database clock).
+SELECT *, clock_timestamp() - heartbeat_at AS silent_for FROM instance ORDER BY started_at
+
+-- name: instance_clock :one
+-- The database clock for measuring this host's drift.
+SELECT clock_timestamp() AS db_now

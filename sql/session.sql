@@ -1,0 +1,10 @@
+-- name: clock_now :scalar
+-- The database clock, or the pinned time a test passes; the only clock coordination reads.
+SELECT coalesce(%(now)s::timestamptz, now())
+
+-- name: session_limits :one
+-- Per-transaction limits (SET LOCAL semantics, so they pass PgBouncer in transaction mode): a lock
+-- wait, a statement or an idle transaction cannot hold the daemon or the server for long.
+SELECT set_config('lock_timeout', %(lock_timeout)s, true),
+       set_config('statement_timeout', %(statement_timeout)s, true),
+       set_config('idle_in_transaction_session_timeout', %(idle_timeout)s, true)

@@ -1,0 +1,279 @@
+"""The daemon's services in-process against a real database, each race forced into its window."""
+
+import threading
+from collections.abc import Iterator
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+
+from scheduler_daemon.domain.held import HeldRuns
+from scheduler_daemon.domain.task import TaskSpec
+from scheduler_daemon.executors import make_executors
+from scheduler_daemon.services.completer import Completer
+from scheduler_daemon.services.dispatcher import Dispatcher
+from scheduler_daemon.services.launcher import Launcher
+from scheduler_daemon.services.lease_keeper import LeaseKeeper
+from scheduler_daemon.settings import DaemonSettings
+from scheduler_daemon.storage.database import make_pool
+from scheduler_daemon.storage.fleet_store import BUDGET_LOCK_KEY
+from tests.support import query, snapshot, wait_for
+
+SETTINGS = DaemonSettings(
+    instance_prefix="t",
+    concurrency=8,
+    lease_ttl=timedelta(seconds=3),
+    lease_grace=timedelta(seconds=1),
+)
+
+
+@pytest.fixture
+def pool(database_url: str) -> Iterator[Any]:
+    pool = make_pool(database_url, max_size=4, name="test")
+    pool.open(wait=True)
+    yield pool
+    pool.close()
+
+
+@pytest.fixture
+def executors(tmp_path: Path) -> Iterator[dict[str, Any]]:
+    executors = make_executors(threading.Event(), tmp_path)
+    yield executors
+    for executor in executors.values():
+        executor.close()
+
+
+class Replica:
+    """One daemon's services, in-process, with its own held-run set."""
+
+    def __init__(
+        self,
+        url: str,
+        pool: Any,
+        executors: dict[str, Any],
+        name: str,
+        settings: DaemonSettings = SETTINGS,
+    ) -> None:
+        self.held = HeldRuns()
+        self.launcher = Launcher(
+            pool, instance_id=name, settings=settings, held=self.held, executors=executors
+        )
+        self.completer = Completer(pool, instance_id=name, held=self.held, max_interruptions=3)
+        self.dispatcher = Dispatcher(pool, instance_id=name, batch=10)
+        self.keeper = LeaseKeeper(
+            url,
+            instance_id=name,
+            settings=settings,
+            held=self.held,
+            slots_in_use=lambda: 0,
+            stopping=lambda: False,
+            clock_drift=lambda: None,
+        )
+
+    def finished(self) -> list[Any]:
+        """Waits until every held job has an outcome; returns the held runs in run id order."""
+        runs = sorted(self.held, key=lambda r: r.run_id)
+        for run in runs:
+            run.outcome = wait_for(run.job.poll, message=f"run {run.run_id} to finish")
+        return runs
+
+
+def _task(client: Any, name: str = "job", command: str = "true", **kw: Any) -> Any:
+    return client.add_task(
+        TaskSpec(name=name, executor="shell", target=command, every=timedelta(hours=1), **kw)
+    )
+
+
+def test_a_completion_whose_token_was_raised_is_fenced_and_changes_no_row(
+    client, pool, executors, database_url
+) -> None:
+    # Would fail against a completion that matched the run by id alone (river#1302).
+    task = _task(client)
+    client.trigger(task.id, requested_by="test")
+    replica = Replica(database_url, pool, executors, "a")
+    assert replica.launcher.run_once().launched == 1
+    # The race window: between launch and completion a takeover/cancel raises the token.
+    query(database_url, "UPDATE occurrence SET lease_token = lease_token + 1 RETURNING id")
+    (run,) = replica.finished()
+    before = snapshot(database_url)
+    assert replica.completer.complete(run) == "fenced"
+    assert snapshot(database_url) == before
+
+
+def test_a_completion_with_its_token_intact_is_recorded_on_run_occurrence_and_task(
+    client, pool, executors, database_url
+) -> None:
+    task = _task(client, command="echo hello; exit 0")
+    client.trigger(task.id, requested_by="test")
+    replica = Replica(database_url, pool, executors, "a")
+    replica.launcher.run_once()
+    (run,) = replica.finished()
+    assert replica.completer.complete(run) == "recorded"
+    (row,) = query(database_url, "SELECT * FROM run")
+    assert (row["status"], row["exit_code"], row["output_tail"]) == ("success", 0, "hello\n")
+    (occ,) = query(database_url, "SELECT status, attempts FROM occurrence")
+    assert occ == {"status": "success", "attempts": 1}
+    (t,) = query(database_url, "SELECT last_status, last_outcome_seq FROM task")
+    assert t == {"last_status": "success", "last_outcome_seq": 1}
+    assert (
+        replica.completer.complete(run) == "fenced"
+    )  # re-sending the same outcome changes nothing
+
+
+def test_a_late_completion_of_an_older_occurrence_leaves_the_newer_result(
+    client, pool, executors, database_url
+) -> None:
+    # Forced order: seq 2 completes first, then seq 1 arrives late. Without the
+    # last_outcome_seq guard the task row would show occurrence 1.
+    task = _task(client, overlap="allow", command="exit 0")
+    client.trigger(task.id, requested_by="test")
+    client.trigger(task.id, requested_by="test")
+    replica = Replica(database_url, pool, executors, "a")
+    assert replica.launcher.run_once().launched == 2
+    older, newer = sorted(replica.finished(), key=lambda r: r.occurrence_seq)
+    assert replica.completer.complete(newer) == "recorded"
+    assert replica.completer.complete(older) == "recorded"
+    (t,) = query(database_url, "SELECT last_outcome_seq, last_occurrence_id FROM task")
+    assert t == {"last_outcome_seq": 2, "last_occurrence_id": newer.occurrence_id}
+
+
+def test_a_failed_attempt_with_attempts_left_goes_back_to_the_queue_after_the_backoff(
+    client, pool, executors, database_url
+) -> None:
+    task = _task(client, command="exit 3", max_attempts=2, backoff=timedelta(minutes=5))
+    client.trigger(task.id, requested_by="test")
+    replica = Replica(database_url, pool, executors, "a")
+    replica.launcher.run_once()
+    (run,) = replica.finished()
+    assert replica.completer.complete(run) == "retry"
+    (occ,) = query(
+        database_url,
+        "SELECT status, attempts, not_before - updated_at AS wait, error FROM occurrence",
+    )
+    assert occ["status"] == "queued"
+    assert occ["attempts"] == 1
+    assert timedelta(minutes=4, seconds=59) < occ["wait"] <= timedelta(minutes=5)
+    assert occ["error"] == "exit code 3"
+    assert replica.launcher.run_once().claimed == 0  # not before the backoff
+    query(database_url, "UPDATE occurrence SET not_before = now() RETURNING id")
+    replica.launcher.run_once()
+    (run,) = replica.finished()
+    assert replica.completer.complete(run) == "recorded"
+    (t,) = query(database_url, "SELECT last_status, status FROM task")
+    assert t == {"last_status": "failed", "status": "enabled"}
+
+
+def test_two_launchers_racing_for_the_budget_never_exceed_it(
+    client, pool, executors, database_url
+) -> None:
+    # A second connection holds the budget lock while both launchers reach it, so both wait
+    # and then count one after the other. A count taken without the lock (or in the same
+    # statement that waits for it) would let both claim the full budget.
+    client.set_fleet_setting("max-concurrent-runs", "2", updated_by="test")
+    task = _task(client, overlap="allow", command="sleep 2")
+    for _ in range(5):
+        client.trigger(task.id, requested_by="test")
+    a = Replica(database_url, pool, executors, "a")
+    b = Replica(database_url, pool, executors, "b")
+    with psycopg.connect(database_url) as holder:
+        holder.execute("SELECT pg_advisory_xact_lock(%s)", (BUDGET_LOCK_KEY,))
+        threads = [threading.Thread(target=r.launcher.run_once) for r in (a, b)]
+        for t in threads:
+            t.start()
+        wait_for(
+            lambda: (
+                query(
+                    database_url,
+                    "SELECT count(*) AS n FROM pg_locks WHERE "
+                    "locktype = 'advisory' AND NOT granted",
+                )[0]["n"]
+                == 2
+            ),
+            message="both launchers to wait for the budget lock",
+        )
+        holder.commit()
+    for t in threads:
+        t.join(30)
+    (row,) = query(
+        database_url,
+        "SELECT count(*) AS n FROM occurrence WHERE status IN ('launching', 'running')",
+    )
+    assert row["n"] == 2
+    assert len(a.held) + len(b.held) == 2
+
+
+def test_a_younger_occurrence_of_a_key_is_not_claimed_while_the_head_is_locked(
+    client, pool, executors, database_url
+) -> None:
+    # SKIP LOCKED alone would skip the locked head and claim the next occurrence of the
+    # same key out of order; the "no older active occurrence" predicate prevents it.
+    first = _task(client, "first", concurrency_key="k")
+    second = _task(client, "second", concurrency_key="k")
+    client.trigger(first.id, requested_by="test")
+    client.trigger(second.id, requested_by="test")
+    replica = Replica(database_url, pool, executors, "a")
+    with psycopg.connect(database_url) as holder:
+        holder.execute("SELECT id FROM occurrence WHERE task_id = %s FOR UPDATE", (first.id,))
+        assert replica.launcher.run_once().claimed == 0
+    result = replica.launcher.run_once()
+    assert result.claimed == 1
+    (run,) = list(replica.held)
+    assert run.task_id == first.id
+
+
+def test_a_second_active_occurrence_of_a_forbid_task_is_a_database_error(client, db) -> None:
+    task = _task(client)
+    client.trigger(task.id, requested_by="test")
+    with pytest.raises(psycopg.errors.UniqueViolation, match="occurrence_forbid_active_key"):
+        db.execute(
+            "INSERT INTO occurrence (task_id, occurrence_seq, scheduled_for, trigger, "
+            "overlap, status, not_before) VALUES (%s, 99, now(), 'manual', 'forbid', "
+            "'queued', now())",
+            (task.id,),
+        )
+
+
+def test_dispatch_turns_a_due_task_into_one_occurrence_and_advances_it(
+    client, pool, executors, database_url
+) -> None:
+    (db_now,) = query(database_url, "SELECT now() AS t")
+    created = db_now["t"] - timedelta(hours=2)
+    task = client.add_task(
+        TaskSpec(name="job", executor="shell", target="true", every=timedelta(hours=1)), now=created
+    )
+    replica = Replica(database_url, pool, executors, "a")
+    due = created + timedelta(hours=1, seconds=1)  # pinned: one firing, 1 s late
+    result = replica.dispatcher.run_once(now=due)
+    assert (result.tasks, result.queued) == (1, 1)
+    (occ,) = query(
+        database_url, "SELECT trigger, status, occurrence_seq, scheduled_for FROM occurrence"
+    )
+    assert occ == {
+        "trigger": "schedule",
+        "status": "queued",
+        "occurrence_seq": 1,
+        "scheduled_for": created + timedelta(hours=1),
+    }
+    (t,) = query(database_url, "SELECT next_run_at FROM task WHERE id = %s", (task.id,))
+    assert t["next_run_at"] == created + timedelta(hours=2)
+    assert replica.dispatcher.run_once(now=due).tasks == 0  # nothing due any more
+
+
+def test_a_renewal_after_a_cancel_stops_the_job_and_writes_nothing(
+    client, pool, executors, database_url
+) -> None:
+    task = _task(client, command="sleep 30")
+    client.trigger(task.id, requested_by="test")
+    replica = Replica(database_url, pool, executors, "a")
+    replica.launcher.run_once()
+    (run,) = list(replica.held)
+    assert replica.keeper.run_once() == set()  # renewed while the token is ours
+    client.cancel(run.run_id, requested_by="operator")  # raises the token, ends the run row
+    before = snapshot(database_url)
+    assert replica.keeper.run_once() == {run.run_id}
+    outcome = wait_for(run.job.poll, timeout=5, message="the fenced job to stop")
+    assert outcome.status == "stopped"
+    assert replica.completer.run_once() == 1  # dropped, not written
+    assert snapshot(database_url) == before

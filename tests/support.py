@@ -1,0 +1,133 @@
+"""Helpers the tests share: real daemon processes, polling with a deadline, row snapshots."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import psycopg
+from psycopg.rows import dict_row
+
+T = TypeVar("T")
+# Timings that make a test daemon react in about a second instead of tens of seconds.
+FAST = (
+    "--poll-interval",
+    "200ms",
+    "--lease-ttl",
+    "3s",
+    "--lease-grace",
+    "1s",
+    "--reconcile-interval",
+    "1s",
+    "--drain-timeout",
+    "2s",
+    "--stop-timeout",
+    "10s",
+)
+
+
+def wait_for(
+    predicate: Callable[[], T],
+    *,
+    timeout: float = 30.0,
+    interval: float = 0.05,
+    message: str = "condition",
+) -> T:
+    """Polls `predicate` until it returns something truthy; fails the test at the deadline."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {message}")
+        time.sleep(interval)
+
+
+def query(url: str, sql: str, params: Any = None) -> list[dict[str, Any]]:
+    with psycopg.connect(url, autocommit=True, row_factory=dict_row) as conn:
+        return conn.execute(sql, params).fetchall()
+
+
+def snapshot(url: str) -> dict[str, list[dict[str, Any]]]:
+    """Every row of the tables a fenced writer must not touch."""
+    return {t: query(url, f"SELECT * FROM {t} ORDER BY id") for t in ("task", "occurrence", "run")}
+
+
+class DaemonProcess:
+    """A real `scheduler-daemon run` process against the test database, logging to a file."""
+
+    def __init__(
+        self, url: str, log_dir: Path, name: str, *args: str, env: dict[str, str] | None = None
+    ) -> None:
+        self.url = url
+        self.name = name
+        self.log_path = log_dir / f"{name}.log"
+        argv = [
+            sys.executable,
+            "-m",
+            "scheduler_daemon",
+            "--log-format",
+            "json",
+            "run",
+            "--instance-id",
+            name,
+            *FAST,
+            *args,
+        ]
+        with open(self.log_path, "wb") as log:
+            self.proc = subprocess.Popen(
+                argv,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env={**os.environ, "SCHEDULER_DATABASE_URL": url, **(env or {})},
+            )
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def instance_id(self, timeout: float = 30.0) -> str:
+        rows = wait_for(
+            lambda: query(self.url, "SELECT id FROM instance WHERE pid = %s", (self.pid,)),
+            timeout=timeout,
+            message=f"{self.name} to register",
+        )
+        return rows[0]["id"]
+
+    def signal(self, signum: int) -> None:
+        self.proc.send_signal(signum)
+
+    def stop(self, timeout: float = 30.0) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        return self.proc.wait(timeout)
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            os.kill(self.proc.pid, signal.SIGCONT)
+            self.proc.kill()
+        self.proc.wait(10)
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+
+def processes_matching(marker: str) -> list[int]:
+    """Pids whose command line contains `marker` (zombies excluded)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if marker in cmdline and state != "Z" and int(entry.name) != os.getpid():
+            found.append(int(entry.name))
+    return found
