@@ -172,3 +172,16 @@ def row_counts(conn: psycopg.Connection[Any]) -> dict[str, int]:
 def counts(db: psycopg.Connection[Any]) -> Any:
     """Call it to get the row count of every table."""
     return lambda: row_counts(db)
+
+
+@pytest.fixture
+def owned_server() -> Iterator[Any]:
+    """A stopped, initialised server of this test's own (call .start(), .stop(), .restart())."""
+    from tests.owned_server import OwnedServer, find_bin_dir
+
+    found = find_bin_dir()
+    if found is None:
+        pytest.skip("no PostgreSQL server binaries here (install the 'embedded' extra)")
+    server = OwnedServer(*found).init()
+    yield server
+    server.destroy()
