@@ -1,0 +1,178 @@
+"""The executor contract: what a job is given (`JobContext`), what it reports (`Outcome`), and the
+`Job`/`Executor` protocols the daemon codes against, with the few helpers every executor shares.
+
+How each executor runs, stops and reports is explained in docs/explanation/executors.md.
+"""
+
+import os
+import shutil
+import tempfile
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Protocol
+
+OUTPUT_TAIL_BYTES = 65536
+"""At most this many bytes of the END of a job's output are kept in `Outcome.output_tail`."""
+
+STOP_GRACE_SECONDS = 1.0
+"""After stop(): SIGTERM (or the cancelled event), then SIGKILL once this much time has passed."""
+
+DEADLINE_ERROR = "killed: trust deadline passed"
+
+
+@dataclass(frozen=True)
+class JobContext:
+    """Who a job runs for; the same fields reach the job (environment, HTTP body or ctx object)."""
+
+    task_id: int
+    task_name: str
+    occurrence_id: int
+    run_id: int
+    scheduled_for: datetime  # aware UTC
+    attempt: int
+    lease_token: int
+    idempotency_key: str  # stable across attempts of one occurrence
+    timeout: float | None  # seconds; None = no timeout
+    deadline: float  # absolute time.monotonic(): kill the job when it passes without extend()
+
+    def identifiers(self) -> dict[str, Any]:
+        """The identifying fields as JSON-ready values (the HTTP body, the python ctx)."""
+        return {
+            "task_id": self.task_id,
+            "task_name": self.task_name,
+            "occurrence_id": self.occurrence_id,
+            "run_id": self.run_id,
+            "scheduled_for": self.scheduled_for.isoformat(),
+            "attempt": self.attempt,
+            "lease_token": self.lease_token,
+            "idempotency_key": self.idempotency_key,
+        }
+
+    def environment(self) -> dict[str, str]:
+        """The SCHEDULER_* variables a shell job finds in its environment."""
+        return {
+            "SCHEDULER_TASK_NAME": self.task_name,
+            "SCHEDULER_TASK_ID": str(self.task_id),
+            "SCHEDULER_OCCURRENCE_ID": str(self.occurrence_id),
+            "SCHEDULER_RUN_ID": str(self.run_id),
+            "SCHEDULER_SCHEDULED_FOR": self.scheduled_for.isoformat(),
+            "SCHEDULER_ATTEMPT": str(self.attempt),
+            "SCHEDULER_LEASE_TOKEN": str(self.lease_token),
+            "SCHEDULER_IDEMPOTENCY_KEY": self.idempotency_key,
+        }
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """How a run ended. `stopped` means killed on request or because the trust deadline passed."""
+
+    status: str  # "success" | "failed" | "timeout" | "stopped"
+    exit_code: int | None = None
+    http_status: int | None = None
+    output_tail: str = ""  # at most OUTPUT_TAIL_BYTES of the end of the output
+    error: str | None = None  # one line
+
+
+class Job(Protocol):
+    """One started run. Every method is safe to call from any thread, any number of times."""
+
+    run_id: int
+
+    def poll(self) -> Outcome | None:
+        """None while running; the same Outcome on every call once finished."""
+        ...
+
+    def stop(self, reason: str) -> None:
+        """Stop now; poll() then gives Outcome("stopped", error=reason) once the job is gone."""
+        ...
+
+    def extend(self, deadline: float) -> None:
+        """Move the trust deadline (an absolute time.monotonic() value)."""
+        ...
+
+
+class Executor(Protocol):
+    """Starts jobs of one kind; owns whatever processes and threads they need."""
+
+    kind: str
+
+    def start(self, ctx: JobContext, payload: Mapping[str, Any]) -> Job:
+        """Never raises because of the job: one that cannot start polls as failed."""
+        ...
+
+    def extend_all(self, deadline: float) -> None:
+        """Move the trust deadline of every running job (one lease renewal covers them all)."""
+        ...
+
+    def close(self) -> None:
+        """Stop every job and reap every process."""
+        ...
+
+
+class FinishedJob:
+    """A job that is over before it began, e.g. a payload without a command."""
+
+    def __init__(self, run_id: int, outcome: Outcome) -> None:
+        self.run_id = run_id
+        self._outcome = outcome
+
+    def poll(self) -> Outcome | None:
+        return self._outcome
+
+    def stop(self, reason: str) -> None:
+        """Nothing to stop."""
+
+    def extend(self, deadline: float) -> None:
+        """Nothing to extend."""
+
+
+def one_line(text: str) -> str:
+    """`text` squeezed onto one line, as Outcome.error wants it."""
+    return " ".join(text.split())
+
+
+def error_line(exc: BaseException) -> str:
+    """'ExcType: message' on one line."""
+    message = one_line(str(exc))
+    return f"{type(exc).__name__}: {message}" if message else type(exc).__name__
+
+
+def decode_tail(data: bytes) -> str:
+    """The last OUTPUT_TAIL_BYTES of `data`, decoded leniently."""
+    return data[-OUTPUT_TAIL_BYTES:].decode("utf-8", errors="replace")
+
+
+def take_spool_tail(path: Path) -> str:
+    """Read the end of a spool file and delete it; a missing file is empty output."""
+    try:
+        with path.open("rb") as spool:
+            size = spool.seek(0, os.SEEK_END)
+            spool.seek(max(0, size - OUTPUT_TAIL_BYTES))
+            data = spool.read(OUTPUT_TAIL_BYTES)
+    except FileNotFoundError:
+        return ""
+    finally:
+        path.unlink(missing_ok=True)
+    return decode_tail(data)
+
+
+class SpoolDir:
+    """Where job output is spooled: the given directory, or a private temporary one that close()
+    removes."""
+
+    def __init__(self, directory: Path | None, kind: str) -> None:
+        self._owned = directory is None
+        if directory is None:
+            self.path = Path(tempfile.mkdtemp(prefix=f"scheduler-daemon-{kind}-"))
+        else:
+            directory.mkdir(parents=True, exist_ok=True)
+            self.path = directory
+
+    def file(self, name: str) -> Path:
+        return self.path / name
+
+    def close(self) -> None:
+        if self._owned:
+            shutil.rmtree(self.path, ignore_errors=True)

@@ -1,0 +1,182 @@
+"""The http executor: POSTs the run's identifiers as JSON to a URL, one daemon thread per request.
+
+2xx is success; any other status (redirects are not followed) is failure; connection errors fail
+the run with their message. Timeout, stop() and the trust deadline decide the Outcome at once and
+abandon the request thread, which ends on its own when its socket timeout passes. One timekeeper
+thread per executor applies timeouts and deadlines so `wake` is set without anyone polling.
+"""
+
+import json
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Mapping
+from http.client import HTTPResponse
+from typing import Any
+
+from scheduler_daemon.executors.base import (
+    DEADLINE_ERROR,
+    OUTPUT_TAIL_BYTES,
+    FinishedJob,
+    Job,
+    JobContext,
+    Outcome,
+    decode_tail,
+    error_line,
+)
+
+DEFAULT_TIMEOUT_SECONDS = 30.0
+
+
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    """A webhook that answers 3xx has not done the job; report it instead of following it."""
+
+    def redirect_request(self, *args: Any, **kwargs: Any) -> None:
+        return None
+
+
+class HttpJob:
+    """One request; its outcome is decided by whichever comes first: answer, timer or stop()."""
+
+    def __init__(self, executor: "HttpExecutor", ctx: JobContext, timeout: float) -> None:
+        self.run_id = ctx.run_id
+        self.executor = executor
+        self.timeout = timeout
+        self.timeout_at = time.monotonic() + timeout
+        self.deadline = ctx.deadline
+        self._outcome: Outcome | None = None
+
+    def poll(self) -> Outcome | None:
+        return self._outcome
+
+    def stop(self, reason: str) -> None:
+        self.finish(Outcome("stopped", error=reason))
+
+    def extend(self, deadline: float) -> None:
+        with self.executor.timer:
+            self.deadline = deadline
+            self.executor.timer.notify()
+
+    def finish(self, outcome: Outcome) -> None:
+        """Record `outcome` unless another one came first."""
+        with self.executor.timer:
+            if self._outcome is not None:
+                return
+            self._outcome = outcome
+            self.executor.running.discard(self)
+            self.executor.timer.notify()
+        self.executor.wake.set()
+
+
+class HttpExecutor:
+    """Starts HTTP jobs; owns the opener and the timekeeper thread."""
+
+    kind = "http"
+
+    def __init__(self, wake: threading.Event) -> None:
+        self.wake = wake
+        self.opener = urllib.request.build_opener(_NoRedirect())
+        self.timer = threading.Condition(threading.RLock())
+        self.running: set[HttpJob] = set()
+        self._closed = False
+        self._keeper: threading.Thread | None = None
+
+    def start(self, ctx: JobContext, payload: Mapping[str, Any]) -> Job:
+        url = payload.get("url")
+        if not isinstance(url, str) or not url.startswith(("http://", "https://")):
+            return FinishedJob(ctx.run_id, Outcome("failed", error="payload has no http(s) 'url'"))
+        timeout = DEFAULT_TIMEOUT_SECONDS if ctx.timeout is None else ctx.timeout
+        job = HttpJob(self, ctx, timeout)
+        request = urllib.request.Request(  # noqa: S310 -- the scheme is checked above: http(s)
+            url,
+            data=json.dumps(ctx.identifiers()).encode(),
+            headers={"Content-Type": "application/json", "Idempotency-Key": ctx.idempotency_key},
+            method="POST",
+        )
+        with self.timer:
+            if self._closed:
+                return FinishedJob(ctx.run_id, Outcome("failed", error="executor closed"))
+            self.running.add(job)
+            if self._keeper is None:
+                self._keeper = threading.Thread(
+                    target=self._keep_time, name="http-executor-timekeeper", daemon=True
+                )
+                self._keeper.start()
+            self.timer.notify()
+        thread = threading.Thread(
+            target=self._request, args=(job, request), name=f"http-run-{ctx.run_id}", daemon=True
+        )
+        thread.start()
+        return job
+
+    def extend_all(self, deadline: float) -> None:
+        with self.timer:
+            for job in self.running:
+                job.deadline = deadline
+            self.timer.notify()
+
+    def close(self) -> None:
+        with self.timer:
+            self._closed = True
+            jobs = list(self.running)
+        for job in jobs:
+            job.stop("executor closed")
+        with self.timer:
+            self.timer.notify()
+        if self._keeper is not None:
+            self._keeper.join()
+
+    def _request(self, job: HttpJob, request: urllib.request.Request) -> None:
+        try:
+            with self.opener.open(request, timeout=job.timeout) as response:
+                status = response.status
+                tail = _read_tail(response)
+        except urllib.error.HTTPError as exc:
+            status = exc.code
+            tail = _read_tail(exc)
+        except TimeoutError:
+            job.finish(Outcome("timeout", error=f"timed out after {job.timeout:g} s"))
+            return
+        except Exception as exc:  # every failure of the request is the run's, never the daemon's
+            reason = getattr(exc, "reason", None)  # URLError wraps the socket's error
+            if isinstance(reason, TimeoutError):
+                job.finish(Outcome("timeout", error=f"timed out after {job.timeout:g} s"))
+            elif isinstance(reason, BaseException):
+                job.finish(Outcome("failed", error=error_line(reason)))
+            else:
+                job.finish(Outcome("failed", error=error_line(exc)))
+            return
+        if 200 <= status < 300:
+            job.finish(Outcome("success", http_status=status, output_tail=tail))
+        else:
+            job.finish(
+                Outcome("failed", http_status=status, output_tail=tail, error=f"HTTP {status}")
+            )
+
+    def _keep_time(self) -> None:
+        """Apply timeouts and deadlines; sleep until the next one or until something changes."""
+        with self.timer:
+            while not (self._closed and not self.running):
+                now = time.monotonic()
+                due: list[tuple[HttpJob, Outcome]] = []
+                for job in self.running:
+                    if now >= job.deadline:
+                        due.append((job, Outcome("stopped", error=DEADLINE_ERROR)))
+                    elif now >= job.timeout_at:
+                        error = f"timed out after {job.timeout:g} s"
+                        due.append((job, Outcome("timeout", error=error)))
+                for job, outcome in due:
+                    job.finish(outcome)  # the condition's lock is re-entrant
+                if due:
+                    continue
+                times = [min(job.deadline, job.timeout_at) for job in self.running]
+                self.timer.wait(None if not times else max(0.0, min(times) - now))
+
+
+def _read_tail(response: HTTPResponse | urllib.error.HTTPError) -> str:
+    """The last OUTPUT_TAIL_BYTES of the body, read in chunks so a big body costs no memory."""
+    kept = b""
+    while chunk := response.read(OUTPUT_TAIL_BYTES):
+        kept = (kept + chunk)[-OUTPUT_TAIL_BYTES:]
+    return decode_tail(kept)

@@ -1,0 +1,315 @@
+"""The python executor: runs `module:function(ctx)` jobs in a small pool of reusable workers.
+
+Workers are `python -m scheduler_daemon.executors.python_worker` processes, each in its own session,
+talking multiprocessing Connection messages over a socketpair; they are started on demand and kept
+idle for reuse (at most `max_idle`). A job that raised leaves its worker in the pool; a job that
+must be stopped (stop, timeout, trust deadline) takes its worker's process group down with it. One
+monitor thread waits on every busy worker's socket (EOF means it died) and runs the timers.
+"""
+
+import contextlib
+import itertools
+import multiprocessing
+import multiprocessing.connection
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from scheduler_daemon.executors.base import (
+    DEADLINE_ERROR,
+    STOP_GRACE_SECONDS,
+    FinishedJob,
+    Job,
+    JobContext,
+    Outcome,
+    SpoolDir,
+    take_spool_tail,
+)
+
+WORKER_DEADLINE_EXIT = 75
+"""Exit status of a worker that killed itself because the trust deadline passed."""
+WORKER_ORPHANED_EXIT = 76
+"""Exit status of a worker whose daemon went away."""
+WORKER_MODULE = "scheduler_daemon.executors.python_worker"
+_TARGET = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_][\w.]*")
+_CLOSE_MARGIN_SECONDS = 2.0
+
+
+class _Worker:
+    """One worker process, in its own session, and our end of its socket."""
+
+    def __init__(self) -> None:
+        ours, theirs = socket.socketpair()
+        with theirs:
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", WORKER_MODULE, str(theirs.fileno())],
+                pass_fds=(theirs.fileno(),),
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,  # stop kills the job's own subprocesses with it
+            )
+        self.conn = multiprocessing.connection.Connection(ours.detach())
+        self.send_lock = threading.Lock()
+        self.send(("hello", sys.path))
+
+    def send(self, message: tuple[Any, ...]) -> None:
+        with self.send_lock, contextlib.suppress(OSError):
+            self.conn.send(message)
+
+    def kill(self) -> None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.process.pid, signal.SIGKILL)
+
+    def discard(self) -> None:
+        """Kill (if needed) and reap."""
+        self.conn.close()
+        if self.process.poll() is None:
+            self.kill()
+        self.process.wait()
+
+
+@dataclass(eq=False)
+class PythonJob:
+    """One python run, as seen from the daemon."""
+
+    run_id: int
+    job_id: int
+    executor: "PythonExecutor"
+    worker: _Worker | None
+    spool: Path
+    deadline: float
+    timeout_at: float | None
+    timeout: float | None
+    reason: tuple[str, str] | None = None  # (status, error) once we decided to stop it
+    kill_at: float | None = None
+    killed: bool = False
+    outcome: Outcome | None = None
+
+    def poll(self) -> Outcome | None:
+        return self.outcome
+
+    def stop(self, reason: str) -> None:
+        self.executor.stop_job(self, reason)
+
+    def extend(self, deadline: float) -> None:
+        self.executor.extend_job(self, deadline)
+
+
+class PythonExecutor:
+    """Starts python jobs in pooled workers; owns the monitor thread."""
+
+    kind = "python"
+
+    def __init__(
+        self, wake: threading.Event, spool_dir: Path | None = None, max_idle: int = 4
+    ) -> None:
+        self.wake = wake
+        self.spool = SpoolDir(spool_dir, "python")
+        self.max_idle = max_idle
+        self._lock = threading.Lock()
+        self._idle: list[_Worker] = []
+        self._busy: dict[int, PythonJob] = {}  # by job id
+        self._ids = itertools.count(1)
+        self._closed = False
+        self._wake_r, self._wake_w = os.pipe()
+        os.set_blocking(self._wake_r, False)
+        os.set_blocking(self._wake_w, False)
+        self._monitor: threading.Thread | None = None
+
+    # -- the Executor protocol ------------------------------------------------------------------
+
+    def start(self, ctx: JobContext, payload: Mapping[str, Any]) -> Job:
+        target = payload.get("target")
+        if not isinstance(target, str) or not _TARGET.fullmatch(target):
+            error = f"payload 'target' must be 'module:function', got {target!r}"
+            return FinishedJob(ctx.run_id, Outcome("failed", error=error))
+        with self._lock:
+            if self._closed:
+                return FinishedJob(ctx.run_id, Outcome("failed", error="executor closed"))
+            worker = self._idle.pop() if self._idle else None
+            while worker is not None and worker.process.poll() is not None:
+                worker.discard()  # died while idle (OOM killer, operator)
+                worker = self._idle.pop() if self._idle else None
+            if self._monitor is None:
+                self._monitor = threading.Thread(
+                    target=self._watch, name="python-executor-monitor", daemon=True
+                )
+                self._monitor.start()
+        try:
+            worker = worker or _Worker()
+        except OSError as exc:
+            return FinishedJob(ctx.run_id, Outcome("failed", error=f"cannot start worker: {exc}"))
+        job_id = next(self._ids)
+        timeout_at = None if ctx.timeout is None else time.monotonic() + ctx.timeout
+        job = PythonJob(
+            run_id=ctx.run_id,
+            job_id=job_id,
+            executor=self,
+            worker=worker,
+            spool=self.spool.file(f"python-{ctx.run_id}-{job_id}.out"),
+            deadline=ctx.deadline,
+            timeout_at=timeout_at,
+            timeout=ctx.timeout,
+        )
+        with self._lock:
+            self._busy[job_id] = job
+        worker.send(("run", job_id, target, ctx, str(job.spool)))
+        self._poke()
+        return job
+
+    def extend_all(self, deadline: float) -> None:
+        with self._lock:
+            jobs = list(self._busy.values())
+        for job in jobs:
+            self.extend_job(job, deadline)
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            jobs = list(self._busy.values())
+            monitor = self._monitor
+        for job in jobs:
+            self.stop_job(job, "executor closed")
+        self._poke()  # an idle monitor learns it is closed
+        if monitor is not None:
+            # The stop grace kills what does not return; the monitor reaps it and then exits.
+            monitor.join(STOP_GRACE_SECONDS + _CLOSE_MARGIN_SECONDS)
+            if monitor.is_alive():
+                with self._lock:
+                    workers = [job.worker for job in self._busy.values() if job.worker]
+                for worker in workers:
+                    worker.kill()
+                self._poke()
+                monitor.join()
+        with self._lock:
+            idle, self._idle = self._idle, []
+        for worker in idle:
+            worker.discard()
+        os.close(self._wake_r)
+        os.close(self._wake_w)
+        self.spool.close()
+
+    # -- per-job requests -----------------------------------------------------------------------
+
+    def stop_job(self, job: PythonJob, reason: str) -> None:
+        with self._lock:
+            if job.outcome is not None or job.reason is not None or job.worker is None:
+                return
+            job.reason = ("stopped", reason)
+            job.kill_at = time.monotonic() + STOP_GRACE_SECONDS
+            worker = job.worker
+        worker.send(("cancel",))  # the job may return on its own within the grace
+        self._poke()
+
+    def extend_job(self, job: PythonJob, deadline: float) -> None:
+        with self._lock:
+            if job.outcome is not None or job.worker is None:
+                return
+            job.deadline = deadline
+            worker = job.worker
+        worker.send(("extend", deadline))
+        self._poke()
+
+    # -- the monitor thread ---------------------------------------------------------------------
+
+    def _poke(self) -> None:
+        with contextlib.suppress(BlockingIOError, OSError):
+            os.write(self._wake_w, b"x")
+
+    def _watch(self) -> None:
+        while True:
+            with self._lock:
+                if self._closed and not self._busy:
+                    return
+                busy = [job for job in self._busy.values() if job.worker is not None]
+            waitables: list[Any] = [self._wake_r]
+            for job in busy:
+                assert job.worker is not None
+                waitables.append(job.worker.conn)  # EOF when the worker dies
+            timer = self._fire_timers(busy)
+            timeout = None if timer is None else max(0.0, timer - time.monotonic())
+            ready = multiprocessing.connection.wait(waitables, timeout)
+            if self._wake_r in ready:
+                with contextlib.suppress(BlockingIOError):
+                    os.read(self._wake_r, 4096)
+            for job in busy:
+                assert job.worker is not None
+                if job.worker.conn in ready:
+                    self._receive(job)
+
+    def _fire_timers(self, busy: list[PythonJob]) -> float | None:
+        """Kill the workers whose job ran out of time; return the next time to look again."""
+        now = time.monotonic()
+        times: list[float] = []
+        for job in busy:
+            with self._lock:
+                if job.killed or job.worker is None:
+                    continue
+                if now >= job.deadline:
+                    job.reason = job.reason or ("stopped", DEADLINE_ERROR)
+                elif job.kill_at is not None and now >= job.kill_at:
+                    pass
+                elif job.reason is None and job.timeout_at is not None and now >= job.timeout_at:
+                    job.reason = ("timeout", f"timed out after {job.timeout:g} s")
+                else:
+                    times += [job.deadline, job.kill_at or job.deadline]
+                    if job.reason is None and job.timeout_at is not None:
+                        times.append(job.timeout_at)
+                    continue
+                job.killed = True
+            job.worker.kill()
+        return min(times) if times else None
+
+    def _receive(self, job: PythonJob) -> None:
+        assert job.worker is not None
+        try:
+            message = job.worker.conn.recv()
+        except (EOFError, OSError):
+            self._worker_died(job)
+            return
+        _, _, status, error = message
+        with self._lock:
+            reason = job.reason
+            worker, job.worker = job.worker, None
+            self._busy.pop(job.job_id, None)
+            keep = not job.killed and not self._closed and len(self._idle) < self.max_idle
+            if keep:
+                self._idle.append(worker)
+        if not keep:
+            worker.discard()
+        if reason is not None:
+            status, error = reason
+        self._finish(job, Outcome(status, output_tail=take_spool_tail(job.spool), error=error))
+
+    def _worker_died(self, job: PythonJob) -> None:
+        assert job.worker is not None
+        job.worker.discard()
+        code = job.worker.process.returncode
+        with self._lock:
+            reason = job.reason
+            job.worker = None
+            self._busy.pop(job.job_id, None)
+        if reason is not None:
+            status, error = reason
+        elif code == WORKER_DEADLINE_EXIT:
+            status, error = "stopped", DEADLINE_ERROR
+        elif code is not None and code < 0:
+            status, error = "failed", f"worker died: killed by signal {-code}"
+        else:
+            status, error = "failed", f"worker died: exit code {code}"
+        tail = take_spool_tail(job.spool)
+        self._finish(job, Outcome(status, exit_code=code, output_tail=tail, error=error))
+
+    def _finish(self, job: PythonJob, outcome: Outcome) -> None:
+        with self._lock:
+            if job.outcome is None:
+                job.outcome = outcome
+        self.wake.set()

@@ -1,0 +1,138 @@
+"""A python worker process: runs `module:function(ctx)` jobs one after another for the daemon.
+
+Started as `python -m scheduler_daemon.executors.python_worker FD`, FD being its end of a socketpair
+that carries multiprocessing Connection messages. The main thread runs the jobs with fd 1 and 2
+pointed at the job's spool file. A control thread is the only reader of the socket: it queues `run`
+messages, applies `extend` and `cancel`, and `os._exit()`s the worker when the running job's trust
+deadline passes or the daemon's end closes, so a frozen or dead daemon cannot let a job run on.
+"""
+
+import importlib
+import os
+import queue
+import signal
+import sys
+import threading
+import time
+import traceback
+from dataclasses import dataclass, fields
+from multiprocessing.connection import Connection
+from typing import Any
+
+from scheduler_daemon.executors.base import OUTPUT_TAIL_BYTES, JobContext, error_line
+from scheduler_daemon.executors.python import WORKER_DEADLINE_EXIT, WORKER_ORPHANED_EXIT
+
+
+@dataclass(frozen=True)
+class PythonJobContext(JobContext):
+    """What a python job receives: the JobContext fields plus the event stop() sets."""
+
+    cancelled: threading.Event
+
+
+class _Deadline:
+    """The running job's trust deadline, shared by the two threads."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.value: float | None = None  # None while idle
+        self.cancelled = threading.Event()
+
+
+def main(fd: int) -> None:
+    """Serve jobs on the socket `fd` until the daemon closes it."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # ^C is for the daemon, which decides
+    os.set_inheritable(fd, False)  # a job's subprocesses must not keep the daemon's socket open
+    conn = Connection(fd)
+    hello = conn.recv()
+    sys.path[:] = hello[1]  # import jobs exactly as the daemon would
+    jobs: queue.SimpleQueue[tuple[Any, ...]] = queue.SimpleQueue()
+    deadline = _Deadline()
+    control = threading.Thread(target=_control, args=(conn, jobs, deadline), daemon=True)
+    control.start()
+    while True:
+        _, job_id, target, ctx, spool = jobs.get()
+        job_ctx = PythonJobContext(**_fields(ctx), cancelled=deadline.cancelled)
+        status, error = _run(target, job_ctx, spool)
+        with deadline.lock:
+            deadline.value = None
+        conn.send(("done", job_id, status, error))
+
+
+def _control(
+    conn: Connection, jobs: "queue.SimpleQueue[tuple[Any, ...]]", deadline: _Deadline
+) -> None:
+    while True:
+        with deadline.lock:
+            value = deadline.value
+        wait = None if value is None else max(0.0, value - time.monotonic())
+        try:
+            ready = conn.poll(wait)
+            message = conn.recv() if ready else None
+        except (EOFError, OSError):
+            os._exit(WORKER_ORPHANED_EXIT)
+        if message is None:
+            with deadline.lock:
+                if deadline.value is not None and time.monotonic() >= deadline.value:
+                    os._exit(WORKER_DEADLINE_EXIT)
+            continue
+        if message[0] == "run":
+            with deadline.lock:
+                deadline.value = message[3].deadline
+                deadline.cancelled.clear()
+            jobs.put(message)
+        elif message[0] == "cancel":
+            deadline.cancelled.set()
+        elif message[0] == "extend":
+            with deadline.lock:
+                if deadline.value is not None:
+                    deadline.value = message[1]
+
+
+def _fields(ctx: JobContext) -> dict[str, Any]:
+    return {field.name: getattr(ctx, field.name) for field in fields(JobContext)}
+
+
+def _resolve(target: str) -> Any:
+    module_name, _, attribute = target.partition(":")
+    found: Any = importlib.import_module(module_name)
+    for part in attribute.split("."):
+        found = getattr(found, part)
+    return found
+
+
+def _run(target: str, ctx: PythonJobContext, spool: str) -> tuple[str, str | None]:
+    """Run one job with its output in `spool`; ("success", None) or ("failed", error line)."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved = os.dup(1), os.dup(2)
+    out = os.open(spool, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    os.dup2(out, 1)
+    os.dup2(out, 2)
+    os.close(out)
+    try:
+        result = _resolve(target)(ctx)
+        if result is not None:
+            print(str(result)[-OUTPUT_TAIL_BYTES:])
+    except SystemExit as exc:
+        if exc.code in (None, 0):
+            return "success", None
+        return "failed", error_line(exc) if str(exc) else f"SystemExit: {exc.code}"
+    except BaseException as exc:  # the job's failure is the run's failure, never the worker's
+        # Leave out our own frame: the traceback starts at the job.
+        traceback.print_exception(
+            type(exc), exc, exc.__traceback__.tb_next if exc.__traceback__ else None
+        )
+        return "failed", error_line(exc)
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os.dup2(saved[0], 1)
+        os.dup2(saved[1], 2)
+        os.close(saved[0])
+        os.close(saved[1])
+    return "success", None
+
+
+if __name__ == "__main__":
+    main(int(sys.argv[1]))

@@ -1,0 +1,70 @@
+"""Importable callables that the python-executor tests run as `tests.jobs:<name>`."""
+
+import json
+import os
+import sys
+import time
+from typing import Any
+
+
+def ok(ctx: Any) -> str:
+    """Succeed, returning a value that lands in the output tail."""
+    return "ok"
+
+
+def boom(ctx: Any) -> None:
+    """Fail with an exception."""
+    raise ValueError("boom")
+
+
+def sleepy(ctx: Any) -> None:
+    """Run for 30 s and ignore cancellation: only a kill ends it early."""
+    time.sleep(30)
+
+
+def patient(ctx: Any) -> str:
+    """Wait up to 30 s for cancellation, then return: a job that honours stop()."""
+    ctx.cancelled.wait(30)
+    return "cancelled" if ctx.cancelled.is_set() else "not cancelled"
+
+
+def nap(ctx: Any) -> str:
+    """Take 0.8 s: longer than a short trust deadline that extend() keeps moving."""
+    time.sleep(0.8)
+    return "rested"
+
+
+def crash(ctx: Any) -> None:
+    """Kill the worker process itself, as a segfault or os._exit in a C library would."""
+    os._exit(3)
+
+
+def chatty(ctx: Any) -> None:
+    """Print ~5 MB."""
+    sys.stdout.write("x" * 5_000_000)
+    sys.stdout.write("\nthe end\n")
+
+
+def identify(ctx: Any) -> None:
+    """Print the identifiers the job was given, as JSON."""
+    print(
+        json.dumps(
+            {
+                "task_id": ctx.task_id,
+                "task_name": ctx.task_name,
+                "occurrence_id": ctx.occurrence_id,
+                "run_id": ctx.run_id,
+                "scheduled_for": ctx.scheduled_for.isoformat(),
+                "attempt": ctx.attempt,
+                "lease_token": ctx.lease_token,
+                "idempotency_key": ctx.idempotency_key,
+                "timeout": ctx.timeout,
+                "cancelled": ctx.cancelled.is_set(),
+            }
+        )
+    )
+
+
+def pid(ctx: Any) -> int:
+    """Return the worker's pid, so a test can tell whether a worker was reused."""
+    return os.getpid()

@@ -1,0 +1,246 @@
+"""The http executor against a local HTTP server on loopback: status, body, timers and stop()."""
+
+import json
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+import pytest
+
+from scheduler_daemon.executors.base import OUTPUT_TAIL_BYTES, JobContext, Outcome
+from scheduler_daemon.executors.http import HttpExecutor
+
+SCHEDULED_FOR = datetime(2024, 5, 1, 12, 30, tzinfo=UTC)
+
+
+def context(
+    run_id: int = 11, timeout: float | None = None, deadline_in: float = 30.0
+) -> JobContext:
+    return JobContext(
+        task_id=3,
+        task_name="nightly-report",
+        occurrence_id=7,
+        run_id=run_id,
+        scheduled_for=SCHEDULED_FOR,
+        attempt=2,
+        lease_token=5,
+        idempotency_key="occ-7-key",
+        timeout=timeout,
+        deadline=time.monotonic() + deadline_in,
+    )
+
+
+class Server(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def __init__(self) -> None:
+        super().__init__(("127.0.0.1", 0), Handler)
+        self.requests: list[dict[str, Any]] = []
+        self.release = threading.Event()  # ends every slow answer at teardown
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server_address[1]}"
+
+
+class Handler(BaseHTTPRequestHandler):
+    server: Server
+
+    def log_message(self, format: str, *args: Any) -> None:
+        """Quiet."""
+
+    def do_POST(self) -> None:
+        body = self.rfile.read(int(self.headers["Content-Length"]))
+        self.server.requests.append({"headers": dict(self.headers), "body": json.loads(body)})
+        query = parse_qs(urlsplit(self.path).query)
+        status = int(query.get("status", ["200"])[0])
+        self.server.release.wait(float(query.get("delay", ["0"])[0]))
+        payload = b"x" * int(query.get("size", ["0"])[0]) + b"answered"
+        self.send_response(status)
+        if status in (301, 302):
+            self.send_header("Location", "/elsewhere")
+        self.send_header("Content-Length", str(len(payload)))
+        self.end_headers()
+        self.wfile.write(payload)
+
+
+@pytest.fixture
+def server() -> Iterator[Server]:
+    server = Server()
+    thread = threading.Thread(target=server.serve_forever, args=(0.02,), daemon=True)
+    thread.start()
+    yield server
+    server.release.set()
+    server.shutdown()
+    server.server_close()
+
+
+@pytest.fixture
+def wake() -> threading.Event:
+    return threading.Event()
+
+
+@pytest.fixture
+def http(wake: threading.Event, monkeypatch: pytest.MonkeyPatch) -> Iterator[HttpExecutor]:
+    for name in ("http_proxy", "HTTP_PROXY", "https_proxy", "HTTPS_PROXY", "all_proxy"):
+        monkeypatch.delenv(name, raising=False)  # loopback only, never through a proxy
+    executor = HttpExecutor(wake)
+    yield executor
+    executor.close()
+
+
+def wait_outcome(job: object, wake: threading.Event, within: float = 10.0) -> Outcome:
+    """Wait on the wake event (set when any job finishes) until `job` has an outcome."""
+    limit = time.monotonic() + within
+    while (outcome := job.poll()) is None:  # type: ignore[attr-defined]
+        remaining = limit - time.monotonic()
+        assert remaining > 0, "job did not finish in time"
+        wake.wait(remaining)
+        wake.clear()
+    return outcome
+
+
+def test_a_2xx_answer_succeeds_with_the_status_and_the_body(
+    http: HttpExecutor, server: Server, wake: threading.Event
+) -> None:
+    outcome = wait_outcome(http.start(context(), {"url": server.url + "/?status=201"}), wake)
+
+    assert outcome == Outcome("success", http_status=201, output_tail="answered")
+
+
+def test_the_body_and_headers_carry_the_run_identifiers(
+    http: HttpExecutor, server: Server, wake: threading.Event
+) -> None:
+    wait_outcome(http.start(context(run_id=42), {"url": server.url}), wake)
+
+    [request] = server.requests
+    assert request["headers"]["Content-Type"] == "application/json"
+    assert request["headers"]["Idempotency-Key"] == "occ-7-key"
+    assert request["body"] == {
+        "task_id": 3,
+        "task_name": "nightly-report",
+        "occurrence_id": 7,
+        "run_id": 42,
+        "scheduled_for": "2024-05-01T12:30:00+00:00",
+        "attempt": 2,
+        "lease_token": 5,
+        "idempotency_key": "occ-7-key",
+    }
+
+
+def test_a_server_error_fails_with_the_status(
+    http: HttpExecutor, server: Server, wake: threading.Event
+) -> None:
+    outcome = wait_outcome(http.start(context(), {"url": server.url + "/?status=500"}), wake)
+
+    assert outcome == Outcome("failed", http_status=500, output_tail="answered", error="HTTP 500")
+
+
+def test_a_redirect_is_reported_not_followed(
+    http: HttpExecutor, server: Server, wake: threading.Event
+) -> None:
+    outcome = wait_outcome(http.start(context(), {"url": server.url + "/?status=302"}), wake)
+
+    assert outcome.status == "failed"
+    assert outcome.error == "HTTP 302"
+    assert len(server.requests) == 1
+
+
+def test_a_refused_connection_fails_with_the_error_line(
+    http: HttpExecutor, wake: threading.Event
+) -> None:
+    with socket.socket() as unused:
+        unused.bind(("127.0.0.1", 0))
+        port = unused.getsockname()[1]  # bound, not listening: connections are refused
+        outcome = wait_outcome(http.start(context(), {"url": f"http://127.0.0.1:{port}/"}), wake)
+
+    assert outcome.status == "failed"
+    assert outcome.error == "ConnectionRefusedError: [Errno 111] Connection refused"
+
+
+def test_the_timeout_ends_the_run_as_timeout(
+    http: HttpExecutor, server: Server, wake: threading.Event
+) -> None:
+    started = time.monotonic()
+    job = http.start(context(timeout=0.3), {"url": server.url + "/?delay=10"})
+
+    outcome = wait_outcome(job, wake)
+
+    assert outcome == Outcome("timeout", error="timed out after 0.3 s")
+    assert time.monotonic() - started < 0.3 + 0.3
+
+
+def test_stop_ends_the_run_at_once(
+    http: HttpExecutor, server: Server, wake: threading.Event
+) -> None:
+    job = http.start(context(), {"url": server.url + "/?delay=10"})
+
+    job.stop("lease lost")
+
+    assert job.poll() == Outcome("stopped", error="lease lost")
+    assert wake.is_set()
+
+
+def test_the_trust_deadline_stops_the_run(
+    http: HttpExecutor, server: Server, wake: threading.Event
+) -> None:
+    ctx = context(deadline_in=0.3)
+    job = http.start(ctx, {"url": server.url + "/?delay=10"})
+
+    outcome = wait_outcome(job, wake)
+
+    assert outcome == Outcome("stopped", error="killed: trust deadline passed")
+    assert time.monotonic() - ctx.deadline < 0.3
+
+
+def test_extend_keeps_a_run_alive_past_its_original_deadline(
+    http: HttpExecutor, server: Server, wake: threading.Event
+) -> None:
+    job = http.start(context(deadline_in=0.3), {"url": server.url + "/?delay=0.8"})
+    job.extend(time.monotonic() + 5.0)
+
+    assert wait_outcome(job, wake).status == "success"
+
+
+def test_extend_all_moves_the_deadline_of_every_running_request(
+    http: HttpExecutor, server: Server, wake: threading.Event
+) -> None:
+    url = server.url + "/?delay=0.8"
+    jobs = [http.start(context(run_id=n, deadline_in=0.3), {"url": url}) for n in (1, 2)]
+    http.extend_all(time.monotonic() + 5.0)
+
+    assert [wait_outcome(job, wake).status for job in jobs] == ["success", "success"]
+
+
+def test_the_output_tail_is_bounded_for_a_body_of_megabytes(
+    http: HttpExecutor, server: Server, wake: threading.Event
+) -> None:
+    outcome = wait_outcome(http.start(context(), {"url": server.url + "/?size=5000000"}), wake)
+
+    assert outcome.status == "success"
+    assert len(outcome.output_tail) == OUTPUT_TAIL_BYTES
+    assert outcome.output_tail.endswith("xanswered")
+
+
+@pytest.mark.parametrize("payload", [{}, {"url": "file:///etc/passwd"}, {"url": 3}])
+def test_a_payload_without_an_http_url_fails_without_raising(
+    http: HttpExecutor, wake: threading.Event, payload: dict[str, Any]
+) -> None:
+    outcome = wait_outcome(http.start(context(), payload), wake)
+
+    assert outcome == Outcome("failed", error="payload has no http(s) 'url'")
+
+
+def test_close_stops_running_requests(
+    http: HttpExecutor, server: Server, wake: threading.Event
+) -> None:
+    job = http.start(context(), {"url": server.url + "/?delay=10"})
+
+    http.close()
+
+    assert job.poll() == Outcome("stopped", error="executor closed")

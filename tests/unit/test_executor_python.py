@@ -1,0 +1,286 @@
+"""The python executor: pooled workers, exceptions, kills, crashes and the worker's own deadline."""
+
+import json
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from multiprocessing.connection import Connection
+from pathlib import Path
+
+import pytest
+
+from scheduler_daemon.executors.base import OUTPUT_TAIL_BYTES, JobContext, Outcome
+from scheduler_daemon.executors.python import (
+    WORKER_DEADLINE_EXIT,
+    WORKER_MODULE,
+    WORKER_ORPHANED_EXIT,
+    PythonExecutor,
+)
+
+SCHEDULED_FOR = datetime(2024, 5, 1, 12, 30, tzinfo=UTC)
+KILL_MARGIN = 0.3
+
+
+def context(
+    run_id: int = 11, timeout: float | None = None, deadline_in: float = 30.0
+) -> JobContext:
+    return JobContext(
+        task_id=3,
+        task_name="nightly-report",
+        occurrence_id=7,
+        run_id=run_id,
+        scheduled_for=SCHEDULED_FOR,
+        attempt=2,
+        lease_token=5,
+        idempotency_key="occ-7-key",
+        timeout=timeout,
+        deadline=time.monotonic() + deadline_in,
+    )
+
+
+@pytest.fixture
+def wake() -> threading.Event:
+    return threading.Event()
+
+
+@pytest.fixture
+def python(wake: threading.Event, tmp_path: Path) -> Iterator[PythonExecutor]:
+    executor = PythonExecutor(wake, tmp_path / "spool")
+    yield executor
+    executor.close()
+
+
+def wait_outcome(job: object, wake: threading.Event, within: float = 10.0) -> Outcome:
+    """Wait on the wake event (set when any job finishes) until `job` has an outcome."""
+    limit = time.monotonic() + within
+    while (outcome := job.poll()) is None:  # type: ignore[attr-defined]
+        remaining = limit - time.monotonic()
+        assert remaining > 0, "job did not finish in time"
+        wake.wait(remaining)
+        wake.clear()
+    return outcome
+
+
+def run(executor: PythonExecutor, wake: threading.Event, target: str, **kw: float) -> Outcome:
+    return wait_outcome(executor.start(context(**kw), {"target": target}), wake)  # type: ignore[arg-type]
+
+
+def worker_pid(executor: PythonExecutor, wake: threading.Event) -> int:
+    return int(run(executor, wake, "tests.jobs:pid").output_tail)
+
+
+def test_a_function_that_returns_succeeds_with_its_return_value_in_the_tail(
+    python: PythonExecutor, wake: threading.Event
+) -> None:
+    assert run(python, wake, "tests.jobs:ok") == Outcome("success", output_tail="ok\n")
+
+
+def test_an_exception_fails_the_run_and_the_worker_is_reused(
+    python: PythonExecutor, wake: threading.Event
+) -> None:
+    before = worker_pid(python, wake)
+
+    outcome = run(python, wake, "tests.jobs:boom")
+
+    assert outcome.status == "failed"
+    assert outcome.error == "ValueError: boom"
+    assert outcome.output_tail.startswith("Traceback (most recent call last):")
+    assert 'jobs.py", line' in outcome.output_tail
+    assert worker_pid(python, wake) == before
+
+
+def test_a_missing_module_fails_with_the_import_error(
+    python: PythonExecutor, wake: threading.Event
+) -> None:
+    outcome = run(python, wake, "tests.no_such_module:job")
+
+    assert outcome.status == "failed"
+    assert outcome.error == "ModuleNotFoundError: No module named 'tests.no_such_module'"
+
+
+@pytest.mark.parametrize("payload", [{}, {"target": "tests.jobs"}, {"target": "a b:c"}])
+def test_a_payload_without_a_valid_target_fails_without_raising(
+    python: PythonExecutor, wake: threading.Event, payload: dict[str, str]
+) -> None:
+    outcome = wait_outcome(python.start(context(), payload), wake)
+
+    assert outcome.status == "failed"
+    assert outcome.error is not None
+    assert "'module:function'" in outcome.error
+
+
+def test_a_worker_crash_fails_the_run_and_a_new_worker_takes_the_next(
+    python: PythonExecutor, wake: threading.Event
+) -> None:
+    before = worker_pid(python, wake)
+
+    outcome = run(python, wake, "tests.jobs:crash")
+
+    assert outcome == Outcome("failed", exit_code=3, error="worker died: exit code 3")
+    assert worker_pid(python, wake) != before
+
+
+def test_the_timeout_kills_the_worker_and_reports_timeout(
+    python: PythonExecutor, wake: threading.Event
+) -> None:
+    before = worker_pid(python, wake)
+
+    outcome = run(python, wake, "tests.jobs:sleepy", timeout=0.3)
+
+    assert outcome.status == "timeout"
+    assert outcome.error == "timed out after 0.3 s"
+    assert worker_pid(python, wake) != before
+
+
+def test_stop_sets_cancelled_and_a_job_that_returns_keeps_its_worker(
+    python: PythonExecutor, wake: threading.Event
+) -> None:
+    before = worker_pid(python, wake)
+    job = python.start(context(), {"target": "tests.jobs:patient"})
+
+    job.stop("lease lost")
+    outcome = wait_outcome(job, wake, within=STOP_WITHIN)
+
+    assert outcome == Outcome("stopped", output_tail="cancelled\n", error="lease lost")
+    assert worker_pid(python, wake) == before
+
+
+STOP_WITHIN = 1.0 + KILL_MARGIN
+
+
+def test_stop_kills_a_job_that_ignores_cancellation_after_the_grace(
+    python: PythonExecutor, wake: threading.Event
+) -> None:
+    job = python.start(context(), {"target": "tests.jobs:sleepy"})
+    stopped_at = time.monotonic()
+
+    job.stop("shutting down")
+    outcome = wait_outcome(job, wake, within=STOP_WITHIN + 1.0)
+
+    assert outcome.status == "stopped"
+    assert outcome.error == "shutting down"
+    assert 1.0 <= time.monotonic() - stopped_at < STOP_WITHIN
+
+
+def test_the_trust_deadline_kills_the_worker(python: PythonExecutor, wake: threading.Event) -> None:
+    ctx = context(deadline_in=0.5)
+    job = python.start(ctx, {"target": "tests.jobs:sleepy"})
+
+    outcome = wait_outcome(job, wake)
+
+    latency = time.monotonic() - ctx.deadline
+    print(f"python run stopped {latency * 1000:.1f} ms after the trust deadline")
+    assert outcome.status == "stopped"
+    assert outcome.error == "killed: trust deadline passed"
+    assert latency < KILL_MARGIN
+
+
+def test_extend_keeps_a_job_alive_past_its_original_deadline(
+    python: PythonExecutor, wake: threading.Event
+) -> None:
+    job = python.start(context(deadline_in=0.3), {"target": "tests.jobs:nap"})
+    job.extend(time.monotonic() + 5.0)
+
+    assert wait_outcome(job, wake) == Outcome("success", output_tail="rested\n")
+
+
+def test_extend_all_moves_the_deadline_of_every_running_job(
+    python: PythonExecutor, wake: threading.Event
+) -> None:
+    jobs = [
+        python.start(context(run_id=n, deadline_in=0.3), {"target": "tests.jobs:nap"})
+        for n in (1, 2)
+    ]
+    python.extend_all(time.monotonic() + 5.0)
+
+    assert [wait_outcome(job, wake).status for job in jobs] == ["success", "success"]
+
+
+def test_the_output_tail_is_bounded_for_megabytes_of_output(
+    python: PythonExecutor, wake: threading.Event, tmp_path: Path
+) -> None:
+    outcome = run(python, wake, "tests.jobs:chatty")
+
+    assert outcome.status == "success"
+    assert len(outcome.output_tail.encode()) <= OUTPUT_TAIL_BYTES
+    assert outcome.output_tail.endswith("x\nthe end\n")
+    assert list((tmp_path / "spool").iterdir()) == []
+
+
+def test_the_run_identifiers_and_cancelled_are_in_ctx(
+    python: PythonExecutor, wake: threading.Event
+) -> None:
+    outcome = run(python, wake, "tests.jobs:identify", run_id=42, timeout=20.0)
+
+    assert json.loads(outcome.output_tail) == {
+        "task_id": 3,
+        "task_name": "nightly-report",
+        "occurrence_id": 7,
+        "run_id": 42,
+        "scheduled_for": "2024-05-01T12:30:00+00:00",
+        "attempt": 2,
+        "lease_token": 5,
+        "idempotency_key": "occ-7-key",
+        "timeout": 20.0,
+        "cancelled": False,
+    }
+
+
+def test_close_stops_running_jobs_and_reaps_every_worker(
+    wake: threading.Event, tmp_path: Path
+) -> None:
+    executor = PythonExecutor(wake, tmp_path / "spool")
+    idle_pid = worker_pid(executor, wake)
+    job = executor.start(context(), {"target": "tests.jobs:sleepy"})
+    busy_pid = int(
+        wait_outcome(executor.start(context(), {"target": "tests.jobs:pid"}), wake).output_tail
+    )
+
+    executor.close()
+
+    assert job.poll() == Outcome("stopped", exit_code=-9, error="executor closed")
+    assert not Path(f"/proc/{idle_pid}").exists()
+    assert not Path(f"/proc/{busy_pid}").exists()
+
+
+def start_bare_worker() -> tuple[subprocess.Popen[bytes], Connection]:
+    """A worker process driven directly, standing in for a daemon that is frozen or dead."""
+    ours, theirs = socket.socketpair()
+    with theirs:
+        worker = subprocess.Popen(
+            [sys.executable, "-m", WORKER_MODULE, str(theirs.fileno())], pass_fds=(theirs.fileno(),)
+        )
+    conn = Connection(ours.detach())
+    conn.send(("hello", sys.path))
+    return worker, conn
+
+
+def test_the_worker_enforces_the_trust_deadline_when_the_daemon_is_frozen(
+    tmp_path: Path,
+) -> None:
+    worker, conn = start_bare_worker()
+    ctx = context(deadline_in=0.5)
+    conn.send(("run", 1, "tests.jobs:sleepy", ctx, str(tmp_path / "out")))
+    try:
+        code = worker.wait(timeout=0.5 + KILL_MARGIN + 5.0)  # nobody reads, nobody extends
+    finally:
+        conn.close()
+        worker.kill()
+        worker.wait()
+
+    latency = time.monotonic() - ctx.deadline
+    print(f"worker exited {latency * 1000:.1f} ms after the trust deadline on its own")
+    assert code == WORKER_DEADLINE_EXIT
+    assert latency < KILL_MARGIN
+
+
+def test_the_worker_exits_when_the_daemon_end_of_its_socket_closes() -> None:
+    worker, conn = start_bare_worker()
+
+    conn.close()
+
+    assert worker.wait(timeout=5.0) == WORKER_ORPHANED_EXIT
