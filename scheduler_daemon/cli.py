@@ -499,6 +499,55 @@ def status(ctx: click.Context) -> None:
     _emit(ctx, fields, text)
 
 
+@cli.command("recover")
+@click.option("--dry-run", is_flag=True, help="Show what it would change; change nothing.")
+@click.option(
+    "--lease-ttl",
+    envvar="SCHEDULER_LEASE_TTL",
+    type=DURATION,
+    default="15s",
+    show_default=True,
+    help="The fleet's lease TTL (sets the restart quiet period).",
+)
+@click.option(
+    "--lease-grace", envvar="SCHEDULER_LEASE_GRACE", type=DURATION, default="5s", show_default=True
+)
+@click.option(
+    "--max-interruptions",
+    envvar="SCHEDULER_MAX_INTERRUPTIONS",
+    type=int,
+    default=DaemonSettings.max_interruptions,
+    show_default=True,
+)
+@click.option(
+    "--instance-expiry",
+    envvar="SCHEDULER_INSTANCE_EXPIRY",
+    type=DURATION,
+    default="10m",
+    show_default=True,
+)
+@json_option
+@click.pass_context
+def recover(ctx: click.Context, dry_run: bool, **options: Any) -> None:
+    """One reconciliation pass: take over runs past their takeover point, give back expired
+    claims, expire occurrences past their start deadline, finalize one-shot tasks, remove dead
+    instances. Safe while daemons run; a second pass changes nothing."""
+    from scheduler_daemon.daemon import recover as recover_pass
+
+    try:
+        settings = DaemonSettings(**options).validate()
+    except InvalidSettings as exc:
+        raise InvalidTask(str(exc)) from exc
+    report = recover_pass(resolve_database_url(ctx.obj["database_url"]), settings, dry_run=dry_run)
+    data = {"dry_run": dry_run, "counts": report.counts, "ids": report.ids}
+    verb = "would change" if dry_run else "changed"
+    lines = [
+        f"{name.replace('_', ' ')}: {len(ids)}" + (f" {ids}" if ids else "")
+        for name, ids in report.ids.items()
+    ]
+    _emit(ctx, data, f"recover {verb} {report.changed} item(s)\n" + "\n".join(lines))
+
+
 # -- config --------------------------------------------------------------------------------------
 @cli.group()
 def config() -> None:

@@ -21,6 +21,7 @@ from scheduler_daemon.services.completer import Completer
 from scheduler_daemon.services.dispatcher import Dispatcher
 from scheduler_daemon.services.launcher import Launcher
 from scheduler_daemon.services.lease_keeper import LeaseKeeper
+from scheduler_daemon.services.reconciler import Reconciler, ReconcileReport
 from scheduler_daemon.services.waker import Waker
 from scheduler_daemon.settings import DaemonSettings
 from scheduler_daemon.storage import instance_store, migration, occurrence_store
@@ -37,6 +38,16 @@ TRANSIENT = (
     psycopg.errors.SerializationFailure,
 )
 STOP_WAIT_SECONDS = 5.0
+
+
+def make_reconciler(pool: ConnectionPool, instance_id: str, settings: DaemonSettings) -> Reconciler:
+    return Reconciler(
+        pool,
+        instance_id=instance_id,
+        restart_quiet=settings.restart_quiet,
+        max_interruptions=settings.max_interruptions,
+        dead_after=settings.instance_expiry,
+    )
 
 
 def new_instance_id(prefix: str) -> str:
@@ -145,12 +156,19 @@ class Daemon:
             stopping=lambda: self.draining,
             clock_drift=lambda: self.clock_drift,
         )
+        reconciler = self.reconciler(pool)
         waker = Waker(self.url, self.wake, instance_id=self.instance_id)
         keeper.start()
         if self.settings.listen:
             waker.start()
         try:
+            next_reconcile = 0.0
             while not stop.is_set():
+                if time.monotonic() >= next_reconcile:
+                    self._reconcile(reconciler)
+                    next_reconcile = (
+                        time.monotonic() + self.settings.reconcile_interval.total_seconds()
+                    )
                 timeout = self._pass(dispatcher, launcher, completer)
                 stop_or_wake = self.wake.wait(timeout)
                 if stop_or_wake:
@@ -164,6 +182,18 @@ class Daemon:
             pool.close()
         self.log.info("instance_stopped")
         return 0
+
+    def reconciler(self, pool: ConnectionPool) -> Reconciler:
+        return make_reconciler(pool, self.instance_id, self.settings)
+
+    def _reconcile(self, reconciler: Reconciler) -> None:
+        """Every daemon reconciles in its own loop, never through the queue it repairs."""
+        try:
+            reconciler.run_once()
+        except TRANSIENT as exc:
+            self.log.warning("reconcile_failed", error=str(exc).strip().splitlines()[0])
+        except Exception:  # a surprise must never take the daemon down; logged with traceback
+            self.log.exception("reconcile_crashed")
 
     def _pass(self, dispatcher: Dispatcher, launcher: Launcher, completer: Completer) -> float:
         """One loop pass; returns how long to sleep (until the next due time, at most a poll)."""
@@ -230,3 +260,14 @@ class Daemon:
             step()
         except TRANSIENT as exc:
             self.log.warning("shutdown_step_failed", error=str(exc).strip().splitlines()[0])
+
+
+def recover(url: str, settings: DaemonSettings, *, dry_run: bool) -> ReconcileReport:
+    """One reconciliation pass for operators (`scheduler-daemon recover`)."""
+    pool = make_pool(url, max_size=1, name="scheduler-daemon recover")
+    pool.open(wait=True, timeout=10)
+    try:
+        instance_id = new_instance_id(f"recover@{socket.gethostname()}")
+        return make_reconciler(pool, instance_id, settings).run_once(dry_run=dry_run)
+    finally:
+        pool.close()

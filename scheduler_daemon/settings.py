@@ -30,6 +30,7 @@ class DaemonSettings:
     stop_timeout: timedelta = DEFAULT_STOP_TIMEOUT
     reconcile_interval: timedelta = timedelta(seconds=5)
     max_interruptions: int = 3
+    instance_expiry: timedelta = timedelta(minutes=10)
     dispatch_batch: int = 100
     listen: bool = True
 
@@ -47,6 +48,12 @@ class DaemonSettings:
     def claim_ttl(self) -> timedelta:
         """How long a claim may sit in `launching` before reconciliation gives it back."""
         return self.lease_ttl
+
+    @property
+    def restart_quiet(self) -> timedelta:
+        """After a database restart, how long nothing is taken over: cut-off owners reconnect,
+        renew and write the outcomes they kept first."""
+        return self.lease_ttl + self.lease_grace
 
     @property
     def takeover_bound(self) -> timedelta:
@@ -82,6 +89,10 @@ class DaemonSettings:
             "SIGKILL)",
         )
         check(self.max_interruptions >= 1, "--max-interruptions must be at least 1")
+        check(
+            self.instance_expiry > self.lease_ttl + self.lease_grace,
+            "--instance-expiry must be longer than --lease-ttl plus --lease-grace",
+        )
         return self
 
 

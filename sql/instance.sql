@@ -24,3 +24,8 @@ SELECT *, clock_timestamp() - heartbeat_at AS silent_for FROM instance ORDER BY 
 -- name: instance_clock :one
 -- The database clock for measuring this host's drift.
 SELECT clock_timestamp() AS db_now
+
+-- name: instance_remove_dead :many
+-- Removes instances not heard from for `dead_after` (database clock); their runs are handled by
+-- lease expiry, never by this.
+DELETE FROM instance WHERE heartbeat_at < clock_timestamp() - %(dead_after)s RETURNING id

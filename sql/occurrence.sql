@@ -111,3 +111,42 @@ UPDATE occurrence SET status = 'cancelled', reason = %(reason)s, requested_by = 
     updated_at = clock_timestamp(), finished_at = clock_timestamp()
 WHERE id = %(id)s AND status IN ('queued', 'launching', 'running')
 RETURNING id, task_id, occurrence_seq, scheduled_for, status
+
+-- name: occurrence_expired_claims :many
+-- Claims that never launched and whose claim expired, a page at a time.
+SELECT id, task_id, lease_token FROM occurrence
+WHERE status = 'launching' AND claim_expires_at < clock_timestamp() AND id > %(after)s
+ORDER BY id
+LIMIT %(limit)s
+
+-- name: occurrence_requeue_claim :rowcount
+-- Gives an expired claim back to the queue, if it is still the claim that was seen.
+UPDATE occurrence SET status = 'queued', claim_owner = NULL, claim_expires_at = NULL,
+    updated_at = clock_timestamp()
+WHERE id = %(id)s AND status = 'launching' AND lease_token = %(token)s
+  AND claim_expires_at < clock_timestamp()
+
+-- name: occurrence_past_deadline :many
+-- Queued occurrences past their start deadline (from scheduled_for, or for a retry from its
+-- not-before time), a page at a time.
+SELECT o.id, o.task_id FROM occurrence o JOIN task t ON t.id = o.task_id
+WHERE o.status = 'queued' AND t.start_deadline IS NOT NULL
+  AND clock_timestamp() > CASE WHEN o.attempts + o.interruptions > 0 THEN o.not_before
+                               ELSE o.scheduled_for END + t.start_deadline
+  AND o.id > %(after)s
+ORDER BY o.id
+LIMIT %(limit)s
+
+-- name: occurrence_expire :one
+-- Expires one queued occurrence past its start deadline (its task locked first).
+UPDATE occurrence o SET status = 'expired', reason = 'start_deadline',
+    finished_at = clock_timestamp(), updated_at = clock_timestamp()
+FROM task t
+WHERE o.id = %(id)s AND t.id = o.task_id AND o.status = 'queued' AND t.start_deadline IS NOT NULL
+  AND clock_timestamp() > CASE WHEN o.attempts + o.interruptions > 0 THEN o.not_before
+                               ELSE o.scheduled_for END + t.start_deadline
+RETURNING o.id, o.occurrence_seq, o.scheduled_for
+
+-- name: occurrence_latest :one
+-- The task's latest occurrence (highest sequence), read after the task lock is held.
+SELECT * FROM occurrence WHERE task_id = %(task_id)s ORDER BY occurrence_seq DESC LIMIT 1

@@ -75,3 +75,23 @@ WHERE id = %(id)s AND owner = %(owner)s AND lease_token = %(token)s AND status =
 -- name: run_executing_count :scalar
 -- Runs executing now, fleet-wide.
 SELECT count(*) FROM run WHERE status = 'running'
+
+-- name: run_takeover_candidates :many
+-- Runs past their takeover point (database clock), a page at a time in id order; none while the
+-- server is younger than the quiet period, so owners cut off by a restart can renew first.
+SELECT r.id, r.occurrence_id, o.task_id, r.lease_token, r.owner FROM run r
+JOIN occurrence o ON o.id = r.occurrence_id
+WHERE r.status = 'running' AND r.takeover_at < clock_timestamp()
+  AND clock_timestamp() > pg_postmaster_start_time() + %(restart_quiet)s
+  AND r.id > %(after)s
+ORDER BY r.id
+LIMIT %(limit)s
+
+-- name: run_take_over :rowcount
+-- Compare-and-set on the token: ends a run whose owner stopped renewing, only if nothing changed
+-- since it was seen and its takeover point has passed.
+UPDATE run SET status = 'interrupted', finished_at = clock_timestamp(), finished_by = %(by)s,
+    error = %(error)s
+WHERE id = %(id)s AND lease_token = %(token)s AND status = 'running'
+  AND takeover_at < clock_timestamp()
+  AND clock_timestamp() > pg_postmaster_start_time() + %(restart_quiet)s

@@ -86,3 +86,19 @@ WHERE id = %(id)s AND last_outcome_seq < %(occurrence_seq)s
 -- When the earliest enabled task falls due, for the loop's sleep.
 SELECT min(next_run_at) FROM task
 WHERE deleted_at IS NULL AND NOT paused AND status = 'enabled'
+
+-- name: task_unfinished_one_shots :many
+-- One-shot tasks still `running` with no active occurrence, a page at a time.
+SELECT t.id FROM task t
+WHERE t.schedule_kind = 'once' AND t.status = 'running' AND t.deleted_at IS NULL
+  AND NOT EXISTS (SELECT 1 FROM occurrence o WHERE o.task_id = t.id
+                  AND o.status IN ('queued', 'launching', 'running'))
+  AND t.id > %(after)s
+ORDER BY t.id
+LIMIT %(limit)s
+
+-- name: task_finish_lifecycle :rowcount
+-- Ends a locked one-shot task's lifecycle.
+UPDATE task SET status = %(status)s, last_error = coalesce(%(error)s, last_error),
+    updated_at = clock_timestamp()
+WHERE id = %(id)s AND schedule_kind = 'once' AND status = 'running'

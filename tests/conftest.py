@@ -185,3 +185,43 @@ def owned_server() -> Iterator[Any]:
     server = OwnedServer(*found).init()
     yield server
     server.destroy()
+
+
+@pytest.fixture
+def spawn(tmp_path: Path) -> Iterator[Any]:
+    """Starts real `scheduler-daemon run` processes; any still alive at teardown is killed."""
+    from tests.support import DaemonProcess
+
+    started: list[DaemonProcess] = []
+
+    def start(url: str, name: str, *args: str, **kw: Any) -> DaemonProcess:
+        started.append(DaemonProcess(url, tmp_path, name, *args, **kw))
+        return started[-1]
+
+    yield start
+    for daemon in started:
+        daemon.kill()
+
+
+@pytest.fixture
+def pool(database_url: str) -> Iterator[Any]:
+    """A connection pool on the test database, as a daemon's services use."""
+    from scheduler_daemon.storage.database import make_pool
+
+    pool = make_pool(database_url, max_size=4, name="test")
+    pool.open(wait=True)
+    yield pool
+    pool.close()
+
+
+@pytest.fixture
+def executors(tmp_path: Path) -> Iterator[dict[str, Any]]:
+    """The real executors (shell watchdog, http, python workers), closed afterwards."""
+    import threading
+
+    from scheduler_daemon.executors import make_executors
+
+    executors = make_executors(threading.Event(), tmp_path)
+    yield executors
+    for executor in executors.values():
+        executor.close()

@@ -4,6 +4,7 @@ Built from the machine's own PostgreSQL binaries (Debian's /usr/lib/postgresql/N
 `postgres` system user when the tests run as root; listens on a free loopback port only.
 """
 
+import contextlib
 import os
 import pwd
 import shutil
@@ -44,22 +45,44 @@ class OwnedServer:
 
     def _run(self, *argv: str) -> None:
         prefix = ["runuser", "-u", self.user, "--"] if self.user else []
-        subprocess.run([*prefix, *argv], check=True, capture_output=True, cwd="/",
-                       env={**os.environ, "LC_ALL": "C"})
+        subprocess.run(
+            [*prefix, *argv],
+            check=True,
+            capture_output=True,
+            cwd="/",
+            env={**os.environ, "LC_ALL": "C"},
+        )
 
     def init(self) -> "OwnedServer":
         self.data.mkdir(mode=0o700)
         if self.user:
             entry = pwd.getpwnam(self.user)
             os.chown(self.data, entry.pw_uid, entry.pw_gid)
-        self._run(str(self.bin_dir / "initdb"), "-D", str(self.data), "-U", "postgres",
-                  "--auth=trust", "-E", "UTF8")
+        self._run(
+            str(self.bin_dir / "initdb"),
+            "-D",
+            str(self.data),
+            "-U",
+            "postgres",
+            "--auth=trust",
+            "-E",
+            "UTF8",
+        )
         return self
 
     def _ctl(self, *args: str) -> None:
         options = f"-p {self.port} -c listen_addresses=127.0.0.1 -k {self.data}"
-        self._run(str(self.bin_dir / "pg_ctl"), "-D", str(self.data), "-o", options, "-w",
-                  "-l", str(self.data / "server.log"), *args)
+        self._run(
+            str(self.bin_dir / "pg_ctl"),
+            "-D",
+            str(self.data),
+            "-o",
+            options,
+            "-w",
+            "-l",
+            str(self.data / "server.log"),
+            *args,
+        )
 
     def start(self) -> None:
         self._ctl("start")
@@ -71,8 +94,6 @@ class OwnedServer:
         self._ctl("restart", "-m", "fast")
 
     def destroy(self) -> None:
-        try:
+        with contextlib.suppress(subprocess.CalledProcessError):
             self.stop()
-        except subprocess.CalledProcessError:
-            pass
         shutil.rmtree(self.data, ignore_errors=True)

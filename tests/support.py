@@ -6,11 +6,19 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
+from datetime import timedelta
 from pathlib import Path
 from typing import Any, TypeVar
 
 import psycopg
 from psycopg.rows import dict_row
+
+from scheduler_daemon.domain.held import HeldRuns
+from scheduler_daemon.services.completer import Completer
+from scheduler_daemon.services.dispatcher import Dispatcher
+from scheduler_daemon.services.launcher import Launcher
+from scheduler_daemon.services.lease_keeper import LeaseKeeper
+from scheduler_daemon.settings import DaemonSettings
 
 T = TypeVar("T")
 # Timings that make a test daemon react in about a second instead of tens of seconds.
@@ -131,3 +139,46 @@ def processes_matching(marker: str) -> list[int]:
         if marker in cmdline and state != "Z" and int(entry.name) != os.getpid():
             found.append(int(entry.name))
     return found
+
+
+SETTINGS = DaemonSettings(
+    instance_prefix="t",
+    concurrency=8,
+    lease_ttl=timedelta(seconds=3),
+    lease_grace=timedelta(seconds=1),
+)
+
+
+class Replica:
+    """One daemon's services, in-process, with its own held-run set."""
+
+    def __init__(
+        self,
+        url: str,
+        pool: Any,
+        executors: dict[str, Any],
+        name: str,
+        settings: DaemonSettings = SETTINGS,
+    ) -> None:
+        self.held = HeldRuns()
+        self.launcher = Launcher(
+            pool, instance_id=name, settings=settings, held=self.held, executors=executors
+        )
+        self.completer = Completer(pool, instance_id=name, held=self.held, max_interruptions=3)
+        self.dispatcher = Dispatcher(pool, instance_id=name, batch=10)
+        self.keeper = LeaseKeeper(
+            url,
+            instance_id=name,
+            settings=settings,
+            held=self.held,
+            slots_in_use=lambda: 0,
+            stopping=lambda: False,
+            clock_drift=lambda: None,
+        )
+
+    def finished(self) -> list[Any]:
+        """Waits until every held job has an outcome; returns the held runs in run id order."""
+        runs = sorted(self.held, key=lambda r: r.run_id)
+        for run in runs:
+            run.outcome = wait_for(run.job.poll, message=f"run {run.run_id} to finish")
+        return runs

@@ -7,10 +7,11 @@ import structlog
 from psycopg_pool import ConnectionPool
 
 from scheduler_daemon.domain.held import HeldRun, HeldRuns
-from scheduler_daemon.domain.outcome import LIFECYCLE, decide
-from scheduler_daemon.storage import instance_store, occurrence_store, run_store, task_store
+from scheduler_daemon.domain.outcome import decide
+from scheduler_daemon.storage import occurrence_store, run_store, task_store
 from scheduler_daemon.storage.database import pooled_transaction
 from scheduler_daemon.storage.error import DatabaseUnavailable
+from scheduler_daemon.storage.settle import settle
 
 log = structlog.get_logger()
 Completion = Literal["recorded", "retry", "fenced"]
@@ -126,34 +127,4 @@ class Completer:
             error=outcome.error,
         ):
             raise Fenced
-        if not decision.final:
-            occurrence_store.retry(
-                conn,
-                run.occurrence_id,
-                token=run.token,
-                delay=decision.delay,
-                error=outcome.error,
-                refund=decision.refund,
-            )
-            instance_store.notify_wakeup(conn, "retry")
-            return "retry"
-        occurrence_store.finish(
-            conn,
-            run.occurrence_id,
-            token=run.token,
-            status=decision.occurrence_status,
-            error=outcome.error,
-            reason=decision.reason,
-        )
-        task_store.record_outcome(
-            conn,
-            run.task_id,
-            occurrence_id=run.occurrence_id,
-            occurrence_seq=run.occurrence_seq,
-            scheduled_for=run.scheduled_for,
-            status=decision.occurrence_status,
-            error=outcome.error,
-            lifecycle=LIFECYCLE[decision.occurrence_status],
-        )
-        instance_store.notify_wakeup(conn, "finished")
-        return "recorded"
+        return settle(conn, occ, token=run.token, decision=decision, error=outcome.error)

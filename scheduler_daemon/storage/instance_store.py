@@ -51,3 +51,9 @@ def database_clock(conn: psycopg.Connection[Any]) -> datetime:
 def notify_wakeup(conn: psycopg.Connection[Any], reason: str) -> None:
     """Wakes idle daemons when this transaction commits."""
     query.run(conn, "wakeup_notify", {"reason": reason})
+
+
+def remove_dead(conn: psycopg.Connection[Any], dead_after: timedelta) -> list[str]:
+    return [
+        row["id"] for row in query.run(conn, "instance_remove_dead", {"dead_after": dead_after})
+    ]

@@ -189,3 +189,25 @@ def cancel(
     if row is not None:
         _cancel_runs(conn, [occurrence_id], reason=reason, requested_by=requested_by, now=None)
     return row
+
+
+def expired_claims(
+    conn: psycopg.Connection[Any], *, after: int, limit: int
+) -> list[dict[str, Any]]:
+    return query.run(conn, "occurrence_expired_claims", {"after": after, "limit": limit})
+
+
+def requeue_claim(conn: psycopg.Connection[Any], occurrence_id: int, *, token: int) -> bool:
+    return query.run(conn, "occurrence_requeue_claim", {"id": occurrence_id, "token": token}) == 1
+
+
+def past_deadline(conn: psycopg.Connection[Any], *, after: int, limit: int) -> list[dict[str, Any]]:
+    return query.run(conn, "occurrence_past_deadline", {"after": after, "limit": limit})
+
+
+def expire(conn: psycopg.Connection[Any], occurrence_id: int) -> dict[str, Any] | None:
+    return query.run(conn, "occurrence_expire", {"id": occurrence_id})
+
+
+def latest(conn: psycopg.Connection[Any], task_id: int) -> dict[str, Any] | None:
+    return query.run(conn, "occurrence_latest", {"task_id": task_id})

@@ -92,3 +92,40 @@ def finish(
 
 def executing_count(conn: psycopg.Connection[Any]) -> int:
     return int(query.run(conn, "run_executing_count"))
+
+
+def takeover_candidates(
+    conn: psycopg.Connection[Any], *, after: int, limit: int, restart_quiet: timedelta
+) -> list[dict[str, Any]]:
+    return query.run(
+        conn,
+        "run_takeover_candidates",
+        {"after": after, "limit": limit, "restart_quiet": restart_quiet},
+    )
+
+
+def take_over(
+    conn: psycopg.Connection[Any],
+    run_id: int,
+    *,
+    token: int,
+    by: str,
+    error: str,
+    restart_quiet: timedelta,
+) -> bool:
+    """Compare-and-set: False when the run changed since it was seen (the owner finished it,
+    or another reconciler won)."""
+    return (
+        query.run(
+            conn,
+            "run_take_over",
+            {
+                "id": run_id,
+                "token": token,
+                "by": by,
+                "error": error,
+                "restart_quiet": restart_quiet,
+            },
+        )
+        == 1
+    )

@@ -228,3 +228,18 @@ def lock_row(conn: psycopg.Connection[Any], task_id: int) -> TaskRecord | None:
     """Locks a live task by id; None when it was deleted."""
     row = query.run(conn, "task_lock", {"id": task_id})
     return None if row is None else record(row)
+
+
+def unfinished_one_shots(
+    conn: psycopg.Connection[Any], *, after: int, limit: int
+) -> list[dict[str, Any]]:
+    return query.run(conn, "task_unfinished_one_shots", {"after": after, "limit": limit})
+
+
+def finish_lifecycle(
+    conn: psycopg.Connection[Any], task_id: int, *, status: str, error: str | None = None
+) -> bool:
+    return (
+        query.run(conn, "task_finish_lifecycle", {"id": task_id, "status": status, "error": error})
+        == 1
+    )

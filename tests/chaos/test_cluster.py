@@ -11,7 +11,7 @@ from itertools import pairwise
 
 import pytest
 
-from tests.support import DaemonProcess, query
+from tests.support import query
 
 pytestmark = pytest.mark.slow
 BUDGET = 6
@@ -50,13 +50,11 @@ def _max_concurrency(intervals: list[tuple]) -> int:
 
 
 def test_three_daemons_run_every_firing_exactly_once_within_policy_and_budget(
-    cli, database_url, tmp_path
+    spawn, cli, database_url, tmp_path
 ) -> None:
     assert cli("config", "set", "max-concurrent-runs", str(BUDGET)).code == 0
     overlap = _tasks(cli)
-    daemons = [
-        DaemonProcess(database_url, tmp_path, f"d{i}", "--concurrency", "4") for i in range(3)
-    ]
+    daemons = [spawn(database_url, f"d{i}", "--concurrency", "4") for i in range(3)]
     try:
         ids = [d.instance_id() for d in daemons]
         time.sleep(RUN_SECONDS)  # the workload itself; the verdict below reads the history

@@ -7,64 +7,87 @@ from typing import Any
 import pytest
 
 from scheduler_daemon.storage import migration
-from tests.support import DaemonProcess, query, wait_for
+from tests.support import query, wait_for
 
 pytestmark = pytest.mark.slow
 
 
-def test_the_daemon_waits_for_a_database_that_is_down_at_start(owned_server, tmp_path, cli) -> None:
-    daemon = DaemonProcess(owned_server.url, tmp_path, "early")
+def test_the_daemon_waits_for_a_database_that_is_down_at_start(
+    spawn, owned_server, tmp_path, cli
+) -> None:
+    daemon = spawn(owned_server.url, "early")
     try:
-        wait_for(lambda: "database_unavailable_at_start" in daemon.log(),
-                 message="the daemon to say the database is down")
+        wait_for(
+            lambda: "database_unavailable_at_start" in daemon.log(),
+            message="the daemon to say the database is down",
+        )
         assert daemon.proc.poll() is None  # still waiting, not crashed
         owned_server.start()
         migration.upgrade(owned_server.url)
-        assert cli("tasks", "add", "t", "--every", "1h", "--command", "true",
-                   url=owned_server.url).code == 0
+        assert (
+            cli(
+                "tasks", "add", "t", "--every", "1h", "--command", "true", url=owned_server.url
+            ).code
+            == 0
+        )
         assert cli("tasks", "trigger", "t", url=owned_server.url).code == 0
-        wait_for(lambda: query(owned_server.url, "SELECT 1 FROM run WHERE status = 'success'"),
-                 message="the first run once the database is up")
+        wait_for(
+            lambda: query(owned_server.url, "SELECT 1 FROM run WHERE status = 'success'"),
+            message="the first run once the database is up",
+        )
     finally:
         assert daemon.stop() == 0, daemon.log()
 
 
 def test_a_finished_jobs_outcome_is_kept_while_the_database_is_down_and_written_after(
-    owned_server, tmp_path, cli
+    spawn, owned_server, tmp_path, cli
 ) -> None:
     owned_server.start()
     migration.upgrade(owned_server.url)
     url = owned_server.url
     cli("tasks", "add", "t", "--every", "1h", "--command", "sleep 1", url=url)
     # A long lease so the outage ends before anything could be taken over.
-    daemon = DaemonProcess(url, tmp_path, "keeper", "--lease-ttl", "60s")
+    daemon = spawn(url, "keeper", "--lease-ttl", "60s")
     try:
         daemon.instance_id()
         cli("tasks", "trigger", "t", url=url)
-        wait_for(lambda: query(url, "SELECT 1 FROM run WHERE status = 'running'"),
-                 message="the run to start")
+        wait_for(
+            lambda: query(url, "SELECT 1 FROM run WHERE status = 'running'"),
+            message="the run to start",
+        )
         owned_server.stop()  # the job finishes while the database is down
-        wait_for(lambda: "outcome_kept_for_later" in daemon.log(), timeout=20,
-                 message="the daemon to keep the outcome")
+        wait_for(
+            lambda: "outcome_kept_for_later" in daemon.log(),
+            timeout=20,
+            message="the daemon to keep the outcome",
+        )
         owned_server.start()
-        wait_for(lambda: query(url, "SELECT 1 FROM run WHERE status = 'success'"), timeout=30,
-                 message="the kept outcome to be written")
+        wait_for(
+            lambda: query(url, "SELECT 1 FROM run WHERE status = 'success'"),
+            timeout=30,
+            message="the kept outcome to be written",
+        )
     finally:
         assert daemon.stop() == 0, daemon.log()
 
 
-def test_dropped_connections_mid_loop_are_reconnected(cli, database_url, tmp_path) -> None:
+def test_dropped_connections_mid_loop_are_reconnected(spawn, cli, database_url, tmp_path) -> None:
     cli("tasks", "add", "t", "--every", "1h", "--command", "true", "--overlap", "allow")
-    daemon = DaemonProcess(database_url, tmp_path, "dropped")
+    daemon = spawn(database_url, "dropped")
     try:
         daemon.instance_id()
-        killed = query(database_url, "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-                                     "WHERE application_name LIKE 'scheduler-daemon%%' "
-                                     "AND pid <> pg_backend_pid()")
+        killed = query(
+            database_url,
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+            "WHERE application_name LIKE 'scheduler-daemon%%' "
+            "AND pid <> pg_backend_pid()",
+        )
         assert killed, "the daemon had no connections to drop"
         cli("tasks", "trigger", "t")
-        wait_for(lambda: query(database_url, "SELECT 1 FROM run WHERE status = 'success'"),
-                 message="a run after the connections were dropped")
+        wait_for(
+            lambda: query(database_url, "SELECT 1 FROM run WHERE status = 'success'"),
+            message="a run after the connections were dropped",
+        )
     finally:
         assert daemon.stop() == 0, daemon.log()
 
@@ -80,21 +103,31 @@ JOBS: dict[str, tuple[str, str, str | None]] = {
 
 
 def test_jobs_that_crash_flood_or_raise_fail_their_run_and_the_daemon_keeps_going(
-    cli, database_url, tmp_path
+    spawn, cli, database_url, tmp_path
 ) -> None:
     for name, (option, target, _) in JOBS.items():
         assert cli("tasks", "add", name, "--every", "1h", option, target).code == 0
-    daemon = DaemonProcess(database_url, tmp_path, "survivor")
+    daemon = spawn(database_url, "survivor")
     try:
         daemon.instance_id()
         for name in JOBS:
             cli("tasks", "trigger", name)
         rows: Any = wait_for(
-            lambda: (r := query(database_url, "SELECT t.name, r.status, r.error, "
-                                "octet_length(r.output_tail) AS tail FROM run r JOIN occurrence o "
-                                "ON o.id = r.occurrence_id JOIN task t ON t.id = o.task_id "
-                                "WHERE r.status <> 'running'")) and len(r) == len(JOBS) and r,
-            message="every job to finish")
+            lambda: (
+                (
+                    r := query(
+                        database_url,
+                        "SELECT t.name, r.status, r.error, "
+                        "octet_length(r.output_tail) AS tail FROM run r JOIN occurrence o "
+                        "ON o.id = r.occurrence_id JOIN task t ON t.id = o.task_id "
+                        "WHERE r.status <> 'running'",
+                    )
+                )
+                and len(r) == len(JOBS)
+                and r
+            ),
+            message="every job to finish",
+        )
     finally:
         assert daemon.stop() == 0, daemon.log()
     by_name = {r["name"]: r for r in rows}
@@ -108,13 +141,15 @@ def test_jobs_that_crash_flood_or_raise_fail_their_run_and_the_daemon_keeps_goin
 
 
 def test_the_daemon_refuses_a_schema_that_is_not_at_its_revision(
-    empty_database_url, tmp_path
+    spawn, empty_database_url, tmp_path
 ) -> None:
-    daemon = DaemonProcess(empty_database_url, tmp_path, "unmigrated")
+    daemon = spawn(empty_database_url, "unmigrated")
     assert daemon.proc.wait(30) == 1
     lines = [line for line in daemon.log().splitlines() if line.startswith("error:")]
-    assert lines == [f"error: the database schema is at nothing, this build expects "
-                     f"{migration.head_revision()}; run `scheduler-daemon migrate`"]
+    assert lines == [
+        f"error: the database schema is at nothing, this build expects "
+        f"{migration.head_revision()}; run `scheduler-daemon migrate`"
+    ]
 
 
 def test_contradictory_timing_settings_are_refused_with_one_line(cli) -> None:
@@ -124,17 +159,21 @@ def test_contradictory_timing_settings_are_refused_with_one_line(cli) -> None:
     assert result.err.count("\n") == 1
 
 
-def test_a_trigger_wakes_an_idle_daemon_through_listen_notify(cli, database_url, tmp_path) -> None:
+def test_a_trigger_wakes_an_idle_daemon_through_listen_notify(
+    spawn, cli, database_url, tmp_path
+) -> None:
     cli("tasks", "add", "t", "--every", "1h", "--command", "true")
-    daemon = DaemonProcess(database_url, tmp_path, "idle", "--poll-interval", "60s",
-                           "--reconcile-interval", "60s")
+    daemon = spawn(database_url, "idle", "--poll-interval", "60s", "--reconcile-interval", "60s")
     try:
         daemon.instance_id()
         time.sleep(1)  # let the daemon finish its first pass and go idle for a minute
         cli("tasks", "trigger", "t")
         triggered = time.monotonic()
-        wait_for(lambda: query(database_url, "SELECT 1 FROM run"), timeout=10,
-                 message="the notified daemon to start the run")
+        wait_for(
+            lambda: query(database_url, "SELECT 1 FROM run"),
+            timeout=10,
+            message="the notified daemon to start the run",
+        )
         latency = time.monotonic() - triggered
         print(f"trigger to run start: {latency:.3f}s with a 60s poll interval")
         assert latency < 5
@@ -142,8 +181,8 @@ def test_a_trigger_wakes_an_idle_daemon_through_listen_notify(cli, database_url,
         assert daemon.stop() == 0, daemon.log()
 
 
-def test_status_shows_instances_queue_and_budget(cli, database_url, tmp_path) -> None:
-    daemon = DaemonProcess(database_url, tmp_path, "shown", "--concurrency", "3")
+def test_status_shows_instances_queue_and_budget(spawn, cli, database_url, tmp_path) -> None:
+    daemon = spawn(database_url, "shown", "--concurrency", "3")
     try:
         instance_id = daemon.instance_id()
         status = cli("status", "--json").json()
@@ -156,4 +195,7 @@ def test_status_shows_instances_queue_and_budget(cli, database_url, tmp_path) ->
     assert instance["takeover_bound_seconds"] == 3 + 1 + 1  # FAST: ttl + grace + reconcile
     assert abs(instance["clock_drift_seconds"]) < 1
     assert (status["queue_depth"], status["executing_runs"], status["max_concurrent_runs"]) == (
-        0, 0, 16)
+        0,
+        0,
+        16,
+    )

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support import DaemonProcess, processes_matching, query, wait_for
+from tests.support import processes_matching, query, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -23,9 +23,11 @@ def _running_run(url: str) -> dict:
     )[0]
 
 
-def test_sigterm_lets_a_job_finish_within_the_drain_timeout(cli, database_url, tmp_path) -> None:
+def test_sigterm_lets_a_job_finish_within_the_drain_timeout(
+    spawn, cli, database_url, tmp_path
+) -> None:
     _add(cli, "short", "sleep 1")
-    daemon = DaemonProcess(database_url, tmp_path, "drain", "--drain-timeout", "5s")
+    daemon = spawn(database_url, "drain", "--drain-timeout", "5s")
     daemon.instance_id()
     cli("tasks", "trigger", "short")
     _running_run(database_url)
@@ -37,12 +39,12 @@ def test_sigterm_lets_a_job_finish_within_the_drain_timeout(cli, database_url, t
 
 
 def test_a_job_past_the_drain_timeout_is_interrupted_and_runs_again_on_another_daemon(
-    cli, database_url, tmp_path: Path
+    spawn, cli, database_url, tmp_path: Path
 ) -> None:
     marker = tmp_path / "first-attempt-ran"
     # The first run sleeps past the drain timeout; the second finds the marker and succeeds.
     _add(cli, "long", f"if [ -e {marker} ]; then exit 0; fi; touch {marker}; sleep 60")
-    first = DaemonProcess(database_url, tmp_path, "first", "--drain-timeout", "1s")
+    first = spawn(database_url, "first", "--drain-timeout", "1s")
     first_id = first.instance_id()
     cli("tasks", "trigger", "long")
     _running_run(database_url)
@@ -52,7 +54,7 @@ def test_a_job_past_the_drain_timeout_is_interrupted_and_runs_again_on_another_d
     assert run == {"status": "interrupted", "owner": first_id}
     (occ,) = query(database_url, "SELECT status, attempts, interruptions FROM occurrence")
     assert occ == {"status": "queued", "attempts": 0, "interruptions": 1}
-    second = DaemonProcess(database_url, tmp_path, "second")
+    second = spawn(database_url, "second")
     second_id = second.instance_id()
     try:
         wait_for(
@@ -69,11 +71,11 @@ def test_a_job_past_the_drain_timeout_is_interrupted_and_runs_again_on_another_d
 
 
 def test_sigkill_of_a_daemon_leaves_no_process_of_its_shell_jobs(
-    cli, database_url, tmp_path
+    spawn, cli, database_url, tmp_path
 ) -> None:
     marker = "4242.125"  # a sleep argument no other process on the machine uses
     _add(cli, "orphan", f"sleep {marker} & sleep {marker} & wait")
-    daemon = DaemonProcess(database_url, tmp_path, "killed")
+    daemon = spawn(database_url, "killed")
     daemon.instance_id()
     cli("tasks", "trigger", "orphan")
     wait_for(
@@ -92,11 +94,11 @@ def test_sigkill_of_a_daemon_leaves_no_process_of_its_shell_jobs(
 
 
 def test_runs_cancel_stops_a_running_shell_job_within_one_renewal_interval(
-    cli, database_url, tmp_path
+    spawn, cli, database_url, tmp_path
 ) -> None:
     marker = "4243.125"
     _add(cli, "victim", f"sleep {marker}")
-    daemon = DaemonProcess(database_url, tmp_path, "cancel")
+    daemon = spawn(database_url, "cancel")
     daemon.instance_id()
     cli("tasks", "trigger", "victim")
     run = _running_run(database_url)

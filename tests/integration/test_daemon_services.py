@@ -1,25 +1,16 @@
 """The daemon's services in-process against a real database, each race forced into its window."""
 
 import threading
-from collections.abc import Iterator
 from datetime import timedelta
-from pathlib import Path
 from typing import Any
 
 import psycopg
 import pytest
 
-from scheduler_daemon.domain.held import HeldRuns
 from scheduler_daemon.domain.task import TaskSpec
-from scheduler_daemon.executors import make_executors
-from scheduler_daemon.services.completer import Completer
-from scheduler_daemon.services.dispatcher import Dispatcher
-from scheduler_daemon.services.launcher import Launcher
-from scheduler_daemon.services.lease_keeper import LeaseKeeper
 from scheduler_daemon.settings import DaemonSettings
-from scheduler_daemon.storage.database import make_pool
 from scheduler_daemon.storage.fleet_store import BUDGET_LOCK_KEY
-from tests.support import query, snapshot, wait_for
+from tests.support import Replica, query, snapshot, wait_for
 
 SETTINGS = DaemonSettings(
     instance_prefix="t",
@@ -27,57 +18,6 @@ SETTINGS = DaemonSettings(
     lease_ttl=timedelta(seconds=3),
     lease_grace=timedelta(seconds=1),
 )
-
-
-@pytest.fixture
-def pool(database_url: str) -> Iterator[Any]:
-    pool = make_pool(database_url, max_size=4, name="test")
-    pool.open(wait=True)
-    yield pool
-    pool.close()
-
-
-@pytest.fixture
-def executors(tmp_path: Path) -> Iterator[dict[str, Any]]:
-    executors = make_executors(threading.Event(), tmp_path)
-    yield executors
-    for executor in executors.values():
-        executor.close()
-
-
-class Replica:
-    """One daemon's services, in-process, with its own held-run set."""
-
-    def __init__(
-        self,
-        url: str,
-        pool: Any,
-        executors: dict[str, Any],
-        name: str,
-        settings: DaemonSettings = SETTINGS,
-    ) -> None:
-        self.held = HeldRuns()
-        self.launcher = Launcher(
-            pool, instance_id=name, settings=settings, held=self.held, executors=executors
-        )
-        self.completer = Completer(pool, instance_id=name, held=self.held, max_interruptions=3)
-        self.dispatcher = Dispatcher(pool, instance_id=name, batch=10)
-        self.keeper = LeaseKeeper(
-            url,
-            instance_id=name,
-            settings=settings,
-            held=self.held,
-            slots_in_use=lambda: 0,
-            stopping=lambda: False,
-            clock_drift=lambda: None,
-        )
-
-    def finished(self) -> list[Any]:
-        """Waits until every held job has an outcome; returns the held runs in run id order."""
-        runs = sorted(self.held, key=lambda r: r.run_id)
-        for run in runs:
-            run.outcome = wait_for(run.job.poll, message=f"run {run.run_id} to finish")
-        return runs
 
 
 def _task(client: Any, name: str = "job", command: str = "true", **kw: Any) -> Any:

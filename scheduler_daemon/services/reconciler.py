@@ -1,0 +1,209 @@
+"""Reconciler: repairs work whose owner is provably gone, one orphan per short transaction.
+
+Safe when several daemons (and `recover`) run it at once: each fix locks task → occurrence → run
+and re-checks with a compare-and-set what the scan saw, so exactly one reconciler wins and a fix
+that lost its race changes nothing. Scans page through in id order, so a backlog larger than one
+page is drained in one pass.
+"""
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any
+
+import structlog
+from psycopg_pool import ConnectionPool
+
+from scheduler_daemon.domain.outcome import LIFECYCLE, decide
+from scheduler_daemon.storage import instance_store, occurrence_store, run_store, task_store
+from scheduler_daemon.storage.database import pooled_transaction
+from scheduler_daemon.storage.settle import settle
+
+log = structlog.get_logger()
+CATEGORIES = ("taken_over", "requeued_claims", "expired", "finalized_tasks", "removed_instances")
+
+
+@dataclass
+class ReconcileReport:
+    """Ids per category: changed, or with `dry_run` what would change."""
+
+    dry_run: bool = False
+    ids: dict[str, list[Any]] = field(default_factory=lambda: {c: [] for c in CATEGORIES})
+
+    @property
+    def counts(self) -> dict[str, int]:
+        return {c: len(v) for c, v in self.ids.items()}
+
+    @property
+    def changed(self) -> int:
+        return sum(self.counts.values())
+
+
+class Reconciler:
+    def __init__(
+        self,
+        pool: ConnectionPool,
+        *,
+        instance_id: str,
+        restart_quiet: timedelta,
+        max_interruptions: int,
+        dead_after: timedelta,
+        page: int = 100,
+    ) -> None:
+        self.pool = pool
+        self.instance_id = instance_id
+        self.restart_quiet = restart_quiet
+        self.max_interruptions = max_interruptions
+        self.dead_after = dead_after
+        self.page = page
+        self.log = log.bind(instance_id=instance_id)
+
+    def run_once(self, *, dry_run: bool = False) -> ReconcileReport:
+        report = ReconcileReport(dry_run=dry_run)
+        steps: list[tuple[str, Callable[..., Any], Callable[[dict[str, Any]], Any]]] = [
+            ("taken_over", self._takeover_page, self._take_over),
+            ("requeued_claims", self._claims_page, self._requeue_claim),
+            ("expired", self._deadline_page, self._expire),
+            ("finalized_tasks", self._one_shots_page, self._finalize),
+        ]
+        for category, page, fix in steps:
+            for candidate in self._candidates(page):
+                if dry_run:
+                    report.ids[category].append(candidate["id"])
+                elif (fixed := fix(candidate)) is not None:
+                    report.ids[category].append(fixed)
+        if not dry_run:
+            with pooled_transaction(self.pool) as conn:
+                report.ids["removed_instances"] = instance_store.remove_dead(conn, self.dead_after)
+        if report.changed:
+            self.log.info("reconciled", dry_run=dry_run, **report.counts)
+        return report
+
+    def _candidates(self, page: Callable[..., list[dict[str, Any]]]) -> Iterator[dict[str, Any]]:
+        after = 0
+        while True:
+            with pooled_transaction(self.pool) as conn:
+                rows = page(conn, after=after, limit=self.page)
+            yield from rows
+            if len(rows) < self.page:
+                return
+            after = rows[-1]["id"]
+
+    # -- pages -----------------------------------------------------------------------------------
+    def _takeover_page(self, conn: Any, **kw: Any) -> list[dict[str, Any]]:
+        return run_store.takeover_candidates(conn, restart_quiet=self.restart_quiet, **kw)
+
+    def _claims_page(self, conn: Any, **kw: Any) -> list[dict[str, Any]]:
+        return occurrence_store.expired_claims(conn, **kw)
+
+    def _deadline_page(self, conn: Any, **kw: Any) -> list[dict[str, Any]]:
+        return occurrence_store.past_deadline(conn, **kw)
+
+    def _one_shots_page(self, conn: Any, **kw: Any) -> list[dict[str, Any]]:
+        return task_store.unfinished_one_shots(conn, **kw)
+
+    # -- fixes: each one transaction, task → occurrence → run ------------------------------------
+    def _take_over(self, seen: dict[str, Any]) -> int | None:
+        with pooled_transaction(self.pool) as conn:
+            task = task_store.lock_row(conn, seen["task_id"])
+            occ = occurrence_store.lock(conn, seen["occurrence_id"])
+            run_store.lock(conn, seen["id"])
+            if not run_store.take_over(
+                conn,
+                seen["id"],
+                token=seen["lease_token"],
+                by=self.instance_id,
+                restart_quiet=self.restart_quiet,
+                error=f"taken over: {seen['owner']} stopped renewing",
+            ):
+                return None  # the owner finished it or another reconciler won
+            if (
+                occ is not None
+                and occ["status"] == "running"
+                and occ["lease_token"] == seen["lease_token"]
+            ):
+                decision = decide(
+                    "stopped",
+                    attempts=occ["attempts"],
+                    max_attempts=task.spec.max_attempts if task else 1,
+                    interruptions=occ["interruptions"],
+                    max_interruptions=self.max_interruptions,
+                    backoff=timedelta(0),
+                )
+                settle(
+                    conn,
+                    occ,
+                    token=seen["lease_token"],
+                    decision=decision,
+                    error=f"interrupted: {seen['owner']} stopped renewing its lease",
+                )
+        self.log.warning(
+            "run_taken_over",
+            run_id=seen["id"],
+            occurrence_id=seen["occurrence_id"],
+            task_id=seen["task_id"],
+            owner=seen["owner"],
+        )
+        return seen["id"]
+
+    def _requeue_claim(self, seen: dict[str, Any]) -> int | None:
+        with pooled_transaction(self.pool) as conn:
+            task_store.lock_row(conn, seen["task_id"])
+            occurrence_store.lock(conn, seen["id"])
+            if not occurrence_store.requeue_claim(conn, seen["id"], token=seen["lease_token"]):
+                return None
+        self.log.info("claim_requeued", occurrence_id=seen["id"], task_id=seen["task_id"])
+        return seen["id"]
+
+    def _expire(self, seen: dict[str, Any]) -> int | None:
+        with pooled_transaction(self.pool) as conn:
+            task_store.lock_row(conn, seen["task_id"])
+            occurrence_store.lock(conn, seen["id"])
+            expired = occurrence_store.expire(conn, seen["id"])
+            if expired is None:
+                return None
+            task_store.record_outcome(
+                conn,
+                seen["task_id"],
+                occurrence_id=seen["id"],
+                occurrence_seq=expired["occurrence_seq"],
+                scheduled_for=expired["scheduled_for"],
+                status="expired",
+                error="start deadline passed",
+                lifecycle=LIFECYCLE["expired"],
+            )
+        self.log.warning(
+            "occurrence_expired",
+            occurrence_id=seen["id"],
+            task_id=seen["task_id"],
+            reason="start_deadline",
+        )
+        return seen["id"]
+
+    def _finalize(self, seen: dict[str, Any]) -> int | None:
+        """Finalizes a one-shot task from its latest occurrence, read after the task lock."""
+        with pooled_transaction(self.pool) as conn:
+            task = task_store.lock_row(conn, seen["id"])
+            if task is None or task.status != "running":
+                return None
+            latest = occurrence_store.latest(conn, task.id)
+            if latest is None:
+                task_store.finish_lifecycle(
+                    conn, task.id, status="cancelled", error="no occurrence was ever recorded"
+                )
+            elif latest["status"] in LIFECYCLE:
+                task_store.record_outcome(
+                    conn,
+                    task.id,
+                    occurrence_id=latest["id"],
+                    occurrence_seq=latest["occurrence_seq"],
+                    scheduled_for=latest["scheduled_for"],
+                    status=latest["status"],
+                    error=latest["error"],
+                    lifecycle=LIFECYCLE[latest["status"]],
+                )
+                task_store.finish_lifecycle(conn, task.id, status=LIFECYCLE[latest["status"]])
+            else:
+                return None  # still active: a later pass looks again
+        self.log.info("task_finalized", task_id=seen["id"])
+        return seen["id"]
