@@ -70,7 +70,12 @@ class DaemonProcess:
     """A real `scheduler-daemon run` process against the test database, logging to a file."""
 
     def __init__(
-        self, url: str, log_dir: Path, name: str, *args: str, env: dict[str, str] | None = None
+        self,
+        url: str,
+        log_dir: Path,
+        name: str,
+        *args: str,
+        env: dict[str, str] | None = None,
     ) -> None:
         self.url = url
         self.name = name
@@ -100,8 +105,11 @@ class DaemonProcess:
         return self.proc.pid
 
     def instance_id(self, timeout: float = 30.0) -> str:
+        """Waits until this process registered; its id is its name plus a per-start suffix."""
         rows = wait_for(
-            lambda: query(self.url, "SELECT id FROM instance WHERE pid = %s", (self.pid,)),
+            lambda: query(
+                self.url, "SELECT id FROM instance WHERE id LIKE %s", (f"{self.name}-%",)
+            ),
             timeout=timeout,
             message=f"{self.name} to register",
         )

@@ -77,6 +77,7 @@ class Reconciler:
                 report.ids["removed_instances"] = instance_store.remove_dead(conn, self.dead_after)
         if report.changed:
             self.log.info("reconciled", dry_run=dry_run, **report.counts)
+        self.log.debug("reconcile_pass", dry_run=dry_run)  # a test signal; cheap at info level
         return report
 
     def _candidates(self, page: Callable[..., list[dict[str, Any]]]) -> Iterator[dict[str, Any]]:
