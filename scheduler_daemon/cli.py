@@ -9,6 +9,7 @@ from datetime import datetime
 from typing import Any, NoReturn
 
 import click
+import psycopg
 
 from scheduler_daemon import __version__, view
 from scheduler_daemon.domain.duration import parse_duration
@@ -107,7 +108,7 @@ def json_option(f: Callable[..., Any]) -> Callable[..., Any]:
         is_flag=True,
         expose_value=False,
         callback=store,
-        help="Print JSON with the field names documented in docs/cli.md.",
+        help="Print JSON with the field names documented in docs/reference/cli.md.",
     )(f)
 
 
@@ -151,7 +152,11 @@ def task_options(*, adding: bool) -> Callable[[Callable[..., Any]], Callable[...
             "--every", type=DURATION, help="Fixed rate, anchored at creation (30s, 5m, PT1H)."
         ),
         click.option("--at", "at_text", metavar="INSTANT", help="One-shot ISO 8601 instant."),
-        click.option("--timezone", default=default("timezone"), help="IANA zone.  [default: UTC]"),
+        click.option(
+            "--timezone",
+            default=default("timezone"),
+            help="IANA zone." + ("  [default: UTC]" if adding else ""),
+        ),
         click.option("--command", help="Shell command (shell executor)."),
         click.option("--http", help="URL to POST to (http executor)."),
         click.option(
@@ -185,15 +190,16 @@ def task_options(*, adding: bool) -> Callable[[Callable[..., Any]], Callable[...
     return apply
 
 
-def _definition(opts: dict[str, Any], *, adding: bool) -> dict[str, Any]:
-    """TaskSpec fields from the parsed options (update: only those given)."""
+def _definition(opts: dict[str, Any], *, adding: bool, zone: str = "UTC") -> dict[str, Any]:
+    """TaskSpec fields from the parsed options (update: only those given). A naive `--at` is
+    read in `--timezone`, else in `zone` (the task's own zone when updating)."""
     targets = {k: opts.pop(k) for k in ("command", "http", "call")}
     given = {k: v for k, v in targets.items() if v is not None}
     if len(given) > 1 or (adding and not given):
         raise InvalidTask("give exactly one of --command, --http or --call")
     at_text = opts.pop("at_text")
     if at_text is not None:
-        opts["at"] = _instant(at_text, opts.get("timezone") or "UTC")
+        opts["at"] = _instant(at_text, opts.get("timezone") or zone)
     schedules = [k for k in ("cron", "every", "at") if opts.get(k) is not None]
     if len(schedules) > 1 or (adding and not schedules):
         raise InvalidTask("give exactly one schedule: --cron, --every or --at")
@@ -241,10 +247,12 @@ def tasks_add(ctx: click.Context, name: str, **opts: Any) -> None:
 @click.pass_context
 def tasks_update(ctx: click.Context, task: str, **opts: Any) -> None:
     """Change a task's definition; it takes effect from the next firing."""
-    changes = _definition(opts, adding=False)
+    client = _client(ctx)
+    zone = client.get_task(task).spec.timezone if opts.get("at_text") else "UTC"
+    changes = _definition(opts, adding=False, zone=zone)
     if not changes:
         raise InvalidTask("nothing to update: give at least one option")
-    _show_task(ctx, _client(ctx).update_task(task, **changes))
+    _show_task(ctx, client.update_task(task, **changes))
 
 
 @tasks.command("list")
@@ -306,7 +314,7 @@ def tasks_next(ctx: click.Context, task: str, count: int) -> None:
 def tasks_trigger(ctx: click.Context, task: str) -> None:
     """Queue a manual occurrence now; it follows the task's overlap policy."""
     occ = _client(ctx).trigger(task, requested_by=_who())
-    fields = {k: view.iso(v) if isinstance(v, datetime) else v for k, v in occ.items()}
+    fields = view.occurrence_fields(occ)
     text = (
         f"occurrence {occ['id']} queued"
         if occ["status"] == "queued"
@@ -364,7 +372,7 @@ def runs_show(ctx: click.Context, ident: int, occurrence: bool) -> None:
         plain = {k: v for k, v in fields.items() if k != "runs"}
         _emit(ctx, fields, view.pairs(plain) + "\n\n" + runs_text)
     else:
-        fields = view.run_fields(client.show_run(ident))
+        fields = view.run_detail_fields(client.show_run(ident))
         _emit(ctx, fields, view.pairs(fields))
 
 
@@ -376,8 +384,50 @@ def runs_show(ctx: click.Context, ident: int, occurrence: bool) -> None:
 def runs_cancel(ctx: click.Context, ident: int, occurrence: bool) -> None:
     """Cancel a run (its occurrence): the holder is fenced and stops the job at its next renewal."""
     row = _client(ctx).cancel(ident, occurrence=occurrence, requested_by=_who())
-    fields = {k: view.iso(v) if isinstance(v, datetime) else v for k, v in row.items()}
+    fields = view.occurrence_fields(row)
     _emit(ctx, fields, f"occurrence {row['id']} cancelled")
+
+
+def fleet_timing_options(f: Callable[..., Any]) -> Callable[..., Any]:
+    """Options `run` and `recover` share: they set the takeover point, the quiet period after a
+    database restart, the interruption bound and when a silent instance is removed."""
+    options = [
+        click.option(
+            "--lease-ttl",
+            envvar="SCHEDULER_LEASE_TTL",
+            type=DURATION,
+            default="15s",
+            show_default=True,
+            help="Run lease length; renewed every TTL/3.",
+        ),
+        click.option(
+            "--lease-grace",
+            envvar="SCHEDULER_LEASE_GRACE",
+            type=DURATION,
+            default="5s",
+            show_default=True,
+            help="Wait past lease expiry before a takeover.",
+        ),
+        click.option(
+            "--max-interruptions",
+            envvar="SCHEDULER_MAX_INTERRUPTIONS",
+            type=int,
+            default=DaemonSettings.max_interruptions,
+            show_default=True,
+            help="Interruptions (shutdown, takeover) before an occurrence gives up.",
+        ),
+        click.option(
+            "--instance-expiry",
+            envvar="SCHEDULER_INSTANCE_EXPIRY",
+            type=DURATION,
+            default="10m",
+            show_default=True,
+            help="Silence after which a dead instance's row is removed.",
+        ),
+    ]
+    for option in reversed(options):
+        f = option(f)
+    return f
 
 
 # -- daemon --------------------------------------------------------------------------------------
@@ -406,22 +456,6 @@ def runs_cancel(ctx: click.Context, ident: int, occurrence: bool) -> None:
     show_default=True,
 )
 @click.option(
-    "--lease-ttl",
-    envvar="SCHEDULER_LEASE_TTL",
-    type=DURATION,
-    default="15s",
-    show_default=True,
-    help="Run lease length; renewed every TTL/3.",
-)
-@click.option(
-    "--lease-grace",
-    envvar="SCHEDULER_LEASE_GRACE",
-    type=DURATION,
-    default="5s",
-    show_default=True,
-    help="Wait past lease expiry before a takeover.",
-)
-@click.option(
     "--drain-timeout",
     envvar="SCHEDULER_DRAIN_TIMEOUT",
     type=DURATION,
@@ -445,20 +479,13 @@ def runs_cancel(ctx: click.Context, ident: int, occurrence: bool) -> None:
     show_default=True,
 )
 @click.option(
-    "--max-interruptions",
-    envvar="SCHEDULER_MAX_INTERRUPTIONS",
-    type=int,
-    default=DaemonSettings.max_interruptions,
-    show_default=True,
-    help="Interruptions (shutdown, takeover) before an occurrence gives up.",
-)
-@click.option(
     "--listen/--no-listen",
     envvar="SCHEDULER_LISTEN",
     default=True,
     show_default=True,
     help="LISTEN for wake-ups (turn off behind PgBouncer in transaction mode).",
 )
+@fleet_timing_options
 @click.pass_context
 def run(ctx: click.Context, **options: Any) -> None:
     """Run the daemon until SIGTERM/SIGINT (a second signal stops at once)."""
@@ -501,31 +528,7 @@ def status(ctx: click.Context) -> None:
 
 @cli.command("recover")
 @click.option("--dry-run", is_flag=True, help="Show what it would change; change nothing.")
-@click.option(
-    "--lease-ttl",
-    envvar="SCHEDULER_LEASE_TTL",
-    type=DURATION,
-    default="15s",
-    show_default=True,
-    help="The fleet's lease TTL (sets the restart quiet period).",
-)
-@click.option(
-    "--lease-grace", envvar="SCHEDULER_LEASE_GRACE", type=DURATION, default="5s", show_default=True
-)
-@click.option(
-    "--max-interruptions",
-    envvar="SCHEDULER_MAX_INTERRUPTIONS",
-    type=int,
-    default=DaemonSettings.max_interruptions,
-    show_default=True,
-)
-@click.option(
-    "--instance-expiry",
-    envvar="SCHEDULER_INSTANCE_EXPIRY",
-    type=DURATION,
-    default="10m",
-    show_default=True,
-)
+@fleet_timing_options
 @json_option
 @click.pass_context
 def recover(ctx: click.Context, dry_run: bool, **options: Any) -> None:
@@ -608,3 +611,11 @@ def main(argv: list[str] | None = None) -> None:
         _fail(EXIT_BAD_INPUT, str(exc))
     except (DatabaseUnavailable, EmbeddedUnavailable, SchemaMismatch) as exc:
         _fail(EXIT_UNAVAILABLE, str(exc))
+    except psycopg.errors.UndefinedTable:
+        _fail(
+            EXIT_UNAVAILABLE,
+            "the database has no scheduler-daemon schema: run `scheduler-daemon migrate`",
+        )
+    except psycopg.Error as exc:  # permissions, constraints we did not foresee: one line, no trace
+        first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        _fail(EXIT_UNAVAILABLE, f"database error: {first_line}")

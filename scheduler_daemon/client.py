@@ -11,13 +11,13 @@ from typing import Any
 
 import psycopg
 
+from scheduler_daemon.domain.outcome import LIFECYCLE
 from scheduler_daemon.domain.task import InvalidTask, TaskRecord, TaskSpec
 from scheduler_daemon.storage import (
     fleet_store,
     history,
     instance_store,
     occurrence_store,
-    run_store,
     task_store,
 )
 from scheduler_daemon.storage.database import transaction
@@ -238,8 +238,18 @@ class Client:
             )
             if cancelled is None:
                 raise Conflict(f"occurrence {occurrence_id} is already {found['status']}")
+            task_store.record_outcome(
+                conn,
+                found["task_id"],
+                occurrence_id=occurrence_id,
+                occurrence_seq=cancelled["occurrence_seq"],
+                scheduled_for=cancelled["scheduled_for"],
+                status="cancelled",
+                error=cancelled["reason"],
+                lifecycle=LIFECYCLE["cancelled"],
+            )
             instance_store.notify_wakeup(conn, "cancelled")
-            return cancelled
+            return {**cancelled, "task_name": found["task_name"]}
 
     def status(self) -> dict[str, Any]:
         """Live instances, queue depth, executing runs against the budget, the takeover bound."""
@@ -248,7 +258,7 @@ class Client:
             return {
                 "instances": instances,
                 "queue_depth": occurrence_store.queue_depth(conn),
-                "executing_runs": run_store.executing_count(conn),
+                "executing_runs": occurrence_store.executing_count(conn),
                 "max_concurrent_runs": fleet_store.budget(conn),
             }
 

@@ -38,6 +38,9 @@ TRANSIENT = (
     psycopg.errors.SerializationFailure,
 )
 STOP_WAIT_SECONDS = 5.0
+# Removed from the environment before any job starts: whoever defines a task must not get the
+# daemon's database role through it.
+JOB_ENV_SECRETS = ("SCHEDULER_DATABASE_URL", "PGPASSWORD", "PGPASSFILE", "PGSERVICEFILE")
 
 
 def make_reconciler(pool: ConnectionPool, instance_id: str, settings: DaemonSettings) -> Reconciler:
@@ -98,7 +101,12 @@ class Daemon:
                 f"the database schema is at {current or 'nothing'}, this build "
                 f"expects {head}; run `scheduler-daemon migrate`"
             )
-        self.clock_drift = self._measure_drift()
+        self._register_instance(self._measure_drift())
+
+    def _register_instance(self, clock_drift: timedelta | None) -> None:
+        """Inserts this process start's instance row (again, if a peer removed it)."""
+        head = migration.head_revision()
+        self.clock_drift = clock_drift
         with connect(self.url) as conn, conn.transaction():
             instance_store.register(
                 conn,
@@ -117,7 +125,7 @@ class Daemon:
             "instance_registered",
             version=__version__,
             schema_revision=head,
-            clock_drift_seconds=self.clock_drift.total_seconds(),
+            clock_drift_seconds=clock_drift.total_seconds() if clock_drift else None,
             takeover_bound_seconds=self.settings.takeover_bound.total_seconds(),
         )
 
@@ -125,6 +133,8 @@ class Daemon:
     def run(self, stop: threading.Event, hard_stop: threading.Event | None = None) -> int:
         """Runs until `stop` is set, then drains; `hard_stop` skips the drain's wait."""
         hard_stop = hard_stop or threading.Event()
+        for secret in JOB_ENV_SECRETS:  # jobs inherit the environment; not the database password
+            os.environ.pop(secret, None)
         if not self._wait_for_database(stop):
             return 0
         self._register()
@@ -154,7 +164,8 @@ class Daemon:
             held=self.held,
             slots_in_use=lambda: len(self.held),
             stopping=lambda: self.draining,
-            clock_drift=lambda: self.clock_drift,
+            clock_drift=self.clock_drift,
+            reregister=self._register_instance,
         )
         reconciler = self.reconciler(pool)
         waker = Waker(self.url, self.wake, instance_id=self.instance_id)

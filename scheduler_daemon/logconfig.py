@@ -18,6 +18,16 @@ def _redact(_: Any, __: str, event: dict[str, Any]) -> dict[str, Any]:
     return event
 
 
+class _Stderr:
+    """Whatever sys.stderr is at the time of writing (it may be replaced after configuration)."""
+
+    def write(self, text: str) -> int:
+        return sys.stderr.write(text)
+
+    def flush(self) -> None:
+        sys.stderr.flush()
+
+
 def configure(level: str = "info", fmt: str = "auto") -> None:
     """Logs go to stderr, so command output on stdout stays clean for --json."""
     stream = sys.stderr
@@ -37,7 +47,7 @@ def configure(level: str = "info", fmt: str = "auto") -> None:
             renderer,
         ],
         wrapper_class=structlog.make_filtering_bound_logger(getattr(logging, level.upper())),
-        logger_factory=structlog.PrintLoggerFactory(stream),
+        logger_factory=structlog.PrintLoggerFactory(_Stderr()),  # type: ignore[arg-type]
         cache_logger_on_first_use=False,
     )
     logging.basicConfig(level=logging.WARNING, stream=stream)

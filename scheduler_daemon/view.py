@@ -1,4 +1,4 @@
-"""Turns records into the stable, documented output fields (docs/cli.md) and aligned tables."""
+"""Turns records into the stable output fields documented in docs/reference/cli.md, and tables."""
 
 from datetime import datetime, timedelta
 from typing import Any
@@ -120,10 +120,71 @@ def run_fields(row: dict[str, Any]) -> dict[str, Any]:
     return {k: iso(v) if isinstance(v, datetime) else v for k, v in out.items()}
 
 
+OCCURRENCE_FIELDS = (
+    "id",
+    "task_id",
+    "task_name",
+    "occurrence_seq",
+    "scheduled_for",
+    "last_scheduled_for",
+    "firing_count",
+    "trigger",
+    "overlap",
+    "concurrency_key",
+    "status",
+    "reason",
+    "requested_by",
+    "attempts",
+    "interruptions",
+    "lease_token",
+    "claim_owner",
+    "not_before",
+    "error",
+    "created_at",
+    "updated_at",
+    "finished_at",
+)
+
+
 def occurrence_fields(row: dict[str, Any]) -> dict[str, Any]:
-    out = {k: iso(v) if isinstance(v, datetime) else v for k, v in row.items() if k != "runs"}
-    out["runs"] = [run_fields({**r, "occurrence_id": row["id"]}) for r in row.get("runs", [])]
+    """An occurrence with the documented field names (and its runs, when it carries them)."""
+    out = {
+        k: iso(v) if isinstance(v, datetime) else v
+        for k, v in ((k, row.get(k)) for k in OCCURRENCE_FIELDS)
+    }
+    if "runs" in row:
+        shared = {
+            k: row.get(k)
+            for k in (
+                "occurrence_seq",
+                "task_id",
+                "task_name",
+                "scheduled_for",
+                "trigger",
+                "firing_count",
+                "last_scheduled_for",
+            )
+        }
+        out["runs"] = [run_fields({**r, **shared, "occurrence_id": row["id"]}) for r in row["runs"]]
     return out
+
+
+def run_detail_fields(row: dict[str, Any]) -> dict[str, Any]:
+    """`runs show`: the history fields plus the lease columns and the output tail."""
+    extra = {
+        k: row.get(k)
+        for k in (
+            "occurrence_status",
+            "lease_expires_at",
+            "takeover_at",
+            "finished_by",
+            "output_tail",
+        )
+    }
+    return {
+        **run_fields(row),
+        **{k: iso(v) if isinstance(v, datetime) else v for k, v in extra.items()},
+    }
 
 
 def fire_time_fields(instant: datetime, zone: str) -> dict[str, str | None]:

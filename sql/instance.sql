@@ -7,11 +7,13 @@ VALUES (%(id)s, %(hostname)s, %(pid)s, %(version)s, %(schema_revision)s, %(concu
     clock_timestamp())
 RETURNING *
 
--- name: instance_heartbeat :rowcount
--- Marks this instance alive and publishes its slot use and clock drift.
+-- name: instance_heartbeat :one
+-- Marks this instance alive and publishes its slot use and clock drift; returns the database
+-- clock for the next drift measurement, or no row when a reconciler removed this instance.
 UPDATE instance SET heartbeat_at = clock_timestamp(), slots_in_use = %(slots_in_use)s,
     clock_drift = %(clock_drift)s, stopping = %(stopping)s
 WHERE id = %(id)s
+RETURNING clock_timestamp() AS db_now
 
 -- name: instance_deregister :rowcount
 -- Removes this instance from the registry at a clean shutdown.
@@ -29,3 +31,7 @@ SELECT clock_timestamp() AS db_now
 -- Removes instances not heard from for `dead_after` (database clock); their runs are handled by
 -- lease expiry, never by this.
 DELETE FROM instance WHERE heartbeat_at < clock_timestamp() - %(dead_after)s RETURNING id
+
+-- name: instance_dead :many
+-- The instances `instance_remove_dead` would remove (for `recover --dry-run`).
+SELECT id FROM instance WHERE heartbeat_at < clock_timestamp() - %(dead_after)s ORDER BY id

@@ -110,7 +110,7 @@ UPDATE occurrence SET status = 'cancelled', reason = %(reason)s, requested_by = 
     lease_token = lease_token + 1, claim_owner = NULL, claim_expires_at = NULL,
     updated_at = clock_timestamp(), finished_at = clock_timestamp()
 WHERE id = %(id)s AND status IN ('queued', 'launching', 'running')
-RETURNING id, task_id, occurrence_seq, scheduled_for, status
+RETURNING *
 
 -- name: occurrence_expired_claims :many
 -- Claims that never launched and whose claim expired, a page at a time.

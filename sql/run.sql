@@ -31,7 +31,7 @@ LIMIT %(limit)s
 -- name: run_get :one
 -- One run with its occurrence and task.
 SELECT r.*, o.occurrence_seq, o.task_id, t.name AS task_name, o.scheduled_for, o.trigger,
-    o.reason, o.status AS occurrence_status
+    o.reason, o.status AS occurrence_status, o.firing_count, o.last_scheduled_for
 FROM run r JOIN occurrence o ON o.id = r.occurrence_id JOIN task t ON t.id = o.task_id
 WHERE r.id = %(id)s
 
@@ -71,10 +71,6 @@ UPDATE run SET status = %(status)s, exit_code = %(exit_code)s, http_status = %(h
     output_tail = %(output_tail)s, error = %(error)s, finished_at = clock_timestamp(),
     finished_by = %(owner)s
 WHERE id = %(id)s AND owner = %(owner)s AND lease_token = %(token)s AND status = 'running'
-
--- name: run_executing_count :scalar
--- Runs executing now, fleet-wide.
-SELECT count(*) FROM run WHERE status = 'running'
 
 -- name: run_takeover_candidates :many
 -- Runs past their takeover point (database clock), a page at a time in id order; none while the

@@ -138,7 +138,7 @@ class CliResult:
 
 
 @pytest.fixture
-def cli(database_url: str, capsys: pytest.CaptureFixture[str]) -> Any:
+def cli(database_url: str, capsys: pytest.CaptureFixture[str]) -> Iterator[Any]:
     """Runs the real `scheduler-daemon` entry point in-process against the test database."""
     from scheduler_daemon.cli import main
 
@@ -154,7 +154,10 @@ def cli(database_url: str, capsys: pytest.CaptureFixture[str]) -> Any:
         captured = capsys.readouterr()
         return CliResult(code, captured.out, captured.err)
 
-    return run
+    yield run
+    import structlog
+
+    structlog.reset_defaults()  # the CLI configured logging for its own run only
 
 
 def row_counts(conn: psycopg.Connection[Any]) -> dict[str, int]:

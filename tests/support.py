@@ -181,7 +181,8 @@ class Replica:
             held=self.held,
             slots_in_use=lambda: 0,
             stopping=lambda: False,
-            clock_drift=lambda: None,
+            clock_drift=None,
+            reregister=lambda _drift: None,
         )
 
     def finished(self) -> list[Any]:

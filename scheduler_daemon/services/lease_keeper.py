@@ -34,7 +34,8 @@ class LeaseKeeper:
         held: HeldRuns,
         slots_in_use: Callable[[], int],
         stopping: Callable[[], bool],
-        clock_drift: Callable[[], timedelta | None],
+        clock_drift: timedelta | None,
+        reregister: Callable[[timedelta | None], None],
     ) -> None:
         self.url = url
         self.instance_id = instance_id
@@ -42,7 +43,8 @@ class LeaseKeeper:
         self.held = held
         self.slots_in_use = slots_in_use
         self.stopping = stopping
-        self.clock_drift = clock_drift
+        self.clock_drift = clock_drift  # database minus host clock, re-measured every heartbeat
+        self.reregister = reregister
         self._conn: psycopg.Connection[Any] | None = None
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="lease-keeper", daemon=True)
@@ -73,6 +75,21 @@ class LeaseKeeper:
             self._conn = connect(self.url, autocommit=True)
         return self._conn
 
+    def _heartbeat(self, conn: psycopg.Connection[Any]) -> None:
+        before = time.time()
+        db_now = instance_store.heartbeat(
+            conn,
+            self.instance_id,
+            slots_in_use=self.slots_in_use(),
+            clock_drift=self.clock_drift,
+            stopping=self.stopping(),
+        )
+        if db_now is None:  # a peer removed us as dead (we were frozen): come back
+            log.warning("instance_reregistered", instance_id=self.instance_id)
+            self.reregister(self.clock_drift)
+            return
+        self.clock_drift = timedelta(seconds=db_now.timestamp() - (before + time.time()) / 2)
+
     def run_once(self) -> set[int]:
         """One renewal pass; returns the ids of the runs found fenced."""
         leases = self.held.leases()
@@ -86,13 +103,7 @@ class LeaseKeeper:
                 ttl=self.settings.lease_ttl,
                 grace=self.settings.lease_grace,
             )
-            instance_store.heartbeat(
-                conn,
-                self.instance_id,
-                slots_in_use=self.slots_in_use(),
-                clock_drift=self.clock_drift(),
-                stopping=self.stopping(),
-            )
+            self._heartbeat(conn)
         except psycopg.OperationalError as exc:
             if self._conn is not None:
                 self._conn.close()

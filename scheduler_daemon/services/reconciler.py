@@ -72,9 +72,9 @@ class Reconciler:
                     report.ids[category].append(candidate["id"])
                 elif (fixed := fix(candidate)) is not None:
                     report.ids[category].append(fixed)
-        if not dry_run:
-            with pooled_transaction(self.pool) as conn:
-                report.ids["removed_instances"] = instance_store.remove_dead(conn, self.dead_after)
+        with pooled_transaction(self.pool) as conn:
+            dead = instance_store.dead if dry_run else instance_store.remove_dead
+            report.ids["removed_instances"] = dead(conn, self.dead_after)
         if report.changed:
             self.log.info("reconciled", dry_run=dry_run, **report.counts)
         self.log.debug("reconcile_pass", dry_run=dry_run)  # a test signal; cheap at info level

@@ -19,21 +19,19 @@ def heartbeat(
     slots_in_use: int,
     clock_drift: timedelta | None,
     stopping: bool,
-) -> bool:
-    """False when the row is gone (a reconciler removed us as dead)."""
-    return (
-        query.run(
-            conn,
-            "instance_heartbeat",
-            {
-                "id": instance_id,
-                "slots_in_use": slots_in_use,
-                "clock_drift": clock_drift,
-                "stopping": stopping,
-            },
-        )
-        == 1
+) -> datetime | None:
+    """The database clock, or None when the row is gone (a reconciler removed us as dead)."""
+    row = query.run(
+        conn,
+        "instance_heartbeat",
+        {
+            "id": instance_id,
+            "slots_in_use": slots_in_use,
+            "clock_drift": clock_drift,
+            "stopping": stopping,
+        },
     )
+    return None if row is None else row["db_now"]
 
 
 def deregister(conn: psycopg.Connection[Any], instance_id: str) -> None:
@@ -57,3 +55,7 @@ def remove_dead(conn: psycopg.Connection[Any], dead_after: timedelta) -> list[st
     return [
         row["id"] for row in query.run(conn, "instance_remove_dead", {"dead_after": dead_after})
     ]
+
+
+def dead(conn: psycopg.Connection[Any], dead_after: timedelta) -> list[str]:
+    return [row["id"] for row in query.run(conn, "instance_dead", {"dead_after": dead_after})]

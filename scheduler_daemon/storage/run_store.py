@@ -90,10 +90,6 @@ def finish(
     )
 
 
-def executing_count(conn: psycopg.Connection[Any]) -> int:
-    return int(query.run(conn, "run_executing_count"))
-
-
 def takeover_candidates(
     conn: psycopg.Connection[Any], *, after: int, limit: int, restart_quiet: timedelta
 ) -> list[dict[str, Any]]:

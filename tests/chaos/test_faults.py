@@ -92,6 +92,10 @@ def test_dropped_connections_mid_loop_are_reconnected(spawn, cli, database_url, 
         assert daemon.stop() == 0, daemon.log()
 
 
+FINISHED_RUNS = """
+    SELECT t.name, r.status, r.error, octet_length(r.output_tail) AS tail, r.output_tail
+    FROM run r JOIN occurrence o ON o.id = r.occurrence_id JOIN task t ON t.id = o.task_id
+    WHERE r.status <> 'running'"""
 JOBS: dict[str, tuple[str, str, str | None]] = {
     # name: (option, target, expected run error)
     "crashes": ("--command", "kill -SEGV $$", "killed by signal SIGSEGV (11)"),
@@ -99,6 +103,7 @@ JOBS: dict[str, tuple[str, str, str | None]] = {
     "raises": ("--call", "tests.jobs:boom", None),
     "missing": ("--call", "no_such_module_xyz:run", None),
     "healthy": ("--command", "true", None),
+    "environment": ("--command", "env", None),
 }
 
 
@@ -113,19 +118,7 @@ def test_jobs_that_crash_flood_or_raise_fail_their_run_and_the_daemon_keeps_goin
         for name in JOBS:
             cli("tasks", "trigger", name)
         rows: Any = wait_for(
-            lambda: (
-                (
-                    r := query(
-                        database_url,
-                        "SELECT t.name, r.status, r.error, "
-                        "octet_length(r.output_tail) AS tail FROM run r JOIN occurrence o "
-                        "ON o.id = r.occurrence_id JOIN task t ON t.id = o.task_id "
-                        "WHERE r.status <> 'running'",
-                    )
-                )
-                and len(r) == len(JOBS)
-                and r
-            ),
+            lambda: len(r := query(database_url, FINISHED_RUNS)) == len(JOBS) and r,
             message="every job to finish",
         )
     finally:
@@ -138,6 +131,10 @@ def test_jobs_that_crash_flood_or_raise_fail_their_run_and_the_daemon_keeps_goin
     assert by_name["floods"]["error"] == JOBS["floods"][2]
     assert by_name["floods"]["tail"] <= 65536
     assert "ModuleNotFoundError" in by_name["missing"]["error"]
+    job_env = by_name["environment"]["output_tail"]
+    assert "SCHEDULER_IDEMPOTENCY_KEY=scheduler-daemon-occurrence-" in job_env
+    assert "SCHEDULER_LEASE_TOKEN=1" in job_env
+    assert "SCHEDULER_DATABASE_URL" not in job_env  # jobs do not get the daemon's database role
 
 
 def test_the_daemon_refuses_a_schema_that_is_not_at_its_revision(

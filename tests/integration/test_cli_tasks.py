@@ -275,3 +275,39 @@ def test_an_unreachable_database_is_exit_1_and_one_line_without_the_password(cli
     assert result.err.startswith("error: cannot connect to the database at postgresql://admin:***@")
     assert result.err.count("\n") == 1
     assert "s3cret-pw" not in result.err + result.out
+
+
+def test_commands_on_an_unmigrated_database_say_so_in_one_line(cli, empty_database_url) -> None:
+    result = cli("tasks", "list", url=empty_database_url)
+    assert (result.code, result.err) == (
+        1,
+        "error: the database has no scheduler-daemon schema: run `scheduler-daemon migrate`\n",
+    )
+
+
+def test_update_reads_a_naive_at_in_the_tasks_own_zone(cli) -> None:
+    cli(
+        "tasks",
+        "add",
+        "paris",
+        "--at",
+        "2031-01-01T08:00",
+        "--timezone",
+        "Europe/Paris",
+        "--command",
+        "true",
+    )
+    updated = cli("tasks", "update", "paris", "--at", "2031-01-01T09:00", "--json").json()
+    assert updated["at"] == "2031-01-01T08:00:00+00:00"  # 09:00 in Paris is 08:00 UTC in winter
+
+
+def test_cancelling_an_occurrence_shows_on_the_task(cli, db) -> None:
+    cli("tasks", "add", "c", "--every", "1h", "--command", "true")
+    occ = cli("tasks", "trigger", "c", "--json").json()
+    cancelled = cli("runs", "cancel", "--occurrence", str(occ["id"]), "--json")
+    assert cancelled.code == 0, cancelled.err
+    assert cancelled.json()["status"] == "cancelled"
+    task = db.execute("SELECT last_status, last_occurrence_id FROM task").fetchone()
+    assert task == {"last_status": "cancelled", "last_occurrence_id": occ["id"]}
+    again = cli("runs", "cancel", "--occurrence", str(occ["id"]))
+    assert (again.code, again.err) == (2, f"error: occurrence {occ['id']} is already cancelled\n")

@@ -217,3 +217,13 @@ def test_a_renewal_after_a_cancel_stops_the_job_and_writes_nothing(
     assert outcome.status == "stopped"
     assert replica.completer.run_once() == 1  # dropped, not written
     assert snapshot(database_url) == before
+
+
+def test_an_instance_removed_by_a_peer_registers_again_at_its_next_heartbeat(
+    pool, executors, database_url
+) -> None:
+    replica = Replica(database_url, pool, executors, "frozen-once")
+    calls: list[object] = []
+    replica.keeper.reregister = calls.append
+    replica.keeper.run_once()  # no instance row: as after a peer removed it as dead
+    assert calls == [None]
