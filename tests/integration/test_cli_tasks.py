@@ -311,3 +311,29 @@ def test_cancelling_an_occurrence_shows_on_the_task(cli, db) -> None:
     assert task == {"last_status": "cancelled", "last_occurrence_id": occ["id"]}
     again = cli("runs", "cancel", "--occurrence", str(occ["id"]))
     assert (again.code, again.err) == (2, f"error: occurrence {occ['id']} is already cancelled\n")
+
+
+def test_the_python_api_mirrors_the_task_commands(database_url, cli) -> None:
+    from datetime import timedelta
+
+    from scheduler_daemon import Client, TaskSpec
+
+    client = Client(database_url)
+    task = client.add_task(
+        TaskSpec(
+            name="api",
+            executor="python",
+            target="tests.jobs:ok",
+            every=timedelta(minutes=5),
+            overlap="allow",
+        )
+    )
+    assert cli("tasks", "show", "api", "--json").json()["target"] == "tests.jobs:ok"
+    assert client.update_task("api", concurrency_key="k").spec.concurrency_key == "k"
+    assert client.pause("api").spec.paused is True
+    assert client.resume("api").spec.paused is False
+    assert len(client.next_fire_times(task.id, 3)) == 3
+    occurrence = client.trigger("api", requested_by="test")
+    assert occurrence["status"] == "queued"
+    assert [r["occurrence_id"] for r in client.list_runs(task="api")] == [occurrence["id"]]
+    assert client.delete("api", force=True, requested_by="test") == [occurrence["id"]]
