@@ -190,6 +190,7 @@ class Daemon:
                 job_owner.close()
             waker.stop()
             keeper.stop()  # heartbeats stop last, after the drain
+            self._safely(self._deregister)
             pool.close()
         self.log.info("instance_stopped")
         return 0
@@ -254,7 +255,6 @@ class Daemon:
             self._safely(completer.run_once)
             self.wake.wait(0.1)
             self.wake.clear()
-        self._safely(self._deregister)
 
     def _release_claims(self, pool: ConnectionPool) -> None:
         with pooled_transaction(pool) as conn:

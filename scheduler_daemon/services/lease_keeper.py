@@ -84,9 +84,11 @@ class LeaseKeeper:
             clock_drift=self.clock_drift,
             stopping=self.stopping(),
         )
-        if db_now is None:  # a peer removed us as dead (we were frozen): come back
+        if db_now is None and not self.stopping():  # a peer removed us as dead: come back
             log.warning("instance_reregistered", instance_id=self.instance_id)
             self.reregister(self.clock_drift)
+            return
+        if db_now is None:
             return
         self.clock_drift = timedelta(seconds=db_now.timestamp() - (before + time.time()) / 2)
 
