@@ -5,34 +5,15 @@ import socket
 import threading
 import time
 from collections.abc import Iterator
-from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 import pytest
 
-from scheduler_daemon.executors.base import OUTPUT_TAIL_BYTES, JobContext, Outcome
+from scheduler_daemon.executors.base import OUTPUT_TAIL_BYTES, Outcome
 from scheduler_daemon.executors.http import HttpExecutor
-
-SCHEDULED_FOR = datetime(2024, 5, 1, 12, 30, tzinfo=UTC)
-
-
-def context(
-    run_id: int = 11, timeout: float | None = None, deadline_in: float = 30.0
-) -> JobContext:
-    return JobContext(
-        task_id=3,
-        task_name="nightly-report",
-        occurrence_id=7,
-        run_id=run_id,
-        scheduled_for=SCHEDULED_FOR,
-        attempt=2,
-        lease_token=5,
-        idempotency_key="occ-7-key",
-        timeout=timeout,
-        deadline=time.monotonic() + deadline_in,
-    )
+from tests.unit.executor_support import context, wait_outcome
 
 
 class Server(ThreadingHTTPServer):
@@ -81,28 +62,12 @@ def server() -> Iterator[Server]:
 
 
 @pytest.fixture
-def wake() -> threading.Event:
-    return threading.Event()
-
-
-@pytest.fixture
 def http(wake: threading.Event, monkeypatch: pytest.MonkeyPatch) -> Iterator[HttpExecutor]:
     for name in ("http_proxy", "HTTP_PROXY", "https_proxy", "HTTPS_PROXY", "all_proxy"):
         monkeypatch.delenv(name, raising=False)  # loopback only, never through a proxy
     executor = HttpExecutor(wake)
     yield executor
     executor.close()
-
-
-def wait_outcome(job: object, wake: threading.Event, within: float = 10.0) -> Outcome:
-    """Wait on the wake event (set when any job finishes) until `job` has an outcome."""
-    limit = time.monotonic() + within
-    while (outcome := job.poll()) is None:  # type: ignore[attr-defined]
-        remaining = limit - time.monotonic()
-        assert remaining > 0, "job did not finish in time"
-        wake.wait(remaining)
-        wake.clear()
-    return outcome
 
 
 def test_a_2xx_answer_succeeds_with_the_status_and_the_body(

@@ -8,38 +8,13 @@ import textwrap
 import threading
 import time
 from collections.abc import Iterator
-from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 
-from scheduler_daemon.executors.base import OUTPUT_TAIL_BYTES, JobContext, Outcome
+from scheduler_daemon.executors.base import OUTPUT_TAIL_BYTES, Outcome
 from scheduler_daemon.executors.shell import WATCHDOG_DIED, ShellExecutor, ShellJob
-
-SCHEDULED_FOR = datetime(2024, 5, 1, 12, 30, tzinfo=UTC)
-KILL_MARGIN = 0.3  # a deadline kill must land within this much after the deadline
-
-
-def context(
-    run_id: int = 11, timeout: float | None = None, deadline_in: float = 30.0
-) -> JobContext:
-    return JobContext(
-        task_id=3,
-        task_name="nightly-report",
-        occurrence_id=7,
-        run_id=run_id,
-        scheduled_for=SCHEDULED_FOR,
-        attempt=2,
-        lease_token=5,
-        idempotency_key="occ-7-key",
-        timeout=timeout,
-        deadline=time.monotonic() + deadline_in,
-    )
-
-
-@pytest.fixture
-def wake() -> threading.Event:
-    return threading.Event()
+from tests.unit.executor_support import KILL_MARGIN, context, wait_outcome
 
 
 @pytest.fixture
@@ -47,17 +22,6 @@ def shell(wake: threading.Event, tmp_path: Path) -> Iterator[ShellExecutor]:
     executor = ShellExecutor(wake, tmp_path / "spool")
     yield executor
     executor.close()
-
-
-def wait_outcome(job: object, wake: threading.Event, within: float = 10.0) -> Outcome:
-    """Wait on the wake event (set when any job finishes) until `job` has an outcome."""
-    limit = time.monotonic() + within
-    while (outcome := job.poll()) is None:  # type: ignore[attr-defined]
-        remaining = limit - time.monotonic()
-        assert remaining > 0, "job did not finish in time"
-        wake.wait(remaining)
-        wake.clear()
-    return outcome
 
 
 def wait_pgid(job: ShellJob, within: float = 5.0) -> int:
