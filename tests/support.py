@@ -57,8 +57,10 @@ def wait_for(
 
 
 def query(url: str, sql: str, params: Any = None) -> list[dict[str, Any]]:
+    """Runs one statement in autocommit; its rows, or [] for a statement that returns none."""
     with psycopg.connect(url, autocommit=True, row_factory=dict_row) as conn:
-        return conn.execute(sql, params).fetchall()
+        cursor = conn.execute(sql, params)
+        return cursor.fetchall() if cursor.description is not None else []
 
 
 def snapshot(url: str) -> dict[str, list[dict[str, Any]]]:
