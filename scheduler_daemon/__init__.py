@@ -6,7 +6,8 @@ watchdog and worker processes, which import this package, stay light.
 
 from typing import Any
 
-__version__ = "0.1.0"
+from scheduler_daemon.version import __version__
+
 __all__ = ["Client", "TaskSpec", "__version__"]
 
 

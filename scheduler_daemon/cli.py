@@ -11,7 +11,7 @@ from typing import Any, NoReturn
 import click
 import psycopg
 
-from scheduler_daemon import __version__, view
+from scheduler_daemon import view
 from scheduler_daemon.domain.duration import parse_duration
 from scheduler_daemon.domain.schedule import ScheduleError, load_zone
 from scheduler_daemon.domain.task import (
@@ -36,6 +36,7 @@ from scheduler_daemon.storage.error import (
     NotFound,
     SchemaMismatch,
 )
+from scheduler_daemon.version import __version__
 
 EXIT_BAD_INPUT = 2
 EXIT_UNAVAILABLE = 1
@@ -108,7 +109,7 @@ def json_option(f: Callable[..., Any]) -> Callable[..., Any]:
         is_flag=True,
         expose_value=False,
         callback=store,
-        help="Print JSON with the field names documented in docs/reference/cli.md.",
+        help="Print JSON with the field names documented in docs/cli.md.",
     )(f)
 
 
@@ -516,7 +517,7 @@ def run(ctx: click.Context, **options: Any) -> None:
 @json_option
 @click.pass_context
 def status(ctx: click.Context) -> None:
-    """Live instances, queue depth, executing runs against the budget, the takeover bound."""
+    """Registered instances, queue depth, executing runs against the budget, takeover bounds."""
     fields = view.status_fields(_client(ctx).status())
     text = (
         view.table(fields["instances"], view.INSTANCE_COLUMNS)

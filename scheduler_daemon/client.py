@@ -153,7 +153,7 @@ class Client:
             db_now = task_store.clock(conn, now)
             blocked = task.spec.overlap == "forbid" and occurrence_store.active_count(conn, task.id)
             instance_store.notify_wakeup(conn, "triggered")
-            return occurrence_store.insert(
+            occurrence = occurrence_store.insert(
                 conn,
                 task_id=task.id,
                 occurrence_seq=task_store.next_seq(conn, task.id),
@@ -166,6 +166,7 @@ class Client:
                 requested_by=requested_by,
                 now=db_now,
             )
+            return {**occurrence, "task_name": task.name}
 
     def delete(
         self, ref: str | int, *, force: bool = False, requested_by: str, now: datetime | None = None
@@ -252,7 +253,7 @@ class Client:
             return {**cancelled, "task_name": found["task_name"]}
 
     def status(self) -> dict[str, Any]:
-        """Live instances, queue depth, executing runs against the budget, the takeover bound."""
+        """Registered instances, queue depth, executing runs against the budget, takeover bounds."""
         with self._tx() as conn:
             instances = instance_store.list_instances(conn)
             return {

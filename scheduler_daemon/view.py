@@ -1,4 +1,4 @@
-"""Turns records into the stable output fields documented in docs/reference/cli.md, and tables."""
+"""Turns records into the stable output fields documented in docs/cli.md, and tables."""
 
 from datetime import datetime, timedelta
 from typing import Any
@@ -157,6 +157,7 @@ def occurrence_fields(row: dict[str, Any]) -> dict[str, Any]:
             k: row.get(k)
             for k in (
                 "occurrence_seq",
+                "reason",
                 "task_id",
                 "task_name",
                 "scheduled_for",

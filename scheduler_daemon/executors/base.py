@@ -21,6 +21,16 @@ STOP_GRACE_SECONDS = 1.0
 
 DEADLINE_ERROR = "killed: trust deadline passed"
 
+# Never passed on to jobs: whoever defines a task must not get the daemon's database role from
+# its environment (the daemon itself still needs them to connect).
+JOB_ENV_SECRETS = ("SCHEDULER_DATABASE_URL", "PGPASSWORD", "PGPASSFILE", "PGSERVICEFILE")
+
+
+def job_environment() -> dict[str, str]:
+    """The daemon's environment without the database credentials, for the processes that run
+    jobs (the watchdog and the python workers) and so for every job."""
+    return {k: v for k, v in os.environ.items() if k not in JOB_ENV_SECRETS}
+
 
 @dataclass(frozen=True)
 class JobContext:

@@ -32,6 +32,7 @@ from scheduler_daemon.executors.base import (
     JobContext,
     Outcome,
     SpoolDir,
+    job_environment,
     take_spool_tail,
 )
 
@@ -55,6 +56,7 @@ class _Worker:
                 pass_fds=(theirs.fileno(),),
                 stdin=subprocess.DEVNULL,
                 start_new_session=True,  # stop kills the job's own subprocesses with it
+                env=job_environment(),
             )
         self.conn = multiprocessing.connection.Connection(ours.detach())
         self.send_lock = threading.Lock()

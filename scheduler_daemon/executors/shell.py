@@ -26,6 +26,7 @@ from scheduler_daemon.executors.base import (
     JobContext,
     Outcome,
     SpoolDir,
+    job_environment,
     take_spool_tail,
 )
 
@@ -87,6 +88,7 @@ class _WatchdogProcess:
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             start_new_session=True,  # ^Z or a signal to the daemon's group must not reach it
+            env=job_environment(),
         )
         self.stdin: IO[bytes] = self.process.stdin  # type: ignore[assignment]
         self.reader = threading.Thread(target=self._read, name="shell-watchdog-reader", daemon=True)

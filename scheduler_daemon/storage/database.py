@@ -45,9 +45,8 @@ def connect(url: str, *, autocommit: bool = False, **kwargs: Any) -> psycopg.Con
             **kwargs,
         )
     except psycopg.Error as exc:
-        reason = redact(
-            str(exc).strip().splitlines()[-1] if str(exc).strip() else type(exc).__name__
-        )
+        lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+        reason = redact(lines[0] if lines else type(exc).__name__)
         raise DatabaseUnavailable(
             f"cannot connect to the database at {redact(url)}: {reason}"
         ) from exc

@@ -1,0 +1,70 @@
+"""TaskSpec rules (pure): every refused definition is one line naming what is wrong."""
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from scheduler_daemon.domain.task import MAX_PAYLOAD_BYTES, InvalidTask, TaskSpec
+
+NOW = datetime(2026, 12, 2, 12, 0, tzinfo=UTC)
+
+
+def spec(**kw: object) -> TaskSpec:
+    fields: dict[str, object] = {
+        "name": "t",
+        "executor": "shell",
+        "target": "true",
+        "every": timedelta(minutes=5),
+    }
+    fields.update(kw)
+    return TaskSpec(**fields)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"executor": "ftp"}, "unknown executor 'ftp': choose one of shell, http, python"),
+        ({"overlap": "sometimes"}, "unknown overlap 'sometimes'"),
+        ({"misfire": "maybe"}, "unknown misfire 'maybe'"),
+        ({"name": ""}, "task name must be 1 to 200 characters"),
+        ({"name": " padded "}, "without surrounding spaces"),
+        ({"name": "123"}, "must not be all digits"),
+        ({"cron": "* * * * *"}, "give exactly one schedule"),
+        ({"every": None}, "give exactly one schedule"),
+        ({"timezone": "Nowhere/City"}, "unknown time zone 'Nowhere/City'"),
+        ({"every": timedelta(0)}, "--every must be positive"),
+        ({"timeout": timedelta(seconds=-1)}, "--timeout must be positive"),
+        ({"misfire_grace": timedelta(seconds=-1)}, "--misfire-grace must not be negative"),
+        ({"max_attempts": 0}, "--max-attempts must be at least 1"),
+        ({"catchup_limit": 0}, "--catchup-limit must be at least 1"),
+        ({"misfire": "run_all"}, "--misfire run_all with --overlap forbid could only skip"),
+        ({"executor": "http", "target": "ftp://x"}, "needs an http:// or https:// URL"),
+        ({"executor": "python", "target": "no colon"}, "needs MODULE:FUNCTION"),
+        ({"target": "x" * MAX_PAYLOAD_BYTES}, f"the limit is {MAX_PAYLOAD_BYTES} bytes"),
+        ({"target": "  "}, "must not be empty"),
+    ],
+)
+def test_a_bad_definition_is_refused_with_one_line(changes: dict, message: str) -> None:
+    with pytest.raises(InvalidTask, match=message.replace("(", r"\(")) as err:
+        spec(**changes).validate(NOW)
+    assert "\n" not in str(err.value)
+
+
+def test_a_one_shot_instant_must_be_in_the_future_of_the_database_clock() -> None:
+    past = spec(every=None, at=NOW - timedelta(seconds=1))
+    with pytest.raises(InvalidTask, match="is in the past"):
+        past.validate(NOW)
+    past.validate()  # without the database clock the rule is not checked yet
+    spec(every=None, at=NOW + timedelta(seconds=1)).validate(NOW)
+
+
+def test_setting_one_schedule_kind_clears_the_others() -> None:
+    changed = spec().with_changes(cron="0 3 * * *")
+    assert (changed.cron, changed.every, changed.at) == ("0 3 * * *", None, None)
+    assert changed.schedule_kind == "cron"
+
+
+def test_the_payload_names_the_target_by_executor() -> None:
+    assert spec().payload == {"command": "true"}
+    assert spec(executor="http", target="https://x/y").payload == {"url": "https://x/y"}
+    assert spec(executor="python", target="m:f").payload == {"target": "m:f"}
