@@ -120,3 +120,25 @@ def test_runs_cancel_stops_a_running_shell_job_within_one_renewal_interval(
     (row,) = query(database_url, "SELECT status FROM run")
     assert row["status"] == "cancelled"  # the fenced daemon wrote nothing over it
     assert daemon.stop() == 0
+
+
+def test_a_second_signal_stops_at_once_without_waiting_for_the_drain(
+    spawn, cli, database_url, tmp_path
+) -> None:
+    marker = "4246.125"
+    _add(cli, "stubborn", f"sleep {marker}")
+    daemon = spawn(database_url, "impatient", "--drain-timeout", "5s")
+    daemon.instance_id()
+    cli("tasks", "trigger", "stubborn")
+    _running_run(database_url)
+    daemon.signal(signal.SIGTERM)
+    wait_for(lambda: '"drain_started"' in daemon.log(), message="the drain to start")
+    second = time.monotonic()
+    daemon.signal(signal.SIGTERM)
+    assert daemon.proc.wait(20) == 0, daemon.log()
+    elapsed = time.monotonic() - second
+    print(f"exited {elapsed:.2f}s after the second signal (drain timeout 5s)")
+    assert elapsed < 5.0
+    (run,) = query(database_url, "SELECT status FROM run")
+    assert run["status"] == "interrupted"
+    assert processes_matching(f"sleep {marker}") == []

@@ -227,3 +227,28 @@ def test_an_instance_removed_by_a_peer_registers_again_at_its_next_heartbeat(
     replica.keeper.reregister = calls.append
     replica.keeper.run_once()  # no instance row: as after a peer removed it as dead
     assert calls == [None]
+
+
+def test_a_long_outage_of_a_per_second_task_writes_a_bounded_number_of_rows(
+    client, pool, executors, database_url
+) -> None:
+    (db_now,) = query(database_url, "SELECT now() AS t")
+    created = db_now["t"] - timedelta(days=1)
+    client.add_task(
+        TaskSpec(name="every-second", executor="shell", target="true", every=timedelta(seconds=1)),
+        now=created,
+    )
+    replica = Replica(database_url, pool, executors, "a")
+    result = replica.dispatcher.run_once(now=db_now["t"])
+    rows = query(
+        database_url,
+        "SELECT status, reason, firing_count, scheduled_for, "
+        "last_scheduled_for FROM occurrence ORDER BY scheduled_for",
+    )
+    assert len(rows) <= 102
+    assert result.queued == 1  # run_once: the missed firings coalesce into one run
+    assert sum(r["firing_count"] for r in rows) == 86_400  # every firing of the day, accounted
+    summary = [r for r in rows if r["firing_count"] > 1]
+    assert len(summary) == 1
+    assert summary[0]["reason"] == "coalesced"
+    assert summary[0]["scheduled_for"] == created + timedelta(seconds=1)
