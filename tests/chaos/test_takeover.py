@@ -62,7 +62,7 @@ def test_a_frozen_daemons_job_is_stopped_by_its_watchdog_before_the_takeover_and
 ) -> None:
     marker = "4245.125"
     _add(cli, "frozen", _second_attempt_succeeds(tmp_path / "ran", marker))
-    zombie = spawn(database_url, "zombie")
+    zombie = spawn(database_url, "zombie", env={"SCHEDULER_LOG_LEVEL": "debug"})
     zombie.instance_id()
     cli("tasks", "trigger", "frozen")
     wait_for(lambda: processes_matching(f"sleep {marker}"), message="the first attempt's job")
@@ -97,7 +97,13 @@ def test_a_frozen_daemons_job_is_stopped_by_its_watchdog_before_the_takeover_and
         timeout=15,
         message="the woken zombie to learn it was fenced",
     )
-    time.sleep(TTL / 3 * 2)  # two more renewal passes, in which a zombie would write
+    # Two more full loop passes (completion included) in which a zombie would write.
+    passes = zombie.log().count('"reconcile_pass"')
+    wait_for(
+        lambda: zombie.log().count('"reconcile_pass"') >= passes + 2,
+        timeout=10,
+        message="two more passes of the woken daemon",
+    )
     assert snapshot(database_url) == before
     assert zombie.stop() == 0
 
