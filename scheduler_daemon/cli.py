@@ -29,7 +29,7 @@ from scheduler_daemon.settings import (
     InvalidSettings,
     resolve_database_url,
 )
-from scheduler_daemon.storage.database import redact
+from scheduler_daemon.storage.database import first_line, redact
 from scheduler_daemon.storage.error import (
     Conflict,
     DatabaseUnavailable,
@@ -617,6 +617,5 @@ def main(argv: list[str] | None = None) -> None:
             EXIT_UNAVAILABLE,
             "the database has no scheduler-daemon schema: run `scheduler-daemon migrate`",
         )
-    except psycopg.Error as exc:  # permissions, constraints we did not foresee: one line, no trace
-        first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        _fail(EXIT_UNAVAILABLE, f"database error: {first_line}")
+    except psycopg.Error as exc:  # permissions, lock timeouts, the unforeseen: one line, no trace
+        _fail(EXIT_UNAVAILABLE, f"database error: {first_line(exc)}")

@@ -24,7 +24,12 @@ from scheduler_daemon.services.reconciler import Reconciler, ReconcileReport
 from scheduler_daemon.services.waker import Waker
 from scheduler_daemon.settings import DaemonSettings
 from scheduler_daemon.storage import instance_store, migration, occurrence_store
-from scheduler_daemon.storage.database import connect, make_pool, pooled_transaction
+from scheduler_daemon.storage.database import (
+    connect,
+    first_line,
+    make_pool,
+    pooled_transaction,
+)
 from scheduler_daemon.storage.error import DatabaseUnavailable, SchemaMismatch
 from scheduler_daemon.version import __version__
 
@@ -198,7 +203,7 @@ class Daemon:
         try:
             reconciler.run_once()
         except TRANSIENT as exc:
-            self.log.warning("reconcile_failed", error=str(exc).strip().splitlines()[0])
+            self.log.warning("reconcile_failed", error=first_line(exc))
         except Exception:  # a surprise must never take the daemon down; logged with traceback
             self.log.exception("reconcile_crashed")
 
@@ -213,7 +218,7 @@ class Daemon:
                 until_due = (result.next_due - result.db_now).total_seconds()
                 timeout = max(0.0, min(timeout, until_due))
         except TRANSIENT as exc:
-            self.log.warning("pass_failed", error=str(exc).strip().splitlines()[0])
+            self.log.warning("pass_failed", error=first_line(exc))
         except Exception:  # a surprise must never take the daemon down; logged with traceback
             self.log.exception("pass_crashed")
         return timeout
@@ -265,7 +270,7 @@ class Daemon:
         try:
             step()
         except TRANSIENT as exc:
-            self.log.warning("shutdown_step_failed", error=str(exc).strip().splitlines()[0])
+            self.log.warning("shutdown_step_failed", error=first_line(exc))
 
 
 def recover(url: str, settings: DaemonSettings, *, dry_run: bool) -> ReconcileReport:

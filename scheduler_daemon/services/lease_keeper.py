@@ -13,7 +13,13 @@ import structlog
 from scheduler_daemon.domain.held import HeldRuns
 from scheduler_daemon.settings import DaemonSettings
 from scheduler_daemon.storage import instance_store, run_store
-from scheduler_daemon.storage.database import connect
+from scheduler_daemon.storage.database import (
+    Limits,
+    apply_limits,
+    connect,
+    first_line,
+    is_connection_error,
+)
 from scheduler_daemon.storage.error import DatabaseUnavailable
 
 log = structlog.get_logger()
@@ -98,18 +104,20 @@ class LeaseKeeper:
         sent = time.monotonic()
         try:
             conn = self._connection()
-            renewed = run_store.renew(
-                conn,
-                owner=self.instance_id,
-                held=leases,
-                ttl=self.settings.lease_ttl,
-                grace=self.settings.lease_grace,
-            )
-            self._heartbeat(conn)
+            with conn.transaction():  # short: the renewal, then the heartbeat, with lock limits
+                apply_limits(conn, Limits())
+                renewed = run_store.renew(
+                    conn,
+                    owner=self.instance_id,
+                    held=leases,
+                    ttl=self.settings.lease_ttl,
+                    grace=self.settings.lease_grace,
+                )
+                self._heartbeat(conn)
         except psycopg.OperationalError as exc:
-            if self._conn is not None:
+            if self._conn is not None and is_connection_error(exc):
                 self._conn.close()
-            raise DatabaseUnavailable(str(exc).strip()) from exc
+            raise DatabaseUnavailable(first_line(exc)) from exc
         deadline = sent + (self.settings.lease_ttl - self.settings.trust_margin).total_seconds()
         fenced: set[int] = set()
         for run_id, _ in leases:

@@ -10,6 +10,7 @@ import psycopg
 from psycopg.rows import dict_row
 from psycopg_pool import ConnectionPool, PoolTimeout
 
+from scheduler_daemon.storage import query
 from scheduler_daemon.storage.error import DatabaseUnavailable
 
 CONNECT_TIMEOUT_SECONDS = 5
@@ -45,24 +46,25 @@ def connect(url: str, *, autocommit: bool = False, **kwargs: Any) -> psycopg.Con
             **kwargs,
         )
     except psycopg.Error as exc:
-        lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
-        reason = redact(lines[0] if lines else type(exc).__name__)
+        reason = first_line(exc)
         raise DatabaseUnavailable(
             f"cannot connect to the database at {redact(url)}: {reason}"
         ) from exc
 
 
 @contextmanager
-def transaction(url: str) -> Iterator[psycopg.Connection[Any]]:
-    """One short transaction on a fresh connection: committed on success, rolled back on error."""
+def transaction(url: str, limits: "Limits | None" = None) -> Iterator[psycopg.Connection[Any]]:
+    """One short transaction on a fresh connection, with the per-transaction limits set:
+    committed on success, rolled back on error."""
     conn = connect(url)
     try:
         with conn.transaction():
+            apply_limits(conn, limits or Limits())
             yield conn
     except psycopg.OperationalError as exc:
-        raise DatabaseUnavailable(
-            f"lost the database connection: {redact(str(exc).strip())}"
-        ) from exc
+        if not is_connection_error(exc):
+            raise  # a lock or statement timeout, a deadlock: the caller's error, not an outage
+        raise DatabaseUnavailable(f"lost the database connection: {first_line(exc)}") from exc
     finally:
         conn.close()
 
@@ -99,22 +101,46 @@ def make_pool(url: str, *, max_size: int, name: str) -> ConnectionPool:
 
 
 @contextmanager
-def pooled_transaction(pool: ConnectionPool, limits: Limits = Limits()) -> Iterator[Any]:
+def pooled_transaction(pool: ConnectionPool, limits: Limits | None = None) -> Iterator[Any]:
     """One short transaction on a pooled connection, with the per-transaction limits set;
     DatabaseUnavailable when the database cannot be reached."""
-    from scheduler_daemon.storage import query
-
     try:
         with pool.connection() as conn, conn.transaction():
-            query.run(
-                conn,
-                "session_limits",
-                {
-                    "lock_timeout": limits.lock_timeout,
-                    "statement_timeout": limits.statement_timeout,
-                    "idle_timeout": limits.idle_timeout,
-                },
-            )
+            apply_limits(conn, limits or Limits())
             yield conn
-    except (psycopg.OperationalError, PoolTimeout) as exc:
-        raise DatabaseUnavailable(f"database unavailable: {redact(str(exc).strip())}") from exc
+    except PoolTimeout as exc:
+        raise DatabaseUnavailable(f"database unavailable: {first_line(exc)}") from exc
+    except psycopg.OperationalError as exc:
+        if not is_connection_error(exc):
+            raise
+        raise DatabaseUnavailable(f"database unavailable: {first_line(exc)}") from exc
+
+
+# SQLSTATEs that mean the server went away: admin/crash shutdown, cannot connect now.
+_SERVER_GONE = ("57P01", "57P02", "57P03")
+
+
+def is_connection_error(exc: psycopg.Error) -> bool:
+    """True when the connection or server is gone (no SQLSTATE, class 08, shutdown), as opposed
+    to an error the server reported on a live connection (lock timeout, deadlock, ...)."""
+    state = exc.sqlstate
+    return state is None or state.startswith("08") or state in _SERVER_GONE
+
+
+def first_line(exc: BaseException) -> str:
+    """The first non-empty line of an error, redacted: messages stay one line."""
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    return redact(lines[0] if lines else type(exc).__name__)
+
+
+def apply_limits(conn: psycopg.Connection[Any], limits: Limits) -> None:
+    """Sets the per-transaction limits (SET LOCAL semantics) in the open transaction."""
+    query.run(
+        conn,
+        "session_limits",
+        {
+            "lock_timeout": limits.lock_timeout,
+            "statement_timeout": limits.statement_timeout,
+            "idle_timeout": limits.idle_timeout,
+        },
+    )

@@ -252,3 +252,33 @@ def test_a_long_outage_of_a_per_second_task_writes_a_bounded_number_of_rows(
     assert len(summary) == 1
     assert summary[0]["reason"] == "coalesced"
     assert summary[0]["scheduled_for"] == created + timedelta(seconds=1)
+
+
+def test_an_active_row_cannot_hold_a_null_claim_or_lease_column(client, db) -> None:
+    # airflow#66773: `heartbeat < limit` is never true for NULL, so such rows stayed stuck forever.
+    task = _task(client)
+    with pytest.raises(psycopg.errors.CheckViolation, match="occurrence_claim_check"):
+        db.execute(
+            "INSERT INTO occurrence (task_id, occurrence_seq, scheduled_for, trigger, "
+            "overlap, status, not_before) VALUES (%s, 1, now(), 'manual', 'allow', "
+            "'launching', now())",
+            (task.id,),
+        )
+    occ = client.trigger(task.id, requested_by="test")
+    with pytest.raises(psycopg.errors.NotNullViolation):
+        db.execute(
+            "INSERT INTO run (occurrence_id, attempt, owner, lease_token, lease_expires_at, "
+            "takeover_at) VALUES (%s, 1, 'o', 1, now(), NULL)",
+            (occ["id"],),
+        )
+
+
+def test_cli_transactions_wait_at_most_the_lock_timeout_for_a_task_lock(cli, db, database_url):
+    # KNOWN-FAILURES 15: a lock held by a vanished session must not hang the caller forever.
+    cli("tasks", "add", "locked", "--every", "1h", "--command", "true")
+    with psycopg.connect(database_url) as holder:
+        holder.execute("SELECT id FROM task FOR UPDATE")
+        result = cli("tasks", "trigger", "locked")
+        holder.rollback()
+    assert result.code == 1
+    assert result.err.startswith("error: database error: canceling statement due to lock timeout")
