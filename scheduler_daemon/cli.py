@@ -53,6 +53,20 @@ class Duration(click.ParamType):
 
 
 DURATION = Duration()
+CLEAR = object()  # `tasks update --timeout none`: unset an optional value
+
+
+class Clearable(click.ParamType):
+    """An optional value that `tasks update` can clear with the word `none`."""
+
+    def __init__(self, inner: click.ParamType) -> None:
+        self.inner = inner
+        self.name = f"{inner.name}|none"
+
+    def convert(self, value: Any, param: Any, ctx: Any) -> Any:
+        if isinstance(value, str) and value.lower() == "none":
+            return CLEAR
+        return self.inner.convert(value, param, ctx)
 
 
 def _who() -> str:
@@ -147,6 +161,9 @@ def task_options(*, adding: bool) -> Callable[[Callable[..., Any]], Callable[...
     def default(name: str) -> Any:
         return d[name].default if adding else None
 
+    def optional(inner: click.ParamType) -> click.ParamType:
+        return inner if adding else Clearable(inner)
+
     options = [
         click.option("--cron", help="Cron expression, in the task's time zone."),
         click.option(
@@ -164,19 +181,22 @@ def task_options(*, adding: bool) -> Callable[[Callable[..., Any]], Callable[...
             "--call", metavar="MODULE:FUNCTION", help="Python callable (python executor)."
         ),
         click.option(
-            "--concurrency-key", default=None, help="Runs sharing a key go one at a time, in order."
+            "--concurrency-key",
+            type=optional(click.STRING),
+            help="Runs sharing a key go one at a time, in order."
+            + ("" if adding else "  `none` clears it."),
         ),
         click.option("--overlap", type=click.Choice(OVERLAP_POLICIES), default=default("overlap")),
         click.option("--misfire", type=click.Choice(MISFIRE_POLICIES), default=default("misfire")),
         click.option("--misfire-grace", type=DURATION, default=default("misfire_grace")),
-        click.option("--catchup-limit", type=int, default=None),
-        click.option("--catchup-window", type=DURATION, default=None),
+        click.option("--catchup-limit", type=optional(click.INT)),
+        click.option("--catchup-window", type=optional(DURATION)),
         click.option("--dst-gap", type=click.Choice(DST_GAP_POLICIES), default=default("dst_gap")),
         click.option(
             "--dst-overlap", type=click.Choice(DST_OVERLAP_POLICIES), default=default("dst_overlap")
         ),
-        click.option("--start-deadline", type=DURATION, default=None),
-        click.option("--timeout", type=DURATION, default=None),
+        click.option("--start-deadline", type=optional(DURATION)),
+        click.option("--timeout", type=optional(DURATION)),
         click.option("--max-attempts", type=int, default=default("max_attempts")),
         click.option("--backoff", type=DURATION, default=default("backoff")),
     ]
@@ -208,8 +228,9 @@ def _definition(opts: dict[str, Any], *, adding: bool, zone: str = "UTC") -> dic
         key, target = next(iter(given.items()))
         opts["executor"] = {"command": "shell", "http": "http", "call": "python"}[key]
         opts["target"] = target
-    opts["timeout"] = opts.pop("timeout")
-    return opts if adding else {k: v for k, v in opts.items() if v is not None}
+    if adding:
+        return opts
+    return {k: None if v is CLEAR else v for k, v in opts.items() if v is not None}
 
 
 def _instant(text: str, zone: str) -> datetime:

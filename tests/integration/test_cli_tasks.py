@@ -337,3 +337,59 @@ def test_the_python_api_mirrors_the_task_commands(database_url, cli) -> None:
     assert occurrence["status"] == "queued"
     assert [r["occurrence_id"] for r in client.list_runs(task="api")] == [occurrence["id"]]
     assert client.delete("api", force=True, requested_by="test") == [occurrence["id"]]
+
+
+def test_update_clears_optional_values_with_none(cli) -> None:
+    cli(
+        "tasks",
+        "add",
+        "opt",
+        "--every",
+        "1h",
+        "--command",
+        "true",
+        "--timeout",
+        "5m",
+        "--concurrency-key",
+        "k",
+        "--start-deadline",
+        "1m",
+        "--overlap",
+        "queue",
+        "--misfire",
+        "run_all",
+        "--catchup-limit",
+        "3",
+        "--catchup-window",
+        "1h",
+    )
+    cleared = cli(
+        "tasks",
+        "update",
+        "opt",
+        "--timeout",
+        "none",
+        "--concurrency-key",
+        "None",
+        "--start-deadline",
+        "none",
+        "--catchup-limit",
+        "none",
+        "--catchup-window",
+        "none",
+        "--json",
+    ).json()
+    assert [
+        cleared[k]
+        for k in (
+            "timeout_seconds",
+            "concurrency_key",
+            "start_deadline_seconds",
+            "catchup_limit",
+            "catchup_window_seconds",
+        )
+    ] == [None] * 5
+    assert (
+        cli("tasks", "add", "x", "--every", "1h", "--command", "true", "--timeout", "none").code
+        == 2
+    )  # only update clears
