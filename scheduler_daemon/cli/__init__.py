@@ -1,0 +1,55 @@
+"""The `scheduler-daemon` command line: parsing and printing only; Client and below do the work.
+
+The entry point turns every expected failure into one line on stderr and a documented exit code.
+"""
+
+import sys
+from typing import NoReturn
+
+import click
+import psycopg
+
+from scheduler_daemon.cli import fleet, runs, tasks  # noqa: F401 - registers the commands
+from scheduler_daemon.cli.base import EXIT_BAD_INPUT, EXIT_UNAVAILABLE, cli
+from scheduler_daemon.domain.schedule import ScheduleError
+from scheduler_daemon.domain.task import InvalidTask
+from scheduler_daemon.storage.database import first_line, redact
+from scheduler_daemon.storage.error import (
+    Conflict,
+    DatabaseUnavailable,
+    NotFound,
+    SchemaMismatch,
+)
+
+__all__ = ["cli", "main"]
+
+
+def _fail(code: int, message: str) -> NoReturn:
+    click.echo(f"error: {redact(message)}", err=True)
+    sys.exit(code)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Entry point: every expected failure is one line on stderr and a documented exit code."""
+    from scheduler_daemon.embedded import EmbeddedUnavailable
+
+    try:
+        code = cli.main(args=argv, prog_name="scheduler-daemon", standalone_mode=False)
+        sys.exit(code if isinstance(code, int) else 0)
+    except click.exceptions.Exit as exc:
+        sys.exit(exc.exit_code)
+    except click.Abort:
+        _fail(130, "aborted")
+    except click.UsageError as exc:
+        _fail(EXIT_BAD_INPUT, exc.format_message().replace("\n", " "))
+    except (InvalidTask, ScheduleError, Conflict, NotFound) as exc:
+        _fail(EXIT_BAD_INPUT, str(exc))
+    except (DatabaseUnavailable, EmbeddedUnavailable, SchemaMismatch) as exc:
+        _fail(EXIT_UNAVAILABLE, str(exc))
+    except psycopg.errors.UndefinedTable:
+        _fail(
+            EXIT_UNAVAILABLE,
+            "the database has no scheduler-daemon schema: run `scheduler-daemon migrate`",
+        )
+    except psycopg.Error as exc:  # permissions, lock timeouts, the unforeseen: one line, no trace
+        _fail(EXIT_UNAVAILABLE, f"database error: {first_line(exc)}")

@@ -1,0 +1,105 @@
+"""The root `scheduler-daemon` group, the shared option types and output helpers."""
+
+import getpass
+import json
+import socket
+from collections.abc import Callable
+from typing import Any
+
+import click
+
+from scheduler_daemon.domain.duration import parse_duration
+from scheduler_daemon.logconfig import LEVELS, configure
+from scheduler_daemon.settings import (
+    DATABASE_URL_ENV,
+    resolve_database_url,
+)
+from scheduler_daemon.version import __version__
+
+EXIT_BAD_INPUT = 2
+EXIT_UNAVAILABLE = 1
+
+
+class Duration(click.ParamType):
+    name = "duration"
+
+    def convert(self, value: Any, param: Any, ctx: Any) -> Any:
+        try:
+            return parse_duration(value) if isinstance(value, str) else value
+        except ValueError as exc:
+            self.fail(str(exc), param, ctx)
+
+
+DURATION = Duration()
+CLEAR = object()  # `tasks update --timeout none`: unset an optional value
+
+
+class Clearable(click.ParamType):
+    """An optional value that `tasks update` can clear with the word `none`."""
+
+    def __init__(self, inner: click.ParamType) -> None:
+        self.inner = inner
+        self.name = f"{inner.name}|none"
+
+    def convert(self, value: Any, param: Any, ctx: Any) -> Any:
+        if isinstance(value, str) and value.lower() == "none":
+            return CLEAR
+        return self.inner.convert(value, param, ctx)
+
+
+def who() -> str:
+    return f"{getpass.getuser()}@{socket.gethostname()}"
+
+
+def emit(ctx: click.Context, data: Any, text: str) -> None:
+    click.echo(json.dumps(data, indent=2, default=str) if ctx.obj["json"] else text)
+
+
+def client_for(ctx: click.Context) -> Any:
+    from scheduler_daemon.client import Client
+
+    return Client(resolve_database_url(ctx.obj["database_url"]))
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.option(
+    "--database-url",
+    envvar=DATABASE_URL_ENV,
+    metavar="URL",
+    help=f"PostgreSQL URL (or {DATABASE_URL_ENV}); unset: the embedded server.",
+)
+@click.option(
+    "--log-level",
+    envvar="SCHEDULER_LOG_LEVEL",
+    default="info",
+    type=click.Choice(LEVELS),
+    show_default=True,
+)
+@click.option(
+    "--log-format",
+    envvar="SCHEDULER_LOG_FORMAT",
+    default="auto",
+    type=click.Choice(["auto", "json", "console"]),
+    show_default=True,
+)
+@click.version_option(__version__, prog_name="scheduler-daemon")
+@click.pass_context
+def cli(ctx: click.Context, database_url: str | None, log_level: str, log_format: str) -> None:
+    """Durable cron for a fleet: tasks in PostgreSQL, run by whichever daemon is alive."""
+    configure(log_level, log_format)
+    ctx.obj = {"database_url": database_url, "json": False}
+
+
+def json_option(f: Callable[..., Any]) -> Callable[..., Any]:
+    def store(ctx: click.Context, _: Any, value: bool) -> bool:
+        ctx.obj["json"] = value
+        return value
+
+    return click.option(
+        "--json",
+        "as_json",
+        is_flag=True,
+        expose_value=False,
+        callback=store,
+        help="Print JSON with the field names documented in docs/cli.md.",
+    )(f)

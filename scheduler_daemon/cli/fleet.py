@@ -1,0 +1,246 @@
+"""Commands on the fleet and its database: migrate, run, status, recover, config, db."""
+
+from collections.abc import Callable
+from typing import Any
+
+import click
+
+from scheduler_daemon import view
+from scheduler_daemon.cli.base import (
+    DURATION,
+    cli,
+    client_for,
+    emit,
+    json_option,
+    who,
+)
+from scheduler_daemon.domain.task import (
+    InvalidTask,
+)
+from scheduler_daemon.settings import (
+    DaemonSettings,
+    InvalidSettings,
+    resolve_database_url,
+)
+
+
+# -- migrate -------------------------------------------------------------------------------------
+@cli.command()
+@click.option("--check", is_flag=True, help="Exit 1 when the schema is behind this build.")
+@click.option("--sql", "as_sql", is_flag=True, help="Print the DDL instead of running it.")
+@click.pass_context
+def migrate(ctx: click.Context, check: bool, as_sql: bool) -> None:
+    """Bring the schema to this build's revision."""
+    from scheduler_daemon.storage import migration
+
+    if as_sql:
+        click.echo(migration.offline_sql())
+        return
+    url = resolve_database_url(ctx.obj["database_url"])
+    if check:
+        current, at, head = migration.is_current(url)
+        click.echo(f"schema at {at or 'nothing'}, this build expects {head}")
+        ctx.exit(0 if current else 1)
+    migration.upgrade(url)
+    click.echo(f"schema at {migration.head_revision()}")
+
+
+def fleet_timing_options(f: Callable[..., Any]) -> Callable[..., Any]:
+    """Options `run` and `recover` share: they set the takeover point, the quiet period after a
+    database restart, the interruption bound and when a silent instance is removed."""
+    options = [
+        click.option(
+            "--lease-ttl",
+            envvar="SCHEDULER_LEASE_TTL",
+            type=DURATION,
+            default="15s",
+            show_default=True,
+            help="Run lease length; renewed every TTL/3.",
+        ),
+        click.option(
+            "--lease-grace",
+            envvar="SCHEDULER_LEASE_GRACE",
+            type=DURATION,
+            default="5s",
+            show_default=True,
+            help="Wait past lease expiry before a takeover.",
+        ),
+        click.option(
+            "--max-interruptions",
+            envvar="SCHEDULER_MAX_INTERRUPTIONS",
+            type=int,
+            default=DaemonSettings.max_interruptions,
+            show_default=True,
+            help="Interruptions (shutdown, takeover) before an occurrence gives up.",
+        ),
+        click.option(
+            "--instance-expiry",
+            envvar="SCHEDULER_INSTANCE_EXPIRY",
+            type=DURATION,
+            default="10m",
+            show_default=True,
+            help="Silence after which a dead instance's row is removed.",
+        ),
+    ]
+    for option in reversed(options):
+        f = option(f)
+    return f
+
+
+# -- daemon --------------------------------------------------------------------------------------
+@cli.command("run")
+@click.option(
+    "--instance-id",
+    "instance_prefix",
+    envvar="SCHEDULER_INSTANCE_ID",
+    default=DaemonSettings.instance_prefix,
+    show_default="host name",
+    help="Instance id prefix; a per-start suffix is always added.",
+)
+@click.option(
+    "--concurrency",
+    envvar="SCHEDULER_CONCURRENCY",
+    type=int,
+    default=DaemonSettings.concurrency,
+    show_default=True,
+    help="Local job slots.",
+)
+@click.option(
+    "--poll-interval",
+    envvar="SCHEDULER_POLL_INTERVAL",
+    type=DURATION,
+    default="1s",
+    show_default=True,
+)
+@click.option(
+    "--drain-timeout",
+    envvar="SCHEDULER_DRAIN_TIMEOUT",
+    type=DURATION,
+    default="20s",
+    show_default=True,
+    help="How long running jobs may finish after SIGTERM.",
+)
+@click.option(
+    "--stop-timeout",
+    envvar="SCHEDULER_STOP_TIMEOUT",
+    type=DURATION,
+    default="30s",
+    show_default=True,
+    help="What the supervisor allows between SIGTERM and SIGKILL.",
+)
+@click.option(
+    "--reconcile-interval",
+    envvar="SCHEDULER_RECONCILE_INTERVAL",
+    type=DURATION,
+    default="5s",
+    show_default=True,
+)
+@click.option(
+    "--listen/--no-listen",
+    envvar="SCHEDULER_LISTEN",
+    default=True,
+    show_default=True,
+    help="LISTEN for wake-ups (turn off behind PgBouncer in transaction mode).",
+)
+@fleet_timing_options
+@click.pass_context
+def run(ctx: click.Context, **options: Any) -> None:
+    """Run the daemon until SIGTERM/SIGINT (a second signal stops at once)."""
+    import signal
+    import threading
+
+    from scheduler_daemon.daemon import Daemon
+
+    try:
+        settings = DaemonSettings(**options).validate()
+    except InvalidSettings as exc:
+        raise InvalidTask(str(exc)) from exc
+    url = resolve_database_url(ctx.obj["database_url"])
+    stop, hard_stop = threading.Event(), threading.Event()
+
+    daemon = Daemon(url, settings)
+
+    def on_signal(signum: int, _frame: Any) -> None:
+        (hard_stop if stop.is_set() else stop).set()
+        daemon.wake.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    ctx.exit(daemon.run(stop, hard_stop))
+
+
+@cli.command("status")
+@json_option
+@click.pass_context
+def status(ctx: click.Context) -> None:
+    """Registered instances, queue depth, executing runs against the budget, takeover bounds."""
+    fields = view.status_fields(client_for(ctx).status())
+    text = (
+        view.table(fields["instances"], view.INSTANCE_COLUMNS)
+        + f"\n\nqueue depth {fields['queue_depth']}, executing "
+        f"{fields['executing_runs']}/{fields['max_concurrent_runs']}"
+    )
+    emit(ctx, fields, text)
+
+
+@cli.command("recover")
+@click.option("--dry-run", is_flag=True, help="Show what it would change; change nothing.")
+@fleet_timing_options
+@json_option
+@click.pass_context
+def recover(ctx: click.Context, dry_run: bool, **options: Any) -> None:
+    """One reconciliation pass: take over runs past their takeover point, give back expired
+    claims, expire occurrences past their start deadline, finalize one-shot tasks, remove dead
+    instances. Safe while daemons run; a second pass changes nothing."""
+    from scheduler_daemon.daemon import recover as recover_pass
+
+    try:
+        settings = DaemonSettings(**options).validate()
+    except InvalidSettings as exc:
+        raise InvalidTask(str(exc)) from exc
+    report = recover_pass(resolve_database_url(ctx.obj["database_url"]), settings, dry_run=dry_run)
+    data = {"dry_run": dry_run, "counts": report.counts, "ids": report.ids}
+    verb = "would change" if dry_run else "changed"
+    lines = [
+        f"{name.replace('_', ' ')}: {len(ids)}" + (f" {ids}" if ids else "")
+        for name, ids in report.ids.items()
+    ]
+    emit(ctx, data, f"recover {verb} {report.changed} item(s)\n" + "\n".join(lines))
+
+
+# -- config --------------------------------------------------------------------------------------
+@cli.group()
+def config() -> None:
+    """Fleet-wide settings that every replica reads from the database."""
+
+
+@config.command("show")
+@json_option
+@click.pass_context
+def config_show(ctx: click.Context) -> None:
+    settings = {k.replace("_", "-"): v for k, v in client_for(ctx).fleet_settings().items()}
+    emit(ctx, settings, view.pairs(settings) if settings else "(none)")
+
+
+@config.command("set")
+@click.argument("name")
+@click.argument("value")
+@json_option
+@click.pass_context
+def config_set(ctx: click.Context, name: str, value: str) -> None:
+    row = client_for(ctx).set_fleet_setting(name, value, updated_by=who())
+    emit(ctx, {name: row["value"]}, f"{name} = {row['value']}")
+
+
+# -- embedded database ---------------------------------------------------------------------------
+@cli.group()
+def db() -> None:
+    """The embedded PostgreSQL used when no database URL is configured."""
+
+
+@db.command("stop")
+def db_stop() -> None:
+    """Stop the embedded server now, whoever uses it."""
+    from scheduler_daemon import embedded
+
+    click.echo("stopped" if embedded.stop() else "not running")

@@ -1,0 +1,62 @@
+"""`scheduler-daemon runs …`: run history and cancellation (parsing and printing only)."""
+
+import click
+
+from scheduler_daemon import view
+from scheduler_daemon.cli.base import (
+    cli,
+    client_for,
+    emit,
+    json_option,
+    who,
+)
+
+
+# -- runs ----------------------------------------------------------------------------------------
+@cli.group()
+def runs() -> None:
+    """Run history."""
+
+
+@runs.command("list")
+@click.option("--task", default=None, help="Task name or id (ids of deleted tasks too).")
+@click.option("--status", default=None)
+@click.option("--limit", type=int, default=50, show_default=True)
+@json_option
+@click.pass_context
+def runs_list(ctx: click.Context, task: str | None, status: str | None, limit: int) -> None:
+    """Newest first: one row per run attempt plus one per occurrence that never ran."""
+    rows = [
+        view.run_fields(r) for r in client_for(ctx).list_runs(task=task, status=status, limit=limit)
+    ]
+    emit(ctx, rows, view.table(rows, view.RUN_COLUMNS))
+
+
+@runs.command("show")
+@click.argument("ident", type=int, metavar="ID")
+@click.option("--occurrence", is_flag=True, help="ID is an occurrence id, not a run id.")
+@json_option
+@click.pass_context
+def runs_show(ctx: click.Context, ident: int, occurrence: bool) -> None:
+    """One run, or with --occurrence one occurrence and all its runs."""
+    client = client_for(ctx)
+    if occurrence:
+        fields = view.occurrence_fields(client.show_occurrence(ident))
+        runs_text = view.table(fields["runs"], view.RUN_COLUMNS) if fields["runs"] else "(no runs)"
+        plain = {k: v for k, v in fields.items() if k != "runs"}
+        emit(ctx, fields, view.pairs(plain) + "\n\n" + runs_text)
+    else:
+        fields = view.run_detail_fields(client.show_run(ident))
+        emit(ctx, fields, view.pairs(fields))
+
+
+@runs.command("cancel")
+@click.argument("ident", type=int, metavar="ID")
+@click.option("--occurrence", is_flag=True, help="ID is an occurrence id, not a run id.")
+@json_option
+@click.pass_context
+def runs_cancel(ctx: click.Context, ident: int, occurrence: bool) -> None:
+    """Cancel a run (its occurrence): the holder is fenced and stops the job at its next renewal."""
+    row = client_for(ctx).cancel(ident, occurrence=occurrence, requested_by=who())
+    fields = view.occurrence_fields(row)
+    emit(ctx, fields, f"occurrence {row['id']} cancelled")

@@ -1,0 +1,240 @@
+"""`scheduler-daemon tasks …`: define, inspect and control tasks (parsing and printing only)."""
+
+from collections.abc import Callable
+from datetime import datetime
+from typing import Any
+
+import click
+
+from scheduler_daemon import view
+from scheduler_daemon.cli.base import (
+    CLEAR,
+    DURATION,
+    Clearable,
+    cli,
+    client_for,
+    emit,
+    json_option,
+    who,
+)
+from scheduler_daemon.domain.schedule import ScheduleError, load_zone
+from scheduler_daemon.domain.task import (
+    DST_GAP_POLICIES,
+    DST_OVERLAP_POLICIES,
+    MISFIRE_POLICIES,
+    OVERLAP_POLICIES,
+    InvalidTask,
+    TaskSpec,
+)
+
+
+# -- tasks ---------------------------------------------------------------------------------------
+@cli.group()
+def tasks() -> None:
+    """Define, inspect and control tasks."""
+
+
+def task_options(*, adding: bool) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """The definition options shared by `tasks add` and `tasks update` (update: unset = keep)."""
+    d = TaskSpec.__dataclass_fields__
+
+    def default(name: str) -> Any:
+        return d[name].default if adding else None
+
+    def optional(inner: click.ParamType) -> click.ParamType:
+        return inner if adding else Clearable(inner)
+
+    options = [
+        click.option("--cron", help="Cron expression, in the task's time zone."),
+        click.option(
+            "--every", type=DURATION, help="Fixed rate, anchored at creation (30s, 5m, PT1H)."
+        ),
+        click.option("--at", "at_text", metavar="INSTANT", help="One-shot ISO 8601 instant."),
+        click.option(
+            "--timezone",
+            default=default("timezone"),
+            help="IANA zone." + ("  [default: UTC]" if adding else ""),
+        ),
+        click.option("--command", help="Shell command (shell executor)."),
+        click.option("--http", help="URL to POST to (http executor)."),
+        click.option(
+            "--call", metavar="MODULE:FUNCTION", help="Python callable (python executor)."
+        ),
+        click.option(
+            "--concurrency-key",
+            type=optional(click.STRING),
+            help="Runs sharing a key go one at a time, in order."
+            + ("" if adding else "  `none` clears it."),
+        ),
+        click.option("--overlap", type=click.Choice(OVERLAP_POLICIES), default=default("overlap")),
+        click.option("--misfire", type=click.Choice(MISFIRE_POLICIES), default=default("misfire")),
+        click.option("--misfire-grace", type=DURATION, default=default("misfire_grace")),
+        click.option("--catchup-limit", type=optional(click.INT)),
+        click.option("--catchup-window", type=optional(DURATION)),
+        click.option("--dst-gap", type=click.Choice(DST_GAP_POLICIES), default=default("dst_gap")),
+        click.option(
+            "--dst-overlap", type=click.Choice(DST_OVERLAP_POLICIES), default=default("dst_overlap")
+        ),
+        click.option("--start-deadline", type=optional(DURATION)),
+        click.option("--timeout", type=optional(DURATION)),
+        click.option("--max-attempts", type=int, default=default("max_attempts")),
+        click.option("--backoff", type=DURATION, default=default("backoff")),
+    ]
+    if adding:
+        options.append(click.option("--paused", is_flag=True, help="Create it paused."))
+
+    def apply(f: Callable[..., Any]) -> Callable[..., Any]:
+        for option in reversed(options):
+            f = option(f)
+        return f
+
+    return apply
+
+
+def _definition(opts: dict[str, Any], *, adding: bool, zone: str = "UTC") -> dict[str, Any]:
+    """TaskSpec fields from the parsed options (update: only those given). A naive `--at` is
+    read in `--timezone`, else in `zone` (the task's own zone when updating)."""
+    targets = {k: opts.pop(k) for k in ("command", "http", "call")}
+    given = {k: v for k, v in targets.items() if v is not None}
+    if len(given) > 1 or (adding and not given):
+        raise InvalidTask("give exactly one of --command, --http or --call")
+    at_text = opts.pop("at_text")
+    if at_text is not None:
+        opts["at"] = _instant(at_text, opts.get("timezone") or zone)
+    schedules = [k for k in ("cron", "every", "at") if opts.get(k) is not None]
+    if len(schedules) > 1 or (adding and not schedules):
+        raise InvalidTask("give exactly one schedule: --cron, --every or --at")
+    if given:
+        key, target = next(iter(given.items()))
+        opts["executor"] = {"command": "shell", "http": "http", "call": "python"}[key]
+        opts["target"] = target
+    if adding:
+        return opts
+    return {k: None if v is CLEAR else v for k, v in opts.items() if v is not None}
+
+
+def _instant(text: str, zone: str) -> datetime:
+    try:
+        value = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError as exc:
+        raise InvalidTask(
+            f"--at '{text}' is not an ISO 8601 instant such as 2030-01-01T09:00"
+        ) from exc
+    try:
+        return value if value.tzinfo else value.replace(tzinfo=load_zone(zone))
+    except ScheduleError as exc:
+        raise InvalidTask(str(exc)) from exc
+
+
+def _show_task(ctx: click.Context, task: Any) -> None:
+    fields = view.task_fields(task)
+    emit(ctx, fields, view.pairs(fields))
+
+
+@tasks.command("add")
+@click.argument("name")
+@task_options(adding=True)
+@json_option
+@click.pass_context
+def tasks_add(ctx: click.Context, name: str, **opts: Any) -> None:
+    """Add a task."""
+    spec = TaskSpec(name=name, **_definition(opts, adding=True))
+    _show_task(ctx, client_for(ctx).add_task(spec))
+
+
+@tasks.command("update")
+@click.argument("task")
+@task_options(adding=False)
+@json_option
+@click.pass_context
+def tasks_update(ctx: click.Context, task: str, **opts: Any) -> None:
+    """Change a task's definition; it takes effect from the next firing."""
+    client = client_for(ctx)
+    zone = client.get_task(task).spec.timezone if opts.get("at_text") else "UTC"
+    changes = _definition(opts, adding=False, zone=zone)
+    if not changes:
+        raise InvalidTask("nothing to update: give at least one option")
+    _show_task(ctx, client.update_task(task, **changes))
+
+
+@tasks.command("list")
+@json_option
+@click.pass_context
+def tasks_list(ctx: click.Context) -> None:
+    """List the tasks."""
+    rows = [view.task_fields(t) for t in client_for(ctx).list_tasks()]
+    emit(ctx, rows, view.table(rows, view.TASK_COLUMNS))
+
+
+@tasks.command("show")
+@click.argument("task")
+@json_option
+@click.pass_context
+def tasks_show(ctx: click.Context, task: str) -> None:
+    """Show one task."""
+    _show_task(ctx, client_for(ctx).get_task(task))
+
+
+@tasks.command("pause")
+@click.argument("task")
+@json_option
+@click.pass_context
+def tasks_pause(ctx: click.Context, task: str) -> None:
+    """Stop firing a task (nothing is owed for firings while paused)."""
+    _show_task(ctx, client_for(ctx).pause(task))
+
+
+@tasks.command("resume")
+@click.argument("task")
+@json_option
+@click.pass_context
+def tasks_resume(ctx: click.Context, task: str) -> None:
+    """Fire a paused task again, from its next firing after now."""
+    _show_task(ctx, client_for(ctx).resume(task))
+
+
+@tasks.command("next")
+@click.argument("task")
+@click.option("-n", "count", type=int, default=5, show_default=True)
+@json_option
+@click.pass_context
+def tasks_next(ctx: click.Context, task: str, count: int) -> None:
+    """The next fire times, in the task's zone and in UTC."""
+    client = client_for(ctx)
+    record = client.get_task(task)
+    rows = [
+        view.fire_time_fields(t, record.spec.timezone)
+        for t in client.next_fire_times(record.id, count)
+    ]
+    emit(ctx, rows, view.table(rows, ("local", "utc")))
+
+
+@tasks.command("trigger")
+@click.argument("task")
+@json_option
+@click.pass_context
+def tasks_trigger(ctx: click.Context, task: str) -> None:
+    """Queue a manual occurrence now; it follows the task's overlap policy."""
+    occ = client_for(ctx).trigger(task, requested_by=who())
+    fields = view.occurrence_fields(occ)
+    text = (
+        f"occurrence {occ['id']} queued"
+        if occ["status"] == "queued"
+        else f"occurrence {occ['id']} skipped: {occ['reason']} (an occurrence is active)"
+    )
+    emit(ctx, fields, text)
+
+
+@tasks.command("delete")
+@click.argument("task")
+@click.option("--force", is_flag=True, help="Cancel active occurrences instead of refusing.")
+@json_option
+@click.pass_context
+def tasks_delete(ctx: click.Context, task: str, force: bool) -> None:
+    """Delete a task; its history stays queryable by id and its name becomes free."""
+    cancelled = client_for(ctx).delete(task, force=force, requested_by=who())
+    emit(
+        ctx,
+        {"deleted": task, "cancelled_occurrence_ids": cancelled},
+        f"deleted {task}" + (f"; cancelled occurrences {cancelled}" if cancelled else ""),
+    )
