@@ -43,6 +43,7 @@ TRANSIENT = (
     psycopg.errors.SerializationFailure,
 )
 STOP_WAIT_SECONDS = 5.0
+MIN_SLEEP_SECONDS = 0.02
 
 
 def make_reconciler(pool: ConnectionPool, instance_id: str, settings: DaemonSettings) -> Reconciler:
@@ -167,7 +168,7 @@ class Daemon:
             clock_drift=self.clock_drift,
             reregister=self._register_instance,
         )
-        reconciler = self.reconciler(pool)
+        reconciler = make_reconciler(pool, self.instance_id, self.settings)
         waker = Waker(self.url, self.wake, instance_id=self.instance_id)
         keeper.start()
         if self.settings.listen:
@@ -181,8 +182,7 @@ class Daemon:
                         time.monotonic() + self.settings.reconcile_interval.total_seconds()
                     )
                 timeout = self._pass(dispatcher, launcher, completer)
-                stop_or_wake = self.wake.wait(timeout)
-                if stop_or_wake:
+                if self.wake.wait(timeout):  # a job finished, a NOTIFY, or a signal
                     self.wake.clear()
             self._drain(pool, completer, hard_stop)
         finally:
@@ -194,9 +194,6 @@ class Daemon:
             pool.close()
         self.log.info("instance_stopped")
         return 0
-
-    def reconciler(self, pool: ConnectionPool) -> Reconciler:
-        return make_reconciler(pool, self.instance_id, self.settings)
 
     def _reconcile(self, reconciler: Reconciler) -> None:
         """Every daemon reconciles in its own loop, never through the queue it repairs."""
@@ -216,7 +213,8 @@ class Daemon:
             launcher.run_once()
             if result.next_due is not None and result.db_now is not None:
                 until_due = (result.next_due - result.db_now).total_seconds()
-                timeout = max(0.0, min(timeout, until_due))
+                # Still due after dispatching means a peer holds that task: do not spin.
+                timeout = max(MIN_SLEEP_SECONDS, min(timeout, until_due))
         except TRANSIENT as exc:
             self.log.warning("pass_failed", error=first_line(exc))
         except Exception:  # a surprise must never take the daemon down; logged with traceback
