@@ -4,13 +4,14 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+import psycopg
 import structlog
 from psycopg_pool import ConnectionPool
 
 from scheduler_daemon.domain.misfire import plan_dispatch
 from scheduler_daemon.domain.task import TaskRecord
 from scheduler_daemon.storage import instance_store, occurrence_store, task_store
-from scheduler_daemon.storage.database import pooled_transaction
+from scheduler_daemon.storage.database import first_line, pooled_transaction
 
 log = structlog.get_logger()
 
@@ -40,15 +41,38 @@ class Dispatcher:
             with pooled_transaction(self.pool) as conn:
                 db_now = task_store.clock(conn, now)
                 tasks = task_store.claim_due(conn, self.batch, now)
-                for task in tasks:
-                    self._dispatch(conn, task, db_now, result)
+                dispatched = sum(self._dispatch_one(conn, task, db_now, result) for task in tasks)
                 if result.queued:
                     instance_store.notify_wakeup(conn, "queued")
                 result.tasks += len(tasks)
                 result.db_now = db_now
                 result.next_due = task_store.next_due(conn)
-            if len(tasks) < self.batch:
+            if len(tasks) < self.batch or not dispatched:
                 return result
+
+    def _dispatch_one(
+        self, conn: Any, task: TaskRecord, db_now: datetime, result: DispatchResult
+    ) -> bool:
+        """One task in a savepoint: a task whose row cannot be planned (a cron expression or
+        zone this build rejects) is logged and left alone, and never stops the others."""
+        part = DispatchResult()
+        try:
+            with conn.transaction():
+                self._dispatch(conn, task, db_now, part)
+        except psycopg.OperationalError:
+            raise  # lock timeouts, lost connections: the whole pass is retried
+        except Exception as exc:  # a poison row: every other task must still fire
+            log.error(  # noqa: TRY400 - every pass logs it: one line, not a traceback
+                "dispatch_failed",
+                task_id=task.id,
+                error=first_line(exc),
+                instance_id=self.instance_id,
+            )
+            return False
+        result.queued += part.queued
+        result.skipped += part.skipped
+        result.occurrence_ids += part.occurrence_ids
+        return True
 
     def _dispatch(
         self, conn: Any, task: TaskRecord, db_now: datetime, result: DispatchResult

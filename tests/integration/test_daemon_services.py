@@ -6,6 +6,7 @@ from typing import Any
 
 import psycopg
 import pytest
+import structlog
 
 from scheduler_daemon.domain.task import TaskSpec
 from scheduler_daemon.settings import DaemonSettings
@@ -282,3 +283,31 @@ def test_cli_transactions_wait_at_most_the_lock_timeout_for_a_task_lock(cli, db,
         holder.rollback()
     assert result.code == 1
     assert result.err.startswith("error: database error: canceling statement due to lock timeout")
+
+
+def test_a_task_row_that_cannot_be_planned_never_stops_the_others_from_firing(
+    client, pool, executors, database_url
+) -> None:
+    (db_now,) = query(database_url, "SELECT now() AS t")
+    created = db_now["t"] - timedelta(hours=2)
+    good = client.add_task(
+        TaskSpec(name="good", executor="shell", target="true", every=timedelta(hours=1)),
+        now=created,
+    )
+    client.add_task(
+        TaskSpec(name="poison", executor="shell", target="true", cron="0 * * * *"), now=created
+    )
+    # Written behind the validation's back (or by a build with other rules): unplannable.
+    query(
+        database_url,
+        "UPDATE task SET cron_expr = 'not a cron', next_run_at = %s "
+        "WHERE name = 'poison' RETURNING id",
+        (created,),
+    )
+    replica = Replica(database_url, pool, executors, "a")
+    with structlog.testing.capture_logs() as logs:
+        result = replica.dispatcher.run_once(now=created + timedelta(hours=1, seconds=1))
+    assert result.queued == 1
+    (occ,) = query(database_url, "SELECT task_id FROM occurrence")
+    assert occ["task_id"] == good.id
+    assert [e["event"] for e in logs if e["log_level"] == "error"] == ["dispatch_failed"]
