@@ -76,13 +76,17 @@ def test_dropped_connections_mid_loop_are_reconnected(spawn, cli, database_url, 
     daemon = spawn(database_url, "dropped")
     try:
         daemon.instance_id()
-        killed = query(
-            database_url,
-            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-            "WHERE application_name LIKE 'scheduler-daemon%%' "
-            "AND pid <> pg_backend_pid()",
+        # Its loop pool and its lease keeper connect lazily: wait until both are there.
+        daemon_backends = (
+            "FROM pg_stat_activity WHERE application_name LIKE "
+            "'scheduler-daemon%%' AND datname = current_database()"
         )
-        assert killed, "the daemon had no connections to drop"
+        wait_for(
+            lambda: len(query(database_url, f"SELECT pid {daemon_backends}")) >= 2,
+            message="the daemon's connections",
+        )
+        killed = query(database_url, f"SELECT pg_terminate_backend(pid) {daemon_backends}")
+        assert len(killed) >= 2
         cli("tasks", "trigger", "t")
         wait_for(
             lambda: query(database_url, "SELECT 1 FROM run WHERE status = 'success'"),
@@ -160,10 +164,26 @@ def test_a_trigger_wakes_an_idle_daemon_through_listen_notify(
     spawn, cli, database_url, tmp_path
 ) -> None:
     cli("tasks", "add", "t", "--every", "1h", "--command", "true")
-    daemon = spawn(database_url, "idle", "--poll-interval", "60s", "--reconcile-interval", "60s")
+    daemon = spawn(
+        database_url,
+        "idle",
+        "--poll-interval",
+        "60s",
+        "--reconcile-interval",
+        "60s",
+        env={"SCHEDULER_LOG_LEVEL": "debug"},
+    )
     try:
         daemon.instance_id()
-        time.sleep(1)  # let the daemon finish its first pass and go idle for a minute
+        # Listening, and past its first pass: from here it sleeps for a minute unless notified.
+        wait_for(
+            lambda: query(
+                database_url,
+                "SELECT 1 FROM pg_stat_activity WHERE query = 'LISTEN scheduler_daemon_wakeup'",
+            ),
+            message="the daemon to LISTEN",
+        )
+        wait_for(lambda: '"reconcile_pass"' in daemon.log(), message="the first pass")
         cli("tasks", "trigger", "t")
         triggered = time.monotonic()
         wait_for(
