@@ -193,3 +193,12 @@ class Replica:
         for run in runs:
             run.outcome = wait_for(run.job.poll, message=f"run {run.run_id} to finish")
         return runs
+
+
+def shell_task(client: Any, name: str = "job", command: str = "true", **kw: Any) -> Any:
+    """An hourly shell task (tests trigger it by hand), added through the real Client."""
+    from scheduler_daemon.domain.task import TaskSpec
+
+    return client.add_task(
+        TaskSpec(name=name, executor="shell", target=command, every=timedelta(hours=1), **kw)
+    )

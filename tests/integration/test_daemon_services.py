@@ -2,7 +2,6 @@
 
 import threading
 from datetime import timedelta
-from typing import Any
 
 import psycopg
 import pytest
@@ -11,7 +10,7 @@ import structlog
 from scheduler_daemon.domain.task import TaskSpec
 from scheduler_daemon.settings import DaemonSettings
 from scheduler_daemon.storage.fleet_store import BUDGET_LOCK_KEY
-from tests.support import Replica, query, snapshot, wait_for
+from tests.support import Replica, query, shell_task, snapshot, wait_for
 
 SETTINGS = DaemonSettings(
     instance_prefix="t",
@@ -21,17 +20,11 @@ SETTINGS = DaemonSettings(
 )
 
 
-def _task(client: Any, name: str = "job", command: str = "true", **kw: Any) -> Any:
-    return client.add_task(
-        TaskSpec(name=name, executor="shell", target=command, every=timedelta(hours=1), **kw)
-    )
-
-
 def test_a_completion_whose_token_was_raised_is_fenced_and_changes_no_row(
     client, pool, executors, database_url
 ) -> None:
     # Would fail against a completion that matched the run by id alone (river#1302).
-    task = _task(client)
+    task = shell_task(client)
     client.trigger(task.id, requested_by="test")
     replica = Replica(database_url, pool, executors, "a")
     assert replica.launcher.run_once().launched == 1
@@ -46,7 +39,7 @@ def test_a_completion_whose_token_was_raised_is_fenced_and_changes_no_row(
 def test_a_completion_with_its_token_intact_is_recorded_on_run_occurrence_and_task(
     client, pool, executors, database_url
 ) -> None:
-    task = _task(client, command="echo hello; exit 0")
+    task = shell_task(client, command="echo hello; exit 0")
     client.trigger(task.id, requested_by="test")
     replica = Replica(database_url, pool, executors, "a")
     replica.launcher.run_once()
@@ -68,7 +61,7 @@ def test_a_late_completion_of_an_older_occurrence_leaves_the_newer_result(
 ) -> None:
     # Forced order: seq 2 completes first, then seq 1 arrives late. Without the
     # last_outcome_seq guard the task row would show occurrence 1.
-    task = _task(client, overlap="allow", command="exit 0")
+    task = shell_task(client, overlap="allow", command="exit 0")
     client.trigger(task.id, requested_by="test")
     client.trigger(task.id, requested_by="test")
     replica = Replica(database_url, pool, executors, "a")
@@ -83,7 +76,7 @@ def test_a_late_completion_of_an_older_occurrence_leaves_the_newer_result(
 def test_a_failed_attempt_with_attempts_left_goes_back_to_the_queue_after_the_backoff(
     client, pool, executors, database_url
 ) -> None:
-    task = _task(client, command="exit 3", max_attempts=2, backoff=timedelta(minutes=5))
+    task = shell_task(client, command="exit 3", max_attempts=2, backoff=timedelta(minutes=5))
     client.trigger(task.id, requested_by="test")
     replica = Replica(database_url, pool, executors, "a")
     replica.launcher.run_once()
@@ -113,7 +106,7 @@ def test_two_launchers_racing_for_the_budget_never_exceed_it(
     # and then count one after the other. A count taken without the lock (or in the same
     # statement that waits for it) would let both claim the full budget.
     client.set_fleet_setting("max-concurrent-runs", "2", updated_by="test")
-    task = _task(client, overlap="allow", command="sleep 2")
+    task = shell_task(client, overlap="allow", command="sleep 2")
     for _ in range(5):
         client.trigger(task.id, requested_by="test")
     a = Replica(database_url, pool, executors, "a")
@@ -150,8 +143,8 @@ def test_a_younger_occurrence_of_a_key_is_not_claimed_while_the_head_is_locked(
 ) -> None:
     # SKIP LOCKED alone would skip the locked head and claim the next occurrence of the
     # same key out of order; the "no older active occurrence" predicate prevents it.
-    first = _task(client, "first", concurrency_key="k")
-    second = _task(client, "second", concurrency_key="k")
+    first = shell_task(client, "first", concurrency_key="k")
+    second = shell_task(client, "second", concurrency_key="k")
     client.trigger(first.id, requested_by="test")
     client.trigger(second.id, requested_by="test")
     replica = Replica(database_url, pool, executors, "a")
@@ -165,7 +158,7 @@ def test_a_younger_occurrence_of_a_key_is_not_claimed_while_the_head_is_locked(
 
 
 def test_a_second_active_occurrence_of_a_forbid_task_is_a_database_error(client, db) -> None:
-    task = _task(client)
+    task = shell_task(client)
     client.trigger(task.id, requested_by="test")
     with pytest.raises(psycopg.errors.UniqueViolation, match="occurrence_forbid_active_key"):
         db.execute(
@@ -205,7 +198,7 @@ def test_dispatch_turns_a_due_task_into_one_occurrence_and_advances_it(
 def test_a_renewal_after_a_cancel_stops_the_job_and_writes_nothing(
     client, pool, executors, database_url
 ) -> None:
-    task = _task(client, command="sleep 30")
+    task = shell_task(client, command="sleep 30")
     client.trigger(task.id, requested_by="test")
     replica = Replica(database_url, pool, executors, "a")
     replica.launcher.run_once()
@@ -257,7 +250,7 @@ def test_a_long_outage_of_a_per_second_task_writes_a_bounded_number_of_rows(
 
 def test_an_active_row_cannot_hold_a_null_claim_or_lease_column(client, db) -> None:
     # airflow#66773: `heartbeat < limit` is never true for NULL, so such rows stayed stuck forever.
-    task = _task(client)
+    task = shell_task(client)
     with pytest.raises(psycopg.errors.CheckViolation, match="occurrence_claim_check"):
         db.execute(
             "INSERT INTO occurrence (task_id, occurrence_seq, scheduled_for, trigger, "

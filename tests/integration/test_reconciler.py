@@ -12,7 +12,7 @@ from scheduler_daemon.domain.task import TaskSpec
 from scheduler_daemon.services.reconciler import Reconciler
 from scheduler_daemon.storage import occurrence_store
 from scheduler_daemon.storage.database import make_pool, pooled_transaction
-from tests.support import Replica, query, snapshot, wait_for
+from tests.support import Replica, query, shell_task, snapshot, wait_for
 
 
 def reconciler(
@@ -25,12 +25,6 @@ def reconciler(
         max_interruptions=3,
         dead_after=timedelta(minutes=10),
         page=page,
-    )
-
-
-def _task(client: Any, name: str = "job", command: str = "sleep 30", **kw: Any) -> Any:
-    return client.add_task(
-        TaskSpec(name=name, executor="shell", target=command, every=timedelta(hours=1), **kw)
     )
 
 
@@ -55,7 +49,7 @@ def _waiting_for_lock(url: str, count: int) -> bool:
 def test_a_run_past_its_takeover_point_is_taken_over_and_its_occurrence_requeued(
     client, pool, executors, database_url
 ) -> None:
-    task = _task(client)
+    task = shell_task(client, command="sleep 30")
     client.trigger(task.id, requested_by="test")
     owner = Replica(database_url, pool, executors, "owner")
     owner.launcher.run_once()
@@ -78,7 +72,7 @@ def test_a_run_past_its_takeover_point_is_taken_over_and_its_occurrence_requeued
 def test_a_run_before_its_takeover_point_is_never_touched_whatever_its_instance_row_says(
     client, pool, executors, database_url
 ) -> None:
-    task = _task(client)
+    task = shell_task(client, command="sleep 30")
     client.trigger(task.id, requested_by="test")
     owner = Replica(database_url, pool, executors, "owner-gone")
     owner.launcher.run_once()
@@ -104,7 +98,7 @@ def test_completion_and_takeover_racing_on_one_run_exactly_one_wins(
     # A held task lock makes both contenders queue on it in a forced order; whichever gets it
     # first must win and the other must change nothing. A takeover by run id alone (river#1302)
     # would overwrite the completed run in the "completion first" order.
-    task = _task(client, command="exit 0")
+    task = shell_task(client, command="exit 0")
     client.trigger(task.id, requested_by="test")
     owner = Replica(database_url, pool, executors, "owner")
     owner.launcher.run_once()
@@ -207,7 +201,7 @@ def test_two_reconcilers_at_once_take_each_orphan_over_exactly_once(database_url
 def test_an_expired_claim_goes_back_to_the_queue_and_its_late_launch_is_fenced(
     client, pool, database_url
 ) -> None:
-    task = _task(client)
+    task = shell_task(client, command="sleep 30")
     client.trigger(task.id, requested_by="test")
     with pooled_transaction(pool) as conn:
         (claim,) = occurrence_store.claim(
@@ -231,10 +225,10 @@ def test_an_expired_claim_goes_back_to_the_queue_and_its_late_launch_is_fenced(
 def test_a_queued_occurrence_past_its_start_deadline_expires_with_its_task_in_one_step(
     client, pool, database_url
 ) -> None:
-    task = _task(client, start_deadline=timedelta(minutes=1))
+    task = shell_task(client, start_deadline=timedelta(minutes=1))
     client.trigger(task.id, requested_by="test")
     client.trigger(
-        _task(client, "retrying", start_deadline=timedelta(minutes=1)).id, requested_by="test"
+        shell_task(client, "retrying", start_deadline=timedelta(minutes=1)).id, requested_by="test"
     )
     query(
         database_url,
@@ -321,7 +315,7 @@ def test_one_shot_tasks_without_occurrences_are_cancelled_and_active_ones_left_a
 def test_nothing_is_taken_over_during_the_quiet_period_after_a_database_start(
     client, pool, executors, database_url
 ) -> None:
-    task = _task(client)
+    task = shell_task(client, command="sleep 30")
     client.trigger(task.id, requested_by="test")
     Replica(database_url, pool, executors, "owner").launcher.run_once()
     _expire_leases(database_url)
@@ -334,7 +328,7 @@ def test_nothing_is_taken_over_during_the_quiet_period_after_a_database_start(
 def test_recover_dry_run_changes_nothing_and_a_second_recover_changes_nothing(
     cli, client, pool, executors, database_url
 ) -> None:
-    task = _task(client)
+    task = shell_task(client, command="sleep 30")
     client.trigger(task.id, requested_by="test")
     Replica(database_url, pool, executors, "owner").launcher.run_once()
     _expire_leases(database_url)
