@@ -37,6 +37,19 @@ WHERE schemaname = 'public' AND tablename NOT LIKE '%%alembic_version'
   AND indexname NOT IN (SELECT conname FROM pg_constraint)
 ORDER BY tablename, indexname
 """
+_TRIGGERS = """
+SELECT c.relname AS tbl, t.tgname AS name, pg_get_triggerdef(t.oid) AS def
+FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid
+JOIN pg_namespace n ON n.oid = c.relnamespace
+WHERE n.nspname = 'public' AND NOT t.tgisinternal
+ORDER BY c.relname, t.tgname
+"""
+_FUNCTIONS = """
+SELECT p.proname AS name, pg_get_functiondef(p.oid) AS def
+FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
+WHERE n.nspname = 'public'
+ORDER BY p.proname
+"""
 
 
 def dump(url: str) -> str:
@@ -44,7 +57,10 @@ def dump(url: str) -> str:
         columns = conn.execute(_COLUMNS).fetchall()
         constraints = conn.execute(_CONSTRAINTS).fetchall()
         indexes = conn.execute(_INDEXES).fetchall()
+        triggers = conn.execute(_TRIGGERS).fetchall()
+        functions = conn.execute(_FUNCTIONS).fetchall()
     out: list[str] = [HEADER]
+    out.extend(f"{d.strip()};\n" for _, d in functions)
     tables: dict[str, list[Any]] = {}
     for tbl, col, typ, notnull, default, ident in columns:
         extra = " GENERATED ALWAYS AS IDENTITY" if ident == "a" else ""
@@ -55,6 +71,7 @@ def dump(url: str) -> str:
         cons = [f"    CONSTRAINT {name} {d}" for t, name, d in constraints if t == tbl]
         out.append(f"CREATE TABLE {tbl} (\n" + ",\n".join(lines + cons) + "\n);\n")
         out.extend(f"{d};\n" for t, _, d in indexes if t == tbl)
+        out.extend(f"{d};\n" for t, _, d in triggers if t == tbl)
         out.append("")
     return "\n".join(out).rstrip() + "\n"
 
