@@ -11,8 +11,10 @@ from typing import Any
 
 import psycopg
 
+from scheduler_daemon.domain.misfire import skip_past_due
 from scheduler_daemon.domain.outcome import LIFECYCLE
 from scheduler_daemon.domain.task import InvalidTask, TaskRecord, TaskSpec
+from scheduler_daemon.executors.base import STOP_GRACE_SECONDS
 from scheduler_daemon.storage import (
     fleet_store,
     history,
@@ -84,11 +86,54 @@ class Client:
             if changes.get("every") is not None:
                 spec = spec.with_changes(anchor=db_now)
             spec.validate(db_now, new_instant="at" in changes)
-            next_run_at = spec.schedule().next_after(db_now) if rescheduled else task.next_run_at
+            next_run_at, status = task.next_run_at, task.status
+            if rescheduled or task.parked_at is not None:
+                # Firings the old definition owed and no dispatcher recorded yet get a row,
+                # counted by the old schedule (by the new one for a parked task: its old one
+                # could not be planned).
+                if task.parked_at is not None:
+                    self._skip_past_due(conn, task, spec, db_now, "parked")
+                else:
+                    self._skip_past_due(conn, task, task.spec, db_now, "rescheduled")
+                next_run_at = spec.schedule().next_after(db_now)
+                task_store.unpark(conn, task.id)
             status = "enabled" if spec.schedule_kind != "once" else task.status
             return task_store.update(
                 conn, task.id, spec, status=status, next_run_at=next_run_at, now=db_now
             )
+
+    @staticmethod
+    def _skip_past_due(
+        conn: psycopg.Connection[Any],
+        task: TaskRecord,
+        spec: TaskSpec,
+        db_now: datetime,
+        reason: str,
+    ) -> int:
+        """Records the locked task's due, undispatched firings as skipped for `reason` (an
+        operator's change moves the task past them; every firing keeps its row). The firings
+        are counted with `spec`'s schedule. Returns how many firings were recorded."""
+        if task.spec.paused or task.status != "enabled" or task.deleted_at is not None:
+            return 0  # nothing is owed while paused, and a fired one-shot owes nothing more
+        rows = skip_past_due(
+            spec.schedule(), next_run_at=task.next_run_at, now=db_now, reason=reason
+        )
+        for firing in rows:
+            occurrence_store.insert(
+                conn,
+                task_id=task.id,
+                occurrence_seq=task_store.next_seq(conn, task.id),
+                scheduled_for=firing.scheduled_for,
+                trigger="schedule",
+                overlap=task.spec.overlap,
+                concurrency_key=task.spec.concurrency_key,
+                status=firing.status,
+                reason=firing.reason,
+                now=db_now,
+                firing_count=firing.firing_count,
+                last_scheduled_for=firing.last_scheduled_for,
+            )
+        return sum(f.firing_count for f in rows)
 
     def get_task(self, ref: str | int) -> TaskRecord:
         with self._tx() as conn:
@@ -99,21 +144,29 @@ class Client:
             return task_store.list_live(conn)
 
     def pause(self, ref: str | int, *, now: datetime | None = None) -> TaskRecord:
+        """Stops firing. Firings already due and not yet dispatched are recorded as skipped
+        (`paused`): nothing is owed while paused, and resume starts from its next firing."""
         with self._tx() as conn:
             task = task_store.lock(conn, ref)
+            db_now = task_store.clock(conn, now)
+            next_run_at, status = task.next_run_at, task.status
+            if task.parked_at is None and self._skip_past_due(
+                conn, task, task.spec, db_now, "paused"
+            ):
+                next_run_at = task.spec.schedule().next_after(db_now)
+                if task.spec.schedule_kind == "once":
+                    status = "cancelled"  # its one firing was skipped, as the dispatcher does
             return task_store.set_paused(
-                conn,
-                task.id,
-                paused=True,
-                status=task.status,
-                next_run_at=task.next_run_at,
-                now=task_store.clock(conn, now),
+                conn, task.id, paused=True, status=status, next_run_at=next_run_at, now=db_now
             )
 
     def resume(self, ref: str | int, *, now: datetime | None = None) -> TaskRecord:
-        """Unpauses; the next firing is computed from now, since paused firings are not owed."""
+        """Unpauses; the next firing is computed from now, since paused firings are not owed.
+        A task that is not paused is left as it is (its due firings are still owed)."""
         with self._tx() as conn:
             task = task_store.lock(conn, ref)
+            if not task.spec.paused:
+                return task
             db_now = task_store.clock(conn, now)
             next_run_at = task.spec.schedule().next_after(db_now)
             status, error = task.status, None
@@ -166,13 +219,21 @@ class Client:
                 requested_by=requested_by,
                 now=db_now,
             )
+            if (
+                not blocked
+                and task.spec.schedule_kind == "once"
+                and task.status in ("completed", "failed", "cancelled")
+            ):
+                # A finished one-shot run again: its status follows its newest occurrence.
+                task_store.set_next_run(conn, task.id, next_run_at=None, status="running")
             return {**occurrence, "task_name": task.name}
 
     def delete(
         self, ref: str | int, *, force: bool = False, requested_by: str, now: datetime | None = None
-    ) -> list[int]:
-        """Deletes a task, refusing while it has active occurrences unless `force` cancels them.
-        Returns the ids of the occurrences it cancelled."""
+    ) -> list[dict[str, Any]]:
+        """Deletes a task, refusing while it has active occurrences unless `force` cancels them:
+        queued ones at once, running ones by a cancel request (each keeps its slot until its
+        owner confirms the job is gone). Returns (id, occurrence_seq, status) of each."""
         with self._tx() as conn:
             task = task_store.lock(conn, ref)
             db_now = task_store.clock(conn, now)
@@ -181,6 +242,8 @@ class Client:
                 raise Conflict(
                     f"task '{task.name}' has {active} active occurrence(s); --force cancels them"
                 )
+            if task.parked_at is None:
+                self._skip_past_due(conn, task, task.spec, db_now, "deleted")
             cancelled = occurrence_store.cancel_active(
                 conn, task.id, reason="task deleted", requested_by=requested_by, now=db_now
             )
@@ -217,8 +280,12 @@ class Client:
         return occurrence
 
     def cancel(self, ident: int, *, occurrence: bool = False, requested_by: str) -> dict[str, Any]:
-        """Cancels a run's occurrence (or an occurrence): raises its token, so the holder's next
-        renewal fails and its job is stopped; records `cancelled` with who asked."""
+        """Cancels a run's occurrence (or an occurrence). A queued or claimed one ends at once
+        (its token raised, so a launcher that has not started the job is fenced). A running one
+        gets a cancel request: its owner learns of it at its next renewal, stops the job, and
+        records `cancelled` once the job is gone; until then it keeps its slot (`forbid`, key,
+        budget). If the owner is dead, the takeover ends it after its takeover point.
+        The result carries `cancel`: "cancelled" or "requested"."""
         with self._tx() as conn:
             if occurrence:
                 occurrence_id = ident
@@ -231,14 +298,25 @@ class Client:
             if found is None:
                 raise NotFound(f"unknown occurrence {occurrence_id}")
             task_store.lock_row(conn, found["task_id"])  # parent first
+            current = occurrence_store.lock(conn, occurrence_id)
+            reason = f"cancelled by {requested_by}"
+            if current is not None and current["status"] == "running":
+                requested = occurrence_store.request_cancel(
+                    conn, occurrence_id, reason=reason, requested_by=requested_by
+                )
+                assert requested is not None  # running and locked
+                return {
+                    **requested,
+                    "task_name": found["task_name"],
+                    "cancel": "requested",
+                    **self._stop_bound(conn, occurrence_id),
+                }
             cancelled = occurrence_store.cancel(
-                conn,
-                occurrence_id,
-                reason=f"cancelled by {requested_by}",
-                requested_by=requested_by,
+                conn, occurrence_id, reason=reason, requested_by=requested_by
             )
             if cancelled is None:
-                raise Conflict(f"occurrence {occurrence_id} is already {found['status']}")
+                status = current["status"] if current else found["status"]
+                raise Conflict(f"occurrence {occurrence_id} is already {status}")
             task_store.record_outcome(
                 conn,
                 found["task_id"],
@@ -250,7 +328,24 @@ class Client:
                 lifecycle=LIFECYCLE["cancelled"],
             )
             instance_store.notify_wakeup(conn, "cancelled")
-            return {**cancelled, "task_name": found["task_name"]}
+            return {**cancelled, "task_name": found["task_name"], "cancel": "cancelled"}
+
+    @staticmethod
+    def _stop_bound(conn: psycopg.Connection[Any], occurrence_id: int) -> dict[str, Any]:
+        """How soon the owner of a running occurrence stops its job after a cancel request: at
+        its next renewal (every TTL/3) plus the stop grace; an owner that no longer renews is
+        taken over at the run's takeover point, and its watchdog killed the job before that."""
+        running = [r for r in history.runs_of(conn, occurrence_id) if r["status"] == "running"]
+        if not running:
+            return {"stop_within_seconds": None, "takeover_at": None}
+        run = running[-1]
+        owner = next(
+            (i for i in instance_store.list_instances(conn) if i["id"] == run["owner"]), None
+        )
+        within = None
+        if owner is not None:
+            within = owner["lease_ttl"].total_seconds() / 3 + STOP_GRACE_SECONDS
+        return {"stop_within_seconds": within, "takeover_at": run["takeover_at"]}
 
     def status(self) -> dict[str, Any]:
         """Registered instances, queue depth, executing runs against the budget, takeover bounds."""
@@ -261,6 +356,7 @@ class Client:
                 "queue_depth": occurrence_store.queue_depth(conn),
                 "executing_runs": occurrence_store.executing_count(conn),
                 "max_concurrent_runs": fleet_store.budget(conn),
+                "parked_tasks": task_store.parked(conn),
             }
 
     # -- fleet settings --------------------------------------------------------------------------

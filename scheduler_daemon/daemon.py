@@ -10,7 +10,6 @@ from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
 
-import psycopg
 import structlog
 from psycopg_pool import ConnectionPool
 
@@ -30,18 +29,12 @@ from scheduler_daemon.storage.database import (
     make_pool,
     pooled_transaction,
 )
-from scheduler_daemon.storage.error import DatabaseUnavailable, SchemaMismatch
+from scheduler_daemon.storage.error import LOCK_ERRORS, DatabaseUnavailable, SchemaMismatch
 from scheduler_daemon.version import __version__
 
 log = structlog.get_logger()
 # Errors a pass may meet and simply retry next pass (lock waits, cancels, deadlocks).
-TRANSIENT = (
-    DatabaseUnavailable,
-    psycopg.errors.LockNotAvailable,
-    psycopg.errors.QueryCanceled,
-    psycopg.errors.DeadlockDetected,
-    psycopg.errors.SerializationFailure,
-)
+TRANSIENT = (DatabaseUnavailable, *LOCK_ERRORS)
 STOP_WAIT_SECONDS = 5.0
 MIN_SLEEP_SECONDS = 0.02
 

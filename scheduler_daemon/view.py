@@ -26,6 +26,7 @@ RUN_FIELDS = (
     "firing_count",
     "last_scheduled_for",
     "lease_token",
+    "cancel_requested_at",
 )
 RUN_COLUMNS = (
     "id",
@@ -109,12 +110,17 @@ def task_fields(task: TaskRecord) -> dict[str, Any]:
         "created_at": iso(task.created_at),
         "updated_at": iso(task.updated_at),
         "deleted_at": iso(task.deleted_at),
+        "parked_at": iso(task.parked_at),
+        "park_error": task.park_error,
     }
 
 
 def run_fields(row: dict[str, Any]) -> dict[str, Any]:
-    """A history row (run or never-run occurrence) with the documented field names."""
+    """A history row (run or never-run occurrence) with the documented field names. A running
+    run whose occurrence has a pending cancel carries `cancel_requested_at`."""
     out = {name: row.get(name) for name in RUN_FIELDS}
+    if out["status"] != "running":
+        out["cancel_requested_at"] = None
     if "owner" in row and out["instance_id"] is None:
         out["instance_id"] = row["owner"]
     return {k: iso(v) if isinstance(v, datetime) else v for k, v in out.items()}
@@ -143,6 +149,8 @@ OCCURRENCE_FIELDS = (
     "created_at",
     "updated_at",
     "finished_at",
+    "cancel_requested_at",
+    "cancel_reason",
 )
 
 
@@ -164,6 +172,7 @@ def occurrence_fields(row: dict[str, Any]) -> dict[str, Any]:
                 "trigger",
                 "firing_count",
                 "last_scheduled_for",
+                "cancel_requested_at",
             )
         }
         out["runs"] = [run_fields({**r, **shared, "occurrence_id": row["id"]}) for r in row["runs"]]
@@ -190,6 +199,14 @@ def run_detail_fields(row: dict[str, Any]) -> dict[str, Any]:
 
 def fire_time_fields(instant: datetime, zone: str) -> dict[str, str | None]:
     return {"local": iso(instant.astimezone(ZoneInfo(zone))), "utc": iso(instant)}
+
+
+def run_table_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """History rows for the text table: a pending cancel shows in the status column."""
+    return [
+        {**r, "status": "running (cancel requested)"} if r.get("cancel_requested_at") else r
+        for r in rows
+    ]
 
 
 def table(rows: list[dict[str, Any]], columns: tuple[str, ...]) -> str:

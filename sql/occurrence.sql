@@ -18,15 +18,25 @@ SELECT count(*) FROM occurrence
 WHERE task_id = %(task_id)s AND status IN ('queued', 'launching', 'running')
 
 -- name: occurrence_cancel_active :many
--- Cancels every active occurrence of a locked task and raises its token, fencing any holder.
-UPDATE occurrence SET status = 'cancelled', reason = %(reason)s, requested_by = %(requested_by)s,
-    lease_token = lease_token + 1, claim_owner = NULL, claim_expires_at = NULL,
-    updated_at = %(now)s, finished_at = %(now)s
+-- Ends a locked task's queued and launching occurrences at once (raising the token fences a
+-- launcher that has not started the job yet); a running one only gets a cancel request, so it
+-- keeps its slot until its owner confirms the job is gone.
+UPDATE occurrence SET
+    status = CASE WHEN status = 'running' THEN status ELSE 'cancelled' END,
+    reason = CASE WHEN status = 'running' THEN reason ELSE %(reason)s END,
+    lease_token = CASE WHEN status = 'running' THEN lease_token ELSE lease_token + 1 END,
+    claim_owner = CASE WHEN status = 'running' THEN claim_owner END,
+    claim_expires_at = CASE WHEN status = 'running' THEN claim_expires_at END,
+    finished_at = CASE WHEN status = 'running' THEN NULL ELSE %(now)s::timestamptz END,
+    cancel_requested_at = CASE WHEN status = 'running'
+                               THEN coalesce(cancel_requested_at, %(now)s::timestamptz) END,
+    cancel_reason = CASE WHEN status = 'running' THEN coalesce(cancel_reason, %(reason)s) END,
+    requested_by = %(requested_by)s, updated_at = %(now)s
 WHERE id IN (
     SELECT id FROM occurrence
     WHERE task_id = %(task_id)s AND status IN ('queued', 'launching', 'running')
     ORDER BY id FOR UPDATE)
-RETURNING id, occurrence_seq
+RETURNING id, occurrence_seq, status
 
 -- name: occurrence_get :one
 -- One occurrence with its task's name.
@@ -38,22 +48,26 @@ WHERE o.id = %(id)s
 SELECT count(*) FROM occurrence WHERE status IN ('launching', 'running')
 
 -- name: occurrence_claim :many
--- Claims up to `limit` queued occurrences that may start now: fewest attempts first, then oldest;
--- never one whose concurrency key, or whose `queue` task, has an older active occurrence (FIFO).
+-- Claims up to `limit` queued occurrences that may start now: fewest attempts first, then oldest.
+-- Exclusion looks at who is executing, not at logical time: never one whose concurrency key (or
+-- whose `queue` task) has any launching or running occurrence, whatever its age, nor one with an
+-- older queued occurrence of that key or task (FIFO among the waiting). The caller holds the
+-- budget lock, so claims are serialized and occurrence_key_executing_key never fires.
 -- The locking select is a MATERIALIZED CTE so the planner cannot re-run it and claim more.
 WITH picked AS MATERIALIZED (
     SELECT o.id FROM occurrence o
     WHERE o.status = 'queued' AND o.not_before <= clock_timestamp()
       AND (o.concurrency_key IS NULL OR NOT EXISTS (
-            SELECT 1 FROM occurrence older
-            WHERE older.concurrency_key = o.concurrency_key
-              AND older.status IN ('queued', 'launching', 'running')
-              AND (older.scheduled_for, older.id) < (o.scheduled_for, o.id)))
+            SELECT 1 FROM occurrence other
+            WHERE other.concurrency_key = o.concurrency_key
+              AND other.status IN ('queued', 'launching', 'running')
+              AND (other.status <> 'queued'
+                   OR (other.scheduled_for, other.id) < (o.scheduled_for, o.id))))
       AND (o.overlap <> 'queue' OR NOT EXISTS (
-            SELECT 1 FROM occurrence older
-            WHERE older.task_id = o.task_id
-              AND older.status IN ('queued', 'launching', 'running')
-              AND older.occurrence_seq < o.occurrence_seq))
+            SELECT 1 FROM occurrence other
+            WHERE other.task_id = o.task_id
+              AND other.status IN ('queued', 'launching', 'running')
+              AND (other.status <> 'queued' OR other.occurrence_seq < o.occurrence_seq)))
     ORDER BY o.attempts, o.scheduled_for, o.id
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
@@ -105,11 +119,22 @@ WHERE id = %(id)s AND status = 'running' AND lease_token = %(token)s
 SELECT count(*) FROM occurrence WHERE status = 'queued'
 
 -- name: occurrence_cancel :one
--- Cancels one active occurrence of a locked task and raises its token, fencing its holder.
+-- Cancels one queued or launching occurrence of a locked task and raises its token, fencing a
+-- launcher that has not started its job yet.
 UPDATE occurrence SET status = 'cancelled', reason = %(reason)s, requested_by = %(requested_by)s,
     lease_token = lease_token + 1, claim_owner = NULL, claim_expires_at = NULL,
     updated_at = clock_timestamp(), finished_at = clock_timestamp()
-WHERE id = %(id)s AND status IN ('queued', 'launching', 'running')
+WHERE id = %(id)s AND status IN ('queued', 'launching')
+RETURNING *
+
+-- name: occurrence_request_cancel :one
+-- Asks the owner of a running occurrence (task locked first) to stop its job: the occurrence
+-- keeps its slot until the owner confirms the job is gone or its takeover point passes. A second
+-- request keeps the first one's time and reason.
+UPDATE occurrence SET cancel_requested_at = coalesce(cancel_requested_at, clock_timestamp()),
+    cancel_reason = coalesce(cancel_reason, %(reason)s), requested_by = %(requested_by)s,
+    updated_at = clock_timestamp()
+WHERE id = %(id)s AND status = 'running'
 RETURNING *
 
 -- name: occurrence_expired_claims :many
@@ -148,5 +173,8 @@ WHERE o.id = %(id)s AND t.id = o.task_id AND o.status = 'queued' AND t.start_dea
 RETURNING o.id, o.occurrence_seq, o.scheduled_for
 
 -- name: occurrence_latest :one
--- The task's latest occurrence (highest sequence), read after the task lock is held.
-SELECT * FROM occurrence WHERE task_id = %(task_id)s ORDER BY occurrence_seq DESC LIMIT 1
+-- The occurrence that decides a one-shot task's status, read after the task lock is held: the
+-- highest sequence, passing over manual triggers skipped at creation (they never ran or queued).
+SELECT * FROM occurrence
+WHERE task_id = %(task_id)s AND NOT (trigger = 'manual' AND status = 'skipped')
+ORDER BY occurrence_seq DESC LIMIT 1

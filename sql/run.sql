@@ -1,11 +1,3 @@
--- name: run_cancel_for_occurrences :rowcount
--- Ends the running runs of occurrences that were just cancelled; their owners are fenced.
-UPDATE run SET status = 'cancelled', finished_at = coalesce(%(now)s::timestamptz, clock_timestamp()), finished_by = %(requested_by)s,
-    error = %(reason)s
-WHERE id IN (
-    SELECT id FROM run WHERE occurrence_id = ANY(%(occurrence_ids)s) AND status = 'running'
-    ORDER BY id FOR UPDATE)
-
 -- name: run_history :many
 -- Runs and never-run occurrences, newest first: one row per run attempt plus one per occurrence
 -- that never ran.
@@ -13,13 +5,15 @@ SELECT * FROM (
     SELECT r.id, o.id AS occurrence_id, o.occurrence_seq, o.task_id, t.name AS task_name,
         o.scheduled_for, o.trigger, r.attempt, r.status, o.reason, r.owner AS instance_id,
         r.started_at, r.finished_at, r.exit_code, r.http_status, r.error, o.firing_count,
-        o.last_scheduled_for, r.lease_token, coalesce(r.started_at, o.created_at) AS sort_at
+        o.last_scheduled_for, r.lease_token,
+        CASE WHEN r.status = 'running' THEN o.cancel_requested_at END AS cancel_requested_at,
+        coalesce(r.started_at, o.created_at) AS sort_at
     FROM run r JOIN occurrence o ON o.id = r.occurrence_id JOIN task t ON t.id = o.task_id
     WHERE (%(task_id)s::bigint IS NULL OR o.task_id = %(task_id)s)
     UNION ALL
     SELECT NULL, o.id, o.occurrence_seq, o.task_id, t.name, o.scheduled_for, o.trigger, NULL,
         o.status, o.reason, o.claim_owner, NULL, o.finished_at, NULL, NULL, o.error,
-        o.firing_count, o.last_scheduled_for, NULL, o.created_at
+        o.firing_count, o.last_scheduled_for, NULL, NULL, o.created_at
     FROM occurrence o JOIN task t ON t.id = o.task_id
     WHERE (%(task_id)s::bigint IS NULL OR o.task_id = %(task_id)s)
       AND NOT EXISTS (SELECT 1 FROM run r WHERE r.occurrence_id = o.id)
@@ -31,7 +25,8 @@ LIMIT %(limit)s
 -- name: run_get :one
 -- One run with its occurrence and task.
 SELECT r.*, o.occurrence_seq, o.task_id, t.name AS task_name, o.scheduled_for, o.trigger,
-    o.reason, o.status AS occurrence_status, o.firing_count, o.last_scheduled_for
+    o.reason, o.status AS occurrence_status, o.firing_count, o.last_scheduled_for,
+    CASE WHEN r.status = 'running' THEN o.cancel_requested_at END AS cancel_requested_at
 FROM run r JOIN occurrence o ON o.id = r.occurrence_id JOIN task t ON t.id = o.task_id
 WHERE r.id = %(id)s
 
@@ -48,7 +43,9 @@ RETURNING id, lease_expires_at, takeover_at
 
 -- name: run_renew :many
 -- Renews exactly the (run, token) pairs this process holds, in id order, touching only run rows;
--- a pair missing from the result was taken over or cancelled: its holder is fenced.
+-- a pair missing from the result was taken over or cancelled: its holder is fenced. A renewed
+-- pair whose occurrence has a cancel request tells the owner to stop the job (and keep renewing
+-- until it has confirmed the job is gone).
 WITH held AS (
     SELECT r.id FROM run r
     JOIN unnest(%(ids)s::bigint[], %(tokens)s::bigint[]) AS h(id, token)
@@ -58,8 +55,8 @@ WITH held AS (
 )
 UPDATE run SET lease_expires_at = clock_timestamp() + %(ttl)s,
     takeover_at = clock_timestamp() + %(ttl)s + %(grace)s
-FROM held WHERE run.id = held.id
-RETURNING run.id
+FROM held, occurrence o WHERE run.id = held.id AND o.id = run.occurrence_id
+RETURNING run.id, o.cancel_requested_at IS NOT NULL AS cancel_requested
 
 -- name: run_lock :one
 -- Locks one run (after its occurrence: the one lock order).

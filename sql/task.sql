@@ -19,8 +19,9 @@ SELECT * FROM task
 WHERE (id = %(id)s) OR (%(id)s::bigint IS NULL AND name = %(name)s AND deleted_at IS NULL)
 
 -- name: task_lock :one
--- Locks a live task row: the parent lock every multi-row change takes first.
-SELECT * FROM task WHERE id = %(id)s AND deleted_at IS NULL FOR UPDATE
+-- Locks a task row, deleted or not: the parent lock every multi-row change takes first (the
+-- outcome of a job of a task deleted while it ran is still recorded).
+SELECT * FROM task WHERE id = %(id)s FOR UPDATE
 
 -- name: task_list :many
 -- Live tasks by name.
@@ -60,7 +61,7 @@ WHERE id = %(id)s AND deleted_at IS NULL
 -- name: task_claim_due :many
 -- Locks a batch of due, enabled, unpaused tasks; tasks another dispatcher holds are skipped.
 SELECT * FROM task
-WHERE deleted_at IS NULL AND NOT paused AND status = 'enabled'
+WHERE deleted_at IS NULL AND NOT paused AND status = 'enabled' AND parked_at IS NULL
   AND next_run_at <= coalesce(%(now)s::timestamptz, now())
 ORDER BY next_run_at, id
 LIMIT %(limit)s
@@ -73,19 +74,23 @@ WHERE id = %(id)s
 
 -- name: task_record_outcome :rowcount
 -- Shows an occurrence's final outcome on its task, only if it is newer than the one shown; a
--- one-shot task's lifecycle follows it.
+-- one-shot task's lifecycle follows it only when no newer occurrence exists (manual triggers
+-- skipped at creation aside): an older one never decides the status.
 UPDATE task SET last_outcome_seq = %(occurrence_seq)s, last_occurrence_id = %(occurrence_id)s,
     last_scheduled_for = %(scheduled_for)s, last_status = %(status)s,
     last_finished_at = clock_timestamp(), last_error = %(error)s,
-    status = CASE WHEN schedule_kind = 'once' AND status = 'running' THEN %(lifecycle)s
-                  ELSE status END,
+    status = CASE WHEN schedule_kind = 'once' AND status = 'running' AND NOT EXISTS (
+                      SELECT 1 FROM occurrence newer
+                      WHERE newer.task_id = task.id AND newer.occurrence_seq > %(occurrence_seq)s
+                        AND NOT (newer.trigger = 'manual' AND newer.status = 'skipped'))
+                  THEN %(lifecycle)s ELSE status END,
     updated_at = clock_timestamp()
 WHERE id = %(id)s AND last_outcome_seq < %(occurrence_seq)s
 
 -- name: task_next_due :scalar
 -- When the earliest enabled task falls due, for the loop's sleep.
 SELECT min(next_run_at) FROM task
-WHERE deleted_at IS NULL AND NOT paused AND status = 'enabled'
+WHERE deleted_at IS NULL AND NOT paused AND status = 'enabled' AND parked_at IS NULL
 
 -- name: task_unfinished_one_shots :many
 -- One-shot tasks still `running` with no active occurrence, a page at a time.
@@ -102,3 +107,21 @@ LIMIT %(limit)s
 UPDATE task SET status = %(status)s, last_error = coalesce(%(error)s, last_error),
     updated_at = clock_timestamp()
 WHERE id = %(id)s AND schedule_kind = 'once' AND status = 'running'
+
+-- name: task_park :rowcount
+-- Takes a task the dispatcher cannot plan out of the due scan, with its error, until an update.
+UPDATE task SET parked_at = %(now)s, park_error = %(error)s, updated_at = %(now)s
+WHERE id = %(id)s AND parked_at IS NULL
+
+-- name: task_unpark :rowcount
+-- Puts a parked task back in the due scan (the update that fixes it).
+UPDATE task SET parked_at = NULL, park_error = NULL WHERE id = %(id)s AND parked_at IS NOT NULL
+
+-- name: task_set_next_run :rowcount
+-- Moves a locked task's next firing (after its past-due firings were recorded as skipped).
+UPDATE task SET next_run_at = %(next_run_at)s, status = %(status)s WHERE id = %(id)s
+
+-- name: task_list_parked :many
+-- Live parked tasks, for `status`.
+SELECT id, name, parked_at, park_error FROM task
+WHERE parked_at IS NOT NULL AND deleted_at IS NULL ORDER BY id

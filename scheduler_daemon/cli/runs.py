@@ -29,7 +29,7 @@ def runs_list(ctx: click.Context, task: str | None, status: str | None, limit: i
     rows = [
         view.run_fields(r) for r in client_for(ctx).list_runs(task=task, status=status, limit=limit)
     ]
-    emit(ctx, rows, view.table(rows, view.RUN_COLUMNS))
+    emit(ctx, rows, view.table(view.run_table_rows(rows), view.RUN_COLUMNS))
 
 
 @runs.command("show")
@@ -42,7 +42,11 @@ def runs_show(ctx: click.Context, ident: int, occurrence: bool) -> None:
     client = client_for(ctx)
     if occurrence:
         fields = view.occurrence_fields(client.show_occurrence(ident))
-        runs_text = view.table(fields["runs"], view.RUN_COLUMNS) if fields["runs"] else "(no runs)"
+        runs_text = (
+            view.table(view.run_table_rows(fields["runs"]), view.RUN_COLUMNS)
+            if fields["runs"]
+            else "(no runs)"
+        )
         plain = {k: v for k, v in fields.items() if k != "runs"}
         emit(ctx, fields, view.pairs(plain) + "\n\n" + runs_text)
     else:
@@ -56,7 +60,27 @@ def runs_show(ctx: click.Context, ident: int, occurrence: bool) -> None:
 @json_option
 @click.pass_context
 def runs_cancel(ctx: click.Context, ident: int, occurrence: bool) -> None:
-    """Cancel a run (its occurrence): the holder is fenced and stops the job at its next renewal."""
+    """Cancel a run (its occurrence). A queued one ends at once; for a running one the owner
+    stops the job at its next renewal, and the occurrence ends `cancelled` (keeping its slot
+    until then) once the job is confirmed gone."""
     row = client_for(ctx).cancel(ident, occurrence=occurrence, requested_by=who())
-    fields = view.occurrence_fields(row)
-    emit(ctx, fields, f"occurrence {row['id']} cancelled")
+    fields = {
+        **view.occurrence_fields(row),
+        "cancel": row["cancel"],
+        "stop_within_seconds": row.get("stop_within_seconds"),
+        "takeover_at": view.iso(row.get("takeover_at")),
+    }
+    if row["cancel"] == "cancelled":
+        text = f"occurrence {row['id']} cancelled"
+    elif row.get("stop_within_seconds") is not None:
+        text = (
+            f"occurrence {row['id']}: cancel requested; the job is stopped within "
+            f"{row['stop_within_seconds']:g} s (its owner {row['claim_owner'] or 'holds it'}"
+            " confirms before it is recorded cancelled)"
+        )
+    else:
+        text = (
+            f"occurrence {row['id']}: cancel requested; its owner is not registered, so it "
+            f"is ended at its takeover point {fields['takeover_at']}"
+        )
+    emit(ctx, fields, text)

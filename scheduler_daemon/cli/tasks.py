@@ -232,9 +232,23 @@ def tasks_trigger(ctx: click.Context, task: str) -> None:
 @click.pass_context
 def tasks_delete(ctx: click.Context, task: str, force: bool) -> None:
     """Delete a task; its history stays queryable by id and its name becomes free."""
-    cancelled = client_for(ctx).delete(task, force=force, requested_by=who())
+    ended = client_for(ctx).delete(task, force=force, requested_by=who())
+    cancelled = [o["id"] for o in ended if o["status"] == "cancelled"]
+    requested = [o["id"] for o in ended if o["status"] != "cancelled"]
+    text = f"deleted {task}"
+    if cancelled:
+        text += f"; cancelled occurrences {cancelled}"
+    if requested:
+        text += (
+            f"; cancel requested for running occurrences {requested} (each keeps its slot "
+            "until its owner confirms the job is gone)"
+        )
     emit(
         ctx,
-        {"deleted": task, "cancelled_occurrence_ids": cancelled},
-        f"deleted {task}" + (f"; cancelled occurrences {cancelled}" if cancelled else ""),
+        {
+            "deleted": task,
+            "cancelled_occurrence_ids": cancelled,
+            "cancel_requested_occurrence_ids": requested,
+        },
+        text,
     )

@@ -21,6 +21,8 @@ class HeldRun:
     job: Any  # an executors.base.Job; typed loosely so the domain stays free of executors
     fenced: bool = False
     completing: bool = False
+    cancel_requested: bool = False  # the owner was asked to stop the job; it keeps renewing
+    retry_at: float = 0.0  # monotonic time before which a deferred completion is not retried
     outcome: Any = None  # the job's Outcome once it finished, kept until it is written
     log_fields: dict[str, Any] = field(default_factory=dict)
 

@@ -16,6 +16,8 @@ from itertools import pairwise
 from scheduler_daemon.domain.schedule import Schedule
 
 REASONS = ("overlap", "misfired", "coalesced", "catchup_limit", "catchup_window")
+# Why an operator's change skipped firings that were due but not yet dispatched.
+CHANGE_REASONS = ("paused", "rescheduled", "parked", "deleted")
 MISFIRE_POLICIES = ("skip", "run_once", "run_all")
 OVERLAP_POLICIES = ("forbid", "queue", "allow")
 # One pass writes at most this many queued rows and this many individual skipped rows; older
@@ -222,3 +224,20 @@ def _summaries(runs: Iterable[_Run]) -> Iterable[Firing]:
             yield Firing(
                 run.first, "skipped", run.reason, run.count, run.last, count_exact=run.exact
             )
+
+
+def skip_past_due(
+    schedule: Schedule, *, next_run_at: datetime | None, now: datetime, reason: str
+) -> tuple[Firing, ...]:
+    """The rows that record a task's due, undispatched firings (`next_run_at` up to `now`) as
+    skipped for `reason`, when an operator's change (pause, reschedule, unpark, delete) moves
+    the task past them: one row, or one summary row with their count and range."""
+    if next_run_at is None or next_run_at > now:
+        return ()
+    count, exact = schedule.count_between(next_run_at, now, COUNT_CAP)
+    if schedule.next_after(next_run_at - _MICROSECOND) != next_run_at:
+        count += 1  # next_run_at is due even if the (new) schedule does not fire then
+    last = schedule.prev_at_or_before(now)
+    if count <= 1 or last is None or last <= next_run_at:
+        return (Firing(next_run_at, "skipped", reason),)
+    return (Firing(next_run_at, "skipped", reason, count, last, count_exact=exact),)

@@ -43,9 +43,14 @@ def decide(
     interruptions: int,
     max_interruptions: int,
     backoff: timedelta,
+    cancel_reason: str | None = None,
 ) -> Decision:
-    """`attempts` counts this one (attempts count at launch)."""
+    """`attempts` counts this one (attempts count at launch). With `cancel_reason` (a cancel
+    was requested while it ran) the attempt is final: `cancelled`, unless the job succeeded
+    before it could be stopped."""
     run_status = RUN_STATUS[outcome_status]
+    if cancel_reason is not None and run_status != "success":
+        return Decision("cancelled", "cancelled", reason=cancel_reason)
     if run_status in ("failed", "timeout") and attempts < max_attempts:
         return Decision(run_status, "queued", delay=backoff)
     if run_status == "interrupted":

@@ -182,6 +182,8 @@ class TaskRecord:
     created_at: datetime
     updated_at: datetime
     deleted_at: datetime | None
+    parked_at: datetime | None = None  # set when the dispatcher could not plan it
+    park_error: str | None = None
 
     @property
     def name(self) -> str:

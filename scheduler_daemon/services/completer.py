@@ -1,6 +1,7 @@
 """Completer: writes each finished job's outcome in one fenced transaction (task, occurrence,
 run)."""
 
+import time
 from typing import Any, Literal
 
 import structlog
@@ -9,12 +10,15 @@ from psycopg_pool import ConnectionPool
 from scheduler_daemon.domain.held import HeldRun, HeldRuns
 from scheduler_daemon.domain.outcome import decide
 from scheduler_daemon.storage import occurrence_store, run_store, task_store
-from scheduler_daemon.storage.database import pooled_transaction
-from scheduler_daemon.storage.error import DatabaseUnavailable
+from scheduler_daemon.storage.database import UNIT_LIMITS, first_line, pooled_transaction
+from scheduler_daemon.storage.error import LOCK_ERRORS, DatabaseUnavailable
 from scheduler_daemon.storage.settle import settle
 
 log = structlog.get_logger()
 Completion = Literal["recorded", "retry", "fenced"]
+# A completion that could not lock its rows waits this long before it is tried again, so a row
+# held for minutes costs the loop one short lock wait every few seconds, not every pass.
+DEFER_SECONDS = 2.0
 
 
 class Fenced(Exception):
@@ -34,12 +38,13 @@ class Completer:
         self.max_interruptions = max_interruptions
 
     def run_once(self) -> int:
-        """Writes every finished job's outcome; returns how many left the held set."""
+        """Writes every finished job's outcome; returns how many left the held set. Each run is
+        its own unit: one whose rows are locked by someone else is deferred, the rest go on."""
         done = 0
         for run in self.held:
             if run.outcome is None:
                 run.outcome = run.job.poll()
-            if run.outcome is None:
+            if run.outcome is None or run.retry_at > time.monotonic():
                 continue
             if run.fenced:
                 self.held.remove(run.run_id)
@@ -53,6 +58,18 @@ class Completer:
                     run_id=run.run_id,
                     error=str(exc),
                     occurrence_id=run.occurrence_id,
+                    instance_id=self.instance_id,
+                )
+                continue
+            except LOCK_ERRORS as exc:
+                run.retry_at = time.monotonic() + DEFER_SECONDS
+                log.warning(
+                    "outcome_deferred",
+                    run_id=run.run_id,
+                    occurrence_id=run.occurrence_id,
+                    task_id=run.task_id,
+                    error=first_line(exc),
+                    retry_in_seconds=DEFER_SECONDS,
                     instance_id=self.instance_id,
                 )
                 continue
@@ -79,7 +96,7 @@ class Completer:
         }
         outcome = run.outcome
         try:
-            with pooled_transaction(self.pool) as conn:
+            with pooled_transaction(self.pool, UNIT_LIMITS) as conn:
                 result = self._write(conn, run, outcome)
         except Fenced:
             log.warning("run_fenced", stage="completion", **ids)
@@ -114,6 +131,7 @@ class Completer:
             interruptions=occ["interruptions"],
             max_interruptions=self.max_interruptions,
             backoff=task.spec.backoff,
+            cancel_reason=occ["cancel_reason"],
         )
         if not run_store.finish(
             conn,

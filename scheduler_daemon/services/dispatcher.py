@@ -41,7 +41,8 @@ class Dispatcher:
             with pooled_transaction(self.pool) as conn:
                 db_now = task_store.clock(conn, now)
                 tasks = task_store.claim_due(conn, self.batch, now)
-                dispatched = sum(self._dispatch_one(conn, task, db_now, result) for task in tasks)
+                # A parked row is progress too: it left the due scan, so the next batch differs.
+                dispatched = sum(self._dispatch_one(conn, row, db_now, result) for row in tasks)
                 if result.queued:
                     instance_store.notify_wakeup(conn, "queued")
                 result.tasks += len(tasks)
@@ -51,24 +52,27 @@ class Dispatcher:
                 return result
 
     def _dispatch_one(
-        self, conn: Any, task: TaskRecord, db_now: datetime, result: DispatchResult
+        self, conn: Any, row: dict[str, Any], db_now: datetime, result: DispatchResult
     ) -> bool:
-        """One task in a savepoint: a task whose row cannot be planned (a cron expression or
-        zone this build rejects) is logged and left alone, and never stops the others."""
+        """One task in a savepoint. A task whose row cannot be read or planned (a cron
+        expression or zone this build rejects) is parked with its error, out of the due scan
+        until a `tasks update` fixes it, so it costs nothing and never stops the others."""
         part = DispatchResult()
         try:
             with conn.transaction():
-                self._dispatch(conn, task, db_now, part)
+                self._dispatch(conn, task_store.record(row), db_now, part)
         except psycopg.OperationalError:
             raise  # lock timeouts, lost connections: the whole pass is retried
-        except Exception as exc:  # a poison row: every other task must still fire
-            log.error(  # noqa: TRY400 - every pass logs it: one line, not a traceback
-                "dispatch_failed",
-                task_id=task.id,
-                error=first_line(exc),
+        except Exception as exc:  # a poison row: park it, every other task must still fire
+            error = first_line(exc)
+            task_store.park(conn, row["id"], error=error, now=db_now)
+            log.error(  # noqa: TRY400 - logged once, when it is parked: one line
+                "task_parked",
+                task_id=row["id"],
+                error=error,
                 instance_id=self.instance_id,
             )
-            return False
+            return True
         result.queued += part.queued
         result.skipped += part.skipped
         result.occurrence_ids += part.occurrence_ids

@@ -27,9 +27,11 @@ log = structlog.get_logger()
 
 class LeaseKeeper:
     """Every TTL/3: one statement renews exactly the held (run id, token) pairs. A pair not
-    renewed was taken over or cancelled: its job is stopped at once and nothing is written for
-    it. A renewal that fails extends nothing, so each job's trust deadline (time the last good
-    renewal was *sent* + TTL - margin, on the monotonic clock) runs out before the lease does."""
+    renewed was taken over: its job is stopped at once and nothing is written for it. A renewed
+    pair with a cancel request has its job stopped and stays renewed until the completer writes
+    `cancelled`, so the occurrence holds its slot until the job is gone. A renewal that fails
+    extends nothing, so each job's trust deadline (time the last good renewal was *sent* + TTL -
+    margin, on the monotonic clock) runs out before the lease does."""
 
     def __init__(
         self,
@@ -126,6 +128,17 @@ class LeaseKeeper:
                 continue
             if run_id in renewed:
                 run.job.extend(deadline)
+                if renewed[run_id] and not run.cancel_requested:
+                    # A cancel request: stop the job, keep the lease until its end is written.
+                    run.cancel_requested = True
+                    run.job.stop("cancelled: a cancel was requested")
+                    log.info(
+                        "run_cancel_requested",
+                        run_id=run_id,
+                        occurrence_id=run.occurrence_id,
+                        task_id=run.task_id,
+                        instance_id=self.instance_id,
+                    )
             elif not run.completing:
                 run.fenced = True
                 fenced.add(run_id)

@@ -16,7 +16,8 @@ from psycopg_pool import ConnectionPool
 
 from scheduler_daemon.domain.outcome import LIFECYCLE, decide
 from scheduler_daemon.storage import instance_store, occurrence_store, run_store, task_store
-from scheduler_daemon.storage.database import pooled_transaction
+from scheduler_daemon.storage.database import UNIT_LIMITS, first_line, pooled_transaction
+from scheduler_daemon.storage.error import LOCK_ERRORS
 from scheduler_daemon.storage.settle import settle
 
 log = structlog.get_logger()
@@ -70,15 +71,35 @@ class Reconciler:
             for candidate in self._candidates(page):
                 if dry_run:
                     report.ids[category].append(candidate["id"])
-                elif (fixed := fix(candidate)) is not None:
+                elif (fixed := self._isolated(category, fix, candidate)) is not None:
                     report.ids[category].append(fixed)
-        with pooled_transaction(self.pool) as conn:
-            dead = instance_store.dead if dry_run else instance_store.remove_dead
-            report.ids["removed_instances"] = dead(conn, self.dead_after)
+        dead = instance_store.dead if dry_run else instance_store.remove_dead
+        removed = self._isolated(
+            "removed_instances", lambda _: self._in_unit(dead, self.dead_after), {"id": None}
+        )
+        report.ids["removed_instances"] = removed or []
         if report.changed:
             self.log.info("reconciled", dry_run=dry_run, **report.counts)
         self.log.debug("reconcile_pass", dry_run=dry_run)  # a test signal; cheap at info level
         return report
+
+    def _isolated(
+        self, category: str, fix: Callable[[dict[str, Any]], Any], seen: dict[str, Any]
+    ) -> Any:
+        """Runs one fix as its own unit: one that cannot lock its rows in time (a row held by an
+        operator, a slow migration, a frozen peer) is logged and left for the next pass, and
+        every other unit still runs."""
+        try:
+            return fix(seen)
+        except LOCK_ERRORS as exc:
+            self.log.warning(
+                "reconcile_unit_failed", category=category, id=seen["id"], error=first_line(exc)
+            )
+            return None
+
+    def _in_unit(self, step: Callable[..., Any], *args: Any) -> Any:
+        with pooled_transaction(self.pool, UNIT_LIMITS) as conn:
+            return step(conn, *args)
 
     def _candidates(self, page: Callable[..., list[dict[str, Any]]]) -> Iterator[dict[str, Any]]:
         after = 0
@@ -105,7 +126,7 @@ class Reconciler:
 
     # -- fixes: each one transaction, task → occurrence → run ------------------------------------
     def _take_over(self, seen: dict[str, Any]) -> int | None:
-        with pooled_transaction(self.pool) as conn:
+        with pooled_transaction(self.pool, UNIT_LIMITS) as conn:
             task = task_store.lock_row(conn, seen["task_id"])
             occ = occurrence_store.lock(conn, seen["occurrence_id"])
             run_store.lock(conn, seen["id"])
@@ -130,6 +151,7 @@ class Reconciler:
                     interruptions=occ["interruptions"],
                     max_interruptions=self.max_interruptions,
                     backoff=timedelta(0),
+                    cancel_reason=occ["cancel_reason"],  # a pending cancel ends here
                 )
                 settle(
                     conn,
@@ -148,7 +170,7 @@ class Reconciler:
         return seen["id"]
 
     def _requeue_claim(self, seen: dict[str, Any]) -> int | None:
-        with pooled_transaction(self.pool) as conn:
+        with pooled_transaction(self.pool, UNIT_LIMITS) as conn:
             task_store.lock_row(conn, seen["task_id"])
             occurrence_store.lock(conn, seen["id"])
             if not occurrence_store.requeue_claim(conn, seen["id"], token=seen["lease_token"]):
@@ -157,7 +179,7 @@ class Reconciler:
         return seen["id"]
 
     def _expire(self, seen: dict[str, Any]) -> int | None:
-        with pooled_transaction(self.pool) as conn:
+        with pooled_transaction(self.pool, UNIT_LIMITS) as conn:
             task_store.lock_row(conn, seen["task_id"])
             occurrence_store.lock(conn, seen["id"])
             expired = occurrence_store.expire(conn, seen["id"])
@@ -183,7 +205,7 @@ class Reconciler:
 
     def _finalize(self, seen: dict[str, Any]) -> int | None:
         """Finalizes a one-shot task from its latest occurrence, read after the task lock."""
-        with pooled_transaction(self.pool) as conn:
+        with pooled_transaction(self.pool, UNIT_LIMITS) as conn:
             task = task_store.lock_row(conn, seen["id"])
             if task is None or task.status != "running":
                 return None

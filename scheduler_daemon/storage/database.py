@@ -78,6 +78,11 @@ class Limits:
     idle_timeout: str = "60s"
 
 
+# One unit of maintenance work (a completion, a takeover) waits briefly for a row lock and is
+# retried later, so one row held by someone else never stalls the loop for the full timeout.
+UNIT_LIMITS = Limits(lock_timeout="1s")
+
+
 def make_pool(url: str, *, max_size: int, name: str) -> ConnectionPool:
     """A small pool for one daemon's loop; opened lazily so a database that is down at start
     is retried by the caller instead of failing the constructor."""

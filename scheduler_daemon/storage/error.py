@@ -1,5 +1,16 @@
 """Typed errors the storage layer raises; each message is one line, without credentials."""
 
+import psycopg
+
+# Errors one unit of work may meet on a live connection and simply retry later: a row lock held
+# past lock_timeout, a statement cancelled by its timeout, a deadlock, a serialization failure.
+LOCK_ERRORS: tuple[type[psycopg.Error], ...] = (
+    psycopg.errors.LockNotAvailable,
+    psycopg.errors.QueryCanceled,
+    psycopg.errors.DeadlockDetected,
+    psycopg.errors.SerializationFailure,
+)
+
 
 class StorageError(RuntimeError):
     """Base of every error the storage layer raises on purpose."""

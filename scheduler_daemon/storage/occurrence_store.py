@@ -51,39 +51,15 @@ def active_count(conn: psycopg.Connection[Any], task_id: int) -> int:
 
 def cancel_active(
     conn: psycopg.Connection[Any], task_id: int, *, reason: str, requested_by: str, now: datetime
-) -> list[int]:
-    """Cancels a locked task's active occurrences (raising their tokens) and then their running
-    runs: occurrence before run, the one lock order. Returns the cancelled occurrence ids."""
-    rows = query.run(
+) -> list[dict[str, Any]]:
+    """Ends a locked task's queued and launching occurrences at once and asks the owners of its
+    running ones to stop their jobs (those keep their slots until confirmed). Returns
+    (id, occurrence_seq, status) of each: `cancelled`, or `running` for a pending cancel."""
+    return query.run(
         conn,
         "occurrence_cancel_active",
         {"task_id": task_id, "reason": reason, "requested_by": requested_by, "now": now},
     )
-    ids = [row["id"] for row in rows]
-    _cancel_runs(conn, ids, reason=reason, requested_by=requested_by, now=now)
-    return ids
-
-
-def _cancel_runs(
-    conn: psycopg.Connection[Any],
-    occurrence_ids: list[int],
-    *,
-    reason: str,
-    requested_by: str,
-    now: datetime | None,
-) -> None:
-    """Ends the running runs of just-cancelled occurrences (occurrence before run)."""
-    if occurrence_ids:
-        query.run(
-            conn,
-            "run_cancel_for_occurrences",
-            {
-                "occurrence_ids": occurrence_ids,
-                "reason": reason,
-                "requested_by": requested_by,
-                "now": now,
-            },
-        )
 
 
 def get(conn: psycopg.Connection[Any], occurrence_id: int) -> dict[str, Any] | None:
@@ -180,15 +156,23 @@ def retry(
 def cancel(
     conn: psycopg.Connection[Any], occurrence_id: int, *, reason: str, requested_by: str
 ) -> dict[str, Any] | None:
-    """Cancels one active occurrence (task locked first) and then its running run."""
-    row = query.run(
+    """Cancels one queued or launching occurrence (task locked first); None otherwise."""
+    return query.run(
         conn,
         "occurrence_cancel",
         {"id": occurrence_id, "reason": reason, "requested_by": requested_by},
     )
-    if row is not None:
-        _cancel_runs(conn, [occurrence_id], reason=reason, requested_by=requested_by, now=None)
-    return row
+
+
+def request_cancel(
+    conn: psycopg.Connection[Any], occurrence_id: int, *, reason: str, requested_by: str
+) -> dict[str, Any] | None:
+    """Asks the owner of a running occurrence to stop its job; None when it is not running."""
+    return query.run(
+        conn,
+        "occurrence_request_cancel",
+        {"id": occurrence_id, "reason": reason, "requested_by": requested_by},
+    )
 
 
 def expired_claims(

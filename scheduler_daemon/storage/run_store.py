@@ -41,17 +41,18 @@ def renew(
     held: list[tuple[int, int]],
     ttl: timedelta,
     grace: timedelta,
-) -> set[int]:
-    """Renews the held (run id, token) pairs in one statement; returns the ids it renewed."""
+) -> dict[int, bool]:
+    """Renews the held (run id, token) pairs in one statement; returns the ids it renewed, each
+    with whether its occurrence has a cancel request (the owner must stop that job)."""
     if not held:
-        return set()
+        return {}
     ids, tokens = zip(*sorted(held), strict=True)
     rows = query.run(
         conn,
         "run_renew",
         {"ids": list(ids), "tokens": list(tokens), "owner": owner, "ttl": ttl, "grace": grace},
     )
-    return {row["id"] for row in rows}
+    return {row["id"]: row["cancel_requested"] for row in rows}
 
 
 def lock(conn: psycopg.Connection[Any], run_id: int) -> dict[str, Any] | None:

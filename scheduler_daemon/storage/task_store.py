@@ -79,6 +79,8 @@ def record(row: dict[str, Any]) -> TaskRecord:
         created_at=row["created_at"],
         updated_at=row["updated_at"],
         deleted_at=row["deleted_at"],
+        parked_at=row.get("parked_at"),
+        park_error=row.get("park_error"),
     )
 
 
@@ -105,7 +107,7 @@ def find(conn: psycopg.Connection[Any], ref: str | int) -> TaskRecord:
 def lock(conn: psycopg.Connection[Any], ref: str | int) -> TaskRecord:
     """Finds a live task and takes its row lock (the parent lock, always first)."""
     locked = lock_row(conn, find(conn, ref).id)
-    if locked is None:
+    if locked is None or locked.deleted_at is not None:
         raise NotFound(f"unknown task '{ref}' (it was deleted)")
     return locked
 
@@ -170,9 +172,11 @@ def clock(conn: psycopg.Connection[Any], now: datetime | None = None) -> datetim
 
 def claim_due(
     conn: psycopg.Connection[Any], limit: int, now: datetime | None = None
-) -> list[TaskRecord]:
-    """Locks up to `limit` due tasks, skipping those another dispatcher holds."""
-    return [record(r) for r in query.run(conn, "task_claim_due", {"limit": limit, "now": now})]
+) -> list[dict[str, Any]]:
+    """Locks up to `limit` due tasks, skipping those another dispatcher holds. Raw rows: the
+    caller turns each into a TaskRecord on its own, so one row that cannot be read is parked
+    instead of failing the batch."""
+    return query.run(conn, "task_claim_due", {"limit": limit, "now": now})
 
 
 def advance(
@@ -225,7 +229,8 @@ def next_due(conn: psycopg.Connection[Any]) -> datetime | None:
 
 
 def lock_row(conn: psycopg.Connection[Any], task_id: int) -> TaskRecord | None:
-    """Locks a live task by id; None when it was deleted."""
+    """Locks a task by id, deleted or not (a job of a deleted task still records its outcome);
+    None when no such row exists."""
     row = query.run(conn, "task_lock", {"id": task_id})
     return None if row is None else record(row)
 
@@ -243,3 +248,24 @@ def finish_lifecycle(
         query.run(conn, "task_finish_lifecycle", {"id": task_id, "status": status, "error": error})
         == 1
     )
+
+
+def park(conn: psycopg.Connection[Any], task_id: int, *, error: str, now: datetime) -> bool:
+    """Takes a task the dispatcher cannot plan out of the due scan until an update fixes it."""
+    return query.run(conn, "task_park", {"id": task_id, "error": error, "now": now}) == 1
+
+
+def unpark(conn: psycopg.Connection[Any], task_id: int) -> bool:
+    return query.run(conn, "task_unpark", {"id": task_id}) == 1
+
+
+def set_next_run(
+    conn: psycopg.Connection[Any], task_id: int, *, next_run_at: datetime | None, status: str
+) -> None:
+    query.run(
+        conn, "task_set_next_run", {"id": task_id, "next_run_at": next_run_at, "status": status}
+    )
+
+
+def parked(conn: psycopg.Connection[Any]) -> list[dict[str, Any]]:
+    return query.run(conn, "task_list_parked")

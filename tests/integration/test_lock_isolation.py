@@ -1,0 +1,86 @@
+"""One row held by someone else (an operator's transaction, a slow migration, a frozen peer)
+stalls only its own unit of work: the completer and the reconciler go on with the rest and
+retry that one later (KNOWN-FAILURES 28). The lock is held by a second connection."""
+
+from datetime import timedelta
+
+import psycopg
+import structlog
+
+from scheduler_daemon.services.reconciler import Reconciler
+from tests.support import Replica, query, shell_task
+
+
+def _hold_task_row(database_url: str, task_id: int) -> psycopg.Connection:
+    holder = psycopg.connect(database_url)
+    holder.execute("SELECT 1 FROM task WHERE id = %s FOR UPDATE", (task_id,))
+    return holder
+
+
+def test_a_locked_task_row_defers_only_its_own_completion(
+    client, pool, executors, database_url
+) -> None:
+    # Would fail against a completer whose LockNotAvailable escaped run_once: the other run's
+    # outcome would not be written either.
+    locked, free = shell_task(client, "locked"), shell_task(client, "free")
+    for task in (locked, free):
+        client.trigger(task.id, requested_by="test")
+    replica = Replica(database_url, pool, executors, "a")
+    assert replica.launcher.run_once().launched == 2
+    replica.finished()
+    holder = _hold_task_row(database_url, locked.id)
+    try:
+        with structlog.testing.capture_logs() as logs:
+            assert replica.completer.run_once() == 1
+        assert [e["task_id"] for e in logs if e["event"] == "outcome_deferred"] == [locked.id]
+        rows = query(database_url, "SELECT task_id, status FROM occurrence ORDER BY task_id")
+        assert rows == [
+            {"task_id": locked.id, "status": "running"},
+            {"task_id": free.id, "status": "success"},
+        ]
+        assert replica.completer.run_once() == 0  # deferred: not retried on every pass
+    finally:
+        holder.close()
+    (run,) = list(replica.held)
+    run.retry_at = 0.0  # its deferral would pass in a couple of seconds
+    assert replica.completer.run_once() == 1
+    assert {r["status"] for r in query(database_url, "SELECT status FROM occurrence")} == {
+        "success"
+    }
+
+
+def test_a_locked_task_row_stops_only_its_own_takeover(
+    client, pool, executors, database_url
+) -> None:
+    # Would fail against a reconciler pass that one LockNotAvailable aborted: the other orphan
+    # would not be taken over, and the takeover bound would break on one row.
+    locked, free = shell_task(client, "locked"), shell_task(client, "free")
+    for task in (locked, free):
+        client.trigger(task.id, requested_by="test")
+    replica = Replica(database_url, pool, executors, "dead")
+    assert replica.launcher.run_once().launched == 2
+    replica.finished()  # the owner "dies": nothing is completed or renewed
+    query(
+        database_url,
+        "UPDATE run SET lease_expires_at = now() - interval '2 s', "
+        "takeover_at = now() - interval '1 s' RETURNING id",
+    )
+    reconciler = Reconciler(
+        pool,
+        instance_id="r",
+        restart_quiet=timedelta(0),
+        max_interruptions=3,
+        dead_after=timedelta(minutes=10),
+    )
+    holder = _hold_task_row(database_url, locked.id)
+    try:
+        with structlog.testing.capture_logs() as logs:
+            report = reconciler.run_once()
+        assert len(report.ids["taken_over"]) == 1
+        assert [e["category"] for e in logs if e["event"] == "reconcile_unit_failed"] == [
+            "taken_over"
+        ]
+    finally:
+        holder.close()
+    assert len(reconciler.run_once().ids["taken_over"]) == 1  # the next pass takes the other
+    assert query(database_url, "SELECT id FROM run WHERE status = 'running'") == []
