@@ -124,8 +124,7 @@ class Auditor:
             found, notes = self._confirmed(name, window)
             violations += found
             incomplete += notes
-        if violations:
-            log.warning("audit_violations", count=len(violations))
+        log.debug("audit_finished", violations=len(violations), incomplete=len(incomplete))
         return AuditReport(window, self.checks, tuple(violations), tuple(incomplete))
 
     def _window(self, since: TimeBound | None, until: TimeBound | None) -> AuditWindow:
@@ -158,7 +157,7 @@ class Auditor:
             second = check(conn, window)
         seen = {v.identity for v in first.violations}
         kept = [v for v in second.violations if v.identity in seen]
-        log.info("audit_rechecked", check=name, first=len(first.violations), confirmed=len(kept))
+        log.debug("audit_rechecked", check=name, first=len(first.violations), confirmed=len(kept))
         return (second.condense(kept) if second.condense else kept), second.incomplete
 
     # -- the checks, in CHECKS order: each reads one snapshot --------------------------------------
