@@ -655,3 +655,15 @@ def test_bad_input_is_one_line_and_exit_2(cli, args: tuple[str, ...], says: str)
     assert len(result.err.strip().splitlines()) == 1
     assert result.err.startswith("error: ")
     assert says in result.err
+
+
+def test_a_database_at_another_schema_revision_is_refused_in_one_line(
+    cli, empty_database_url
+) -> None:
+    result = cli("audit", url=empty_database_url)
+    assert result.code == 1
+    assert result.out == ""
+    assert result.err.strip().splitlines() == [
+        "error: the database schema is at nothing, this build expects 0002; audit reads the "
+        "history of that revision: run `scheduler-daemon migrate`"
+    ]
