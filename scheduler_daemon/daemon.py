@@ -13,8 +13,10 @@ from pathlib import Path
 import structlog
 from psycopg_pool import ConnectionPool
 
+from scheduler_daemon.domain.audit import CHECK_NAMES, DEFAULT_SETTLE, AuditReport
 from scheduler_daemon.domain.held import HeldRuns
 from scheduler_daemon.executors import make_executors
+from scheduler_daemon.services.auditor import Auditor, TimeBound
 from scheduler_daemon.services.completer import Completer
 from scheduler_daemon.services.dispatcher import Dispatcher
 from scheduler_daemon.services.launcher import Launcher
@@ -272,5 +274,28 @@ def recover(url: str, settings: DaemonSettings, *, dry_run: bool) -> ReconcileRe
     try:
         instance_id = new_instance_id(f"recover@{socket.gethostname()}")
         return make_reconciler(pool, instance_id, settings).run_once(dry_run=dry_run)
+    finally:
+        pool.close()
+
+
+def audit(
+    url: str,
+    *,
+    since: TimeBound | None = None,
+    until: TimeBound | None = None,
+    settle: timedelta = DEFAULT_SETTLE,
+    checks: tuple[str, ...] = CHECK_NAMES,
+) -> AuditReport:
+    """One read-only audit of the recorded history (`scheduler-daemon audit`)."""
+    current, head = migration.current_revision(url), migration.head_revision()
+    if current != head:
+        raise SchemaMismatch(
+            f"the database schema is at {current or 'nothing'}, this build expects {head}; "
+            "audit reads the history of that revision: run `scheduler-daemon migrate`"
+        )
+    pool = make_pool(url, max_size=1, name="scheduler-daemon audit")
+    pool.open(wait=True, timeout=10)
+    try:
+        return Auditor(pool, settle=settle, checks=checks).run_once(since=since, until=until)
     finally:
         pool.close()

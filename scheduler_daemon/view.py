@@ -4,6 +4,7 @@ from datetime import datetime, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo
 
+from scheduler_daemon.domain.audit import AuditReport, Value
 from scheduler_daemon.domain.task import TaskRecord
 
 RUN_FIELDS = (
@@ -260,3 +261,43 @@ def status_fields(status: dict[str, Any]) -> dict[str, Any]:
             }
         )
     return {**status, "instances": instances}
+
+
+def _audit_value(value: Value) -> Any:
+    if isinstance(value, datetime):
+        return iso(value)
+    if isinstance(value, timedelta):
+        return seconds(value)
+    return list(value) if isinstance(value, tuple) else value
+
+
+def audit_fields(report: AuditReport) -> dict[str, Any]:
+    """`audit --json`: the window, the checks run, every violation with its rows."""
+    window = report.window
+    return {
+        "ok": report.ok,
+        "since": iso(window.since),
+        "until": iso(window.until),
+        "settle_seconds": seconds(window.settle),
+        "checked": list(report.checked),
+        "violations": [
+            {
+                "check": v.check,
+                "message": v.message,
+                "rows": {k: _audit_value(x) for k, x in v.rows.items()},
+            }
+            for v in report.violations
+        ],
+        "incomplete": [{"check": n.check, "message": n.message} for n in report.incomplete],
+    }
+
+
+def audit_text(report: AuditReport) -> str:
+    """One line per violation (`check: message`), the notes, then a summary line."""
+    window = report.window
+    lines = [f"{v.check}: {v.message}" for v in report.violations]
+    lines += [f"not fully checked, {n.check}: {n.message}" for n in report.incomplete]
+    span = f"since {iso(window.since) or 'the beginning'} until {iso(window.until)}"
+    verdict = f"{len(report.violations)} violation(s)" if report.violations else "no violations"
+    lines.append(f"audit: {verdict} in {len(report.checked)} check(s), {span}")
+    return "\n".join(lines)

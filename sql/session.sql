@@ -8,3 +8,8 @@ SELECT coalesce(%(now)s::timestamptz, now())
 SELECT set_config('lock_timeout', %(lock_timeout)s, true),
        set_config('statement_timeout', %(statement_timeout)s, true),
        set_config('idle_in_transaction_session_timeout', %(idle_timeout)s, true)
+
+-- name: session_snapshot :rowcount
+-- Makes the open transaction one read-only snapshot (first statement of the transaction): every
+-- statement in it sees the same moment, and nothing in it can write.
+SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY

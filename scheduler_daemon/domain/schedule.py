@@ -511,6 +511,28 @@ class OneShotSchedule(_Stepping):
         return (1 if _aware(start) <= self.at <= _aware(end) else 0), True
 
 
+def make_schedule(
+    *,
+    cron: str | None,
+    every: timedelta | None,
+    at: datetime | None,
+    timezone: str,
+    dst_gap: str,
+    dst_overlap: str,
+    anchor: datetime | None,
+) -> CronSchedule | IntervalSchedule | OneShotSchedule:
+    """The schedule a definition describes: the first of `cron`, `every`, `at` that is set."""
+    if cron is not None:
+        return CronSchedule(cron, timezone, dst_gap, dst_overlap)
+    if every is not None:
+        if anchor is None:
+            raise ScheduleError("an interval schedule needs its anchor (the creation time)")
+        return IntervalSchedule(every, anchor)
+    if at is None:
+        raise ScheduleError("no schedule: give one of cron, every or at")
+    return OneShotSchedule(at)
+
+
 def _aware(t: datetime) -> datetime:
     if t.tzinfo is None or t.utcoffset() is None:
         raise ValueError(f"expected a timezone-aware datetime, got naive {t.isoformat()}")

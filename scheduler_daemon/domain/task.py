@@ -12,6 +12,7 @@ from scheduler_daemon.domain.schedule import (
     OneShotSchedule,
     ScheduleError,
     load_zone,
+    make_schedule,
     validate_cron,
 )
 
@@ -68,14 +69,17 @@ class TaskSpec:
 
     def schedule(self) -> CronSchedule | IntervalSchedule | OneShotSchedule:
         """The schedule object that computes this task's fire times."""
-        if self.cron is not None:
-            return CronSchedule(self.cron, self.timezone, self.dst_gap, self.dst_overlap)
-        if self.every is not None:
-            if self.anchor is None:
-                raise InvalidTask("an interval schedule needs its anchor (the creation time)")
-            return IntervalSchedule(self.every, self.anchor)
-        assert self.at is not None
-        return OneShotSchedule(self.at)
+        if self.cron is None and self.every is not None and self.anchor is None:
+            raise InvalidTask("an interval schedule needs its anchor (the creation time)")
+        return make_schedule(
+            cron=self.cron,
+            every=self.every,
+            at=self.at,
+            timezone=self.timezone,
+            dst_gap=self.dst_gap,
+            dst_overlap=self.dst_overlap,
+            anchor=self.anchor,
+        )
 
     def with_changes(self, **changes: Any) -> "TaskSpec":
         """A copy with `changes` applied; setting one schedule kind clears the others."""

@@ -121,6 +121,23 @@ def pooled_transaction(pool: ConnectionPool, limits: Limits | None = None) -> It
         raise DatabaseUnavailable(f"database unavailable: {first_line(exc)}") from exc
 
 
+@contextmanager
+def snapshot_transaction(pool: ConnectionPool, limits: Limits | None = None) -> Iterator[Any]:
+    """One REPEATABLE READ, READ ONLY transaction on a pooled connection: every statement in it
+    sees the same snapshot and none can write. Errors as for `pooled_transaction`."""
+    try:
+        with pool.connection() as conn, conn.transaction():
+            query.run(conn, "session_snapshot")  # before any other statement, or it is refused
+            apply_limits(conn, limits or Limits())
+            yield conn
+    except PoolTimeout as exc:
+        raise DatabaseUnavailable(f"database unavailable: {first_line(exc)}") from exc
+    except psycopg.OperationalError as exc:
+        if not is_connection_error(exc):
+            raise
+        raise DatabaseUnavailable(f"database unavailable: {first_line(exc)}") from exc
+
+
 # SQLSTATEs that mean the server went away: admin/crash shutdown, cannot connect now.
 _SERVER_GONE = ("57P01", "57P02", "57P03")
 

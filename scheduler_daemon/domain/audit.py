@@ -1,0 +1,74 @@
+"""The vocabulary of `scheduler-daemon audit`: the checks by name, a violation, the report (pure).
+
+The names are stable: they appear in `--json` output and in docs/cli.md, and scripts match on them.
+"""
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+# Check name → the invariant it checks, one line, in the order the checks run.
+CHECKS: dict[str, str] = {
+    "firing_recorded_twice": "each scheduled (task, scheduled_for) has one occurrence",
+    "firing_missing": "every firing the schedule called for while the task was active has a row",
+    "forbid_active_twice": "a `forbid` task never has two active occurrences",
+    "runs_overlap": "runs of one `forbid` task, or of one concurrency key, never overlap in time",
+    "fifo_order": "no run starts while an older occurrence of its key (or `queue` task) waits",
+    "budget_exceeded": "executing runs never exceed the fleet budget in force",
+    "success_twice": "an occurrence has at most one successful run",
+    "takeover_overdue": "no run stays running past its takeover point while a peer is alive",
+    "one_shot_status": "a one-shot task's status matches its newest occurrence",
+    "lease_token_order": "the runs of an occurrence carry unique tokens, increasing with start",
+    "cancelled_run_still_running": "no cancelled occurrence has a run still running",
+}
+CHECK_NAMES = tuple(CHECKS)
+# Firings newer than `until` minus this are not owed yet: the dispatcher may not have reached them.
+DEFAULT_SETTLE = timedelta(seconds=30)
+
+# A value in a violation's rows: ids, instants, counts, or a tuple of ids.
+Value = int | float | str | bool | datetime | timedelta | tuple[int, ...] | tuple[str, ...] | None
+
+
+@dataclass(frozen=True)
+class Violation:
+    """One broken invariant and the rows involved (ids by column name, and the facts that break
+    it). `identity` names the same violation in another snapshot; it is not printed."""
+
+    check: str
+    message: str
+    rows: Mapping[str, Value]
+    identity: tuple[object, ...] = field(default=(), compare=False)
+
+
+@dataclass(frozen=True)
+class Incomplete:
+    """Part of a check that could not be carried out (work bound reached, unplannable schedule)."""
+
+    check: str
+    message: str
+
+
+@dataclass(frozen=True)
+class AuditWindow:
+    """The history examined, with both ends on the database clock. Firings after `cutoff`
+    (`until` minus `settle`) are not owed yet."""
+
+    since: datetime | None
+    until: datetime
+    settle: timedelta
+
+    @property
+    def cutoff(self) -> datetime:
+        return self.until - self.settle
+
+
+@dataclass(frozen=True)
+class AuditReport:
+    window: AuditWindow
+    checked: tuple[str, ...]
+    violations: tuple[Violation, ...]
+    incomplete: tuple[Incomplete, ...] = ()
+
+    @property
+    def ok(self) -> bool:
+        return not self.violations

@@ -1,0 +1,153 @@
+-- name: audit_clock :scalar
+-- The database clock the audit window is resolved against.
+SELECT now()
+
+-- name: audit_firing_recorded_twice :many
+-- Scheduled firings (task, scheduled_for) with more than one occurrence.
+SELECT task_id, scheduled_for, array_agg(id ORDER BY id) AS occurrence_ids
+FROM occurrence
+WHERE trigger = 'schedule' AND scheduled_for >= coalesce(%(since)s::timestamptz, '-infinity')
+GROUP BY task_id, scheduled_for
+HAVING count(*) > 1
+ORDER BY task_id, scheduled_for
+
+-- name: audit_task_events :many
+-- Every task's definition history: schedule and active state, in the order they were written.
+SELECT id, task_id, at, active, schedule_kind, cron_expr, every, run_at, anchor_at, timezone,
+    dst_gap, dst_overlap
+FROM task_event
+ORDER BY task_id, id
+
+-- name: audit_scheduled_occurrences :many
+-- The scheduled firings one task recorded in [low, high]: exact rows and summary ranges.
+SELECT scheduled_for, last_scheduled_for FROM occurrence
+WHERE task_id = %(task_id)s AND trigger = 'schedule' AND scheduled_for <= %(high)s
+  AND (scheduled_for >= %(low)s OR (firing_count > 1 AND last_scheduled_for >= %(low)s))
+
+-- name: audit_forbid_active_twice :many
+-- `forbid` tasks with more than one active occurrence right now.
+SELECT task_id, array_agg(id ORDER BY id) AS occurrence_ids FROM occurrence
+WHERE overlap = 'forbid' AND status IN ('queued', 'launching', 'running')
+GROUP BY task_id
+HAVING count(*) > 1
+ORDER BY task_id
+
+-- name: audit_exclusive_runs :many
+-- Runs that must not overlap their group's: by task for `forbid` occurrences, by concurrency
+-- key for keyed ones; only runs still executing at or after `since`.
+SELECT 'task' AS scope, o.task_id::text AS group_key, r.id, r.started_at, r.finished_at
+FROM run r JOIN occurrence o ON o.id = r.occurrence_id
+WHERE o.overlap = 'forbid'
+  AND coalesce(r.finished_at, 'infinity') > coalesce(%(since)s::timestamptz, '-infinity')
+UNION ALL
+SELECT 'concurrency_key', o.concurrency_key, r.id, r.started_at, r.finished_at
+FROM run r JOIN occurrence o ON o.id = r.occurrence_id
+WHERE o.concurrency_key IS NOT NULL
+  AND coalesce(r.finished_at, 'infinity') > coalesce(%(since)s::timestamptz, '-infinity')
+ORDER BY 1, 2, 4, 3
+
+-- name: audit_fifo_order :many
+-- Occurrences whose first run started while an older one of their concurrency key (or of their
+-- `queue` task), queued before them, still waited for its first run.
+WITH first_run AS (
+    SELECT DISTINCT ON (occurrence_id) occurrence_id, id, started_at FROM run
+    ORDER BY occurrence_id, started_at, id
+), started AS (
+    SELECT y.id, y.task_id, y.concurrency_key, y.overlap, y.occurrence_seq, y.scheduled_for,
+        y.created_at, f.id AS run_id, f.started_at
+    FROM occurrence y JOIN first_run f ON f.occurrence_id = y.id
+    WHERE f.started_at >= coalesce(%(since)s::timestamptz, '-infinity')
+      AND (y.concurrency_key IS NOT NULL OR y.overlap = 'queue')
+)
+SELECT 'concurrency_key' AS scope, y.concurrency_key AS group_key, y.id AS occurrence_id,
+    y.run_id, y.started_at, x.id AS waiting_id, fx.started_at AS waiting_first_started_at,
+    x.finished_at AS waiting_finished_at
+FROM started y
+JOIN occurrence x ON x.concurrency_key = y.concurrency_key
+    AND (x.scheduled_for, x.id) < (y.scheduled_for, y.id) AND x.created_at < y.created_at
+    AND (x.finished_at IS NULL OR x.finished_at > y.started_at)
+LEFT JOIN first_run fx ON fx.occurrence_id = x.id
+WHERE fx.started_at IS NULL OR fx.started_at > y.started_at
+UNION ALL
+SELECT 'queue_task', y.task_id::text, y.id, y.run_id, y.started_at, x.id, fx.started_at,
+    x.finished_at
+FROM started y
+JOIN occurrence x ON x.task_id = y.task_id
+    AND x.occurrence_seq < y.occurrence_seq AND x.created_at < y.created_at
+    AND (x.finished_at IS NULL OR x.finished_at > y.started_at)
+LEFT JOIN first_run fx ON fx.occurrence_id = x.id
+WHERE y.overlap = 'queue' AND (fx.started_at IS NULL OR fx.started_at > y.started_at)
+ORDER BY 1, 2, 5, 3, 6
+
+-- name: audit_budget_runs :many
+-- Runs executing at or after `since`, for the budget sweep.
+SELECT id, started_at, finished_at FROM run
+WHERE coalesce(finished_at, 'infinity') > coalesce(%(since)s::timestamptz, '-infinity')
+ORDER BY started_at, id
+
+-- name: audit_budget_changes :many
+-- Every value the fleet budget took, and when.
+SELECT at, value FROM fleet_setting_event WHERE key = 'max_concurrent_runs' ORDER BY at, id
+
+-- name: audit_success_twice :many
+-- Occurrences with more than one successful run.
+SELECT occurrence_id, array_agg(id ORDER BY id) AS run_ids FROM run
+WHERE status = 'success'
+GROUP BY occurrence_id
+HAVING count(*) > 1
+   AND max(started_at) >= coalesce(%(since)s::timestamptz, '-infinity')
+ORDER BY occurrence_id
+
+-- name: audit_takeover_overdue :many
+-- Running runs that a live instance should have taken over: past their takeover point (or the
+-- instance's start, or the end of the restart quiet period, whichever is last) by more than
+-- that instance's reconcile interval plus `slack`, on the database clock.
+SELECT r.id AS run_id, r.occurrence_id, r.owner, r.takeover_at,
+    array_agg(i.id ORDER BY i.id) AS live_instance_ids, clock_timestamp() AS checked_at
+FROM run r
+CROSS JOIN (
+    SELECT pg_postmaster_start_time() + coalesce(max(lease_ttl + lease_grace), interval '0')
+        AS quiet_until
+    FROM instance
+) q
+JOIN instance i ON NOT i.stopping AND i.heartbeat_at + i.lease_ttl > clock_timestamp()
+    AND greatest(r.takeover_at, i.started_at, q.quiet_until) + i.reconcile_interval + %(slack)s
+        < clock_timestamp()
+WHERE r.status = 'running'
+GROUP BY r.id, r.occurrence_id, r.owner, r.takeover_at
+ORDER BY r.id
+
+-- name: audit_one_shots :many
+-- Live one-shot tasks past `enabled`, with their newest occurrence (highest sequence), if any.
+SELECT t.id AS task_id, t.status, o.id AS occurrence_id, o.occurrence_seq,
+    o.status AS occurrence_status
+FROM task t
+LEFT JOIN LATERAL (
+    SELECT id, occurrence_seq, status FROM occurrence WHERE task_id = t.id
+    ORDER BY occurrence_seq DESC LIMIT 1
+) o ON true
+WHERE t.schedule_kind = 'once' AND t.status <> 'enabled' AND t.deleted_at IS NULL
+ORDER BY t.id
+
+-- name: audit_lease_token_order :many
+-- Runs whose lease token is not above that of the run of their occurrence that started before.
+SELECT occurrence_id, previous_id, id AS run_id, previous_token, lease_token FROM (
+    SELECT occurrence_id, id, lease_token, started_at,
+        lag(id) OVER w AS previous_id, lag(lease_token) OVER w AS previous_token
+    FROM run
+    WHERE occurrence_id IN (
+        SELECT occurrence_id FROM run
+        WHERE started_at >= coalesce(%(since)s::timestamptz, '-infinity'))
+    WINDOW w AS (PARTITION BY occurrence_id ORDER BY started_at, lease_token, id)
+) ordered
+WHERE previous_token >= lease_token
+  AND started_at >= coalesce(%(since)s::timestamptz, '-infinity')
+ORDER BY occurrence_id, run_id
+
+-- name: audit_cancelled_run_still_running :many
+-- Cancelled occurrences with a run still running.
+SELECT o.id AS occurrence_id, o.task_id, array_agg(r.id ORDER BY r.id) AS run_ids
+FROM occurrence o JOIN run r ON r.occurrence_id = o.id
+WHERE o.status = 'cancelled' AND r.status = 'running'
+GROUP BY o.id, o.task_id
+ORDER BY o.id
