@@ -1,6 +1,8 @@
 """Completer: writes each finished job's outcome in one fenced transaction (task, occurrence,
 run)."""
 
+import time
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import structlog
@@ -15,6 +17,23 @@ from scheduler_daemon.storage.settle import settle
 
 log = structlog.get_logger()
 Completion = Literal["recorded", "retry", "fenced"]
+
+
+@dataclass(frozen=True)
+class Finished:
+    """One outcome written, as the metrics see it."""
+
+    status: str  # the run's recorded status: success, failed, timeout, interrupted, cancelled
+    executor: str
+    duration_seconds: float  # job start to outcome, on this host's monotonic clock
+
+
+@dataclass
+class CompleteResult:
+    done: int = 0  # runs that left the held set (written, or dropped as fenced)
+    kept: int = 0  # outcomes kept in memory because the database is unreachable
+    fenced: int = 0  # completions that found the token moved on
+    finished: list[Finished] = field(default_factory=list)
 
 
 class Fenced(Exception):
@@ -33,20 +52,22 @@ class Completer:
         self.held = held
         self.max_interruptions = max_interruptions
 
-    def run_once(self) -> int:
-        """Writes every finished job's outcome; returns how many left the held set."""
-        done = 0
+    def run_once(self) -> CompleteResult:
+        """Writes every finished job's outcome; `done` counts the runs that left the held set."""
+        result = CompleteResult()
         for run in self.held:
             if run.outcome is None:
                 run.outcome = run.job.poll()
+                if run.outcome is not None:
+                    run.finished_after = time.monotonic() - run.launched_at
             if run.outcome is None:
                 continue
             if run.fenced:
                 self.held.remove(run.run_id)
-                done += 1
+                result.done += 1
                 continue
             try:
-                self.complete(run)
+                completion = self.complete(run)
             except DatabaseUnavailable as exc:
                 log.warning(
                     "outcome_kept_for_later",
@@ -55,9 +76,16 @@ class Completer:
                     occurrence_id=run.occurrence_id,
                     instance_id=self.instance_id,
                 )
+                result.kept += 1
                 continue
-            done += 1
-        return done
+            result.done += 1
+            if completion == "fenced":
+                result.fenced += 1
+            else:
+                result.finished.append(
+                    Finished(run.recorded_status, run.executor, run.finished_after)
+                )
+        return result
 
     def complete(self, run: HeldRun) -> Completion:
         """Writes one finished run's outcome and drops it from the held set (unless the database
@@ -127,4 +155,5 @@ class Completer:
             error=outcome.error,
         ):
             raise Fenced
+        run.recorded_status = decision.run_status
         return settle(conn, occ, token=run.token, decision=decision, error=outcome.error)
