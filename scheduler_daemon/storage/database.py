@@ -14,12 +14,16 @@ from scheduler_daemon.storage import query
 from scheduler_daemon.storage.error import DatabaseUnavailable
 
 CONNECT_TIMEOUT_SECONDS = 5
-# libpq TCP keepalives: a peer that vanished is noticed in about a minute, not hours.
+# libpq TCP keepalives: a peer that vanished is noticed in about a minute, not hours. Keepalives
+# only probe an idle connection; TCP_USER_TIMEOUT also ends a statement sent into a partition
+# (unacknowledged for 60 s) instead of the kernel's ~15 minutes of retransmissions, so a loop
+# pass always ends (settings.PASS_BLOCK_BOUND counts on it). Linux; elsewhere libpq ignores it.
 KEEPALIVES = {
     "keepalives": 1,
     "keepalives_idle": 30,
     "keepalives_interval": 10,
     "keepalives_count": 3,
+    "tcp_user_timeout": 60_000,
 }
 _PASSWORD_IN_URL = re.compile(r"(?P<head>[a-z][a-z0-9+.-]*://[^:/@\s]*:)(?P<pw>[^@\s]*)(?=@)", re.I)
 _PASSWORD_IN_DSN = re.compile(r"(?P<head>\bpassword\s*=\s*)(?P<pw>'[^']*'|\S+)", re.I)
