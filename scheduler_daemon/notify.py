@@ -13,7 +13,8 @@ What the daemon reports, and when (deploy/systemd/scheduler-daemon.service relie
 - `STOPPING=1` when the drain starts (SIGTERM, or the loop giving up after failed passes).
 - `WATCHDOG=1` from the loop whenever an iteration completes, whatever the database said, when
   $WATCHDOG_USEC is set: like /healthz it reports progress, not database health, so an outage
-  never gets the daemon killed while it keeps outcomes in memory. At most every quarter interval.
+  never gets the daemon killed while it keeps outcomes in memory. At most once a second (the
+  watchdog interval is always longer than the 90 s stall bound: settings checks it).
 - `STATUS=` with the queue depth and budget after each fleet sample, and what the drain waits for.
 
 The variables are removed from the environment when read, so jobs never inherit the socket
@@ -30,6 +31,7 @@ import structlog
 
 log = structlog.get_logger()
 VARIABLES = ("NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID")
+PING_INTERVAL_SECONDS = 1.0  # a loop that iterates every 20 ms must not flood the manager
 
 
 def socket_address(name: str) -> str:
@@ -86,11 +88,11 @@ class Notifier:
         self.send(f"STATUS={text}")
 
     def progress(self) -> None:
-        """The loop completed an iteration: ping the watchdog (at most every quarter interval)."""
+        """The loop completed an iteration: ping the watchdog (at most once a second)."""
         if self.watchdog is None:
             return
         now = self._clock()
-        if now - self._last_ping >= self.watchdog.total_seconds() / 4:
+        if now - self._last_ping >= PING_INTERVAL_SECONDS:
             self._last_ping = now
             self.send("WATCHDOG=1")
 
