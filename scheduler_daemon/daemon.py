@@ -86,6 +86,7 @@ class Daemon:
         self.readiness = Readiness(self._database_problem)
         self.supervisor = Supervisor(settings.max_failed_passes)
         self.endpoint: Endpoint | None = None
+        self._head: str | None = None
 
     # -- start -----------------------------------------------------------------------------------
     def _wait_for_database(self, stop: threading.Event) -> bool:
@@ -103,10 +104,17 @@ class Daemon:
                 return True
         return False
 
+    def _head_revision(self) -> str:
+        """This build's schema revision, read from the migration scripts once."""
+        if self._head is None:
+            self._head = migration.head_revision()
+        return self._head
+
     def _database_problem(self) -> str | None:
         """/readyz's database check, on a connection of its own: None when fine."""
+        head = self._head_revision()
         try:
-            current, head = migration.current_revision(self.url), migration.head_revision()
+            current = migration.current_revision(self.url)
         except DatabaseUnavailable as exc:
             return str(exc)
         except psycopg.Error as exc:

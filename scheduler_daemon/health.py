@@ -12,6 +12,8 @@ import threading
 import time
 from collections.abc import Callable
 
+from scheduler_daemon.settings import PASS_BLOCK_BOUND
+
 
 class LoopProgress:
     """When the loop last completed an iteration (or a retry while waiting for the database, or
@@ -38,7 +40,8 @@ class LoopProgress:
             return None
         return (
             f"stuck: no loop iteration completed for {idle:.0f}s "
-            f"(bound {self.stall_timeout:g}s: poll interval + 90s pass bound)"
+            f"(bound {self.stall_timeout:g}s: poll interval + "
+            f"{PASS_BLOCK_BOUND.total_seconds():g}s pass bound)"
         )
 
 
