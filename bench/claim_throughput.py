@@ -102,7 +102,7 @@ def run_replicas(url: str, replicas: int) -> tuple[float, int]:
         completer = Completer(pool, instance_id=f"bench-{index}", held=held, max_interruptions=3)
         while True:
             claimed = launcher.run_once().claimed
-            done[index] += completer.run_once()
+            done[index] += completer.run_once().done
             if not claimed and not len(held):
                 break
         pool.close()

@@ -1,5 +1,6 @@
 """Composition root of `scheduler-daemon run`: builds the pool, executors and services, runs the
-loop, and drains on shutdown. Only this module knows the concrete classes."""
+loop, and drains on shutdown; wires in the HTTP endpoint, the metrics, the systemd notifications
+and the supervision of failed passes. Only this module knows the concrete classes."""
 
 import os
 import socket
@@ -9,34 +10,40 @@ import uuid
 from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
+from typing import TypeVar
 
+import psycopg
 import structlog
 from psycopg_pool import ConnectionPool
 
 from scheduler_daemon.domain.audit import CHECK_NAMES, DEFAULT_SETTLE, AuditReport
 from scheduler_daemon.domain.held import HeldRuns
+from scheduler_daemon.endpoint import Endpoint
 from scheduler_daemon.executors import make_executors
+from scheduler_daemon.health import LoopProgress, Readiness
+from scheduler_daemon.metrics import Metrics
+from scheduler_daemon.notify import Notifier
 from scheduler_daemon.services.auditor import Auditor, TimeBound
 from scheduler_daemon.services.completer import Completer
-from scheduler_daemon.services.dispatcher import Dispatcher
+from scheduler_daemon.services.dispatcher import Dispatcher, DispatchResult
 from scheduler_daemon.services.launcher import Launcher
 from scheduler_daemon.services.lease_keeper import LeaseKeeper
 from scheduler_daemon.services.reconciler import Reconciler, ReconcileReport
 from scheduler_daemon.services.waker import Waker
 from scheduler_daemon.settings import DaemonSettings
-from scheduler_daemon.storage import instance_store, migration, occurrence_store
+from scheduler_daemon.storage import fleet_store, instance_store, migration, occurrence_store
 from scheduler_daemon.storage.database import (
     connect,
     first_line,
     make_pool,
     pooled_transaction,
 )
-from scheduler_daemon.storage.error import LOCK_ERRORS, DatabaseUnavailable, SchemaMismatch
+from scheduler_daemon.storage.error import DatabaseUnavailable, SchemaMismatch
+from scheduler_daemon.supervision import EXIT_FAILED_PASSES, Supervisor
 from scheduler_daemon.version import __version__
 
 log = structlog.get_logger()
-# Errors a pass may meet and simply retry next pass (lock waits, cancels, deadlocks).
-TRANSIENT = (DatabaseUnavailable, *LOCK_ERRORS)
+T = TypeVar("T")
 STOP_WAIT_SECONDS = 5.0
 MIN_SLEEP_SECONDS = 0.02
 
@@ -58,7 +65,12 @@ def new_instance_id(prefix: str) -> str:
 
 class Daemon:
     def __init__(
-        self, url: str, settings: DaemonSettings, *, spool_dir: Path | None = None
+        self,
+        url: str,
+        settings: DaemonSettings,
+        *,
+        spool_dir: Path | None = None,
+        notifier: Notifier | None = None,
     ) -> None:
         self.url = url
         self.settings = settings.validate()
@@ -69,6 +81,14 @@ class Daemon:
         self.clock_drift: timedelta | None = None
         self.draining = False
         self.log = log.bind(instance_id=self.instance_id)
+        self.notifier = notifier or Notifier(None, None)
+        self.metrics = Metrics(self.instance_id, __version__, settings.concurrency)
+        self.progress = LoopProgress(settings.stall_timeout.total_seconds())
+        self.progress.on_progress.append(self.notifier.progress)
+        self.readiness = Readiness(self._database_problem)
+        self.supervisor = Supervisor(settings.max_failed_passes)
+        self.endpoint: Endpoint | None = None
+        self._head: str | None = None
 
     # -- start -----------------------------------------------------------------------------------
     def _wait_for_database(self, stop: threading.Event) -> bool:
@@ -78,11 +98,32 @@ class Daemon:
                 connect(self.url).close()
             except DatabaseUnavailable as exc:
                 self.log.warning("database_unavailable_at_start", error=str(exc), retry_in=delay)
+                self.notifier.status(f"waiting for the database (retry in {delay:g}s): {exc}")
+                self.progress.tick()  # waiting is what the loop should do now: it is alive
                 stop.wait(delay)
                 delay = min(delay * 2, 30.0)
             else:
                 return True
         return False
+
+    def _head_revision(self) -> str:
+        """This build's schema revision, read from the migration scripts once."""
+        if self._head is None:
+            self._head = migration.head_revision()
+        return self._head
+
+    def _database_problem(self) -> str | None:
+        """/readyz's database check, on a connection of its own: None when fine."""
+        head = self._head_revision()
+        try:
+            current = migration.current_revision(self.url)
+        except DatabaseUnavailable as exc:
+            return str(exc)
+        except psycopg.Error as exc:
+            return f"database error: {first_line(exc)}"
+        if current != head:
+            return f"schema at {current or 'nothing'}, this build expects {head}"
+        return None
 
     def _measure_drift(self) -> timedelta:
         """Database clock minus this host's; reported, never used to coordinate."""
@@ -129,8 +170,25 @@ class Daemon:
 
     # -- run -------------------------------------------------------------------------------------
     def run(self, stop: threading.Event, hard_stop: threading.Event | None = None) -> int:
-        """Runs until `stop` is set, then drains; `hard_stop` skips the drain's wait."""
-        hard_stop = hard_stop or threading.Event()
+        """Runs until `stop` is set, then drains; `hard_stop` skips the drain's wait. Returns the
+        exit code: 0, or EXIT_FAILED_PASSES when the loop gave up (after draining too)."""
+        if self.settings.http_port:
+            self.endpoint = Endpoint(
+                self.settings.http_host,
+                self.settings.http_port,
+                liveness=self.progress.problem,
+                readiness=self.readiness.problem,
+                registry=self.metrics.registry,
+            )
+            self.endpoint.start()
+        try:
+            return self._run(stop, hard_stop or threading.Event())
+        finally:
+            if self.endpoint is not None:
+                self.endpoint.stop()
+            self.notifier.close()
+
+    def _run(self, stop: threading.Event, hard_stop: threading.Event) -> int:
         if not self._wait_for_database(stop):
             return 0
         self._register()
@@ -162,21 +220,33 @@ class Daemon:
             stopping=lambda: self.draining,
             clock_drift=self.clock_drift,
             reregister=self._register_instance,
+            on_pass=self.metrics.record_renewal,
         )
         reconciler = make_reconciler(pool, self.instance_id, self.settings)
         waker = Waker(self.url, self.wake, instance_id=self.instance_id)
         keeper.start()
         if self.settings.listen:
             waker.start()
+        self.readiness.state = None
+        self.notifier.ready(f"ready: instance {self.instance_id}")
+        code = 0
         try:
             next_reconcile = 0.0
             while not stop.is_set():
-                if time.monotonic() >= next_reconcile:
-                    self._reconcile(reconciler)
+                began = time.monotonic()
+                if began >= next_reconcile:
+                    self._step("reconcile", lambda: self._reconcile(reconciler, pool))
                     next_reconcile = (
                         time.monotonic() + self.settings.reconcile_interval.total_seconds()
                     )
                 timeout = self._pass(dispatcher, launcher, completer)
+                self.metrics.iteration.observe(time.monotonic() - began)
+                self.metrics.slots_in_use.set(len(self.held))
+                self.metrics.failed_passes.set(self.supervisor.consecutive)
+                self.progress.tick()
+                if (step := self.supervisor.exhausted) is not None:
+                    code = self._give_up(step)
+                    break
                 if self.wake.wait(timeout):  # a job finished, a NOTIFY, or a signal
                     self.wake.clear()
             self._drain(pool, completer, hard_stop)
@@ -187,34 +257,73 @@ class Daemon:
             keeper.stop()  # heartbeats stop last, after the drain
             self._safely(self._deregister)
             pool.close()
-        self.log.info("instance_stopped")
-        return 0
+        self.log.info("instance_stopped", exit_code=code)
+        return code
 
-    def _reconcile(self, reconciler: Reconciler) -> None:
-        """Every daemon reconciles in its own loop, never through the queue it repairs."""
+    def _step(self, step: str, work: Callable[[], T]) -> T | None:
+        """Runs one step of the loop; an error is logged, counted, and retried next time.
+        A surprise must never take the daemon down, but one that keeps coming does (supervision)."""
         try:
-            reconciler.run_once()
-        except TRANSIENT as exc:
-            self.log.warning("reconcile_failed", error=first_line(exc))
-        except Exception:  # a surprise must never take the daemon down; logged with traceback
-            self.log.exception("reconcile_crashed")
+            result = work()
+        except Exception as exc:
+            line = first_line(exc)
+            kind = self.supervisor.failed(step, exc, line)
+            if isinstance(exc, psycopg.Error | DatabaseUnavailable):
+                label = {"outage": "unavailable", "contention": "contention"}.get(kind, "other")
+                self.metrics.database_errors.labels(label).inc()
+            if kind == "failure":  # with its traceback, and how close the loop is to giving up
+                self.log.exception(
+                    f"{step}_crashed",
+                    failed_in_a_row=self.supervisor.failures[step],
+                    max_failed_passes=self.supervisor.limit,
+                )
+            else:
+                self.log.warning(f"{step}_failed", error=line)
+            return None
+        self.supervisor.succeeded(step)
+        return result
+
+    def _reconcile(self, reconciler: Reconciler, pool: ConnectionPool) -> None:
+        """Every daemon reconciles in its own loop, never through the queue it repairs; the
+        fleet-wide gauges are sampled at the same rhythm."""
+        self.metrics.record_reconcile(reconciler.run_once())
+        with pooled_transaction(pool) as conn:
+            depth = occurrence_store.queue_depth(conn)
+            executing = occurrence_store.executing_count(conn)
+            budget = fleet_store.budget(conn)
+        self.metrics.record_fleet(depth, executing, budget)
+        self.notifier.status(
+            f"ready: queue depth {depth}, executing {executing}/{budget} fleet-wide, "
+            f"{len(self.held)}/{self.settings.concurrency} slots here"
+        )
 
     def _pass(self, dispatcher: Dispatcher, launcher: Launcher, completer: Completer) -> float:
         """One loop pass; returns how long to sleep (until the next due time, at most a poll)."""
         timeout = self.settings.poll_interval.total_seconds()
-        try:
-            completer.run_once()
+
+        def work() -> DispatchResult:
+            self.metrics.record_completion(completer.run_once())
             result = dispatcher.run_once()
-            launcher.run_once()
-            if result.next_due is not None and result.db_now is not None:
-                until_due = (result.next_due - result.db_now).total_seconds()
-                # Still due after dispatching means a peer holds that task: do not spin.
-                timeout = max(MIN_SLEEP_SECONDS, min(timeout, until_due))
-        except TRANSIENT as exc:
-            self.log.warning("pass_failed", error=first_line(exc))
-        except Exception:  # a surprise must never take the daemon down; logged with traceback
-            self.log.exception("pass_crashed")
+            self.metrics.record_dispatch(result)
+            self.metrics.record_launch(launcher.run_once())
+            return result
+
+        result = self._step("pass", work)
+        if result is not None and result.next_due is not None and result.db_now is not None:
+            until_due = (result.next_due - result.db_now).total_seconds()
+            # Still due after dispatching means a peer holds that task: do not spin.
+            timeout = max(MIN_SLEEP_SECONDS, min(timeout, until_due))
         return timeout
+
+    def _give_up(self, step: str) -> int:
+        self.log.error(
+            "loop_failing",
+            step=step,
+            failed_in_a_row=self.supervisor.failures[step],
+            error=self.supervisor.last_error.get(step),
+            exit_code=EXIT_FAILED_PASSES,
+        )
+        return EXIT_FAILED_PASSES
 
     # -- stop ------------------------------------------------------------------------------------
     def _drain(
@@ -223,6 +332,9 @@ class Daemon:
         """Stop claiming; let running jobs finish up to the drain timeout; then stop them and
         record them interrupted (their occurrences go back to the queue); deregister."""
         self.draining = True
+        self.readiness.state = "draining"
+        self.metrics.draining.set(1)
+        self.notifier.stopping(f"draining: {len(self.held)} run(s) to finish")
         self.log.info(
             "drain_started",
             running=len(self.held),
@@ -231,9 +343,7 @@ class Daemon:
         self._safely(lambda: self._release_claims(pool))
         deadline = time.monotonic() + self.settings.drain_timeout.total_seconds()
         while len(self.held) and time.monotonic() < deadline and not hard_stop.is_set():
-            self._safely(completer.run_once)
-            self.wake.wait(0.1)
-            self.wake.clear()
+            self._drain_step(completer)
         for run in self.held:
             if run.outcome is None:
                 run.job.stop("shutdown: drain timeout passed")
@@ -245,9 +355,13 @@ class Daemon:
                 )
         stop_deadline = time.monotonic() + STOP_WAIT_SECONDS
         while len(self.held) and time.monotonic() < stop_deadline:
-            self._safely(completer.run_once)
-            self.wake.wait(0.1)
-            self.wake.clear()
+            self._drain_step(completer)
+
+    def _drain_step(self, completer: Completer) -> None:
+        self._safely(lambda: self.metrics.record_completion(completer.run_once()))
+        self.progress.tick()
+        self.wake.wait(0.1)
+        self.wake.clear()
 
     def _release_claims(self, pool: ConnectionPool) -> None:
         with pooled_transaction(pool) as conn:
@@ -260,9 +374,10 @@ class Daemon:
             instance_store.deregister(conn, self.instance_id)
 
     def _safely(self, step: Callable[[], object]) -> None:
+        """A shutdown step: whatever it meets is one line, and the shutdown goes on."""
         try:
             step()
-        except TRANSIENT as exc:
+        except Exception as exc:
             self.log.warning("shutdown_step_failed", error=first_line(exc))
 
 

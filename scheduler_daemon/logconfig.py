@@ -1,4 +1,6 @@
-"""Configures structlog: JSON lines off a terminal, console output on one, secrets redacted."""
+"""Configures structlog: JSON lines off a terminal, console output on one, secrets redacted:
+database passwords and secret HTTP headers (domain.secret), in every string of an event, in
+nested mappings, and in rendered tracebacks."""
 
 import logging
 import sys
@@ -6,16 +8,36 @@ from typing import Any
 
 import structlog
 
-from scheduler_daemon.storage.database import redact
+from scheduler_daemon.domain.secret import MASK, SECRET_HEADERS, is_secret_header, redact
 
 LEVELS = ("debug", "info", "warning", "error")
 
 
+def _scrub(value: Any) -> Any:
+    """`value` with secrets masked: strings redacted, mappings and sequences walked, and the
+    value of a key that names a secret header (`headers={"Authorization": ...}`) masked."""
+    if isinstance(value, str):
+        return redact(value)
+    if isinstance(value, dict):
+        return {
+            k: MASK if isinstance(k, str) and _secret_key(k) else _scrub(v)
+            for k, v in value.items()
+        }
+    if isinstance(value, list | tuple):
+        return type(value)(_scrub(v) for v in value)
+    return value
+
+
+def _secret_key(key: str) -> bool:
+    """A secret header's name. Log fields are snake_case: one with an underscore is a secret
+    only when it spells a known header (`x_api_key`), so `lease_token` is not one."""
+    if "_" in key:
+        return key.lower().replace("_", "-") in SECRET_HEADERS
+    return is_secret_header(key)
+
+
 def _redact(_: Any, __: str, event: dict[str, Any]) -> dict[str, Any]:
-    for key, value in event.items():
-        if isinstance(value, str):
-            event[key] = redact(value)
-    return event
+    return {k: MASK if _secret_key(k) else _scrub(v) for k, v in event.items()}
 
 
 class _Stderr:
@@ -42,8 +64,8 @@ def configure(level: str = "info", fmt: str = "auto") -> None:
             structlog.contextvars.merge_contextvars,
             structlog.processors.add_log_level,
             structlog.processors.TimeStamper(fmt="iso", utc=True),
+            structlog.processors.format_exc_info,  # before _redact: tracebacks are text too
             _redact,
-            structlog.processors.format_exc_info,
             renderer,
         ],
         wrapper_class=structlog.make_filtering_bound_logger(getattr(logging, level.upper())),

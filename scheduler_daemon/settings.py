@@ -11,6 +11,12 @@ DATABASE_URL_ENV = "SCHEDULER_DATABASE_URL"
 # terminationGracePeriodSeconds defaults to 30 s, systemd's TimeoutStopSec to 90 s.
 DEFAULT_STOP_TIMEOUT = timedelta(seconds=30)
 SHUTDOWN_MARGIN = timedelta(seconds=5)
+# The longest one loop pass blocks on the database while the daemon itself is healthy: a statement
+# is cancelled by its statement_timeout (30 s, storage.database.Limits), and a connection whose
+# peer vanished fails within TCP_USER_TIMEOUT (60 s, storage.database.KEEPALIVES); pool waits
+# and connects give up after 5 s, inside those. An outage therefore ends passes (failed), it
+# never stops them: only a wedged loop or a frozen process goes past this.
+PASS_BLOCK_BOUND = timedelta(seconds=90)
 
 
 class InvalidSettings(ValueError):
@@ -33,6 +39,10 @@ class DaemonSettings:
     instance_expiry: timedelta = timedelta(minutes=10)
     dispatch_batch: int = 100
     listen: bool = True
+    http_host: str = "127.0.0.1"
+    http_port: int = 0  # 0: no HTTP endpoint
+    max_failed_passes: int = 10
+    watchdog: timedelta | None = None  # systemd's WATCHDOG_USEC, when the unit sets one
 
     @property
     def renew_interval(self) -> timedelta:
@@ -59,6 +69,12 @@ class DaemonSettings:
     def takeover_bound(self) -> timedelta:
         """The longest a dead replica's run waits for takeover."""
         return self.lease_ttl + self.lease_grace + self.reconcile_interval
+
+    @property
+    def stall_timeout(self) -> timedelta:
+        """No loop iteration completed for this long means the loop is stuck (/healthz 503):
+        one poll interval of sleep plus the longest a healthy pass blocks on the database."""
+        return self.poll_interval + PASS_BLOCK_BOUND
 
     def validate(self) -> "DaemonSettings":
         def check(ok: bool, message: str) -> None:
@@ -93,7 +109,20 @@ class DaemonSettings:
             self.instance_expiry > self.lease_ttl + self.lease_grace,
             "--instance-expiry must be longer than --lease-ttl plus --lease-grace",
         )
+        check(0 <= self.http_port <= 65535, "--http-port must be between 0 (off) and 65535")
+        check(bool(self.http_host.strip()), "--http-host must not be empty")
+        check(self.max_failed_passes >= 1, "--max-failed-passes must be at least 1")
+        check(
+            self.watchdog is None or self.watchdog > self.stall_timeout,
+            f"the systemd watchdog ({_seconds(self.watchdog)}s, WatchdogSec=) must be longer "
+            f"than --poll-interval + {_seconds(PASS_BLOCK_BOUND)}s "
+            f"({_seconds(self.stall_timeout)}s), the longest a healthy loop iteration takes",
+        )
         return self
+
+
+def _seconds(value: timedelta | None) -> str:
+    return "-" if value is None else f"{value.total_seconds():g}"
 
 
 def resolve_database_url(url: str | None) -> str:

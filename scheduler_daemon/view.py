@@ -5,6 +5,7 @@ from typing import Any
 from zoneinfo import ZoneInfo
 
 from scheduler_daemon.domain.audit import AuditReport, Value
+from scheduler_daemon.domain.secret import mask_headers, redact
 from scheduler_daemon.domain.task import TaskRecord
 
 RUN_FIELDS = (
@@ -74,8 +75,15 @@ def schedule_text(task: TaskRecord) -> str:
     return f"at {iso(spec.at)}"
 
 
-def task_fields(task: TaskRecord) -> dict[str, Any]:
+def task_fields(task: TaskRecord, *, show_secrets: bool = False) -> dict[str, Any]:
+    """The documented task object. Secret header values and a URL's password are *** unless
+    `show_secrets`."""
     spec = task.spec
+    headers = dict(spec.headers)
+    target = spec.target
+    if not show_secrets:
+        headers = mask_headers(headers)
+        target = redact(target) if spec.executor == "http" else target
     return {
         "id": task.id,
         "name": spec.name,
@@ -88,7 +96,8 @@ def task_fields(task: TaskRecord) -> dict[str, Any]:
         "dst_gap": spec.dst_gap,
         "dst_overlap": spec.dst_overlap,
         "executor": spec.executor,
-        "target": spec.target,
+        "target": target,
+        "headers": headers,
         "concurrency_key": spec.concurrency_key,
         "overlap": spec.overlap,
         "misfire": spec.misfire,

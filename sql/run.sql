@@ -39,7 +39,7 @@ SELECT * FROM run WHERE occurrence_id = %(occurrence_id)s ORDER BY id
 INSERT INTO run (occurrence_id, attempt, owner, lease_token, lease_expires_at, takeover_at, started_at)
 VALUES (%(occurrence_id)s, %(attempt)s, %(owner)s, %(token)s, clock_timestamp() + %(ttl)s,
         clock_timestamp() + %(ttl)s + %(grace)s, clock_timestamp())
-RETURNING id, lease_expires_at, takeover_at
+RETURNING id, lease_expires_at, takeover_at, started_at
 
 -- name: run_renew :many
 -- Renews exactly the (run, token) pairs this process holds, in id order, touching only run rows;

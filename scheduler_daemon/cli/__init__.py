@@ -13,6 +13,7 @@ from scheduler_daemon.cli import audit, fleet, runs, tasks  # noqa: F401 - regis
 from scheduler_daemon.cli.base import EXIT_BAD_INPUT, EXIT_UNAVAILABLE, cli
 from scheduler_daemon.domain.schedule import ScheduleError
 from scheduler_daemon.domain.task import InvalidTask
+from scheduler_daemon.settings import InvalidSettings
 from scheduler_daemon.storage.database import first_line, redact
 from scheduler_daemon.storage.error import (
     Conflict,
@@ -42,7 +43,7 @@ def main(argv: list[str] | None = None) -> None:
         _fail(130, "aborted")
     except click.UsageError as exc:
         _fail(EXIT_BAD_INPUT, exc.format_message().replace("\n", " "))
-    except (InvalidTask, ScheduleError, Conflict, NotFound) as exc:
+    except (InvalidTask, InvalidSettings, ScheduleError, Conflict, NotFound) as exc:
         _fail(EXIT_BAD_INPUT, str(exc))
     except (DatabaseUnavailable, EmbeddedUnavailable, SchemaMismatch) as exc:
         _fail(EXIT_UNAVAILABLE, str(exc))

@@ -22,6 +22,7 @@ from scheduler_daemon.settings import (
     InvalidSettings,
     resolve_database_url,
 )
+from scheduler_daemon.supervision import EXIT_FAILED_PASSES
 
 
 # -- migrate -------------------------------------------------------------------------------------
@@ -142,6 +143,30 @@ def fleet_timing_options(f: Callable[..., Any]) -> Callable[..., Any]:
     show_default=True,
     help="LISTEN for wake-ups (turn off behind PgBouncer in transaction mode).",
 )
+@click.option(
+    "--http-port",
+    envvar="SCHEDULER_HTTP_PORT",
+    type=int,
+    default=DaemonSettings.http_port,
+    show_default=True,
+    help="Serve /healthz, /readyz and /metrics on this port; 0: no endpoint.",
+)
+@click.option(
+    "--http-host",
+    envvar="SCHEDULER_HTTP_HOST",
+    default=DaemonSettings.http_host,
+    show_default=True,
+    help="Address the endpoint listens on (0.0.0.0 for a Kubernetes probe).",
+)
+@click.option(
+    "--max-failed-passes",
+    envvar="SCHEDULER_MAX_FAILED_PASSES",
+    type=int,
+    default=DaemonSettings.max_failed_passes,
+    show_default=True,
+    help=f"Exit {EXIT_FAILED_PASSES} after this many failed passes in a row (database outages "
+    "and lock waits do not count), so the supervisor restarts the daemon.",
+)
 @fleet_timing_options
 @click.pass_context
 def run(ctx: click.Context, **options: Any) -> None:
@@ -150,15 +175,17 @@ def run(ctx: click.Context, **options: Any) -> None:
     import threading
 
     from scheduler_daemon.daemon import Daemon
+    from scheduler_daemon.notify import Notifier
 
+    notifier = Notifier.from_environment()  # before any job could inherit NOTIFY_SOCKET
     try:
-        settings = DaemonSettings(**options).validate()
+        settings = DaemonSettings(**options, watchdog=notifier.watchdog).validate()
     except InvalidSettings as exc:
         raise InvalidTask(str(exc)) from exc
     url = resolve_database_url(ctx.obj["database_url"])
     stop, hard_stop = threading.Event(), threading.Event()
 
-    daemon = Daemon(url, settings)
+    daemon = Daemon(url, settings, notifier=notifier)
 
     def on_signal(signum: int, _frame: Any) -> None:
         (hard_stop if stop.is_set() else stop).set()

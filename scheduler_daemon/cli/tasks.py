@@ -58,6 +58,14 @@ def task_options(*, adding: bool) -> Callable[[Callable[..., Any]], Callable[...
         click.option("--command", help="Shell command (shell executor)."),
         click.option("--http", help="URL to POST to (http executor)."),
         click.option(
+            "--header",
+            "headers",
+            multiple=True,
+            metavar="'NAME: VALUE'",
+            help="HTTP header to send (repeat for more); shown as *** when it is a secret."
+            + ("" if adding else "  Replaces all headers; `none` clears them."),
+        ),
+        click.option(
             "--call", metavar="MODULE:FUNCTION", help="Python callable (python executor)."
         ),
         click.option(
@@ -94,6 +102,9 @@ def task_options(*, adding: bool) -> Callable[[Callable[..., Any]], Callable[...
 def _definition(opts: dict[str, Any], *, adding: bool, zone: str = "UTC") -> dict[str, Any]:
     """TaskSpec fields from the parsed options (update: only those given). A naive `--at` is
     read in `--timezone`, else in `zone` (the task's own zone when updating)."""
+    headers = _headers(opts.pop("headers"))
+    if headers is not None:
+        opts["headers"] = headers
     targets = {k: opts.pop(k) for k in ("command", "http", "call")}
     given = {k: v for k, v in targets.items() if v is not None}
     if len(given) > 1 or (adding and not given):
@@ -113,6 +124,21 @@ def _definition(opts: dict[str, Any], *, adding: bool, zone: str = "UTC") -> dic
     return {k: None if v is CLEAR else v for k, v in opts.items() if v is not None}
 
 
+def _headers(given: tuple[str, ...]) -> tuple[tuple[str, str], ...] | None:
+    """`--header 'Name: value'` options as pairs; None when none was given, () for `none`."""
+    if not given:
+        return None
+    if [g.strip().lower() for g in given] == ["none"]:
+        return ()
+    pairs = []
+    for text in given:
+        name, colon, value = text.partition(":")
+        if not colon or not name.strip():
+            raise InvalidTask("--header needs 'NAME: VALUE' (what was given is not shown)")
+        pairs.append((name.strip(), value.strip()))
+    return tuple(pairs)
+
+
 def _instant(text: str, zone: str) -> datetime:
     try:
         value = datetime.fromisoformat(text.replace("Z", "+00:00"))
@@ -126,9 +152,16 @@ def _instant(text: str, zone: str) -> datetime:
         raise InvalidTask(str(exc)) from exc
 
 
-def _show_task(ctx: click.Context, task: Any) -> None:
-    fields = view.task_fields(task)
+def _show_task(ctx: click.Context, task: Any, *, show_secrets: bool = False) -> None:
+    fields = view.task_fields(task, show_secrets=show_secrets)
     emit(ctx, fields, view.pairs(fields))
+
+
+show_secrets_option = click.option(
+    "--show-secrets",
+    is_flag=True,
+    help="Show secret header values and URL passwords instead of ***.",
+)
 
 
 @tasks.command("add")
@@ -158,21 +191,23 @@ def tasks_update(ctx: click.Context, task: str, **opts: Any) -> None:
 
 
 @tasks.command("list")
+@show_secrets_option
 @json_option
 @click.pass_context
-def tasks_list(ctx: click.Context) -> None:
+def tasks_list(ctx: click.Context, show_secrets: bool) -> None:
     """List the tasks."""
-    rows = [view.task_fields(t) for t in client_for(ctx).list_tasks()]
+    rows = [view.task_fields(t, show_secrets=show_secrets) for t in client_for(ctx).list_tasks()]
     emit(ctx, rows, view.table(rows, view.TASK_COLUMNS))
 
 
 @tasks.command("show")
 @click.argument("task")
+@show_secrets_option
 @json_option
 @click.pass_context
-def tasks_show(ctx: click.Context, task: str) -> None:
+def tasks_show(ctx: click.Context, task: str, show_secrets: bool) -> None:
     """Show one task."""
-    _show_task(ctx, client_for(ctx).get_task(task))
+    _show_task(ctx, client_for(ctx).get_task(task), show_secrets=show_secrets)
 
 
 @tasks.command("pause")

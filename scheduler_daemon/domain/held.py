@@ -25,6 +25,10 @@ class HeldRun:
     retry_at: float = 0.0  # monotonic time before which a deferred completion is not retried
     outcome: Any = None  # the job's Outcome once it finished, kept until it is written
     log_fields: dict[str, Any] = field(default_factory=dict)
+    executor: str = ""  # the executor kind, a bounded metric label
+    launched_at: float = 0.0  # time.monotonic() when the job started, for the duration metric
+    finished_after: float = 0.0  # seconds from launch until the outcome was seen
+    recorded_status: str = ""  # the run status the completer wrote
 
 
 class HeldRuns:

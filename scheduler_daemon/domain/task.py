@@ -15,6 +15,7 @@ from scheduler_daemon.domain.schedule import (
     make_schedule,
     validate_cron,
 )
+from scheduler_daemon.domain.secret import redact
 
 MAX_PAYLOAD_BYTES = 64 * 1024
 MAX_NAME_LENGTH = 200
@@ -24,6 +25,9 @@ MISFIRE_POLICIES = ("skip", "run_once", "run_all")
 DST_GAP_POLICIES = ("shift", "skip")
 DST_OVERLAP_POLICIES = ("first", "second", "both")
 _PYTHON_TARGET = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
+_HEADER_NAME = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")  # an RFC 9110 token
+# Headers the http executor sets itself: the body is its JSON, the key is the occurrence's.
+RESERVED_HEADERS = ("content-type", "content-length", "idempotency-key", "host")
 
 
 class InvalidTask(ValueError):
@@ -55,6 +59,7 @@ class TaskSpec:
     backoff: timedelta = timedelta(seconds=30)
     paused: bool = False
     anchor: datetime | None = field(default=None, compare=False)
+    headers: tuple[tuple[str, str], ...] = ()  # http only: (name, value) pairs sent as given
 
     @property
     def schedule_kind(self) -> str:
@@ -65,6 +70,8 @@ class TaskSpec:
     @property
     def payload(self) -> dict[str, Any]:
         key = {"shell": "command", "http": "url", "python": "target"}[self.executor]
+        if self.headers:
+            return {key: self.target, "headers": dict(self.headers)}
         return {key: self.target}
 
     def schedule(self) -> CronSchedule | IntervalSchedule | OneShotSchedule:
@@ -85,6 +92,8 @@ class TaskSpec:
         """A copy with `changes` applied; setting one schedule kind clears the others."""
         if any(changes.get(k) is not None for k in ("cron", "every", "at")):
             changes = {"cron": None, "every": None, "at": None, **changes}
+        if changes.get("executor", "http") != "http" and "headers" not in changes:
+            changes["headers"] = ()  # headers belong to the http target they were given with
         return replace(self, **changes)
 
     def validate(self, now: datetime | None = None, *, new_instant: bool = True) -> None:
@@ -141,18 +150,39 @@ class TaskSpec:
         if self.executor == "http":
             _check(
                 re.match(r"^https?://[^\s/]+", self.target) is not None,
-                f"--http needs an http:// or https:// URL, got '{self.target[:80]}'",
+                f"--http needs an http:// or https:// URL, got '{redact(self.target)[:80]}'",
             )
         if self.executor == "python":
             _check(
                 _PYTHON_TARGET.match(self.target) is not None,
                 f"--call needs MODULE:FUNCTION, got '{self.target[:80]}'",
             )
+        self._validate_headers()
         size = len(json.dumps(self.payload).encode())
         _check(
             size <= MAX_PAYLOAD_BYTES,
             f"payload is {size} bytes; the limit is {MAX_PAYLOAD_BYTES} bytes",
         )
+
+    def _validate_headers(self) -> None:
+        """Names and values are checked without echoing a value: it may be a secret."""
+        _check(not self.headers or self.executor == "http", "--header is for --http tasks only")
+        seen: set[str] = set()
+        for name, value in self.headers:
+            _check(
+                _HEADER_NAME.match(name) is not None,
+                f"--header name '{name[:80]}' is not a valid HTTP header name",
+            )
+            _check(
+                name.lower() not in RESERVED_HEADERS,
+                f"--header {name} is set by the http executor itself",
+            )
+            _check(name.lower() not in seen, f"--header {name} is given twice")
+            seen.add(name.lower())
+            _check(
+                not any(c in value for c in "\r\n\0"),
+                f"--header {name}: the value must not contain line breaks or NUL",
+            )
 
 
 def spec_fields() -> tuple[str, ...]:

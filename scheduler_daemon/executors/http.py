@@ -1,20 +1,27 @@
 """The http executor: POSTs the run's identifiers as JSON to a URL, one daemon thread per request.
 
 2xx is success; any other status (redirects are not followed) is failure; connection errors fail
-the run with their message. Timeout, stop() and the trust deadline decide the Outcome at once and
-abandon the request thread, which ends on its own when its socket timeout passes. One timekeeper
-thread per executor applies timeouts and deadlines so `wake` is set without anyone polling.
+the run with their message, secrets redacted. The task's headers are sent as given; a password in
+the URL (`https://user:pw@host/`) becomes a Basic Authorization header, since urllib would
+otherwise take it for part of the host and put it in its error message.
+
+Timeout, stop() and the trust deadline decide the Outcome at once and abandon the request
+thread, which ends on its own when its socket timeout passes. One timekeeper thread per executor
+applies timeouts and deadlines so `wake` is set without anyone polling.
 """
 
+import base64
 import json
 import threading
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from collections.abc import Mapping
 from http.client import HTTPResponse
 from typing import Any
 
+from scheduler_daemon.domain.secret import redact
 from scheduler_daemon.executors.base import (
     DEADLINE_ERROR,
     OUTPUT_TAIL_BYTES,
@@ -88,11 +95,10 @@ class HttpExecutor:
             return FinishedJob(ctx.run_id, Outcome("failed", error="payload has no http(s) 'url'"))
         timeout = DEFAULT_TIMEOUT_SECONDS if ctx.timeout is None else ctx.timeout
         job = HttpJob(self, ctx, timeout)
+        url, headers = _request_headers(url, payload.get("headers") or {})
+        headers.update({"Content-Type": "application/json", "Idempotency-Key": ctx.idempotency_key})
         request = urllib.request.Request(  # noqa: S310 -- the scheme is checked above: http(s)
-            url,
-            data=json.dumps(ctx.identifiers()).encode(),
-            headers={"Content-Type": "application/json", "Idempotency-Key": ctx.idempotency_key},
-            method="POST",
+            url, data=json.dumps(ctx.identifiers()).encode(), headers=headers, method="POST"
         )
         with self.timer:
             if self._closed:
@@ -143,9 +149,9 @@ class HttpExecutor:
             if isinstance(reason, TimeoutError):
                 job.finish(Outcome("timeout", error=f"timed out after {job.timeout:g} s"))
             elif isinstance(reason, BaseException):
-                job.finish(Outcome("failed", error=error_line(reason)))
+                job.finish(Outcome("failed", error=redact(error_line(reason))))
             else:
-                job.finish(Outcome("failed", error=error_line(exc)))
+                job.finish(Outcome("failed", error=redact(error_line(exc))))
             return
         if 200 <= status < 300:
             job.finish(Outcome("success", http_status=status, output_tail=tail))
@@ -172,6 +178,22 @@ class HttpExecutor:
                     continue
                 times = [min(job.deadline, job.timeout_at) for job in self.running]
                 self.timer.wait(None if not times else max(0.0, min(times) - now))
+
+
+def _request_headers(url: str, given: Mapping[str, str]) -> tuple[str, dict[str, str]]:
+    """The URL without user info, and the headers to send: the task's, plus Basic credentials
+    from the user info unless the task sets Authorization itself."""
+    headers = dict(given)
+    parts = urllib.parse.urlsplit(url)
+    if parts.username is None and parts.password is None:
+        return url, headers
+    host = parts.netloc.rpartition("@")[2]
+    if not any(name.lower() == "authorization" for name in headers):
+        user = urllib.parse.unquote(parts.username or "")
+        password = urllib.parse.unquote(parts.password or "")
+        token = base64.b64encode(f"{user}:{password}".encode()).decode()
+        headers["Authorization"] = f"Basic {token}"
+    return urllib.parse.urlunsplit(parts._replace(netloc=host)), headers
 
 
 def _read_tail(response: HTTPResponse | urllib.error.HTTPError) -> str:

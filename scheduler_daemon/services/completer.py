@@ -2,6 +2,7 @@
 run)."""
 
 import time
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import structlog
@@ -21,6 +22,23 @@ Completion = Literal["recorded", "retry", "fenced"]
 DEFER_SECONDS = 2.0
 
 
+@dataclass(frozen=True)
+class Finished:
+    """One outcome written, as the metrics see it."""
+
+    status: str  # the run's recorded status: success, failed, timeout, interrupted, cancelled
+    executor: str
+    duration_seconds: float  # job start to outcome, on this host's monotonic clock
+
+
+@dataclass
+class CompleteResult:
+    done: int = 0  # runs that left the held set (written, or dropped as fenced)
+    kept: int = 0  # outcomes kept in memory because the database is unreachable
+    fenced: int = 0  # completions that found the token moved on
+    finished: list[Finished] = field(default_factory=list)
+
+
 class Fenced(Exception):
     """Raised inside the completion transaction to roll it back when the token moved on."""
 
@@ -37,21 +55,24 @@ class Completer:
         self.held = held
         self.max_interruptions = max_interruptions
 
-    def run_once(self) -> int:
-        """Writes every finished job's outcome; returns how many left the held set. Each run is
-        its own unit: one whose rows are locked by someone else is deferred, the rest go on."""
-        done = 0
+    def run_once(self) -> CompleteResult:
+        """Writes every finished job's outcome; `done` counts the runs that left the held set.
+        Each run is its own unit: one whose rows are locked by someone else is deferred (kept,
+        retried after DEFER_SECONDS), the rest go on."""
+        result = CompleteResult()
         for run in self.held:
             if run.outcome is None:
                 run.outcome = run.job.poll()
+                if run.outcome is not None:
+                    run.finished_after = time.monotonic() - run.launched_at
             if run.outcome is None or run.retry_at > time.monotonic():
                 continue
             if run.fenced:
                 self.held.remove(run.run_id)
-                done += 1
+                result.done += 1
                 continue
             try:
-                self.complete(run)
+                completion = self.complete(run)
             except DatabaseUnavailable as exc:
                 log.warning(
                     "outcome_kept_for_later",
@@ -60,6 +81,7 @@ class Completer:
                     occurrence_id=run.occurrence_id,
                     instance_id=self.instance_id,
                 )
+                result.kept += 1
                 continue
             except LOCK_ERRORS as exc:
                 run.retry_at = time.monotonic() + DEFER_SECONDS
@@ -72,9 +94,16 @@ class Completer:
                     retry_in_seconds=DEFER_SECONDS,
                     instance_id=self.instance_id,
                 )
+                result.kept += 1
                 continue
-            done += 1
-        return done
+            result.done += 1
+            if completion == "fenced":
+                result.fenced += 1
+            else:
+                result.finished.append(
+                    Finished(run.recorded_status, run.executor, run.finished_after)
+                )
+        return result
 
     def complete(self, run: HeldRun) -> Completion:
         """Writes one finished run's outcome and drops it from the held set (unless the database
@@ -145,4 +174,5 @@ class Completer:
             error=outcome.error,
         ):
             raise Fenced
+        run.recorded_status = decision.run_status
         return settle(conn, occ, token=run.token, decision=decision, error=outcome.error)

@@ -2,7 +2,7 @@
 
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import structlog
@@ -17,11 +17,21 @@ from scheduler_daemon.storage.database import pooled_transaction
 log = structlog.get_logger()
 
 
+@dataclass(frozen=True)
+class Started:
+    """One launched run, as the metrics see it."""
+
+    executor: str
+    start_lag_seconds: float  # run start minus the occurrence's scheduled time, database clock
+    attempt: int
+
+
 @dataclass
 class LaunchResult:
     claimed: int = 0
     launched: int = 0
     fenced: int = 0
+    started: list[Started] = field(default_factory=list)
 
 
 class Launcher:
@@ -67,13 +77,15 @@ class Launcher:
                 instance_id=self.instance_id,
                 lease_token=claim["lease_token"],
             )
-            if self._launch(claim):
+            started = self._launch(claim)
+            if started is not None:
                 result.launched += 1
+                result.started.append(started)
             else:
                 result.fenced += 1
         return result
 
-    def _launch(self, claim: dict[str, Any]) -> bool:
+    def _launch(self, claim: dict[str, Any]) -> Started | None:
         ids = {
             "task_id": claim["task_id"],
             "occurrence_id": claim["id"],
@@ -85,7 +97,7 @@ class Launcher:
             occ = occurrence_store.launch(conn, claim["id"], owner=self.instance_id, token=token)
             if occ is None:
                 log.warning("launch_fenced", **ids)
-                return False
+                return None
             run = run_store.insert(
                 conn,
                 occurrence_id=claim["id"],
@@ -119,7 +131,10 @@ class Launcher:
                 task_name=claim["task_name"],
                 scheduled_for=claim["scheduled_for"],
                 job=job,
+                executor=claim["executor"],
+                launched_at=time.monotonic(),
             )
         )
         log.info("run_started", run_id=run["id"], attempt=occ["attempts"], **ids)
-        return True
+        lag = (run["started_at"] - claim["scheduled_for"]).total_seconds()
+        return Started(claim["executor"], lag, occ["attempts"])

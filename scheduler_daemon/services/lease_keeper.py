@@ -44,6 +44,7 @@ class LeaseKeeper:
         stopping: Callable[[], bool],
         clock_drift: timedelta | None,
         reregister: Callable[[timedelta | None], None],
+        on_pass: Callable[[set[int] | None], None] = lambda _fenced: None,
     ) -> None:
         self.url = url
         self.instance_id = instance_id
@@ -53,6 +54,7 @@ class LeaseKeeper:
         self.stopping = stopping
         self.clock_drift = clock_drift  # database minus host clock, re-measured every heartbeat
         self.reregister = reregister
+        self.on_pass = on_pass  # after each pass: the fenced run ids, or None when it failed
         self._conn: psycopg.Connection[Any] | None = None
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="lease-keeper", daemon=True)
@@ -71,12 +73,14 @@ class LeaseKeeper:
     def _loop(self) -> None:
         interval = self.settings.renew_interval.total_seconds()
         while not self._stop.wait(interval):
+            fenced: set[int] | None = None
             try:
-                self.run_once()
+                fenced = self.run_once()
             except DatabaseUnavailable as exc:
                 log.warning("lease_renewal_failed", error=str(exc), instance_id=self.instance_id)
             except Exception:  # the keeper must outlive any surprise; logged with its traceback
                 log.exception("lease_keeper_error", instance_id=self.instance_id)
+            self.on_pass(fenced)
 
     def _connection(self) -> psycopg.Connection[Any]:
         if self._conn is None or self._conn.closed or self._conn.broken:

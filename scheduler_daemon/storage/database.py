@@ -1,6 +1,6 @@
-"""Opens connections to PostgreSQL with the settings every connection needs, and hides passwords."""
+"""Opens connections to PostgreSQL with the settings every connection needs; its messages hide
+passwords (`redact`, from domain.secret)."""
 
-import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -10,25 +10,22 @@ import psycopg
 from psycopg.rows import dict_row
 from psycopg_pool import ConnectionPool, PoolTimeout
 
+from scheduler_daemon.domain.secret import redact
 from scheduler_daemon.storage import query
 from scheduler_daemon.storage.error import DatabaseUnavailable
 
 CONNECT_TIMEOUT_SECONDS = 5
-# libpq TCP keepalives: a peer that vanished is noticed in about a minute, not hours.
+# libpq TCP keepalives: a peer that vanished is noticed in about a minute, not hours. Keepalives
+# only probe an idle connection; TCP_USER_TIMEOUT also ends a statement sent into a partition
+# (unacknowledged for 60 s) instead of the kernel's ~15 minutes of retransmissions, so a loop
+# pass always ends (settings.PASS_BLOCK_BOUND counts on it). Linux; elsewhere libpq ignores it.
 KEEPALIVES = {
     "keepalives": 1,
     "keepalives_idle": 30,
     "keepalives_interval": 10,
     "keepalives_count": 3,
+    "tcp_user_timeout": 60_000,
 }
-_PASSWORD_IN_URL = re.compile(r"(?P<head>[a-z][a-z0-9+.-]*://[^:/@\s]*:)(?P<pw>[^@\s]*)(?=@)", re.I)
-_PASSWORD_IN_DSN = re.compile(r"(?P<head>\bpassword\s*=\s*)(?P<pw>'[^']*'|\S+)", re.I)
-
-
-def redact(text: str) -> str:
-    """`text` with any password in a URL or a key=value DSN replaced by ***."""
-    text = _PASSWORD_IN_URL.sub(lambda m: m["head"] + "***", text)
-    return _PASSWORD_IN_DSN.sub(lambda m: m["head"] + "***", text)
 
 
 def connect(url: str, *, autocommit: bool = False, **kwargs: Any) -> psycopg.Connection[Any]:

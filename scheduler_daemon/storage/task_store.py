@@ -64,6 +64,7 @@ def record(row: dict[str, Any]) -> TaskRecord:
         backoff=row["backoff"],
         paused=row["paused"],
         anchor=row["anchor_at"],
+        headers=tuple(row["payload"].get("headers", {}).items()),
     )
     return TaskRecord(
         id=row["id"],

@@ -394,3 +394,50 @@ def test_update_clears_optional_values_with_none(cli) -> None:
         cli("tasks", "add", "x", "--every", "1h", "--command", "true", "--timeout", "none").code
         == 2
     )  # only update clears
+
+
+def test_secret_headers_and_url_passwords_are_masked_unless_show_secrets(cli) -> None:
+    added = cli(
+        "tasks",
+        "add",
+        "hook",
+        "--every",
+        "1h",
+        "--http",
+        "https://robot:pw-in-url@hook.example/run",
+        "--header",
+        "Authorization: Bearer tok-1",
+        "--header",
+        "X-Request-Source: scheduler",
+        "--json",
+    )
+    assert added.code == 0, added.err
+    masked = {"Authorization": "***", "X-Request-Source": "scheduler"}
+    for output in (added.json(), cli("tasks", "show", "hook", "--json").json()):
+        assert output["headers"] == masked
+        assert output["target"] == "https://robot:***@hook.example/run"
+    assert cli("tasks", "list", "--json").json()[0]["headers"] == masked
+    text = cli("tasks", "show", "hook").out
+    assert "tok-1" not in text
+    assert "pw-in-url" not in text
+    shown = cli("tasks", "show", "hook", "--show-secrets", "--json").json()
+    assert shown["headers"]["Authorization"] == "Bearer tok-1"
+    assert shown["target"] == "https://robot:pw-in-url@hook.example/run"
+    listed = cli("tasks", "list", "--show-secrets", "--json").json()
+    assert listed[0]["headers"]["Authorization"] == "Bearer tok-1"
+
+    updated = cli("tasks", "update", "hook", "--header", "X-Api-Key: k-2", "--json").json()
+    assert updated["headers"] == {"X-Api-Key": "***"}  # the given set replaces the old one
+    assert cli("tasks", "update", "hook", "--header", "none", "--json").json()["headers"] == {}
+
+
+def test_a_bad_header_is_one_line_without_its_value(cli, counts) -> None:
+    before = counts()
+    bad = cli("tasks", "add", "h", "--every", "1h", "--http", "https://x/", "--header", "tok-3")
+    assert (bad.code, bad.err) == (
+        2,
+        "error: --header needs 'NAME: VALUE' (what was given is not shown)\n",
+    )
+    shell = cli("tasks", "add", "s", "--every", "1h", "--command", "true", "--header", "A: b")
+    assert (shell.code, shell.err) == (2, "error: --header is for --http tasks only\n")
+    assert counts() == before

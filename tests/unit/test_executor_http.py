@@ -1,5 +1,6 @@
 """The http executor against a local HTTP server on loopback: status, body, timers and stop()."""
 
+import base64
 import json
 import socket
 import threading
@@ -96,6 +97,33 @@ def test_the_body_and_headers_carry_the_run_identifiers(
         "lease_token": 5,
         "idempotency_key": "occ-7-key",
     }
+
+
+def test_the_tasks_headers_are_sent_and_a_url_password_becomes_basic_auth(
+    http: HttpExecutor, server: Server, wake: threading.Event
+) -> None:
+    headers = {"X-Api-Key": "k1", "Accept": "text/plain"}
+    wait_outcome(http.start(context(), {"url": server.url, "headers": headers}), wake)
+    with_password = server.url.replace("//", "//hook%40user:p%3Ass@")
+    wait_outcome(http.start(context(), {"url": with_password}), wake)
+
+    first, second = (r["headers"] for r in server.requests)
+    assert (first["X-Api-Key"], first["Accept"]) == ("k1", "text/plain")
+    assert first["Content-Type"] == "application/json"
+    assert second["Authorization"] == "Basic " + base64.b64encode(b"hook@user:p:ss").decode()
+
+
+def test_a_connection_error_never_carries_the_url_password(
+    http: HttpExecutor, wake: threading.Event
+) -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    url = f"http://user:hunter2@127.0.0.1:{port}/"
+    outcome = wait_outcome(http.start(context(), {"url": url}), wake)
+
+    assert outcome.status == "failed"
+    assert "hunter2" not in (outcome.error or "")
 
 
 def test_a_server_error_fails_with_the_status(

@@ -7,6 +7,7 @@ import pytest
 from scheduler_daemon.domain.task import MAX_PAYLOAD_BYTES, InvalidTask, TaskSpec
 
 NOW = datetime(2026, 12, 2, 12, 0, tzinfo=UTC)
+HTTP = {"executor": "http", "target": "https://hook.example/x"}
 
 
 def spec(**kw: object) -> TaskSpec:
@@ -42,6 +43,12 @@ def spec(**kw: object) -> TaskSpec:
         ({"executor": "python", "target": "no colon"}, "needs MODULE:FUNCTION"),
         ({"target": "x" * MAX_PAYLOAD_BYTES}, f"the limit is {MAX_PAYLOAD_BYTES} bytes"),
         ({"target": "  "}, "must not be empty"),
+        ({"headers": (("Accept", "x"),)}, "--header is for --http tasks only"),
+        (HTTP | {"headers": (("Bad Name", "x"),)}, "'Bad Name' is not a valid HTTP header name"),
+        (HTTP | {"headers": (("Idempotency-Key", "x"),)}, "set by the http executor itself"),
+        (HTTP | {"headers": (("A", "1"), ("a", "2"))}, "--header a is given twice"),
+        (HTTP | {"headers": (("X-Api-Key", "s\r\nX: y"),)}, "must not contain line breaks"),
+        ({"executor": "http", "target": "ftp://u:secret@x"}, "got 'ftp://u:\\*\\*\\*@x'"),
     ],
 )
 def test_a_bad_definition_is_refused_with_one_line(changes: dict, message: str) -> None:
@@ -62,6 +69,13 @@ def test_setting_one_schedule_kind_clears_the_others() -> None:
     changed = spec().with_changes(cron="0 3 * * *")
     assert (changed.cron, changed.every, changed.at) == ("0 3 * * *", None, None)
     assert changed.schedule_kind == "cron"
+
+
+def test_headers_ride_in_the_payload_and_leave_with_the_http_target() -> None:
+    hooked = spec(**HTTP, headers=(("Authorization", "Bearer s"),))
+    assert hooked.payload == {"url": HTTP["target"], "headers": {"Authorization": "Bearer s"}}
+    assert hooked.with_changes(executor="shell", target="true").headers == ()
+    assert hooked.with_changes(target="https://other.example/").headers == hooked.headers
 
 
 def test_the_payload_names_the_target_by_executor() -> None:

@@ -1,0 +1,80 @@
+"""What counts as a secret in output, and how it is masked (pure): passwords in database URLs and
+DSNs, the password in a URL's user info, and the values of secret HTTP headers (Authorization,
+Cookie, X-Api-Key, anything named like a token or a key ...), whether in a mapping or in text
+such as `Authorization: Bearer x` or `{'X-Api-Key': 'x'}`."""
+
+import re
+from collections.abc import Mapping
+
+MASK = "***"
+SECRET_HEADERS = frozenset(
+    {
+        "authorization",
+        "proxy-authorization",
+        "cookie",
+        "set-cookie",
+        "x-api-key",
+        "api-key",
+        "apikey",
+        "x-auth-token",
+        "x-access-token",
+        "private-token",
+    }
+)
+# A header whose name contains one of these is a secret too (X-Vault-Token, X-Hub-Signature,
+# X-Amz-Security-Token, X-Goog-Api-Key, X-Session-Id ...).
+_SECRET_WORDS = (
+    "auth",
+    "token",
+    "secret",
+    "password",
+    "passwd",
+    "apikey",
+    "api-key",
+    "cookie",
+    "session",
+    "signature",
+    "credential",
+)
+_PASSWORD_IN_URL = re.compile(r"(?P<head>[a-z][a-z0-9+.-]*://[^:/@\s]*:)(?P<pw>[^@\s]*)(?=@)", re.I)
+_PASSWORD_IN_DSN = re.compile(r"(?P<head>\bpassword\s*=\s*)(?P<pw>'[^']*'|\S+)", re.I)
+# `Name: value`, `Name=value`, `'Name': 'value'`, `"Name": "value"`: a header-like name (no
+# underscore, so `lease_token=3` is not one), a separator, then the value up to a quote or the end
+# of the line (Authorization values have spaces, Cookie values semicolons).
+_NAME_AND_SEPARATOR = re.compile(
+    r"(?<![\w-])(?P<name>[A-Za-z][A-Za-z0-9-]*)['\"]?[ \t]*[:=][ \t]*['\"]?"
+)
+_VALUE = re.compile(r"[^'\"\r\n]+")
+
+
+def is_secret_header(name: str) -> bool:
+    lowered = name.lower()
+    return lowered in SECRET_HEADERS or any(word in lowered for word in _SECRET_WORDS)
+
+
+def mask_headers(headers: Mapping[str, str]) -> dict[str, str]:
+    """`headers` with every secret header's value replaced by ***."""
+    return {k: MASK if is_secret_header(k) else v for k, v in headers.items()}
+
+
+def _mask_header_values(text: str) -> str:
+    """Each secret `name: value` with its value masked. A name that is not a secret consumes
+    only itself, so `ValueError: Cookie: x` still finds the Cookie."""
+    parts, pos = [], 0
+    while (found := _NAME_AND_SEPARATOR.search(text, pos)) is not None:
+        if not is_secret_header(found["name"]) or text.startswith(MASK, found.end()):
+            parts.append(text[pos : found.end("name")])
+            pos = found.end("name")
+            continue
+        value = _VALUE.match(text, found.end())
+        parts.append(text[pos : found.end()] + MASK)
+        pos = value.end() if value else found.end()
+    parts.append(text[pos:])
+    return "".join(parts)
+
+
+def redact(text: str) -> str:
+    """`text` with passwords in URLs and DSNs, and secret header values, replaced by ***."""
+    text = _PASSWORD_IN_URL.sub(lambda m: m["head"] + MASK, text)
+    text = _PASSWORD_IN_DSN.sub(lambda m: m["head"] + MASK, text)
+    return _mask_header_values(text)

@@ -1,0 +1,181 @@
+"""The daemon's Prometheus metrics: one registry per daemon, filled by the daemon from what the
+services' `run_once` results report (services never import this module).
+
+Labels are bounded: `status` (run statuses, dispatch statuses), `executor` (shell, http, python),
+`stage` (launch, completion, renewal), `kind` (of database error), `step`. Task, occurrence and
+run ids never become labels. The instance id is a label of `scheduler_daemon_info` only: the
+scrape adds its own `instance` label (host:port) to every series, and a per-start id on each
+series would start a new series at every restart.
+
+Per-replica figures (counters, histograms, `slots_in_use`) add up across the fleet: `sum`.
+Fleet-wide figures (`scheduler_daemon_queue_depth`, `scheduler_daemon_executing_runs`,
+`scheduler_daemon_max_concurrent_runs`) are read from the database and are the same on every
+replica: aggregate them with `max` (not `sum`, which multiplies them by the replica count), e.g.
+`max(scheduler_daemon_queue_depth)`. They are sampled every --reconcile-interval and keep their
+last value while the database is unreachable (`scheduler_daemon_fleet_sample_age_seconds` says
+how old it is).
+"""
+
+import time
+
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    Info,
+    PlatformCollector,
+    ProcessCollector,
+    disable_created_metrics,
+)
+
+from scheduler_daemon.services.completer import CompleteResult
+from scheduler_daemon.services.dispatcher import DispatchResult
+from scheduler_daemon.services.launcher import LaunchResult
+from scheduler_daemon.services.reconciler import ReconcileReport
+
+NAMESPACE = "scheduler_daemon"
+# No `*_created` series: a timestamp per counter that doubles the exposition and that no
+# dashboard of ours reads (process_start_time_seconds says when the daemon started).
+disable_created_metrics()
+# Start lag and run duration: from milliseconds to a day.
+SECONDS_BUCKETS = (0.01, 0.05, 0.1, 0.5, 1, 2, 5, 10, 30, 60, 120, 300, 900, 1800, 3600, 21600)
+LOOP_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 90)
+
+
+class Metrics:
+    """Every metric of one daemon, on its own registry (several daemons can share a process)."""
+
+    def __init__(self, instance_id: str, version: str, concurrency: int) -> None:
+        self.registry = r = CollectorRegistry()
+        ProcessCollector(registry=r)
+        PlatformCollector(registry=r)
+        ns = {"namespace": NAMESPACE, "registry": r}
+        Info(NAMESPACE, "This daemon process.", registry=r).info(
+            {"instance_id": instance_id, "version": version}
+        )
+        self.dispatched = Counter(
+            "occurrences_dispatched",
+            "Occurrences this replica's dispatcher created, by status (queued, skipped).",
+            ["status"],
+            **ns,
+        )
+        self.claimed = Counter("occurrences_claimed", "Occurrences claimed for launch.", **ns)
+        self.started = Counter("runs_started", "Runs launched.", ["executor"], **ns)
+        self.finished = Counter(
+            "runs_finished", "Run outcomes written, by run status.", ["status", "executor"], **ns
+        )
+        self.start_lag = Histogram(
+            "run_start_lag_seconds",
+            "Run start minus the occurrence's scheduled time (database clock), first attempts "
+            "only (a retry's lag includes its backoff).",
+            ["executor"],
+            buckets=SECONDS_BUCKETS,
+            **ns,
+        )
+        self.duration = Histogram(
+            "run_duration_seconds",
+            "Job start to outcome, on this host's monotonic clock.",
+            ["status", "executor"],
+            buckets=SECONDS_BUCKETS,
+            **ns,
+        )
+        self.renewals = Counter(
+            "lease_renewals", "Lease renewal passes (renewal and heartbeat) that succeeded.", **ns
+        )
+        self.renewal_failures = Counter(
+            "lease_renewal_failures", "Lease renewal passes that failed.", **ns
+        )
+        self.takeovers = Counter(
+            "takeovers", "Runs of silent owners this replica's reconciler took over.", **ns
+        )
+        self.fenced = Counter(
+            "fenced_writes",
+            "Writes refused because the lease token moved on, by stage (launch, completion, "
+            "renewal): expected after a takeover or a cancel.",
+            ["stage"],
+            **ns,
+        )
+        self.database_errors = Counter(
+            "database_errors",
+            "Failed loop steps and renewals, by kind: unavailable (an outage), contention "
+            "(lock or statement timeout, deadlock), other (counted by --max-failed-passes).",
+            ["kind"],
+            **ns,
+        )
+        self.failed_passes = Gauge(
+            "consecutive_failed_passes",
+            "Current run of failed passes that count toward --max-failed-passes.",
+            **ns,
+        )
+        self.iteration = Histogram(
+            "loop_iteration_seconds",
+            "One loop iteration: reconciliation when due, completion, dispatch, launch; "
+            "without the sleep.",
+            buckets=LOOP_BUCKETS,
+            **ns,
+        )
+        self.slots_in_use = Gauge("slots_in_use", "Runs this replica holds.", **ns)
+        Gauge("concurrency", "This replica's job slots (--concurrency).", **ns).set(concurrency)
+        self.queue_depth = Gauge(
+            "queue_depth", "Queued occurrences, fleet-wide: aggregate with max.", **ns
+        )
+        self.executing = Gauge(
+            "executing_runs",
+            "Occurrences holding a slot of the fleet budget, fleet-wide: aggregate with max.",
+            **ns,
+        )
+        self.budget = Gauge(
+            "max_concurrent_runs",
+            "The fleet budget (config max-concurrent-runs), fleet-wide: aggregate with max.",
+            **ns,
+        )
+        self._sampled_at: float | None = None
+        Gauge(
+            "fleet_sample_age_seconds",
+            "Seconds since the fleet-wide gauges were last read from the database.",
+            **ns,
+        ).set_function(self._sample_age)
+        self.draining = Gauge("draining", "1 while the daemon drains.", **ns)
+        for stage in ("launch", "completion", "renewal"):  # every series exists from the start
+            self.fenced.labels(stage)
+        for kind in ("unavailable", "contention", "other"):
+            self.database_errors.labels(kind)
+
+    def _sample_age(self) -> float:
+        return float("nan") if self._sampled_at is None else time.monotonic() - self._sampled_at
+
+    # -- recording what the services report ------------------------------------------------------
+    def record_dispatch(self, result: DispatchResult) -> None:
+        self.dispatched.labels("queued").inc(result.queued)
+        self.dispatched.labels("skipped").inc(result.skipped)
+
+    def record_launch(self, result: LaunchResult) -> None:
+        self.claimed.inc(result.claimed)
+        self.fenced.labels("launch").inc(result.fenced)
+        for run in result.started:
+            self.started.labels(run.executor).inc()
+            if run.attempt == 1:
+                self.start_lag.labels(run.executor).observe(max(0.0, run.start_lag_seconds))
+
+    def record_completion(self, result: CompleteResult) -> None:
+        self.fenced.labels("completion").inc(result.fenced)
+        for run in result.finished:
+            self.finished.labels(run.status, run.executor).inc()
+            self.duration.labels(run.status, run.executor).observe(run.duration_seconds)
+
+    def record_reconcile(self, report: ReconcileReport) -> None:
+        self.takeovers.inc(report.counts["taken_over"])
+
+    def record_renewal(self, fenced: set[int] | None) -> None:
+        if fenced is None:
+            self.renewal_failures.inc()
+            return
+        self.renewals.inc()
+        self.fenced.labels("renewal").inc(len(fenced))
+
+    def record_fleet(self, queue_depth: int, executing: int, budget: int) -> None:
+        self.queue_depth.set(queue_depth)
+        self.executing.set(executing)
+        self.budget.set(budget)
+        self._sampled_at = time.monotonic()
