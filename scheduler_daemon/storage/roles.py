@@ -89,21 +89,25 @@ def creation(names: RoleNames, schema: str = "public") -> list[sql.Composable]:
 
 
 def grants(names: RoleNames, schema: str = "public") -> list[sql.Composable]:
-    """For the schema owner, after `migrate`: exactly this build's table privileges."""
-    tables = sql.SQL(", ").join(sql.Identifier(schema, t) for t in TABLES)
-    statements: list[sql.Composable] = [
-        sql.SQL("REVOKE ALL ON {} FROM {}").format(tables, _names(names.users())),
-        sql.SQL("GRANT SELECT ON {} TO {}").format(tables, _names(names.users())),
-    ]
-    for kind, writes in WRITES.items():
-        for table, privileges in writes.items():
-            statements.append(
-                sql.SQL("GRANT {} ON {} TO {}").format(
-                    sql.SQL(", ").join(sql.SQL(p) for p in privileges),
-                    sql.Identifier(schema, table),
-                    sql.Identifier(getattr(names, kind)),
+    """For the schema owner, after `migrate`: exactly this build's table privileges, table by
+    table (what was granted before is revoked first)."""
+    users = _names(names.users())
+    statements: list[sql.Composable] = []
+    for table in TABLES:
+        target = sql.Identifier(schema, table)
+        statements += [
+            sql.SQL("REVOKE ALL ON {} FROM {}").format(target, users),
+            sql.SQL("GRANT SELECT ON {} TO {}").format(target, users),
+        ]
+        for kind, writes in WRITES.items():
+            if table in writes:
+                statements.append(
+                    sql.SQL("GRANT {} ON {} TO {}").format(
+                        sql.SQL(", ").join(sql.SQL(p) for p in writes[table]),
+                        target,
+                        sql.Identifier(getattr(names, kind)),
+                    )
                 )
-            )
     return statements
 
 

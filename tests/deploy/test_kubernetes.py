@@ -118,10 +118,11 @@ def test_the_manifests_set_only_variables_the_daemon_reads() -> None:
         assert not unknown, f"{container['name']} sets variables no option reads: {unknown}"
 
 
-def test_the_migration_url_reaches_the_migrate_step_only() -> None:
+def test_the_owner_url_reaches_the_migrate_and_grant_steps_only() -> None:
     pod = _pod()["spec"]
-    (migrate,) = pod["initContainers"]
+    migrate, grant = pod["initContainers"]  # in this order: grants name the migrated tables
     assert migrate["args"] == ["migrate"]
+    assert grant["args"] == ["db", "roles"]
 
     def secret_keys(container: dict[str, Any]) -> set[str]:
         return {
@@ -130,7 +131,7 @@ def test_the_migration_url_reaches_the_migrate_step_only() -> None:
             if "secretKeyRef" in e.get("valueFrom", {})
         }
 
-    assert secret_keys(migrate) == {"migrate-database-url"}
+    assert secret_keys(migrate) == secret_keys(grant) == {"migrate-database-url"}
     assert secret_keys(_daemon_container()) == {"database-url"}
     assert set(_resources()["Secret"]["stringData"]) == {"database-url", "migrate-database-url"}
 
