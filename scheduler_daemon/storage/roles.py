@@ -32,7 +32,7 @@ TABLES = (
 WRITES: dict[str, dict[str, tuple[str, ...]]] = {
     "daemon": {
         "task": ("UPDATE",),  # next fire time, lifecycle, outcome
-        "task_event": ("INSERT",),  # a task parked or finished changes its recorded state
+        "task_event": ("INSERT",),  # parking a task it cannot plan fires the history trigger
         "occurrence": ("INSERT", "UPDATE"),
         "run": ("INSERT", "UPDATE"),
         "instance": ("INSERT", "UPDATE", "DELETE"),

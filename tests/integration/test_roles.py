@@ -276,3 +276,36 @@ def test_the_daemon_role_cannot_define_tasks_or_change_the_budget(fleet: Fleet, 
         result = cli(*step, url=daemon)
         assert result.code == 1, (step, result.out)
         assert "permission denied" in result.err, (step, result.err)
+
+
+def test_the_history_triggers_write_as_the_writer_so_writers_need_insert_on_the_history(
+    fleet: Fleet, cli
+) -> None:
+    """The decision in storage/roles.py: the 0002 triggers run as the role that changed the row.
+    Parking a task (the dispatcher's write that the trigger records) works for the daemon role
+    with INSERT on task_event, and fails without it."""
+    operator, daemon = fleet.url(fleet.names.operator), fleet.url(fleet.names.daemon)
+    assert (
+        cli("tasks", "add", "parkable", "--every", "1h", "--command", "true", url=operator).code
+        == 0
+    )
+    park = "UPDATE task SET parked_at = now(), park_error = 'unplannable' WHERE name = 'parkable'"
+    unpark = "UPDATE task SET parked_at = NULL, park_error = NULL WHERE name = 'parkable'"
+    events = (
+        "SELECT kind, active FROM task_event e JOIN task t ON t.id = e.task_id "
+        "WHERE t.name = 'parkable' ORDER BY e.id"
+    )
+    query(daemon, park)
+    assert query(fleet.admin_url, events) == [
+        {"kind": "created", "active": True},
+        {"kind": "changed", "active": False},
+    ]
+    query(fleet.url(fleet.names.owner), f'REVOKE INSERT ON task_event FROM "{fleet.names.daemon}"')
+    try:
+        with pytest.raises(psycopg.errors.InsufficientPrivilege, match="task_event"):
+            query(daemon, unpark)
+    finally:
+        regrant = _command(fleet.url(fleet.names.owner), "db", "roles", *_name_options(fleet.names))
+        assert regrant.returncode == 0, regrant.stderr
+    query(daemon, unpark)
+    assert len(query(fleet.admin_url, events)) == 3
