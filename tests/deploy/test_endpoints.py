@@ -1,6 +1,7 @@
 """What the manifests and docs rely on, asked of a real daemon: the probe paths answer as the
 Kubernetes base expects, and /metrics exports exactly the metrics docs/operations.md describes
-(so the alert rules, checked against that table, use real names)."""
+(so the alert rules, checked against that table, use real names), and docs/cli.md's metrics table
+when it has one."""
 
 import re
 import socket
@@ -9,7 +10,7 @@ import urllib.request
 
 import pytest
 
-from tests.deploy.test_docs import documented_metrics
+from tests.deploy.test_docs import METRIC, ROOT, _section, _table, documented_metrics
 from tests.support import wait_for
 
 pytestmark = pytest.mark.slow
@@ -51,4 +52,8 @@ def test_a_daemon_answers_the_probes_and_exports_the_documented_metrics(
     metrics = wait_for(lambda: answered("/metrics", 200), message="/metrics to answer")
     exported = dict(TYPE_LINE.findall(metrics))
     assert exported == documented_metrics()
+    cli_md = ROOT / "docs" / "cli.md"
+    if "\n### Metrics\n" in cli_md.read_text():  # the run command's own table
+        rows = _table(_section(cli_md, "### Metrics"))
+        assert {m for row in rows for m in METRIC.findall(row[0])} == set(exported)
     assert daemon.stop() == 0, daemon.log()
