@@ -9,7 +9,7 @@ from typing import NoReturn
 import click
 import psycopg
 
-from scheduler_daemon.cli import audit, fleet, runs, tasks  # noqa: F401 - registers the commands
+from scheduler_daemon.cli import audit, fleet, roles, runs, tasks  # noqa: F401 - registers the commands
 from scheduler_daemon.cli.base import EXIT_BAD_INPUT, EXIT_UNAVAILABLE, cli
 from scheduler_daemon.domain.schedule import ScheduleError
 from scheduler_daemon.domain.task import InvalidTask

@@ -259,10 +259,11 @@ def config_set(ctx: click.Context, name: str, value: str) -> None:
     emit(ctx, {name: row["value"]}, f"{name} = {row['value']}")
 
 
-# -- embedded database ---------------------------------------------------------------------------
+# -- database ------------------------------------------------------------------------------------
 @cli.group()
 def db() -> None:
-    """The embedded PostgreSQL used when no database URL is configured."""
+    """The database itself: its roles and grants, and the embedded PostgreSQL used when no
+    database URL is configured."""
 
 
 @db.command("stop")

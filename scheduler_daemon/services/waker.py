@@ -28,8 +28,10 @@ class Waker:
         self._thread.start()
 
     def stop(self) -> None:
+        """Stops listening; a waker that never started (`--no-listen`) has nothing to stop."""
         self._stop.set()
-        self._thread.join(timeout=5)
+        if self._thread.ident is not None:
+            self._thread.join(timeout=5)
 
     def _loop(self) -> None:
         while not self._stop.is_set():

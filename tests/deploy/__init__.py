@@ -1,0 +1,1 @@
+"""Tests of the deployment files in deploy/: the systemd unit, the image, the Kubernetes base."""
