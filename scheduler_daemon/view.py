@@ -269,7 +269,8 @@ def status_fields(status: dict[str, Any]) -> dict[str, Any]:
                 "heartbeat_at": iso(row["heartbeat_at"]),
             }
         )
-    return {**status, "instances": instances}
+    parked = [{**t, "parked_at": iso(t["parked_at"])} for t in status.get("parked_tasks", [])]
+    return {**status, "instances": instances, "parked_tasks": parked}
 
 
 def _audit_value(value: Value) -> Any:

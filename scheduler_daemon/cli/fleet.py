@@ -207,6 +207,8 @@ def status(ctx: click.Context) -> None:
         + f"\n\nqueue depth {fields['queue_depth']}, executing "
         f"{fields['executing_runs']}/{fields['max_concurrent_runs']}"
     )
+    for parked in fields["parked_tasks"]:
+        text += f"\nparked: {parked['name']} (id {parked['id']}): {parked['park_error']}"
     emit(ctx, fields, text)
 
 

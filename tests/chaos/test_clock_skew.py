@@ -40,6 +40,9 @@ def test_daemons_an_hour_apart_fire_on_the_database_clock_and_take_nothing_over(
         name: spawn(database_url, name, env=_skewed(offset)) for name, offset in SKEWS.items()
     }
     ids = {name: d.instance_id() for name, d in daemons.items()}
+    # Firings due while the daemons were still starting are late by the start-up, not by a
+    # clock: lateness is judged from here on (on a loaded machine start-up takes seconds).
+    (all_up,) = query(database_url, "SELECT now() AS t")
     for i in range(3):
         cli("tasks", "trigger", f"long{i}")
     status = cli("status", "--json").json()
@@ -57,7 +60,9 @@ def test_daemons_an_hour_apart_fire_on_the_database_clock_and_take_nothing_over(
         SELECT r.owner, r.status, r.started_at, o.scheduled_for, o.trigger, t.name
         FROM run r JOIN occurrence o ON o.id = r.occurrence_id JOIN task t ON t.id = o.task_id""",
     )
-    scheduled = [r for r in runs if r["trigger"] == "schedule"]
+    scheduled = [
+        r for r in runs if r["trigger"] == "schedule" and r["scheduled_for"] >= all_up["t"]
+    ]
     lateness = [r["started_at"] - r["scheduled_for"] for r in scheduled]
     print(
         f"{len(scheduled)} scheduled runs; lateness min {min(lateness)} max {max(lateness)}; "
