@@ -51,7 +51,7 @@ def test_a_cancelled_running_job_keeps_its_slot_until_its_owner_confirms_it_is_g
         ]
         == "running"
     )  # not before the owner wrote that the job is gone
-    assert replica.completer.run_once() == 1
+    assert replica.completer.run_once().done == 1
 
     (occ,) = query(database_url, "SELECT * FROM occurrence WHERE id = %s", (occurrence["id"],))
     (row,) = query(database_url, "SELECT * FROM run WHERE id = %s", (run.run_id,))
@@ -100,7 +100,9 @@ def test_tasks_delete_force_requests_the_cancel_of_a_running_job_and_records_its
     assert occ["status"] == "running"  # the forbid slot and the budget slot are still held
     replica.keeper.run_once()
     wait_for(run.job.poll, timeout=5, message="the job of the deleted task to stop")
-    assert replica.completer.run_once() == 1  # the deleted task's row is still locked and written
+    assert (
+        replica.completer.run_once().done == 1
+    )  # the deleted task's row is still locked and written
     (occ,) = query(database_url, "SELECT status, reason FROM occurrence")
     assert occ == {"status": "cancelled", "reason": "task deleted"}
 

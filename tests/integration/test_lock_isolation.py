@@ -31,19 +31,19 @@ def test_a_locked_task_row_defers_only_its_own_completion(
     holder = _hold_task_row(database_url, locked.id)
     try:
         with structlog.testing.capture_logs() as logs:
-            assert replica.completer.run_once() == 1
+            assert replica.completer.run_once().done == 1
         assert [e["task_id"] for e in logs if e["event"] == "outcome_deferred"] == [locked.id]
         rows = query(database_url, "SELECT task_id, status FROM occurrence ORDER BY task_id")
         assert rows == [
             {"task_id": locked.id, "status": "running"},
             {"task_id": free.id, "status": "success"},
         ]
-        assert replica.completer.run_once() == 0  # deferred: not retried on every pass
+        assert replica.completer.run_once().done == 0  # deferred: not retried on every pass
     finally:
         holder.close()
     (run,) = list(replica.held)
     run.retry_at = 0.0  # its deferral would pass in a couple of seconds
-    assert replica.completer.run_once() == 1
+    assert replica.completer.run_once().done == 1
     assert {r["status"] for r in query(database_url, "SELECT status FROM occurrence")} == {
         "success"
     }
