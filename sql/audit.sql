@@ -48,13 +48,15 @@ ORDER BY 1, 2, 4, 3
 
 -- name: audit_fifo_order :many
 -- Occurrences whose first run started while an older one of their concurrency key (or of their
--- `queue` task), queued before them, still waited for its first run.
+-- `queue` task), already queued, still waited for its first run. "Already queued" is exact where
+-- both rows have it: the older one's inserting transaction was visible to the younger one's
+-- first claim. Rows from before revision 0003 fall back to `created_at` (a transaction's start).
 WITH first_run AS (
     SELECT DISTINCT ON (occurrence_id) occurrence_id, id, started_at FROM run
     ORDER BY occurrence_id, started_at, id
 ), started AS (
     SELECT y.id, y.task_id, y.concurrency_key, y.overlap, y.occurrence_seq, y.scheduled_for,
-        y.created_at, f.id AS run_id, f.started_at
+        y.created_at, y.first_claim_snapshot, f.id AS run_id, f.started_at
     FROM occurrence y JOIN first_run f ON f.occurrence_id = y.id
     WHERE f.started_at >= coalesce(%(since)s::timestamptz, '-infinity')
       AND (y.concurrency_key IS NOT NULL OR y.overlap = 'queue')
@@ -64,7 +66,10 @@ SELECT 'concurrency_key' AS scope, y.concurrency_key AS group_key, y.id AS occur
     x.finished_at AS waiting_finished_at
 FROM started y
 JOIN occurrence x ON x.concurrency_key = y.concurrency_key
-    AND (x.scheduled_for, x.id) < (y.scheduled_for, y.id) AND x.created_at < y.created_at
+    AND (x.scheduled_for, x.id) < (y.scheduled_for, y.id)
+    AND CASE WHEN x.created_xid IS NULL OR y.first_claim_snapshot IS NULL
+             THEN x.created_at < y.created_at
+             ELSE pg_visible_in_snapshot(x.created_xid, y.first_claim_snapshot) END
     AND (x.finished_at IS NULL OR x.finished_at > y.started_at)
 LEFT JOIN first_run fx ON fx.occurrence_id = x.id
 WHERE fx.started_at IS NULL OR fx.started_at > y.started_at
@@ -73,7 +78,10 @@ SELECT 'queue_task', y.task_id::text, y.id, y.run_id, y.started_at, x.id, fx.sta
     x.finished_at
 FROM started y
 JOIN occurrence x ON x.task_id = y.task_id
-    AND x.occurrence_seq < y.occurrence_seq AND x.created_at < y.created_at
+    AND x.occurrence_seq < y.occurrence_seq
+    AND CASE WHEN x.created_xid IS NULL OR y.first_claim_snapshot IS NULL
+             THEN x.created_at < y.created_at
+             ELSE pg_visible_in_snapshot(x.created_xid, y.first_claim_snapshot) END
     AND (x.finished_at IS NULL OR x.finished_at > y.started_at)
 LEFT JOIN first_run fx ON fx.occurrence_id = x.id
 WHERE y.overlap = 'queue' AND (fx.started_at IS NULL OR fx.started_at > y.started_at)

@@ -54,6 +54,7 @@ SELECT count(*) FROM occurrence WHERE status IN ('launching', 'running')
 -- older queued occurrence of that key or task (FIFO among the waiting). The caller holds the
 -- budget lock, so claims are serialized and occurrence_key_executing_key never fires.
 -- The locking select is a MATERIALIZED CTE so the planner cannot re-run it and claim more.
+-- The first claim records its snapshot: `audit` asks it which older occurrences were visible.
 WITH picked AS MATERIALIZED (
     SELECT o.id FROM occurrence o
     WHERE o.status = 'queued' AND o.not_before <= clock_timestamp()
@@ -74,6 +75,7 @@ WITH picked AS MATERIALIZED (
 )
 UPDATE occurrence o SET status = 'launching', lease_token = o.lease_token + 1,
     claim_owner = %(owner)s, claim_expires_at = clock_timestamp() + %(claim_ttl)s,
+    first_claim_snapshot = coalesce(o.first_claim_snapshot, pg_current_snapshot()),
     updated_at = clock_timestamp()
 FROM picked, task t
 WHERE o.id = picked.id AND t.id = o.task_id

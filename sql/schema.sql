@@ -99,6 +99,8 @@ CREATE TABLE occurrence (
     finished_at timestamp with time zone,
     cancel_requested_at timestamp with time zone,
     cancel_reason text,
+    created_xid xid8 DEFAULT pg_current_xact_id(),
+    first_claim_snapshot pg_snapshot,
     CONSTRAINT occurrence_cancel_check CHECK ((((cancel_requested_at IS NULL) = (cancel_reason IS NULL)) AND ((cancel_requested_at IS NULL) OR (status <> ALL (ARRAY['queued'::text, 'launching'::text]))))),
     CONSTRAINT occurrence_claim_check CHECK (((status <> 'launching'::text) OR ((claim_owner IS NOT NULL) AND (claim_expires_at IS NOT NULL)))),
     CONSTRAINT occurrence_counts_check CHECK (((occurrence_seq >= 1) AND (attempts >= 0) AND (interruptions >= 0) AND (lease_token >= 0))),

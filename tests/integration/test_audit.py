@@ -664,6 +664,6 @@ def test_a_database_at_another_schema_revision_is_refused_in_one_line(
     assert result.code == 1
     assert result.out == ""
     assert result.err.strip().splitlines() == [
-        "error: the database schema is at nothing, this build expects 0002; audit reads the "
+        "error: the database schema is at nothing, this build expects 0003; audit reads the "
         "history of that revision: run `scheduler-daemon migrate`"
     ]

@@ -113,7 +113,7 @@ def test_runs_cancel_says_what_it_did(client, pool, executors, database_url, cli
         database_url,
         "INSERT INTO instance (id, hostname, pid, version, schema_revision, concurrency, "
         "lease_ttl, lease_grace, reconcile_interval) "
-        "VALUES ('a', 'h', 1, 'v', '0002', 4, '3 s', '1 s', '1 s')",
+        "VALUES ('a', 'h', 1, 'v', '0003', 4, '3 s', '1 s', '1 s')",
     )
     said = cli("runs", "cancel", str(run.run_id))
     assert said.code == 0, said.err
