@@ -23,6 +23,32 @@ EMBEDDED_TEST_DIR = Path(
 )
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("soak", "the fault soak (tests/chaos/test_soak.py)")
+    group.addoption(
+        "--soak-seed", type=int, default=None, help="seed of the fault driver (default: random)"
+    )
+    group.addoption(
+        "--soak-seconds", type=float, default=110.0, help="how long faults are injected"
+    )
+
+
+@dataclass(frozen=True)
+class SoakOptions:
+    seed: int
+    seconds: float
+
+
+@pytest.fixture
+def soak(request: pytest.FixtureRequest) -> SoakOptions:
+    """The soak's seed (--soak-seed, else SCHEDULER_SOAK_SEED, else a fresh one, printed by the
+    soak) and how long it injects faults."""
+    seed = request.config.getoption("--soak-seed")
+    if seed is None:
+        seed = int(os.environ.get("SCHEDULER_SOAK_SEED") or int.from_bytes(os.urandom(2)))
+    return SoakOptions(seed, float(request.config.getoption("--soak-seconds")))
+
+
 def with_database(url: str, name: str) -> str:
     """`url` pointing at database `name` instead."""
     parts = urlsplit(url)
