@@ -11,7 +11,13 @@ from psycopg_pool import ConnectionPool
 from scheduler_daemon.domain.held import HeldRun, HeldRuns
 from scheduler_daemon.domain.outcome import decide
 from scheduler_daemon.storage import occurrence_store, run_store, task_store
-from scheduler_daemon.storage.database import UNIT_LIMITS, first_line, pooled_transaction
+from scheduler_daemon.storage.database import (
+    FIRST_TRY_LIMITS,
+    UNIT_LIMITS,
+    Limits,
+    first_line,
+    pooled_transaction,
+)
 from scheduler_daemon.storage.error import LOCK_ERRORS, DatabaseUnavailable
 from scheduler_daemon.storage.settle import settle
 
@@ -57,9 +63,11 @@ class Completer:
 
     def run_once(self) -> CompleteResult:
         """Writes every finished job's outcome; `done` counts the runs that left the held set.
-        Each run is its own unit: one whose rows are locked by someone else is deferred (kept,
-        retried after DEFER_SECONDS), the rest go on."""
+        Each run is its own unit. Its first try waits briefly for its rows; the ones locked by
+        someone else are tried again after all the others with the full unit wait, and deferred
+        (kept, retried after DEFER_SECONDS) if still locked: a held row delays only its own."""
         result = CompleteResult()
+        locked: list[HeldRun] = []
         for run in self.held:
             if run.outcome is None:
                 run.outcome = run.job.poll()
@@ -71,52 +79,60 @@ class Completer:
                 self.held.remove(run.run_id)
                 result.done += 1
                 continue
-            try:
-                completion = self.complete(run)
-            except DatabaseUnavailable as exc:
-                log.warning(
-                    "outcome_kept_for_later",
-                    run_id=run.run_id,
-                    error=str(exc),
-                    occurrence_id=run.occurrence_id,
-                    instance_id=self.instance_id,
-                )
-                result.kept += 1
-                continue
-            except LOCK_ERRORS as exc:
-                run.retry_at = time.monotonic() + DEFER_SECONDS
-                log.warning(
-                    "outcome_deferred",
-                    run_id=run.run_id,
-                    occurrence_id=run.occurrence_id,
-                    task_id=run.task_id,
-                    error=first_line(exc),
-                    retry_in_seconds=DEFER_SECONDS,
-                    instance_id=self.instance_id,
-                )
-                result.kept += 1
-                continue
-            result.done += 1
-            if completion == "fenced":
-                result.fenced += 1
-            else:
-                result.finished.append(
-                    Finished(run.recorded_status, run.executor, run.finished_after)
-                )
+            if run.retry_at > 0 or not self._attempt(run, FIRST_TRY_LIMITS, result):
+                locked.append(run)  # a deferred one waits its full unit wait after the others
+        for run in locked:
+            self._attempt(run, UNIT_LIMITS, result)
         return result
 
-    def complete(self, run: HeldRun) -> Completion:
+    def _attempt(self, run: HeldRun, limits: Limits, result: CompleteResult) -> bool:
+        """One try at writing `run`'s outcome; False when its rows were locked past `limits`."""
+        try:
+            completion = self.complete(run, limits)
+        except DatabaseUnavailable as exc:
+            log.warning(
+                "outcome_kept_for_later",
+                run_id=run.run_id,
+                error=str(exc),
+                occurrence_id=run.occurrence_id,
+                instance_id=self.instance_id,
+            )
+            result.kept += 1
+            return True
+        except LOCK_ERRORS as exc:
+            if limits is FIRST_TRY_LIMITS:
+                return False
+            run.retry_at = time.monotonic() + DEFER_SECONDS
+            log.warning(
+                "outcome_deferred",
+                run_id=run.run_id,
+                occurrence_id=run.occurrence_id,
+                task_id=run.task_id,
+                error=first_line(exc),
+                retry_in_seconds=DEFER_SECONDS,
+                instance_id=self.instance_id,
+            )
+            result.kept += 1
+            return True
+        result.done += 1
+        if completion == "fenced":
+            result.fenced += 1
+        else:
+            result.finished.append(Finished(run.recorded_status, run.executor, run.finished_after))
+        return True
+
+    def complete(self, run: HeldRun, limits: Limits = UNIT_LIMITS) -> Completion:
         """Writes one finished run's outcome and drops it from the held set (unless the database
         is unreachable: then it stays held, its lease renewed, and is written later)."""
         run.completing = True  # the lease keeper neither renews nor fences it meanwhile
         try:
-            result = self._complete(run)
+            result = self._complete(run, limits)
             self.held.remove(run.run_id)
             return result
         finally:
             run.completing = False
 
-    def _complete(self, run: HeldRun) -> Completion:
+    def _complete(self, run: HeldRun, limits: Limits) -> Completion:
         ids = {
             "run_id": run.run_id,
             "occurrence_id": run.occurrence_id,
@@ -125,7 +141,7 @@ class Completer:
         }
         outcome = run.outcome
         try:
-            with pooled_transaction(self.pool, UNIT_LIMITS) as conn:
+            with pooled_transaction(self.pool, limits) as conn:
                 result = self._write(conn, run, outcome)
         except Fenced:
             log.warning("run_fenced", stage="completion", **ids)

@@ -16,11 +16,18 @@ from psycopg_pool import ConnectionPool
 
 from scheduler_daemon.domain.outcome import LIFECYCLE, decide
 from scheduler_daemon.storage import instance_store, occurrence_store, run_store, task_store
-from scheduler_daemon.storage.database import UNIT_LIMITS, first_line, pooled_transaction
+from scheduler_daemon.storage.database import (
+    FIRST_TRY_LIMITS,
+    UNIT_LIMITS,
+    Limits,
+    first_line,
+    pooled_transaction,
+)
 from scheduler_daemon.storage.error import LOCK_ERRORS
 from scheduler_daemon.storage.settle import settle
 
 log = structlog.get_logger()
+LOCKED = object()  # a unit's rows were locked by someone else past its lock wait
 CATEGORIES = ("taken_over", "requeued_claims", "expired", "finalized_tasks", "removed_instances")
 
 
@@ -61,44 +68,64 @@ class Reconciler:
 
     def run_once(self, *, dry_run: bool = False) -> ReconcileReport:
         report = ReconcileReport(dry_run=dry_run)
-        steps: list[tuple[str, Callable[..., Any], Callable[[dict[str, Any]], Any]]] = [
+        steps: list[tuple[str, Callable[..., Any], Callable[[dict[str, Any], Limits], Any]]] = [
             ("taken_over", self._takeover_page, self._take_over),
             ("requeued_claims", self._claims_page, self._requeue_claim),
             ("expired", self._deadline_page, self._expire),
             ("finalized_tasks", self._one_shots_page, self._finalize),
         ]
         for category, page, fix in steps:
+            locked: list[dict[str, Any]] = []
             for candidate in self._candidates(page):
                 if dry_run:
                     report.ids[category].append(candidate["id"])
-                elif (fixed := self._isolated(category, fix, candidate)) is not None:
+                    continue
+                fixed = self._isolated(category, fix, candidate, FIRST_TRY_LIMITS)
+                if fixed is LOCKED:
+                    locked.append(candidate)
+                elif fixed is not None:
+                    report.ids[category].append(fixed)
+            for candidate in locked:  # after all the others: a held row delays only its own fix
+                fixed = self._isolated(category, fix, candidate, UNIT_LIMITS)
+                if fixed is not None and fixed is not LOCKED:
                     report.ids[category].append(fixed)
         dead = instance_store.dead if dry_run else instance_store.remove_dead
         removed = self._isolated(
-            "removed_instances", lambda _: self._in_unit(dead, self.dead_after), {"id": None}
+            "removed_instances",
+            lambda _, limits: self._in_unit(limits, dead, self.dead_after),
+            {"id": None},
+            UNIT_LIMITS,
         )
-        report.ids["removed_instances"] = removed or []
+        report.ids["removed_instances"] = [] if removed is LOCKED else removed or []
         if report.changed:
             self.log.info("reconciled", dry_run=dry_run, **report.counts)
         self.log.debug("reconcile_pass", dry_run=dry_run)  # a test signal; cheap at info level
         return report
 
     def _isolated(
-        self, category: str, fix: Callable[[dict[str, Any]], Any], seen: dict[str, Any]
+        self,
+        category: str,
+        fix: Callable[[dict[str, Any], Limits], Any],
+        seen: dict[str, Any],
+        limits: Limits,
     ) -> Any:
         """Runs one fix as its own unit: one that cannot lock its rows in time (a row held by an
-        operator, a slow migration, a frozen peer) is logged and left for the next pass, and
-        every other unit still runs."""
+        operator, a slow migration, a frozen peer) returns LOCKED and is left for a later try,
+        and every other unit still runs. A failure with the full unit wait is logged."""
         try:
-            return fix(seen)
+            return fix(seen, limits)
         except LOCK_ERRORS as exc:
-            self.log.warning(
-                "reconcile_unit_failed", category=category, id=seen["id"], error=first_line(exc)
-            )
-            return None
+            if limits is not FIRST_TRY_LIMITS:
+                self.log.warning(
+                    "reconcile_unit_failed",
+                    category=category,
+                    id=seen["id"],
+                    error=first_line(exc),
+                )
+            return LOCKED
 
-    def _in_unit(self, step: Callable[..., Any], *args: Any) -> Any:
-        with pooled_transaction(self.pool, UNIT_LIMITS) as conn:
+    def _in_unit(self, limits: Limits, step: Callable[..., Any], *args: Any) -> Any:
+        with pooled_transaction(self.pool, limits) as conn:
             return step(conn, *args)
 
     def _candidates(self, page: Callable[..., list[dict[str, Any]]]) -> Iterator[dict[str, Any]]:
@@ -125,8 +152,8 @@ class Reconciler:
         return task_store.unfinished_one_shots(conn, **kw)
 
     # -- fixes: each one transaction, task → occurrence → run ------------------------------------
-    def _take_over(self, seen: dict[str, Any]) -> int | None:
-        with pooled_transaction(self.pool, UNIT_LIMITS) as conn:
+    def _take_over(self, seen: dict[str, Any], limits: Limits = UNIT_LIMITS) -> int | None:
+        with pooled_transaction(self.pool, limits) as conn:
             task = task_store.lock_row(conn, seen["task_id"])
             occ = occurrence_store.lock(conn, seen["occurrence_id"])
             run_store.lock(conn, seen["id"])
@@ -169,8 +196,8 @@ class Reconciler:
         )
         return seen["id"]
 
-    def _requeue_claim(self, seen: dict[str, Any]) -> int | None:
-        with pooled_transaction(self.pool, UNIT_LIMITS) as conn:
+    def _requeue_claim(self, seen: dict[str, Any], limits: Limits = UNIT_LIMITS) -> int | None:
+        with pooled_transaction(self.pool, limits) as conn:
             task_store.lock_row(conn, seen["task_id"])
             occurrence_store.lock(conn, seen["id"])
             if not occurrence_store.requeue_claim(conn, seen["id"], token=seen["lease_token"]):
@@ -178,8 +205,8 @@ class Reconciler:
         self.log.info("claim_requeued", occurrence_id=seen["id"], task_id=seen["task_id"])
         return seen["id"]
 
-    def _expire(self, seen: dict[str, Any]) -> int | None:
-        with pooled_transaction(self.pool, UNIT_LIMITS) as conn:
+    def _expire(self, seen: dict[str, Any], limits: Limits = UNIT_LIMITS) -> int | None:
+        with pooled_transaction(self.pool, limits) as conn:
             task_store.lock_row(conn, seen["task_id"])
             occurrence_store.lock(conn, seen["id"])
             expired = occurrence_store.expire(conn, seen["id"])
@@ -203,9 +230,9 @@ class Reconciler:
         )
         return seen["id"]
 
-    def _finalize(self, seen: dict[str, Any]) -> int | None:
+    def _finalize(self, seen: dict[str, Any], limits: Limits = UNIT_LIMITS) -> int | None:
         """Finalizes a one-shot task from its latest occurrence, read after the task lock."""
-        with pooled_transaction(self.pool, UNIT_LIMITS) as conn:
+        with pooled_transaction(self.pool, limits) as conn:
             task = task_store.lock_row(conn, seen["id"])
             if task is None or task.status != "running":
                 return None

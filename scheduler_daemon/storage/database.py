@@ -78,6 +78,10 @@ class Limits:
 # One unit of maintenance work (a completion, a takeover) waits briefly for a row lock and is
 # retried later, so one row held by someone else never stalls the loop for the full timeout.
 UNIT_LIMITS = Limits(lock_timeout="1s")
+# Its first try waits only as long as a peer's own short transaction on the row can last, and the
+# units that could not lock are tried again with UNIT_LIMITS after all the others: a row held for
+# long delays its own unit, not the units queued behind it.
+FIRST_TRY_LIMITS = Limits(lock_timeout="100ms")
 
 
 def make_pool(url: str, *, max_size: int, name: str) -> ConnectionPool:

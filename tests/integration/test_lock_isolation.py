@@ -11,6 +11,10 @@ from scheduler_daemon.services.reconciler import Reconciler
 from tests.support import Replica, query, shell_task
 
 
+WRITE_EVENTS = ("run_finished", "outcome_deferred")
+TAKEOVER_EVENTS = ("run_taken_over", "reconcile_unit_failed")
+
+
 def _hold_task_row(database_url: str, task_id: int) -> psycopg.Connection:
     holder = psycopg.connect(database_url)
     holder.execute("SELECT 1 FROM task WHERE id = %s FOR UPDATE", (task_id,))
@@ -33,6 +37,10 @@ def test_a_locked_task_row_defers_only_its_own_completion(
         with structlog.testing.capture_logs() as logs:
             assert replica.completer.run_once().done == 1
         assert [e["task_id"] for e in logs if e["event"] == "outcome_deferred"] == [locked.id]
+        # The locked run comes first in the held set, yet the free one is written before the
+        # locked one's full lock wait: it would be last against a pass that waited in order.
+        order = [(e["event"], e["task_id"]) for e in logs if e["event"] in WRITE_EVENTS]
+        assert order == [("run_finished", free.id), ("outcome_deferred", locked.id)]
         rows = query(database_url, "SELECT task_id, status FROM occurrence ORDER BY task_id")
         assert rows == [
             {"task_id": locked.id, "status": "running"},
@@ -80,6 +88,10 @@ def test_a_locked_task_row_stops_only_its_own_takeover(
         assert [e["category"] for e in logs if e["event"] == "reconcile_unit_failed"] == [
             "taken_over"
         ]
+        # The locked orphan has the lower id, yet the free one is taken over before the locked
+        # one's full lock wait: it would be last against a pass that waited in id order.
+        order = [e["event"] for e in logs if e["event"] in TAKEOVER_EVENTS]
+        assert order == ["run_taken_over", "reconcile_unit_failed"]
     finally:
         holder.close()
     assert len(reconciler.run_once().ids["taken_over"]) == 1  # the next pass takes the other
