@@ -252,7 +252,8 @@ class Driver:
     def running(self, instance_id: str | None = None) -> list[dict[str, Any]]:
         return query(
             self.url,
-            """SELECT r.id AS run_id, o.id AS occurrence_id, o.task_id, t.name, r.owner
+            """SELECT r.id AS run_id, o.id AS occurrence_id, o.task_id, t.name, r.owner,
+                      r.started_at
                FROM run r JOIN occurrence o ON o.id = r.occurrence_id
                JOIN task t ON t.id = o.task_id
                WHERE r.status = 'running' AND (%s::text IS NULL OR r.owner = %s)""",
@@ -285,9 +286,13 @@ class Driver:
     def rolling_restart(self) -> None:
         """SIGTERM, as a rolling upgrade does: jobs past the drain timeout are interrupted and
         must be gone before their retry starts elsewhere; the daemon exits 0 and comes back."""
-        owners = {r["owner"] for r in self.running() if r["name"].startswith("long-")}
-        busy = [i for i in range(DAEMONS) if self.fleet.ids[i] in owners]
-        i = self.rng.choice(busy) if busy else self.rng.randrange(DAEMONS)
+        # The daemon whose long job started last: it will still run when the drain times out.
+        long = sorted(
+            (r["started_at"], r["owner"]) for r in self.running() if r["name"].startswith("long-")
+        )
+        owner = long[-1][1] if long else None
+        busy = [i for i in range(DAEMONS) if self.fleet.ids[i] == owner]
+        i = busy[0] if busy else self.rng.randrange(DAEMONS)
         proc = self.fleet.procs[i]
         code = proc.stop()
         assert code == 0, proc.log()[-3000:]
