@@ -10,7 +10,6 @@ import structlog
 from scheduler_daemon.services.reconciler import Reconciler
 from tests.support import Replica, query, shell_task
 
-
 WRITE_EVENTS = ("run_finished", "outcome_deferred")
 TAKEOVER_EVENTS = ("run_taken_over", "reconcile_unit_failed")
 
