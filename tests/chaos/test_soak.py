@@ -430,8 +430,10 @@ def _figures(url: str, events: list[dict[str, Any]], driver: Driver) -> dict[str
     delays = query(
         url,
         """SELECT r.finished_at - (r.lease_expires_at - %s * interval '1 second') AS since_renewal,
-                  r.finished_at - greatest(r.takeover_at,
-                      pg_postmaster_start_time() + %s * interval '1 second') AS past_point
+                  r.finished_at - CASE WHEN r.finished_at < pg_postmaster_start_time()
+                      THEN r.takeover_at
+                      ELSE greatest(r.takeover_at,
+                          pg_postmaster_start_time() + %s * interval '1 second') END AS past_point
            FROM run r JOIN occurrence o ON o.id = r.occurrence_id
            WHERE r.id = ANY(%s) AND NOT o.task_id = ANY(%s)""",
         (TTL, TTL + GRACE, [e["run_id"] for e in taken], sorted(driver.held_tasks)),
