@@ -253,7 +253,7 @@ class Driver:
         return query(
             self.url,
             """SELECT r.id AS run_id, o.id AS occurrence_id, o.task_id, t.name, r.owner,
-                      r.started_at
+                      extract(epoch FROM now() - r.started_at)::float AS age
                FROM run r JOIN occurrence o ON o.id = r.occurrence_id
                JOIN task t ON t.id = o.task_id
                WHERE r.status = 'running' AND (%s::text IS NULL OR r.owner = %s)""",
@@ -286,13 +286,22 @@ class Driver:
     def rolling_restart(self) -> None:
         """SIGTERM, as a rolling upgrade does: jobs past the drain timeout are interrupted and
         must be gone before their retry starts elsewhere; the daemon exits 0 and comes back."""
-        # The daemon whose long job started last: it will still run when the drain times out.
-        long = sorted(
-            (r["started_at"], r["owner"]) for r in self.running() if r["name"].startswith("long-")
-        )
-        owner = long[-1][1] if long else None
-        busy = [i for i in range(DAEMONS) if self.fleet.ids[i] == owner]
-        i = busy[0] if busy else self.rng.randrange(DAEMONS)
+
+        # A daemon whose long job (4-7 s) started under 1.5 s ago: it still runs when the 2 s
+        # drain times out, so the drain interrupts it.
+        def fresh_long() -> list[dict[str, Any]]:
+            return [
+                r
+                for r in self.running()
+                if r["name"].startswith("long-") and r["age"] < 1.5 and r["owner"] in owners
+            ]
+
+        owners = set(self.fleet.ids.values())
+        try:
+            (run, *_) = wait_for(fresh_long, timeout=15, interval=0.3, message="a long job")
+            i = next(i for i in range(DAEMONS) if self.fleet.ids[i] == run["owner"])
+        except AssertionError:
+            i = self.rng.randrange(DAEMONS)
         proc = self.fleet.procs[i]
         code = proc.stop()
         assert code == 0, proc.log()[-3000:]
@@ -355,6 +364,20 @@ class Driver:
             return  # the database is restarting
         self.takeover_findings += result.json()["violations"]
 
+    def windows(self) -> dict[str, int]:
+        """How often the soak entered each race window it drives, so far."""
+        counts = {name: query(self.url, sql)[0]["n"] for name, sql in WINDOWS.items()}
+        events = self.fleet.logs()
+        counts["cancel_while_running"] = self.cancels_while_running
+        counts["completion_deferred_by_row_lock"] = sum(
+            e.get("event") == "outcome_deferred" for e in events
+        )
+        counts["takeover_deferred_by_row_lock"] = sum(
+            e.get("event") == "reconcile_unit_failed" and e.get("category") == "taken_over"
+            for e in events
+        )
+        return counts
+
     def run(self, seconds: float) -> None:
         faults = {
             "kill": self.kill,
@@ -373,9 +396,11 @@ class Driver:
         faults["restart_server"] = self.restart_server
         deadline = time.monotonic() + seconds
         while time.monotonic() < deadline:
-            kind = (
-                plan.pop(0) if plan else self.rng.choice(sorted(set(faults) - {"restart_server"}))
-            )
+            if plan:
+                kind = plan.pop(0)
+            else:  # at random, but first the fault behind a race window not yet entered
+                missed = [DRIVES[w] for w, n in self.windows().items() if not n and w in DRIVES]
+                kind = self.rng.choice(missed or sorted(set(faults) - {"restart_server"}))
             time.sleep(self.rng.uniform(0.5, 2.5))
             faults[kind]()
             self.injected[kind] += 1
@@ -400,6 +425,16 @@ WINDOWS = {
           AND EXISTS (SELECT FROM occurrence m WHERE m.task_id = t.id AND m.trigger = 'manual')
           AND EXISTS (SELECT FROM occurrence s WHERE s.task_id = t.id
                       AND s.trigger = 'schedule')""",
+}
+
+
+# The fault that drives each window, chosen again while its window has not been entered.
+DRIVES = {
+    "late_older_keyed": "hold_keyed_row",
+    "interrupted_by_drain": "rolling_restart",
+    "cancel_while_running": "cancel",
+    "completion_deferred_by_row_lock": "hold_busy_rows",
+    "takeover_deferred_by_row_lock": "kill_and_hold",
 }
 
 
@@ -503,15 +538,7 @@ def test_the_fleet_keeps_every_guarantee_under_faults_by_the_jobs_and_the_audit(
     assert audit.code in (0, 1), audit.err
     verdict = audit.json()
     events = fleet.logs()
-    windows = {name: query(url, sql)[0]["n"] for name, sql in WINDOWS.items()}
-    windows["cancel_while_running"] = driver.cancels_while_running
-    windows["completion_deferred_by_row_lock"] = sum(
-        e.get("event") == "outcome_deferred" for e in events
-    )
-    windows["takeover_deferred_by_row_lock"] = sum(
-        e.get("event") == "reconcile_unit_failed" and e.get("category") == "taken_over"
-        for e in events
-    )
+    windows = driver.windows()
     overlaps = work.overlaps.read_text().splitlines()
     with capsys.disabled():
         _report(driver, windows, _figures(url, events, driver), verdict, overlaps)
