@@ -1,7 +1,7 @@
 """Executors run jobs (shell commands, HTTP calls, python callables) and report their Outcome.
 
 No database, storage or service imports here: the daemon hands each job a JobContext and payload,
-polls the Job, and renews the trust deadline through extend()/extend_all().
+polls the Job, and renews each job's trust deadline through Job.extend().
 """
 
 import threading

@@ -112,10 +112,6 @@ class Executor(Protocol):
         """Never raises because of the job: one that cannot start polls as failed."""
         ...
 
-    def extend_all(self, deadline: float) -> None:
-        """Move the trust deadline of every running job (one lease renewal covers them all)."""
-        ...
-
     def close(self) -> None:
         """Stop every job and reap every process."""
         ...

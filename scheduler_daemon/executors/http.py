@@ -116,12 +116,6 @@ class HttpExecutor:
         thread.start()
         return job
 
-    def extend_all(self, deadline: float) -> None:
-        with self.timer:
-            for job in self.running:
-                job.deadline = deadline
-            self.timer.notify()
-
     def close(self) -> None:
         with self.timer:
             self._closed = True

@@ -167,12 +167,6 @@ class PythonExecutor:
         self._poke()
         return job
 
-    def extend_all(self, deadline: float) -> None:
-        with self._lock:
-            jobs = list(self._busy.values())
-        for job in jobs:
-            self.extend_job(job, deadline)
-
     def close(self) -> None:
         with self._lock:
             self._closed = True

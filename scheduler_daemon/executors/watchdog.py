@@ -1,7 +1,7 @@
 """The shell watchdog: one process per daemon that starts shell jobs and kills them on time.
 
 Run as `python -m scheduler_daemon.executors.watchdog --parent PID`. It reads JSON lines on stdin
-(`start`, `stop`, `extend`, `extend_all`), writes JSON lines on stdout (`started`, `exited`,
+(`start`, `stop`, `extend`), writes JSON lines on stdout (`started`, `exited`,
 `error`), and kills a job's whole process group when the daemon asks, when the job's timeout passes,
 when its trust deadline (absolute CLOCK_MONOTONIC) passes, or when the daemon is gone (EOF on stdin,
 a broken stdout, or the parent-death signal). It never blocks on the daemon: stdout is
@@ -86,9 +86,6 @@ class Watchdog:
             elif op == "extend":
                 job = self.by_id.get(int(command["id"]))
                 if job is not None:
-                    job.deadline = float(command["deadline"])
-            elif op == "extend_all":
-                for job in self.by_id.values():
                     job.deadline = float(command["deadline"])
             else:
                 self.emit({"event": "error", "id": command.get("id"), "error": f"bad op {op!r}"})

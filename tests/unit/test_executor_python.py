@@ -152,18 +152,6 @@ def test_extend_keeps_a_job_alive_past_its_original_deadline(
     assert wait_outcome(job, wake) == Outcome("success", output_tail="rested\n")
 
 
-def test_extend_all_moves_the_deadline_of_every_running_job(
-    python: PythonExecutor, wake: threading.Event
-) -> None:
-    jobs = [
-        python.start(context(run_id=n, deadline_in=0.3), {"target": "tests.jobs:nap"})
-        for n in (1, 2)
-    ]
-    python.extend_all(time.monotonic() + 5.0)
-
-    assert [wait_outcome(job, wake).status for job in jobs] == ["success", "success"]
-
-
 def test_the_output_tail_is_bounded_for_megabytes_of_output(
     python: PythonExecutor, wake: threading.Event, tmp_path: Path
 ) -> None:
