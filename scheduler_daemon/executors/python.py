@@ -35,11 +35,8 @@ from scheduler_daemon.executors.base import (
     job_environment,
     take_spool_tail,
 )
+from scheduler_daemon.executors.python_worker import WORKER_DEADLINE_EXIT
 
-WORKER_DEADLINE_EXIT = 75
-"""Exit status of a worker that killed itself because the trust deadline passed."""
-WORKER_ORPHANED_EXIT = 76
-"""Exit status of a worker whose daemon went away."""
 WORKER_MODULE = "scheduler_daemon.executors.python_worker"
 _TARGET = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_][\w.]*")
 _CLOSE_MARGIN_SECONDS = 2.0

@@ -13,12 +13,8 @@ from pathlib import Path
 import pytest
 
 from scheduler_daemon.executors.base import OUTPUT_TAIL_BYTES, Outcome
-from scheduler_daemon.executors.python import (
-    WORKER_DEADLINE_EXIT,
-    WORKER_MODULE,
-    WORKER_ORPHANED_EXIT,
-    PythonExecutor,
-)
+from scheduler_daemon.executors.python import WORKER_MODULE, PythonExecutor
+from scheduler_daemon.executors.python_worker import WORKER_DEADLINE_EXIT, WORKER_ORPHANED_EXIT
 from tests.unit.executor_support import KILL_MARGIN, context, wait_outcome
 
 
