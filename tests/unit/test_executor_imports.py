@@ -39,7 +39,7 @@ def _imported_by(module: str) -> set[str]:
     ("module", "ours"),
     [
         ("scheduler_daemon.executors.watchdog", {"watchdog", "timer"}),
-        ("scheduler_daemon.executors.python_worker", {"python_worker", "base"}),
+        ("scheduler_daemon.executors.python_worker", {"python_worker", "base", "timer"}),
     ],
 )
 def test_a_job_process_imports_only_the_standard_library_and_its_own_modules(
