@@ -58,8 +58,6 @@ class InstantExecutor:
     def start(self, ctx: JobContext, payload: Mapping[str, Any]) -> DoneJob:
         return DoneJob(ctx.run_id)
 
-    def extend_all(self, deadline: float) -> None: ...
-
     def close(self) -> None: ...
 
 

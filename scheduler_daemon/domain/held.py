@@ -2,8 +2,7 @@
 
 import threading
 from collections.abc import Iterator
-from dataclasses import dataclass, field
-from datetime import datetime
+from dataclasses import dataclass
 from typing import Any
 
 
@@ -16,15 +15,12 @@ class HeldRun:
     occurrence_id: int
     occurrence_seq: int
     task_id: int
-    task_name: str
-    scheduled_for: datetime
     job: Any  # an executors.base.Job; typed loosely so the domain stays free of executors
     fenced: bool = False
     completing: bool = False
     cancel_requested: bool = False  # the owner was asked to stop the job; it keeps renewing
     retry_at: float = 0.0  # monotonic time before which a deferred completion is not retried
     outcome: Any = None  # the job's Outcome once it finished, kept until it is written
-    log_fields: dict[str, Any] = field(default_factory=dict)
     executor: str = ""  # the executor kind, a bounded metric label
     launched_at: float = 0.0  # time.monotonic() when the job started, for the duration metric
     finished_after: float = 0.0  # seconds from launch until the outcome was seen

@@ -15,7 +15,6 @@ from itertools import pairwise
 
 from scheduler_daemon.domain.schedule import Schedule
 
-REASONS = ("overlap", "misfired", "coalesced", "catchup_limit", "catchup_window")
 # Why an operator's change skipped firings that were due but not yet dispatched.
 CHANGE_REASONS = ("paused", "rescheduled", "parked", "deleted")
 MISFIRE_POLICIES = ("skip", "run_once", "run_all")

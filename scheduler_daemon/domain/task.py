@@ -2,7 +2,7 @@
 
 import json
 import re
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -183,11 +183,6 @@ class TaskSpec:
                 not any(c in value for c in "\r\n\0"),
                 f"--header {name}: the value must not contain line breaks or NUL",
             )
-
-
-def spec_fields() -> tuple[str, ...]:
-    """The names of the TaskSpec fields, in declaration order."""
-    return tuple(f.name for f in fields(TaskSpec))
 
 
 def _check(ok: bool, message: str) -> None:

@@ -1,44 +1,35 @@
 """Executors run jobs (shell commands, HTTP calls, python callables) and report their Outcome.
 
 No database, storage or service imports here: the daemon hands each job a JobContext and payload,
-polls the Job, and renews the trust deadline through extend()/extend_all().
+polls the Job, and renews each job's trust deadline through Job.extend(). The contract lives in
+`executors.base`; import from the module that defines a name.
+
+Nothing is imported here at run time: the shell watchdog and the python workers are started as
+`python -m scheduler_daemon.executors.…`, which runs this file first, and they must stay light
+(tests/unit/test_executor_imports.py). So make_executors imports the executors when called.
 """
 
-import threading
-from pathlib import Path
+from typing import TYPE_CHECKING
 
-from scheduler_daemon.executors.base import (
-    OUTPUT_TAIL_BYTES,
-    STOP_GRACE_SECONDS,
-    Executor,
-    Job,
-    JobContext,
-    Outcome,
-)
-from scheduler_daemon.executors.http import HttpExecutor
-from scheduler_daemon.executors.python import PythonExecutor
-from scheduler_daemon.executors.shell import ShellExecutor
+if TYPE_CHECKING:
+    import threading
+    from pathlib import Path
 
-__all__ = [
-    "OUTPUT_TAIL_BYTES",
-    "STOP_GRACE_SECONDS",
-    "Executor",
-    "HttpExecutor",
-    "Job",
-    "JobContext",
-    "Outcome",
-    "PythonExecutor",
-    "ShellExecutor",
-    "make_executors",
-]
+    from scheduler_daemon.executors.base import Executor
 
 
-def make_executors(wake: threading.Event, spool_dir: Path | None = None) -> dict[str, Executor]:
+def make_executors(
+    wake: "threading.Event", spool_dir: "Path | None" = None
+) -> "dict[str, Executor]":
     """One executor of each kind, by kind. `wake` is set whenever any job finishes.
 
     Job output is spooled under `spool_dir` (created if missing), or under private temporary
     directories that each executor's close() removes.
     """
+    from scheduler_daemon.executors.http import HttpExecutor
+    from scheduler_daemon.executors.python import PythonExecutor
+    from scheduler_daemon.executors.shell import ShellExecutor
+
     executors: list[Executor] = [
         ShellExecutor(wake, spool_dir),
         HttpExecutor(wake),

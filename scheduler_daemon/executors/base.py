@@ -13,13 +13,14 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Protocol
 
+from scheduler_daemon.executors import timer
+
 OUTPUT_TAIL_BYTES = 65536
 """At most this many bytes of the END of a job's output are kept in `Outcome.output_tail`."""
 
-STOP_GRACE_SECONDS = 1.0
-"""After stop(): SIGTERM (or the cancelled event), then SIGKILL once this much time has passed."""
-
-DEADLINE_ERROR = "killed: trust deadline passed"
+STOP_GRACE_SECONDS = timer.STOP_GRACE_SECONDS
+"""After stop(): SIGTERM (or the cancelled event), then SIGKILL once this much time has passed.
+Defined with the job timers, which apply it."""
 
 # Never passed on to jobs: whoever defines a task must not get the daemon's database role from
 # its environment (the daemon itself still needs them to connect).
@@ -110,10 +111,6 @@ class Executor(Protocol):
 
     def start(self, ctx: JobContext, payload: Mapping[str, Any]) -> Job:
         """Never raises because of the job: one that cannot start polls as failed."""
-        ...
-
-    def extend_all(self, deadline: float) -> None:
-        """Move the trust deadline of every running job (one lease renewal covers them all)."""
         ...
 
     def close(self) -> None:

@@ -23,7 +23,6 @@ from typing import Any
 
 from scheduler_daemon.domain.secret import redact
 from scheduler_daemon.executors.base import (
-    DEADLINE_ERROR,
     OUTPUT_TAIL_BYTES,
     FinishedJob,
     Job,
@@ -32,6 +31,7 @@ from scheduler_daemon.executors.base import (
     decode_tail,
     error_line,
 )
+from scheduler_daemon.executors.timer import JobTimers, next_wake, timeout_error
 
 DEFAULT_TIMEOUT_SECONDS = 30.0
 
@@ -50,8 +50,8 @@ class HttpJob:
         self.run_id = ctx.run_id
         self.executor = executor
         self.timeout = timeout
-        self.timeout_at = time.monotonic() + timeout
-        self.deadline = ctx.deadline
+        # Under the executor's timer lock. stop() ends the run at once: a thread has no grace.
+        self.timers = JobTimers(time.monotonic(), deadline=ctx.deadline, timeout=timeout)
         self._outcome: Outcome | None = None
 
     def poll(self) -> Outcome | None:
@@ -62,7 +62,7 @@ class HttpJob:
 
     def extend(self, deadline: float) -> None:
         with self.executor.timer:
-            self.deadline = deadline
+            self.timers.extend(deadline)
             self.executor.timer.notify()
 
     def finish(self, outcome: Outcome) -> None:
@@ -116,12 +116,6 @@ class HttpExecutor:
         thread.start()
         return job
 
-    def extend_all(self, deadline: float) -> None:
-        with self.timer:
-            for job in self.running:
-                job.deadline = deadline
-            self.timer.notify()
-
     def close(self) -> None:
         with self.timer:
             self._closed = True
@@ -142,12 +136,12 @@ class HttpExecutor:
             status = exc.code
             tail = _read_tail(exc)
         except TimeoutError:
-            job.finish(Outcome("timeout", error=f"timed out after {job.timeout:g} s"))
+            job.finish(Outcome("timeout", error=timeout_error(job.timeout)))
             return
         except Exception as exc:  # every failure of the request is the run's, never the daemon's
             reason = getattr(exc, "reason", None)  # URLError wraps the socket's error
             if isinstance(reason, TimeoutError):
-                job.finish(Outcome("timeout", error=f"timed out after {job.timeout:g} s"))
+                job.finish(Outcome("timeout", error=timeout_error(job.timeout)))
             elif isinstance(reason, BaseException):
                 job.finish(Outcome("failed", error=redact(error_line(reason))))
             else:
@@ -167,17 +161,15 @@ class HttpExecutor:
                 now = time.monotonic()
                 due: list[tuple[HttpJob, Outcome]] = []
                 for job in self.running:
-                    if now >= job.deadline:
-                        due.append((job, Outcome("stopped", error=DEADLINE_ERROR)))
-                    elif now >= job.timeout_at:
-                        error = f"timed out after {job.timeout:g} s"
-                        due.append((job, Outcome("timeout", error=error)))
+                    stop = job.timers.fire(now)
+                    if stop is not None:
+                        due.append((job, Outcome(stop.status, error=stop.error)))
                 for job, outcome in due:
                     job.finish(outcome)  # the condition's lock is re-entrant
                 if due:
                     continue
-                times = [min(job.deadline, job.timeout_at) for job in self.running]
-                self.timer.wait(None if not times else max(0.0, min(times) - now))
+                wake = next_wake(job.timers for job in self.running)
+                self.timer.wait(None if wake is None else max(0.0, wake - now))
 
 
 def _request_headers(url: str, given: Mapping[str, str]) -> tuple[str, dict[str, str]]:

@@ -25,7 +25,6 @@ from pathlib import Path
 from typing import Any
 
 from scheduler_daemon.executors.base import (
-    DEADLINE_ERROR,
     STOP_GRACE_SECONDS,
     FinishedJob,
     Job,
@@ -35,11 +34,9 @@ from scheduler_daemon.executors.base import (
     job_environment,
     take_spool_tail,
 )
+from scheduler_daemon.executors.python_worker import WORKER_DEADLINE_EXIT
+from scheduler_daemon.executors.timer import DEADLINE_ERROR, JobTimers
 
-WORKER_DEADLINE_EXIT = 75
-"""Exit status of a worker that killed itself because the trust deadline passed."""
-WORKER_ORPHANED_EXIT = 76
-"""Exit status of a worker whose daemon went away."""
 WORKER_MODULE = "scheduler_daemon.executors.python_worker"
 _TARGET = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_][\w.]*")
 _CLOSE_MARGIN_SECONDS = 2.0
@@ -87,12 +84,7 @@ class PythonJob:
     executor: "PythonExecutor"
     worker: _Worker | None
     spool: Path
-    deadline: float
-    timeout_at: float | None
-    timeout: float | None
-    reason: tuple[str, str] | None = None  # (status, error) once we decided to stop it
-    kill_at: float | None = None
-    killed: bool = False
+    timers: JobTimers  # read and changed under the executor's lock
     outcome: Outcome | None = None
 
     def poll(self) -> Outcome | None:
@@ -150,28 +142,19 @@ class PythonExecutor:
         except OSError as exc:
             return FinishedJob(ctx.run_id, Outcome("failed", error=f"cannot start worker: {exc}"))
         job_id = next(self._ids)
-        timeout_at = None if ctx.timeout is None else time.monotonic() + ctx.timeout
         job = PythonJob(
             run_id=ctx.run_id,
             job_id=job_id,
             executor=self,
             worker=worker,
             spool=self.spool.file(f"python-{ctx.run_id}-{job_id}.out"),
-            deadline=ctx.deadline,
-            timeout_at=timeout_at,
-            timeout=ctx.timeout,
+            timers=JobTimers(time.monotonic(), deadline=ctx.deadline, timeout=ctx.timeout),
         )
         with self._lock:
             self._busy[job_id] = job
         worker.send(("run", job_id, target, ctx, str(job.spool)))
         self._poke()
         return job
-
-    def extend_all(self, deadline: float) -> None:
-        with self._lock:
-            jobs = list(self._busy.values())
-        for job in jobs:
-            self.extend_job(job, deadline)
 
     def close(self) -> None:
         with self._lock:
@@ -203,10 +186,10 @@ class PythonExecutor:
 
     def stop_job(self, job: PythonJob, reason: str) -> None:
         with self._lock:
-            if job.outcome is not None or job.reason is not None or job.worker is None:
+            if job.outcome is not None or job.worker is None:
                 return
-            job.reason = ("stopped", reason)
-            job.kill_at = time.monotonic() + STOP_GRACE_SECONDS
+            if not job.timers.stop(time.monotonic(), reason):
+                return
             worker = job.worker
         worker.send(("cancel",))  # the job may return on its own within the grace
         self._poke()
@@ -215,7 +198,7 @@ class PythonExecutor:
         with self._lock:
             if job.outcome is not None or job.worker is None:
                 return
-            job.deadline = deadline
+            job.timers.extend(deadline)
             worker = job.worker
         worker.send(("extend", deadline))
         self._poke()
@@ -253,21 +236,15 @@ class PythonExecutor:
         times: list[float] = []
         for job in busy:
             with self._lock:
-                if job.killed or job.worker is None:
+                worker = job.worker
+                if worker is None:
                     continue
-                if now >= job.deadline:
-                    job.reason = job.reason or ("stopped", DEADLINE_ERROR)
-                elif job.kill_at is not None and now >= job.kill_at:
-                    pass
-                elif job.reason is None and job.timeout_at is not None and now >= job.timeout_at:
-                    job.reason = ("timeout", f"timed out after {job.timeout:g} s")
-                else:
-                    times += [job.deadline, job.kill_at or job.deadline]
-                    if job.reason is None and job.timeout_at is not None:
-                        times.append(job.timeout_at)
+                if job.timers.fire(now) is None:
+                    wake = job.timers.wake_at()
+                    if wake is not None:
+                        times.append(wake)
                     continue
-                job.killed = True
-            job.worker.kill()
+            worker.kill()
         return min(times) if times else None
 
     def _receive(self, job: PythonJob) -> None:
@@ -279,10 +256,10 @@ class PythonExecutor:
             return
         _, _, status, error = message
         with self._lock:
-            reason = job.reason
+            reason = job.timers.reason
             worker, job.worker = job.worker, None
             self._busy.pop(job.job_id, None)
-            keep = not job.killed and not self._closed and len(self._idle) < self.max_idle
+            keep = not job.timers.killed and not self._closed and len(self._idle) < self.max_idle
             if keep:
                 self._idle.append(worker)
         if not keep:
@@ -296,7 +273,7 @@ class PythonExecutor:
         job.worker.discard()
         code = job.worker.process.returncode
         with self._lock:
-            reason = job.reason
+            reason = job.timers.reason
             job.worker = None
             self._busy.pop(job.job_id, None)
         if reason is not None:

@@ -20,7 +20,12 @@ from multiprocessing.connection import Connection
 from typing import Any
 
 from scheduler_daemon.executors.base import OUTPUT_TAIL_BYTES, JobContext, error_line
-from scheduler_daemon.executors.python import WORKER_DEADLINE_EXIT, WORKER_ORPHANED_EXIT
+
+# Defined here, where the worker exits with them, so that the worker never imports the daemon side.
+WORKER_DEADLINE_EXIT = 75
+"""Exit status of a worker that killed itself because the trust deadline passed."""
+WORKER_ORPHANED_EXIT = 76
+"""Exit status of a worker whose daemon went away."""
 
 
 @dataclass(frozen=True)

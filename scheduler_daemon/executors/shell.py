@@ -238,12 +238,6 @@ class ShellExecutor:
             watchdog = self._watchdog
         return None if watchdog is None or watchdog.dead else watchdog.process.pid
 
-    def extend_all(self, deadline: float) -> None:
-        with self._lock:
-            watchdog = self._watchdog
-        if watchdog is not None:
-            watchdog.send({"op": "extend_all", "deadline": deadline})
-
     def close(self) -> None:
         with self._lock:
             self._closed = True

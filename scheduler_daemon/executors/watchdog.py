@@ -1,11 +1,12 @@
 """The shell watchdog: one process per daemon that starts shell jobs and kills them on time.
 
 Run as `python -m scheduler_daemon.executors.watchdog --parent PID`. It reads JSON lines on stdin
-(`start`, `stop`, `extend`, `extend_all`), writes JSON lines on stdout (`started`, `exited`,
+(`start`, `stop`, `extend`), writes JSON lines on stdout (`started`, `exited`,
 `error`), and kills a job's whole process group when the daemon asks, when the job's timeout passes,
 when its trust deadline (absolute CLOCK_MONOTONIC) passes, or when the daemon is gone (EOF on stdin,
 a broken stdout, or the parent-death signal). It never blocks on the daemon: stdout is
-non-blocking with a queue, so a SIGSTOPped daemon cannot stall it. Standard library only.
+non-blocking with a queue, so a SIGSTOPped daemon cannot stall it. Standard library only, besides
+the pure `executors.timer` that decides when each job is killed.
 """
 
 import contextlib
@@ -19,9 +20,10 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from scheduler_daemon.executors.timer import JobTimers, next_wake
+
 _PR_SET_PDEATHSIG = 1
 _PR_SET_CHILD_SUBREAPER = 36
-_STOP_GRACE_SECONDS = 1.0  # equal to base.STOP_GRACE_SECONDS; kept here so this file stands alone
 _EXIT_REAP_SECONDS = 2.0
 # Signals a job must start with at their defaults, whatever the watchdog did with them.
 _RESET_SIGNALS = {signal.SIGINT, signal.SIGTERM, signal.SIGCHLD, signal.SIGPIPE, signal.SIGXFSZ}
@@ -31,12 +33,7 @@ _RESET_SIGNALS = {signal.SIGINT, signal.SIGTERM, signal.SIGCHLD, signal.SIGPIPE,
 class _Job:
     job_id: int
     pid: int
-    timeout_at: float | None
-    deadline: float
-    timeout: float | None
-    kill_at: float | None = None  # SIGKILL time after a stop's SIGTERM
-    reason: tuple[str, str] | None = None  # (status, error) once we decided to stop it
-    killed: bool = False  # SIGKILL sent; only its exit is awaited
+    timers: JobTimers  # once timers.killed, SIGKILL was sent and only the exit is awaited
 
 
 class Watchdog:
@@ -86,10 +83,7 @@ class Watchdog:
             elif op == "extend":
                 job = self.by_id.get(int(command["id"]))
                 if job is not None:
-                    job.deadline = float(command["deadline"])
-            elif op == "extend_all":
-                for job in self.by_id.values():
-                    job.deadline = float(command["deadline"])
+                    job.timers.extend(float(command["deadline"]))
             else:
                 self.emit({"event": "error", "id": command.get("id"), "error": f"bad op {op!r}"})
         except Exception as exc:  # a bad line must never take the watchdog down
@@ -118,58 +112,33 @@ class Watchdog:
         except (OSError, NotImplementedError, ValueError) as exc:
             self.emit({"event": "error", "id": job_id, "error": f"cannot start: {exc}"})
             return
-        now = time.monotonic()
         timeout = command.get("timeout")
-        job = _Job(
-            job_id=job_id,
-            pid=pid,
-            timeout=timeout,
-            timeout_at=None if timeout is None else now + float(timeout),
+        timers = JobTimers(
+            time.monotonic(),
             deadline=float(command["deadline"]),
+            timeout=None if timeout is None else float(timeout),
         )
+        job = _Job(job_id=job_id, pid=pid, timers=timers)
         self.jobs[pid] = job
         self.by_id[job_id] = job
         self.emit({"event": "started", "id": job_id, "pid": pid, "pgid": pid})
 
     def stop(self, job_id: int) -> None:
         job = self.by_id.get(job_id)
-        if job is None or job.reason is not None:
-            return
-        job.reason = ("stopped", "")
-        job.kill_at = time.monotonic() + _STOP_GRACE_SECONDS
-        _killpg(job.pid, signal.SIGTERM)
+        # The daemon fills in its own reason; the kill follows the grace unless the job exits.
+        if job is not None and job.timers.stop(time.monotonic()):
+            _killpg(job.pid, signal.SIGTERM)
 
     # -- timers and exits -----------------------------------------------------------------------
 
     def fire_timers(self) -> None:
         now = time.monotonic()
         for job in self.jobs.values():
-            if job.killed:
-                continue
-            if now >= job.deadline:
-                # The daemon's trust ran out: whatever else was pending, kill now.
-                self.kill(job, job.reason or ("stopped", "killed: trust deadline passed"))
-            elif job.kill_at is not None and now >= job.kill_at:
-                self.kill(job, job.reason or ("stopped", ""))
-            elif job.timeout_at is not None and now >= job.timeout_at and job.reason is None:
-                self.kill(job, ("timeout", f"timed out after {job.timeout:g} s"))
-
-    def kill(self, job: _Job, reason: tuple[str, str]) -> None:
-        job.reason = reason
-        job.killed = True
-        _killpg(job.pid, signal.SIGKILL)
+            if job.timers.fire(now) is not None:
+                _killpg(job.pid, signal.SIGKILL)
 
     def next_timer(self) -> float | None:
-        times: list[float] = []
-        for job in self.jobs.values():
-            if job.killed:
-                continue
-            times.append(job.deadline)
-            if job.kill_at is not None:
-                times.append(job.kill_at)
-            if job.timeout_at is not None and job.reason is None:
-                times.append(job.timeout_at)
-        return min(times) if times else None
+        return next_wake(job.timers for job in self.jobs.values())
 
     def reap(self) -> None:
         """Collect every exited child; kill what a finished job left in its group first."""
@@ -190,8 +159,8 @@ class Watchdog:
                 self.report_exit(job, os.waitstatus_to_exitcode(status))
 
     def report_exit(self, job: _Job, code: int) -> None:
-        if job.reason is not None:
-            status, error = job.reason
+        if job.timers.reason is not None:
+            status, error = job.timers.reason
         elif code == 0:
             status, error = "success", ""
         elif code > 0:

@@ -1,6 +1,6 @@
 """Dispatcher: turns due tasks into occurrences, applying the misfire and overlap policies."""
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -23,7 +23,6 @@ class DispatchResult:
     skipped: int = 0
     db_now: datetime | None = None
     next_due: datetime | None = None
-    occurrence_ids: list[int] = field(default_factory=list)
 
 
 class Dispatcher:
@@ -75,7 +74,6 @@ class Dispatcher:
             return True
         result.queued += part.queued
         result.skipped += part.skipped
-        result.occurrence_ids += part.occurrence_ids
         return True
 
     def _dispatch(
@@ -120,7 +118,6 @@ class Dispatcher:
                 continue
             if firing.status == "queued":
                 queued += 1
-                result.occurrence_ids.append(row["id"])
             else:
                 result.skipped += firing.firing_count
             log.debug(

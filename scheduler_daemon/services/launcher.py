@@ -128,8 +128,6 @@ class Launcher:
                 occurrence_id=claim["id"],
                 occurrence_seq=claim["occurrence_seq"],
                 task_id=claim["task_id"],
-                task_name=claim["task_name"],
-                scheduled_for=claim["scheduled_for"],
                 job=job,
                 executor=claim["executor"],
                 launched_at=time.monotonic(),

@@ -58,7 +58,6 @@ class LeaseKeeper:
         self._conn: psycopg.Connection[Any] | None = None
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="lease-keeper", daemon=True)
-        self.renewed = threading.Event()  # test signal: set after every successful pass
 
     def start(self) -> None:
         self._thread.start()
@@ -155,5 +154,4 @@ class LeaseKeeper:
                     task_id=run.task_id,
                     instance_id=self.instance_id,
                 )
-        self.renewed.set()
         return fenced

@@ -200,16 +200,6 @@ def test_extend_keeps_a_run_alive_past_its_original_deadline(
     assert wait_outcome(job, wake).status == "success"
 
 
-def test_extend_all_moves_the_deadline_of_every_running_request(
-    http: HttpExecutor, server: Server, wake: threading.Event
-) -> None:
-    url = server.url + "/?delay=0.8"
-    jobs = [http.start(context(run_id=n, deadline_in=0.3), {"url": url}) for n in (1, 2)]
-    http.extend_all(time.monotonic() + 5.0)
-
-    assert [wait_outcome(job, wake).status for job in jobs] == ["success", "success"]
-
-
 def test_the_output_tail_is_bounded_for_a_body_of_megabytes(
     http: HttpExecutor, server: Server, wake: threading.Event
 ) -> None:

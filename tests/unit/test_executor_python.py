@@ -13,12 +13,8 @@ from pathlib import Path
 import pytest
 
 from scheduler_daemon.executors.base import OUTPUT_TAIL_BYTES, Outcome
-from scheduler_daemon.executors.python import (
-    WORKER_DEADLINE_EXIT,
-    WORKER_MODULE,
-    WORKER_ORPHANED_EXIT,
-    PythonExecutor,
-)
+from scheduler_daemon.executors.python import WORKER_MODULE, PythonExecutor
+from scheduler_daemon.executors.python_worker import WORKER_DEADLINE_EXIT, WORKER_ORPHANED_EXIT
 from tests.unit.executor_support import KILL_MARGIN, context, wait_outcome
 
 
@@ -150,18 +146,6 @@ def test_extend_keeps_a_job_alive_past_its_original_deadline(
     job.extend(time.monotonic() + 5.0)
 
     assert wait_outcome(job, wake) == Outcome("success", output_tail="rested\n")
-
-
-def test_extend_all_moves_the_deadline_of_every_running_job(
-    python: PythonExecutor, wake: threading.Event
-) -> None:
-    jobs = [
-        python.start(context(run_id=n, deadline_in=0.3), {"target": "tests.jobs:nap"})
-        for n in (1, 2)
-    ]
-    python.extend_all(time.monotonic() + 5.0)
-
-    assert [wait_outcome(job, wake).status for job in jobs] == ["success", "success"]
 
 
 def test_the_output_tail_is_bounded_for_megabytes_of_output(

@@ -174,19 +174,6 @@ def test_extend_keeps_a_job_alive_past_its_original_deadline(
     assert outcome.output_tail == "done\n"
 
 
-def test_extend_all_moves_the_deadline_of_every_running_job(
-    shell: ShellExecutor, wake: threading.Event
-) -> None:
-    jobs = [
-        shell.start(context(run_id=n, deadline_in=0.3), {"command": "sleep 0.8"}) for n in (1, 2)
-    ]
-    shell.extend_all(time.monotonic() + 5.0)
-
-    outcomes = [wait_outcome(job, wake) for job in jobs]
-
-    assert [outcome.status for outcome in outcomes] == ["success", "success"]
-
-
 def test_the_output_tail_is_bounded_for_megabytes_of_output(
     shell: ShellExecutor, wake: threading.Event, tmp_path: Path
 ) -> None:

@@ -10,7 +10,6 @@ from hypothesis import strategies as st
 from scheduler_daemon.domain import misfire
 from scheduler_daemon.domain.misfire import (
     MAX_FIRING_ROWS,
-    REASONS,
     DispatchPlan,
     Firing,
     plan_dispatch,
@@ -62,10 +61,6 @@ def queued(p: DispatchPlan) -> list[datetime]:
 
 def skipped(p: DispatchPlan, reason: str) -> list[datetime]:
     return [f.scheduled_for for f in p.firings if f.reason == reason]
-
-
-def test_reasons_are_a_fixed_tuple() -> None:
-    assert REASONS == ("overlap", "misfired", "coalesced", "catchup_limit", "catchup_window")
 
 
 def test_nothing_is_due_before_next_run_at() -> None:
