@@ -22,6 +22,7 @@ from scheduler_daemon.domain.status import (
     Trigger,
 )
 from scheduler_daemon.domain.task import InvalidTask, TaskRecord, TaskSpec
+from scheduler_daemon.domain.timing import renew_interval
 from scheduler_daemon.executors.base import STOP_GRACE_SECONDS
 from scheduler_daemon.storage import (
     fleet_store,
@@ -351,7 +352,7 @@ class Client:
         )
         within = None
         if owner is not None:
-            within = owner["lease_ttl"].total_seconds() / 3 + STOP_GRACE_SECONDS
+            within = renew_interval(owner["lease_ttl"]).total_seconds() + STOP_GRACE_SECONDS
         return {"stop_within_seconds": within, "takeover_at": run["takeover_at"]}
 
     def status(self) -> dict[str, Any]:

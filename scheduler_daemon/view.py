@@ -8,6 +8,7 @@ from scheduler_daemon.domain.audit import AuditReport, Value
 from scheduler_daemon.domain.secret import mask_headers, redact
 from scheduler_daemon.domain.status import ExecutorKind, RunStatus
 from scheduler_daemon.domain.task import TaskRecord
+from scheduler_daemon.domain.timing import takeover_bound
 
 RUN_FIELDS = (
     "id",
@@ -251,7 +252,7 @@ def status_fields(status: dict[str, Any]) -> dict[str, Any]:
     """`status --json`: instances with drift and takeover bound, queue depth, budget use."""
     instances = []
     for row in status["instances"]:
-        bound = row["lease_ttl"] + row["lease_grace"] + row["reconcile_interval"]
+        bound = takeover_bound(row["lease_ttl"], row["lease_grace"], row["reconcile_interval"])
         instances.append(
             {
                 "id": row["id"],
