@@ -13,7 +13,16 @@ import psycopg
 
 from scheduler_daemon.domain.misfire import skip_past_due
 from scheduler_daemon.domain.outcome import LIFECYCLE
+from scheduler_daemon.domain.status import (
+    OccurrenceStatus,
+    OverlapPolicy,
+    RunStatus,
+    ScheduleKind,
+    TaskStatus,
+    Trigger,
+)
 from scheduler_daemon.domain.task import InvalidTask, TaskRecord, TaskSpec
+from scheduler_daemon.domain.timing import renew_interval
 from scheduler_daemon.executors.base import STOP_GRACE_SECONDS
 from scheduler_daemon.storage import (
     fleet_store,
@@ -26,18 +35,7 @@ from scheduler_daemon.storage.database import transaction
 from scheduler_daemon.storage.error import Conflict, NotFound
 
 SCHEDULE_FIELDS = frozenset({"cron", "every", "at", "timezone", "dst_gap", "dst_overlap"})
-OCCURRENCE_STATUSES = (
-    "queued",
-    "launching",
-    "running",
-    "success",
-    "failed",
-    "timeout",
-    "interrupted",
-    "cancelled",
-    "skipped",
-    "expired",
-)
+OCCURRENCE_STATUSES = tuple(OccurrenceStatus)
 FLEET_SETTINGS = {"max-concurrent-runs": "max_concurrent_runs"}
 
 
@@ -79,7 +77,11 @@ class Client:
         with self._tx() as conn:
             task = task_store.lock(conn, ref)
             db_now = task_store.clock(conn, now)
-            if "at" in changes and task.spec.schedule_kind == "once" and task.status != "enabled":
+            if (
+                "at" in changes
+                and task.spec.schedule_kind == ScheduleKind.ONCE
+                and task.status != TaskStatus.ENABLED
+            ):
                 raise Conflict(f"task '{task.name}' already fired ({task.status}); add a new task")
             spec = task.spec.with_changes(**changes)
             rescheduled = bool(SCHEDULE_FIELDS & set(changes))
@@ -97,7 +99,7 @@ class Client:
                     self._skip_past_due(conn, task, task.spec, db_now, "rescheduled")
                 next_run_at = spec.schedule().next_after(db_now)
                 task_store.unpark(conn, task.id)
-            status = "enabled" if spec.schedule_kind != "once" else task.status
+            status = TaskStatus.ENABLED if spec.schedule_kind != ScheduleKind.ONCE else task.status
             return task_store.update(
                 conn, task.id, spec, status=status, next_run_at=next_run_at, now=db_now
             )
@@ -113,7 +115,7 @@ class Client:
         """Records the locked task's due, undispatched firings as skipped for `reason` (an
         operator's change moves the task past them; every firing keeps its row). The firings
         are counted with `spec`'s schedule. Returns how many firings were recorded."""
-        if task.spec.paused or task.status != "enabled" or task.deleted_at is not None:
+        if task.spec.paused or task.status != TaskStatus.ENABLED or task.deleted_at is not None:
             return 0  # nothing is owed while paused, and a fired one-shot owes nothing more
         rows = skip_past_due(
             spec.schedule(), next_run_at=task.next_run_at, now=db_now, reason=reason
@@ -124,7 +126,7 @@ class Client:
                 task_id=task.id,
                 occurrence_seq=task_store.next_seq(conn, task.id),
                 scheduled_for=firing.scheduled_for,
-                trigger="schedule",
+                trigger=Trigger.SCHEDULE,
                 overlap=task.spec.overlap,
                 concurrency_key=task.spec.concurrency_key,
                 status=firing.status,
@@ -154,8 +156,9 @@ class Client:
                 conn, task, task.spec, db_now, "paused"
             ):
                 next_run_at = task.spec.schedule().next_after(db_now)
-                if task.spec.schedule_kind == "once":
-                    status = "cancelled"  # its one firing was skipped, as the dispatcher does
+                if task.spec.schedule_kind == ScheduleKind.ONCE:
+                    # its one firing was skipped, as the dispatcher does
+                    status = TaskStatus.CANCELLED
             return task_store.set_paused(
                 conn, task.id, paused=True, status=status, next_run_at=next_run_at, now=db_now
             )
@@ -171,11 +174,12 @@ class Client:
             next_run_at = task.spec.schedule().next_after(db_now)
             status, error = task.status, None
             if (
-                task.spec.schedule_kind == "once"
-                and task.status == "enabled"
+                task.spec.schedule_kind == ScheduleKind.ONCE
+                and task.status == TaskStatus.ENABLED
                 and next_run_at is None
             ):
-                status, error = "cancelled", "its instant passed while the task was paused"
+                status = TaskStatus.CANCELLED
+                error = "its instant passed while the task was paused"
             return task_store.set_paused(
                 conn,
                 task.id,
@@ -204,28 +208,30 @@ class Client:
         with self._tx() as conn:
             task = task_store.lock(conn, ref)
             db_now = task_store.clock(conn, now)
-            blocked = task.spec.overlap == "forbid" and occurrence_store.active_count(conn, task.id)
+            blocked = task.spec.overlap == OverlapPolicy.FORBID and occurrence_store.active_count(
+                conn, task.id
+            )
             instance_store.notify_wakeup(conn, "triggered")
             occurrence = occurrence_store.insert(
                 conn,
                 task_id=task.id,
                 occurrence_seq=task_store.next_seq(conn, task.id),
                 scheduled_for=db_now,
-                trigger="manual",
+                trigger=Trigger.MANUAL,
                 overlap=task.spec.overlap,
                 concurrency_key=task.spec.concurrency_key,
-                status="skipped" if blocked else "queued",
+                status=OccurrenceStatus.SKIPPED if blocked else OccurrenceStatus.QUEUED,
                 reason="overlap" if blocked else None,
                 requested_by=requested_by,
                 now=db_now,
             )
             if (
                 not blocked
-                and task.spec.schedule_kind == "once"
-                and task.status in ("completed", "failed", "cancelled")
+                and task.spec.schedule_kind == ScheduleKind.ONCE
+                and task.status in (TaskStatus.COMPLETED, TaskStatus.FAILED, TaskStatus.CANCELLED)
             ):
                 # A finished one-shot run again: its status follows its newest occurrence.
-                task_store.set_next_run(conn, task.id, next_run_at=None, status="running")
+                task_store.set_next_run(conn, task.id, next_run_at=None, status=TaskStatus.RUNNING)
             return {**occurrence, "task_name": task.name}
 
     def delete(
@@ -300,7 +306,7 @@ class Client:
             task_store.lock_row(conn, found["task_id"])  # parent first
             current = occurrence_store.lock(conn, occurrence_id)
             reason = f"cancelled by {requested_by}"
-            if current is not None and current["status"] == "running":
+            if current is not None and current["status"] == OccurrenceStatus.RUNNING:
                 requested = occurrence_store.request_cancel(
                     conn, occurrence_id, reason=reason, requested_by=requested_by
                 )
@@ -323,9 +329,9 @@ class Client:
                 occurrence_id=occurrence_id,
                 occurrence_seq=cancelled["occurrence_seq"],
                 scheduled_for=cancelled["scheduled_for"],
-                status="cancelled",
+                status=OccurrenceStatus.CANCELLED,
                 error=cancelled["reason"],
-                lifecycle=LIFECYCLE["cancelled"],
+                lifecycle=LIFECYCLE[OccurrenceStatus.CANCELLED],
             )
             instance_store.notify_wakeup(conn, "cancelled")
             return {**cancelled, "task_name": found["task_name"], "cancel": "cancelled"}
@@ -335,7 +341,9 @@ class Client:
         """How soon the owner of a running occurrence stops its job after a cancel request: at
         its next renewal (every TTL/3) plus the stop grace; an owner that no longer renews is
         taken over at the run's takeover point, and its watchdog killed the job before that."""
-        running = [r for r in history.runs_of(conn, occurrence_id) if r["status"] == "running"]
+        running = [
+            r for r in history.runs_of(conn, occurrence_id) if r["status"] == RunStatus.RUNNING
+        ]
         if not running:
             return {"stop_within_seconds": None, "takeover_at": None}
         run = running[-1]
@@ -344,7 +352,7 @@ class Client:
         )
         within = None
         if owner is not None:
-            within = owner["lease_ttl"].total_seconds() / 3 + STOP_GRACE_SECONDS
+            within = renew_interval(owner["lease_ttl"]).total_seconds() + STOP_GRACE_SECONDS
         return {"stop_within_seconds": within, "takeover_at": run["takeover_at"]}
 
     def status(self) -> dict[str, Any]:

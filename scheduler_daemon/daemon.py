@@ -16,6 +16,7 @@ import psycopg
 import structlog
 from psycopg_pool import ConnectionPool
 
+from scheduler_daemon.domain import timing
 from scheduler_daemon.domain.audit import CHECK_NAMES, DEFAULT_SETTLE, AuditReport
 from scheduler_daemon.domain.held import HeldRuns
 from scheduler_daemon.endpoint import Endpoint
@@ -131,7 +132,7 @@ class Daemon:
             before = time.time()
             db_now = instance_store.database_clock(conn)
             after = time.time()
-        return timedelta(seconds=db_now.timestamp() - (before + after) / 2)
+        return timing.clock_drift(db_now, before, after)
 
     def _register(self) -> None:
         current, head = migration.current_revision(self.url), migration.head_revision()

@@ -29,6 +29,7 @@ from prometheus_client import (
     disable_created_metrics,
 )
 
+from scheduler_daemon.domain.status import OccurrenceStatus
 from scheduler_daemon.services.completer import CompleteResult
 from scheduler_daemon.services.dispatcher import DispatchResult
 from scheduler_daemon.services.launcher import LaunchResult
@@ -147,8 +148,8 @@ class Metrics:
 
     # -- recording what the services report ------------------------------------------------------
     def record_dispatch(self, result: DispatchResult) -> None:
-        self.dispatched.labels("queued").inc(result.queued)
-        self.dispatched.labels("skipped").inc(result.skipped)
+        self.dispatched.labels(OccurrenceStatus.QUEUED).inc(result.queued)
+        self.dispatched.labels(OccurrenceStatus.SKIPPED).inc(result.skipped)
 
     def record_launch(self, result: LaunchResult) -> None:
         self.claimed.inc(result.claimed)

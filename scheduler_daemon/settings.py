@@ -6,6 +6,8 @@ import socket
 from dataclasses import dataclass
 from datetime import timedelta
 
+from scheduler_daemon.domain import timing
+
 DATABASE_URL_ENV = "SCHEDULER_DATABASE_URL"
 # What a supervisor gives a process between SIGTERM and SIGKILL: Kubernetes'
 # terminationGracePeriodSeconds defaults to 30 s, systemd's TimeoutStopSec to 90 s.
@@ -47,12 +49,12 @@ class DaemonSettings:
     @property
     def renew_interval(self) -> timedelta:
         """Leases are renewed three times per TTL."""
-        return self.lease_ttl / 3
+        return timing.renew_interval(self.lease_ttl)
 
-    @property
-    def trust_margin(self) -> timedelta:
-        """How long before a lease's end the job is stopped when renewals fail."""
-        return self.lease_ttl / 5
+    def trust_deadline(self, sent: float) -> float:
+        """The monotonic instant a job whose lease was set by a statement sent at `sent` is
+        stopped at, unless a later renewal succeeds."""
+        return timing.trust_deadline(sent, self.lease_ttl)
 
     @property
     def claim_ttl(self) -> timedelta:
@@ -63,12 +65,12 @@ class DaemonSettings:
     def restart_quiet(self) -> timedelta:
         """After a database restart, how long nothing is taken over: cut-off owners reconnect,
         renew and write the outcomes they kept first."""
-        return self.lease_ttl + self.lease_grace
+        return timing.restart_quiet(self.lease_ttl, self.lease_grace)
 
     @property
     def takeover_bound(self) -> timedelta:
         """The longest a dead replica's run waits for takeover."""
-        return self.lease_ttl + self.lease_grace + self.reconcile_interval
+        return timing.takeover_bound(self.lease_ttl, self.lease_grace, self.reconcile_interval)
 
     @property
     def stall_timeout(self) -> timedelta:

@@ -6,7 +6,9 @@ from zoneinfo import ZoneInfo
 
 from scheduler_daemon.domain.audit import AuditReport, Value
 from scheduler_daemon.domain.secret import mask_headers, redact
+from scheduler_daemon.domain.status import ExecutorKind, RunStatus
 from scheduler_daemon.domain.task import TaskRecord
+from scheduler_daemon.domain.timing import takeover_bound
 
 RUN_FIELDS = (
     "id",
@@ -83,7 +85,7 @@ def task_fields(task: TaskRecord, *, show_secrets: bool = False) -> dict[str, An
     target = spec.target
     if not show_secrets:
         headers = mask_headers(headers)
-        target = redact(target) if spec.executor == "http" else target
+        target = redact(target) if spec.executor == ExecutorKind.HTTP else target
     return {
         "id": task.id,
         "name": spec.name,
@@ -129,7 +131,7 @@ def run_fields(row: dict[str, Any]) -> dict[str, Any]:
     """A history row (run or never-run occurrence) with the documented field names. A running
     run whose occurrence has a pending cancel carries `cancel_requested_at`."""
     out = {name: row.get(name) for name in RUN_FIELDS}
-    if out["status"] != "running":
+    if out["status"] != RunStatus.RUNNING:
         out["cancel_requested_at"] = None
     if "owner" in row and out["instance_id"] is None:
         out["instance_id"] = row["owner"]
@@ -250,7 +252,7 @@ def status_fields(status: dict[str, Any]) -> dict[str, Any]:
     """`status --json`: instances with drift and takeover bound, queue depth, budget use."""
     instances = []
     for row in status["instances"]:
-        bound = row["lease_ttl"] + row["lease_grace"] + row["reconcile_interval"]
+        bound = takeover_bound(row["lease_ttl"], row["lease_grace"], row["reconcile_interval"])
         instances.append(
             {
                 "id": row["id"],

@@ -1,3 +1,3 @@
 -- name: wakeup_notify :scalar
--- Wakes idle daemons (LISTEN scheduler_daemon_wakeup); delivered when the transaction commits.
-SELECT pg_notify('scheduler_daemon_wakeup', %(reason)s)
+-- Wakes idle daemons listening on `channel`; delivered when the transaction commits.
+SELECT pg_notify(%(channel)s, %(reason)s)

@@ -1,6 +1,6 @@
 -- name: occurrence_insert :one
--- Inserts an occurrence of a task whose row lock the caller holds; a scheduled firing that
--- exists already is not inserted again (no row returned).
+-- Inserts an occurrence of a task whose row lock the caller holds, finished if its status is one
+-- of `finished`; a scheduled firing that exists already is not inserted again (no row returned).
 INSERT INTO occurrence (
     task_id, occurrence_seq, scheduled_for, last_scheduled_for, firing_count, trigger, overlap,
     concurrency_key, status, reason, requested_by, not_before, created_at, updated_at, finished_at)
@@ -8,7 +8,7 @@ VALUES (
     %(task_id)s, %(occurrence_seq)s, %(scheduled_for)s, %(last_scheduled_for)s, %(firing_count)s,
     %(trigger)s, %(overlap)s, %(concurrency_key)s, %(status)s, %(reason)s, %(requested_by)s,
     %(scheduled_for)s, %(now)s, %(now)s,
-    CASE WHEN %(status)s IN ('skipped', 'expired', 'cancelled') THEN %(now)s::timestamptz END)
+    CASE WHEN %(status)s = ANY(%(finished)s::text[]) THEN %(now)s::timestamptz END)
 ON CONFLICT (task_id, scheduled_for) WHERE trigger = 'schedule' DO NOTHING
 RETURNING *
 
@@ -121,12 +121,12 @@ WHERE id = %(id)s AND status = 'running' AND lease_token = %(token)s
 SELECT count(*) FROM occurrence WHERE status = 'queued'
 
 -- name: occurrence_cancel :one
--- Cancels one queued or launching occurrence of a locked task and raises its token, fencing a
--- launcher that has not started its job yet.
+-- Cancels one occurrence of a locked task whose job has not started (a status in `not_started`:
+-- queued or launching) and raises its token, fencing a launcher that has not started it yet.
 UPDATE occurrence SET status = 'cancelled', reason = %(reason)s, requested_by = %(requested_by)s,
     lease_token = lease_token + 1, claim_owner = NULL, claim_expires_at = NULL,
     updated_at = clock_timestamp(), finished_at = clock_timestamp()
-WHERE id = %(id)s AND status IN ('queued', 'launching')
+WHERE id = %(id)s AND status = ANY(%(not_started)s::text[])
 RETURNING *
 
 -- name: occurrence_request_cancel :one

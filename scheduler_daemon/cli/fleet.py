@@ -1,6 +1,7 @@
 """Commands on the fleet and its database: migrate, run, status, recover, config, db."""
 
 from collections.abc import Callable
+from datetime import timedelta
 from typing import Any
 
 import click
@@ -14,6 +15,7 @@ from scheduler_daemon.cli.base import (
     json_option,
     who,
 )
+from scheduler_daemon.domain.duration import format_duration
 from scheduler_daemon.domain.task import (
     InvalidTask,
 )
@@ -46,6 +48,17 @@ def migrate(ctx: click.Context, check: bool, as_sql: bool) -> None:
     click.echo(f"schema at {migration.head_revision()}")
 
 
+def setting(name: str) -> dict[str, Any]:
+    """The default of the option that sets DaemonSettings field `name`, read from the field and
+    never retyped here; a duration goes in as operators type it (`15s`), which DURATION parses
+    back to the same value, so `--help` and the docs show `15s`."""
+    value = getattr(DaemonSettings, name)
+    return {
+        "default": format_duration(value) if isinstance(value, timedelta) else value,
+        "show_default": True,
+    }
+
+
 def fleet_timing_options(f: Callable[..., Any]) -> Callable[..., Any]:
     """Options `run` and `recover` share: they set the takeover point, the quiet period after a
     database restart, the interruption bound and when a silent instance is removed."""
@@ -54,32 +67,28 @@ def fleet_timing_options(f: Callable[..., Any]) -> Callable[..., Any]:
             "--lease-ttl",
             envvar="SCHEDULER_LEASE_TTL",
             type=DURATION,
-            default="15s",
-            show_default=True,
+            **setting("lease_ttl"),
             help="Run lease length; renewed every TTL/3.",
         ),
         click.option(
             "--lease-grace",
             envvar="SCHEDULER_LEASE_GRACE",
             type=DURATION,
-            default="5s",
-            show_default=True,
+            **setting("lease_grace"),
             help="Wait past lease expiry before a takeover.",
         ),
         click.option(
             "--max-interruptions",
             envvar="SCHEDULER_MAX_INTERRUPTIONS",
             type=int,
-            default=DaemonSettings.max_interruptions,
-            show_default=True,
+            **setting("max_interruptions"),
             help="Interruptions (shutdown, takeover) before an occurrence gives up.",
         ),
         click.option(
             "--instance-expiry",
             envvar="SCHEDULER_INSTANCE_EXPIRY",
             type=DURATION,
-            default="10m",
-            show_default=True,
+            **setting("instance_expiry"),
             help="Silence after which a dead instance's row is removed.",
         ),
     ]
@@ -102,68 +111,59 @@ def fleet_timing_options(f: Callable[..., Any]) -> Callable[..., Any]:
     "--concurrency",
     envvar="SCHEDULER_CONCURRENCY",
     type=int,
-    default=DaemonSettings.concurrency,
-    show_default=True,
+    **setting("concurrency"),
     help="Local job slots.",
 )
 @click.option(
     "--poll-interval",
     envvar="SCHEDULER_POLL_INTERVAL",
     type=DURATION,
-    default="1s",
-    show_default=True,
+    **setting("poll_interval"),
 )
 @click.option(
     "--drain-timeout",
     envvar="SCHEDULER_DRAIN_TIMEOUT",
     type=DURATION,
-    default="20s",
-    show_default=True,
+    **setting("drain_timeout"),
     help="How long running jobs may finish after SIGTERM.",
 )
 @click.option(
     "--stop-timeout",
     envvar="SCHEDULER_STOP_TIMEOUT",
     type=DURATION,
-    default="30s",
-    show_default=True,
+    **setting("stop_timeout"),
     help="What the supervisor allows between SIGTERM and SIGKILL.",
 )
 @click.option(
     "--reconcile-interval",
     envvar="SCHEDULER_RECONCILE_INTERVAL",
     type=DURATION,
-    default="5s",
-    show_default=True,
+    **setting("reconcile_interval"),
 )
 @click.option(
     "--listen/--no-listen",
     envvar="SCHEDULER_LISTEN",
-    default=True,
-    show_default=True,
+    **setting("listen"),
     help="LISTEN for wake-ups (turn off behind PgBouncer in transaction mode).",
 )
 @click.option(
     "--http-port",
     envvar="SCHEDULER_HTTP_PORT",
     type=int,
-    default=DaemonSettings.http_port,
-    show_default=True,
+    **setting("http_port"),
     help="Serve /healthz, /readyz and /metrics on this port; 0: no endpoint.",
 )
 @click.option(
     "--http-host",
     envvar="SCHEDULER_HTTP_HOST",
-    default=DaemonSettings.http_host,
-    show_default=True,
+    **setting("http_host"),
     help="Address the endpoint listens on (0.0.0.0 for a Kubernetes probe).",
 )
 @click.option(
     "--max-failed-passes",
     envvar="SCHEDULER_MAX_FAILED_PASSES",
     type=int,
-    default=DaemonSettings.max_failed_passes,
-    show_default=True,
+    **setting("max_failed_passes"),
     help=f"Exit {EXIT_FAILED_PASSES} after this many failed passes in a row (database outages "
     "and lock waits do not count), so the supervisor restarts the daemon.",
 )

@@ -2,6 +2,7 @@
 
 from collections.abc import Callable
 from datetime import datetime
+from enum import StrEnum
 from typing import Any
 
 import click
@@ -18,14 +19,15 @@ from scheduler_daemon.cli.base import (
     who,
 )
 from scheduler_daemon.domain.schedule import ScheduleError, load_zone
-from scheduler_daemon.domain.task import (
-    DST_GAP_POLICIES,
-    DST_OVERLAP_POLICIES,
-    MISFIRE_POLICIES,
-    OVERLAP_POLICIES,
-    InvalidTask,
-    TaskSpec,
+from scheduler_daemon.domain.status import (
+    DstGapPolicy,
+    DstOverlapPolicy,
+    ExecutorKind,
+    MisfirePolicy,
+    OccurrenceStatus,
+    OverlapPolicy,
 )
+from scheduler_daemon.domain.task import InvalidTask, TaskSpec
 
 
 # -- tasks ---------------------------------------------------------------------------------------
@@ -39,7 +41,9 @@ def task_options(*, adding: bool) -> Callable[[Callable[..., Any]], Callable[...
     d = TaskSpec.__dataclass_fields__
 
     def default(name: str) -> Any:
-        return d[name].default if adding else None
+        value = d[name].default
+        # click matches an Enum default by its name, so a policy default goes in as its value.
+        return (value.value if isinstance(value, StrEnum) else value) if adding else None
 
     def optional(inner: click.ParamType) -> click.ParamType:
         return inner if adding else Clearable(inner)
@@ -74,14 +78,14 @@ def task_options(*, adding: bool) -> Callable[[Callable[..., Any]], Callable[...
             help="Runs sharing a key go one at a time, in order."
             + ("" if adding else "  `none` clears it."),
         ),
-        click.option("--overlap", type=click.Choice(OVERLAP_POLICIES), default=default("overlap")),
-        click.option("--misfire", type=click.Choice(MISFIRE_POLICIES), default=default("misfire")),
+        click.option("--overlap", type=_choice(OverlapPolicy), default=default("overlap")),
+        click.option("--misfire", type=_choice(MisfirePolicy), default=default("misfire")),
         click.option("--misfire-grace", type=DURATION, default=default("misfire_grace")),
         click.option("--catchup-limit", type=optional(click.INT)),
         click.option("--catchup-window", type=optional(DURATION)),
-        click.option("--dst-gap", type=click.Choice(DST_GAP_POLICIES), default=default("dst_gap")),
+        click.option("--dst-gap", type=_choice(DstGapPolicy), default=default("dst_gap")),
         click.option(
-            "--dst-overlap", type=click.Choice(DST_OVERLAP_POLICIES), default=default("dst_overlap")
+            "--dst-overlap", type=_choice(DstOverlapPolicy), default=default("dst_overlap")
         ),
         click.option("--start-deadline", type=optional(DURATION)),
         click.option("--timeout", type=optional(DURATION)),
@@ -97,6 +101,11 @@ def task_options(*, adding: bool) -> Callable[[Callable[..., Any]], Callable[...
         return f
 
     return apply
+
+
+def _choice(choices: type[StrEnum]) -> click.Choice[str]:
+    """The values as plain strings: click would match Enum members by name."""
+    return click.Choice([c.value for c in choices])
 
 
 def _definition(opts: dict[str, Any], *, adding: bool, zone: str = "UTC") -> dict[str, Any]:
@@ -117,7 +126,11 @@ def _definition(opts: dict[str, Any], *, adding: bool, zone: str = "UTC") -> dic
         raise InvalidTask("give exactly one schedule: --cron, --every or --at")
     if given:
         key, target = next(iter(given.items()))
-        opts["executor"] = {"command": "shell", "http": "http", "call": "python"}[key]
+        opts["executor"] = {
+            "command": ExecutorKind.SHELL,
+            "http": ExecutorKind.HTTP,
+            "call": ExecutorKind.PYTHON,
+        }[key]
         opts["target"] = target
     if adding:
         return opts
@@ -254,7 +267,7 @@ def tasks_trigger(ctx: click.Context, task: str) -> None:
     fields = view.occurrence_fields(occ)
     text = (
         f"occurrence {occ['id']} queued"
-        if occ["status"] == "queued"
+        if occ["status"] == OccurrenceStatus.QUEUED
         else f"occurrence {occ['id']} skipped: {occ['reason']} (an occurrence is active)"
     )
     emit(ctx, fields, text)
@@ -268,8 +281,8 @@ def tasks_trigger(ctx: click.Context, task: str) -> None:
 def tasks_delete(ctx: click.Context, task: str, force: bool) -> None:
     """Delete a task; its history stays queryable by id and its name becomes free."""
     ended = client_for(ctx).delete(task, force=force, requested_by=who())
-    cancelled = [o["id"] for o in ended if o["status"] == "cancelled"]
-    requested = [o["id"] for o in ended if o["status"] != "cancelled"]
+    cancelled = [o["id"] for o in ended if o["status"] == OccurrenceStatus.CANCELLED]
+    requested = [o["id"] for o in ended if o["status"] != OccurrenceStatus.CANCELLED]
     text = f"deleted {task}"
     if cancelled:
         text += f"; cancelled occurrences {cancelled}"

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from scheduler_daemon.domain.schedule import Schedule, ScheduleError, make_schedule
+from scheduler_daemon.domain.status import ScheduleKind
 
 _MICROSECOND = timedelta(microseconds=1)
 
@@ -42,9 +43,9 @@ class DefinitionEvent:
     def schedule(self) -> Schedule:
         """The schedule these columns describe, built as TaskSpec.schedule() builds it."""
         return make_schedule(
-            cron=self.cron_expr if self.schedule_kind == "cron" else None,
-            every=self.every if self.schedule_kind == "interval" else None,
-            at=self.run_at if self.schedule_kind == "once" else None,
+            cron=self.cron_expr if self.schedule_kind == ScheduleKind.CRON else None,
+            every=self.every if self.schedule_kind == ScheduleKind.INTERVAL else None,
+            at=self.run_at if self.schedule_kind == ScheduleKind.ONCE else None,
             timezone=self.timezone,
             dst_gap=self.dst_gap,
             dst_overlap=self.dst_overlap,

@@ -14,11 +14,10 @@ from datetime import datetime, timedelta
 from itertools import pairwise
 
 from scheduler_daemon.domain.schedule import Schedule
+from scheduler_daemon.domain.status import MisfirePolicy, OccurrenceStatus, OverlapPolicy
 
 # Why an operator's change skipped firings that were due but not yet dispatched.
 CHANGE_REASONS = ("paused", "rescheduled", "parked", "deleted")
-MISFIRE_POLICIES = ("skip", "run_once", "run_all")
-OVERLAP_POLICIES = ("forbid", "queue", "allow")
 # One pass writes at most this many queued rows and this many individual skipped rows; older
 # skipped firings are collapsed into one summary row per reason.
 MAX_FIRING_ROWS = 100
@@ -105,13 +104,13 @@ def plan_dispatch(
 
 
 def _validate(policy: _Policy, next_run_at: datetime) -> None:
-    if policy.misfire not in MISFIRE_POLICIES:
+    if policy.misfire not in tuple(MisfirePolicy):
         raise ValueError(
-            f"invalid misfire policy {policy.misfire!r}: use {', '.join(MISFIRE_POLICIES)}"
+            f"invalid misfire policy {policy.misfire!r}: use {', '.join(MisfirePolicy)}"
         )
-    if policy.overlap not in OVERLAP_POLICIES:
+    if policy.overlap not in tuple(OverlapPolicy):
         raise ValueError(
-            f"invalid overlap policy {policy.overlap!r}: use {', '.join(OVERLAP_POLICIES)}"
+            f"invalid overlap policy {policy.overlap!r}: use {', '.join(OverlapPolicy)}"
         )
     if policy.grace < timedelta(0):
         raise ValueError("misfire_grace must not be negative")
@@ -138,9 +137,9 @@ def _decide(due: list[datetime], policy: _Policy) -> list[tuple[datetime, str | 
     for i in reversed(range(len(due))):
         if not missed[i]:
             continue
-        if policy.misfire == "skip":
+        if policy.misfire == MisfirePolicy.SKIP:
             reasons[i] = "misfired"
-        elif policy.misfire == "run_once":
+        elif policy.misfire == MisfirePolicy.RUN_ONCE:
             newest_missed = i == len(due) - 1 or not missed[i + 1]
             reasons[i] = "coalesced" if fresh or not newest_missed else None
         elif policy.outside_window(due[i]):
@@ -153,7 +152,7 @@ def _decide(due: list[datetime], policy: _Policy) -> list[tuple[datetime, str | 
     for i in queued[:-MAX_FIRING_ROWS]:
         reasons[i] = "catchup_limit"
     queued = queued[-MAX_FIRING_ROWS:]
-    if policy.overlap == "forbid":
+    if policy.overlap == OverlapPolicy.FORBID:
         for i in queued if policy.active else queued[1:]:
             reasons[i] = "overlap"
     return list(zip(due, reasons, strict=True))
@@ -163,9 +162,9 @@ def _head_reason(f: datetime, policy: _Policy) -> str:
     """The reason of a firing older than the newest 2 * MAX_FIRING_ROWS; such firings never run."""
     if not policy.missed(f):
         return "catchup_limit"
-    if policy.misfire == "skip":
+    if policy.misfire == MisfirePolicy.SKIP:
         return "misfired"
-    if policy.misfire == "run_once":
+    if policy.misfire == MisfirePolicy.RUN_ONCE:
         return "coalesced"
     return "catchup_window" if policy.outside_window(f) else "catchup_limit"
 
@@ -201,9 +200,9 @@ def _rows(head: list[_Run], decided: list[tuple[datetime, str | None]]) -> tuple
     rows = list(_summaries(older))
     for f, reason in decided:
         if reason is None:
-            rows.append(Firing(f, "queued"))
+            rows.append(Firing(f, OccurrenceStatus.QUEUED))
         elif f in kept:
-            rows.append(Firing(f, "skipped", reason))
+            rows.append(Firing(f, OccurrenceStatus.SKIPPED, reason))
     return tuple(rows)
 
 
@@ -218,10 +217,15 @@ def _summaries(runs: Iterable[_Run]) -> Iterable[Firing]:
             merged.append(run)
     for run in merged:
         if run.count == 1:
-            yield Firing(run.first, "skipped", run.reason)
+            yield Firing(run.first, OccurrenceStatus.SKIPPED, run.reason)
         else:
             yield Firing(
-                run.first, "skipped", run.reason, run.count, run.last, count_exact=run.exact
+                run.first,
+                OccurrenceStatus.SKIPPED,
+                run.reason,
+                run.count,
+                run.last,
+                count_exact=run.exact,
             )
 
 
@@ -238,5 +242,5 @@ def skip_past_due(
         count += 1  # next_run_at is due even if the (new) schedule does not fire then
     last = schedule.prev_at_or_before(now)
     if count <= 1 or last is None or last <= next_run_at:
-        return (Firing(next_run_at, "skipped", reason),)
-    return (Firing(next_run_at, "skipped", reason, count, last, count_exact=exact),)
+        return (Firing(next_run_at, OccurrenceStatus.SKIPPED, reason),)
+    return (Firing(next_run_at, OccurrenceStatus.SKIPPED, reason, count, last, count_exact=exact),)

@@ -3,22 +3,24 @@
 from dataclasses import dataclass
 from datetime import timedelta
 
+from scheduler_daemon.domain.status import OccurrenceStatus, OutcomeStatus, RunStatus, TaskStatus
+
 # The task lifecycle a one-shot task takes from its occurrence's final status.
 LIFECYCLE = {
-    "success": "completed",
-    "failed": "failed",
-    "timeout": "failed",
-    "interrupted": "cancelled",
-    "cancelled": "cancelled",
-    "skipped": "cancelled",
-    "expired": "cancelled",
+    OccurrenceStatus.SUCCESS: TaskStatus.COMPLETED,
+    OccurrenceStatus.FAILED: TaskStatus.FAILED,
+    OccurrenceStatus.TIMEOUT: TaskStatus.FAILED,
+    OccurrenceStatus.INTERRUPTED: TaskStatus.CANCELLED,
+    OccurrenceStatus.CANCELLED: TaskStatus.CANCELLED,
+    OccurrenceStatus.SKIPPED: TaskStatus.CANCELLED,
+    OccurrenceStatus.EXPIRED: TaskStatus.CANCELLED,
 }
 # The run status an executor's outcome status is recorded as.
 RUN_STATUS = {
-    "success": "success",
-    "failed": "failed",
-    "timeout": "timeout",
-    "stopped": "interrupted",
+    OutcomeStatus.SUCCESS: RunStatus.SUCCESS,
+    OutcomeStatus.FAILED: RunStatus.FAILED,
+    OutcomeStatus.TIMEOUT: RunStatus.TIMEOUT,
+    OutcomeStatus.STOPPED: RunStatus.INTERRUPTED,
 }
 
 
@@ -32,7 +34,7 @@ class Decision:
 
     @property
     def final(self) -> bool:
-        return self.occurrence_status != "queued"
+        return self.occurrence_status != OccurrenceStatus.QUEUED
 
 
 def decide(
@@ -49,16 +51,17 @@ def decide(
     was requested while it ran) the attempt is final: `cancelled`, unless the job succeeded
     before it could be stopped."""
     run_status = RUN_STATUS[outcome_status]
-    if cancel_reason is not None and run_status != "success":
-        return Decision("cancelled", "cancelled", reason=cancel_reason)
-    if run_status in ("failed", "timeout") and attempts < max_attempts:
-        return Decision(run_status, "queued", delay=backoff)
-    if run_status == "interrupted":
+    if cancel_reason is not None and run_status != RunStatus.SUCCESS:
+        return Decision(RunStatus.CANCELLED, OccurrenceStatus.CANCELLED, reason=cancel_reason)
+    if run_status in (RunStatus.FAILED, RunStatus.TIMEOUT) and attempts < max_attempts:
+        return Decision(run_status, OccurrenceStatus.QUEUED, delay=backoff)
+    if run_status == RunStatus.INTERRUPTED:
         if interruptions < max_interruptions:
-            return Decision(run_status, "queued", refund=True)
+            return Decision(run_status, OccurrenceStatus.QUEUED, refund=True)
         return Decision(
             run_status,
-            "interrupted",
+            OccurrenceStatus.INTERRUPTED,
             reason=f"interrupted {interruptions + 1} times (bound {max_interruptions})",
         )
-    return Decision(run_status, run_status)
+    # The run's final status is the occurrence's too (success, failed, timeout).
+    return Decision(run_status, OccurrenceStatus(run_status))

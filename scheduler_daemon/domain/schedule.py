@@ -14,12 +14,12 @@ from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, time, timedelta, tzinfo
+from enum import StrEnum
 from typing import Protocol
 
 from croniter import CroniterBadDateError, croniter
 
-DST_GAP_POLICIES = ("shift", "skip")
-DST_OVERLAP_POLICIES = ("first", "second", "both")
+from scheduler_daemon.domain.status import DstGapPolicy, DstOverlapPolicy
 
 _SECOND = timedelta(seconds=1)
 _MICROSECOND = timedelta(microseconds=1)
@@ -244,17 +244,17 @@ class CronSchedule:
 
     expr: str
     timezone: str = "UTC"
-    dst_gap: str = "shift"
-    dst_overlap: str = "first"
+    dst_gap: str = DstGapPolicy.SHIFT
+    dst_overlap: str = DstOverlapPolicy.FIRST
     _zone: tzinfo = field(init=False, repr=False, compare=False)
     _wall: _WallCron = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        if self.dst_gap not in DST_GAP_POLICIES:
-            raise ScheduleError(f"invalid dst_gap {self.dst_gap!r}: use 'shift' or 'skip'")
-        if self.dst_overlap not in DST_OVERLAP_POLICIES:
+        if self.dst_gap not in tuple(DstGapPolicy):
+            raise ScheduleError(f"invalid dst_gap {self.dst_gap!r}: use {_either(DstGapPolicy)}")
+        if self.dst_overlap not in tuple(DstOverlapPolicy):
             raise ScheduleError(
-                f"invalid dst_overlap {self.dst_overlap!r}: use 'first', 'second' or 'both'"
+                f"invalid dst_overlap {self.dst_overlap!r}: use {_either(DstOverlapPolicy)}"
             )
         object.__setattr__(self, "_zone", load_zone(self.timezone))
         object.__setattr__(self, "_wall", _WallCron(self.expr))
@@ -301,10 +301,12 @@ class CronSchedule:
         if first == second:
             return (first,)
         if first < second:  # repeated by a fall-back overlap
-            return {"first": (first,), "second": (second,), "both": (first, second)}[
-                self.dst_overlap
-            ]
-        if self.dst_gap == "skip":  # skipped by a spring-forward gap
+            return {
+                DstOverlapPolicy.FIRST: (first,),
+                DstOverlapPolicy.SECOND: (second,),
+                DstOverlapPolicy.BOTH: (first, second),
+            }[self.dst_overlap]
+        if self.dst_gap == DstGapPolicy.SKIP:  # skipped by a spring-forward gap
             return ()
         if not (gap_end and second < gap_end[0] <= first):
             gap_end[:] = [self._gap_end(wall, second, first)]
@@ -531,6 +533,12 @@ def make_schedule(
     if at is None:
         raise ScheduleError("no schedule: give one of cron, every or at")
     return OneShotSchedule(at)
+
+
+def _either(choices: type[StrEnum]) -> str:
+    """`'a', 'b' or 'c'`, for messages."""
+    quoted = [f"'{c}'" for c in choices]
+    return f"{', '.join(quoted[:-1])} or {quoted[-1]}"
 
 
 def _aware(t: datetime) -> datetime:

@@ -4,6 +4,7 @@ import json
 import re
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
+from enum import StrEnum
 from typing import Any
 
 from scheduler_daemon.domain.schedule import (
@@ -16,14 +17,23 @@ from scheduler_daemon.domain.schedule import (
     validate_cron,
 )
 from scheduler_daemon.domain.secret import redact
+from scheduler_daemon.domain.status import (
+    DstGapPolicy,
+    DstOverlapPolicy,
+    ExecutorKind,
+    MisfirePolicy,
+    OverlapPolicy,
+    ScheduleKind,
+)
 
 MAX_PAYLOAD_BYTES = 64 * 1024
 MAX_NAME_LENGTH = 200
-EXECUTORS = ("shell", "http", "python")
-OVERLAP_POLICIES = ("forbid", "queue", "allow")
-MISFIRE_POLICIES = ("skip", "run_once", "run_all")
-DST_GAP_POLICIES = ("shift", "skip")
-DST_OVERLAP_POLICIES = ("first", "second", "both")
+# The payload key that holds each executor's target.
+PAYLOAD_KEY = {
+    ExecutorKind.SHELL: "command",
+    ExecutorKind.HTTP: "url",
+    ExecutorKind.PYTHON: "target",
+}
 _PYTHON_TARGET = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
 _HEADER_NAME = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")  # an RFC 9110 token
 # Headers the http executor sets itself: the body is its JSON, the key is the occurrence's.
@@ -45,11 +55,11 @@ class TaskSpec:
     every: timedelta | None = None
     at: datetime | None = None
     timezone: str = "UTC"
-    dst_gap: str = "shift"
-    dst_overlap: str = "first"
+    dst_gap: str = DstGapPolicy.SHIFT
+    dst_overlap: str = DstOverlapPolicy.FIRST
     concurrency_key: str | None = None
-    overlap: str = "forbid"
-    misfire: str = "run_once"
+    overlap: str = OverlapPolicy.FORBID
+    misfire: str = MisfirePolicy.RUN_ONCE
     misfire_grace: timedelta = timedelta(seconds=60)
     catchup_limit: int | None = None
     catchup_window: timedelta | None = None
@@ -62,14 +72,14 @@ class TaskSpec:
     headers: tuple[tuple[str, str], ...] = ()  # http only: (name, value) pairs sent as given
 
     @property
-    def schedule_kind(self) -> str:
+    def schedule_kind(self) -> ScheduleKind:
         if self.cron is not None:
-            return "cron"
-        return "interval" if self.every is not None else "once"
+            return ScheduleKind.CRON
+        return ScheduleKind.INTERVAL if self.every is not None else ScheduleKind.ONCE
 
     @property
     def payload(self) -> dict[str, Any]:
-        key = {"shell": "command", "http": "url", "python": "target"}[self.executor]
+        key = PAYLOAD_KEY[self.executor]
         if self.headers:
             return {key: self.target, "headers": dict(self.headers)}
         return {key: self.target}
@@ -92,7 +102,10 @@ class TaskSpec:
         """A copy with `changes` applied; setting one schedule kind clears the others."""
         if any(changes.get(k) is not None for k in ("cron", "every", "at")):
             changes = {"cron": None, "every": None, "at": None, **changes}
-        if changes.get("executor", "http") != "http" and "headers" not in changes:
+        if (
+            changes.get("executor", ExecutorKind.HTTP) != ExecutorKind.HTTP
+            and "headers" not in changes
+        ):
             changes["headers"] = ()  # headers belong to the http target they were given with
         return replace(self, **changes)
 
@@ -106,11 +119,11 @@ class TaskSpec:
         _check(not self.name.isdigit(), f"task name '{self.name}' must not be all digits (ids are)")
         kinds = [k for k in (self.cron, self.every, self.at) if k is not None]
         _check(len(kinds) == 1, "give exactly one schedule: --cron, --every or --at")
-        _check_choice("executor", self.executor, EXECUTORS)
-        _check_choice("overlap", self.overlap, OVERLAP_POLICIES)
-        _check_choice("misfire", self.misfire, MISFIRE_POLICIES)
-        _check_choice("dst-gap", self.dst_gap, DST_GAP_POLICIES)
-        _check_choice("dst-overlap", self.dst_overlap, DST_OVERLAP_POLICIES)
+        _check_choice("executor", self.executor, ExecutorKind)
+        _check_choice("overlap", self.overlap, OverlapPolicy)
+        _check_choice("misfire", self.misfire, MisfirePolicy)
+        _check_choice("dst-gap", self.dst_gap, DstGapPolicy)
+        _check_choice("dst-overlap", self.dst_overlap, DstOverlapPolicy)
         try:
             load_zone(self.timezone)
             if self.cron is not None:
@@ -132,7 +145,7 @@ class TaskSpec:
             "--catchup-limit must be at least 1",
         )
         _check(
-            not (self.misfire == "run_all" and self.overlap == "forbid"),
+            not (self.misfire == MisfirePolicy.RUN_ALL and self.overlap == OverlapPolicy.FORBID),
             "--misfire run_all with --overlap forbid could only skip; use --overlap queue or allow",
         )
         self._validate_target()
@@ -147,12 +160,12 @@ class TaskSpec:
 
     def _validate_target(self) -> None:
         _check(bool(self.target.strip()), f"the {self.executor} target must not be empty")
-        if self.executor == "http":
+        if self.executor == ExecutorKind.HTTP:
             _check(
                 re.match(r"^https?://[^\s/]+", self.target) is not None,
                 f"--http needs an http:// or https:// URL, got '{redact(self.target)[:80]}'",
             )
-        if self.executor == "python":
+        if self.executor == ExecutorKind.PYTHON:
             _check(
                 _PYTHON_TARGET.match(self.target) is not None,
                 f"--call needs MODULE:FUNCTION, got '{self.target[:80]}'",
@@ -166,7 +179,10 @@ class TaskSpec:
 
     def _validate_headers(self) -> None:
         """Names and values are checked without echoing a value: it may be a secret."""
-        _check(not self.headers or self.executor == "http", "--header is for --http tasks only")
+        _check(
+            not self.headers or self.executor == ExecutorKind.HTTP,
+            "--header is for --http tasks only",
+        )
         seen: set[str] = set()
         for name, value in self.headers:
             _check(
@@ -190,8 +206,9 @@ def _check(ok: bool, message: str) -> None:
         raise InvalidTask(message)
 
 
-def _check_choice(label: str, value: str, choices: tuple[str, ...]) -> None:
-    _check(value in choices, f"unknown {label} '{value}': choose one of {', '.join(choices)}")
+def _check_choice(label: str, value: str, choices: type[StrEnum]) -> None:
+    allowed = tuple(choices)  # `in` on the tuple: a non-member is refused, not a TypeError
+    _check(value in allowed, f"unknown {label} '{value}': choose one of {', '.join(allowed)}")
 
 
 @dataclass(frozen=True)

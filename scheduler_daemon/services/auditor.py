@@ -38,6 +38,7 @@ from scheduler_daemon.domain.coverage import (
     owed_windows,
 )
 from scheduler_daemon.domain.outcome import LIFECYCLE
+from scheduler_daemon.domain.status import ACTIVE, TaskStatus
 from scheduler_daemon.domain.sweep import (
     SettingHistory,
     Span,
@@ -56,7 +57,6 @@ FIRING_LIMIT = 1_000_000
 # Read-only statements over history may take longer than the daemon's; an audit still never
 # holds a snapshot open for long between its statements.
 LIMITS = Limits(statement_timeout="5min", idle_timeout="5min")
-ACTIVE = ("queued", "launching", "running")
 
 TimeBound = datetime | timedelta  # an instant, or that long before the database's now
 
@@ -365,7 +365,7 @@ class Auditor:
     def _one_shot_status(self, conn: audit_store.Conn, window: AuditWindow) -> Findings:
         violations = []
         for r in audit_store.one_shots(conn):
-            if r.status == "running":
+            if r.status == TaskStatus.RUNNING:
                 wrong = r.occurrence_status not in ACTIVE
                 expected = "an active newest occurrence"
             elif r.occurrence_status is None:
@@ -373,7 +373,7 @@ class Auditor:
             else:
                 wrong = LIFECYCLE.get(r.occurrence_status) != r.status
                 expected = "a newest occurrence that ended " + " or ".join(
-                    repr(s) for s, task in LIFECYCLE.items() if task == r.status
+                    repr(s.value) for s, task in LIFECYCLE.items() if task == r.status
                 )
             if not wrong:
                 continue

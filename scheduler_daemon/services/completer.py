@@ -10,6 +10,7 @@ from psycopg_pool import ConnectionPool
 
 from scheduler_daemon.domain.held import HeldRun, HeldRuns
 from scheduler_daemon.domain.outcome import decide
+from scheduler_daemon.domain.status import OccurrenceStatus
 from scheduler_daemon.storage import occurrence_store, run_store, task_store
 from scheduler_daemon.storage.database import (
     FIRST_TRY_LIMITS,
@@ -166,7 +167,7 @@ class Completer:
             or occ is None
             or row is None
             or occ["lease_token"] != run.token
-            or occ["status"] != "running"
+            or occ["status"] != OccurrenceStatus.RUNNING
         ):
             raise Fenced
         decision = decide(

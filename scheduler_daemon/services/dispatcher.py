@@ -9,6 +9,7 @@ import structlog
 from psycopg_pool import ConnectionPool
 
 from scheduler_daemon.domain.misfire import plan_dispatch
+from scheduler_daemon.domain.status import OccurrenceStatus, ScheduleKind, TaskStatus, Trigger
 from scheduler_daemon.domain.task import TaskRecord
 from scheduler_daemon.storage import instance_store, occurrence_store, task_store
 from scheduler_daemon.storage.database import first_line, pooled_transaction
@@ -99,7 +100,7 @@ class Dispatcher:
                 task_id=task.id,
                 occurrence_seq=task_store.next_seq(conn, task.id),
                 scheduled_for=firing.scheduled_for,
-                trigger="schedule",
+                trigger=Trigger.SCHEDULE,
                 overlap=spec.overlap,
                 concurrency_key=spec.concurrency_key,
                 status=firing.status,
@@ -116,7 +117,7 @@ class Dispatcher:
                     instance_id=self.instance_id,
                 )
                 continue
-            if firing.status == "queued":
+            if firing.status == OccurrenceStatus.QUEUED:
                 queued += 1
             else:
                 result.skipped += firing.firing_count
@@ -130,6 +131,6 @@ class Dispatcher:
             )
         result.queued += queued
         status = task.status
-        if spec.schedule_kind == "once" and plan.firings:
-            status = "running" if queued else "cancelled"
+        if spec.schedule_kind == ScheduleKind.ONCE and plan.firings:
+            status = TaskStatus.RUNNING if queued else TaskStatus.CANCELLED
         task_store.advance(conn, task.id, next_run_at=plan.next_run_at, status=status, now=db_now)

@@ -118,7 +118,7 @@ class Launcher:
             lease_token=token,
             idempotency_key=f"scheduler-daemon-occurrence-{claim['id']}",
             timeout=timeout,
-            deadline=sent + (self.settings.lease_ttl - self.settings.trust_margin).total_seconds(),
+            deadline=self.settings.trust_deadline(sent),
         )
         job = self.executors[claim["executor"]].start(ctx, claim["payload"])
         self.held.add(

@@ -10,6 +10,7 @@ from typing import Any
 import psycopg
 import structlog
 
+from scheduler_daemon.domain import timing
 from scheduler_daemon.domain.held import HeldRuns
 from scheduler_daemon.settings import DaemonSettings
 from scheduler_daemon.storage import instance_store, run_store
@@ -101,7 +102,7 @@ class LeaseKeeper:
             return
         if db_now is None:
             return
-        self.clock_drift = timedelta(seconds=db_now.timestamp() - (before + time.time()) / 2)
+        self.clock_drift = timing.clock_drift(db_now, before, time.time())
 
     def run_once(self) -> set[int]:
         """One renewal pass; returns the ids of the runs found fenced."""
@@ -123,7 +124,7 @@ class LeaseKeeper:
             if self._conn is not None and is_connection_error(exc):
                 self._conn.close()
             raise DatabaseUnavailable(first_line(exc)) from exc
-        deadline = sent + (self.settings.lease_ttl - self.settings.trust_margin).total_seconds()
+        deadline = self.settings.trust_deadline(sent)
         fenced: set[int] = set()
         for run_id, _ in leases:
             run = self.held.get(run_id)

@@ -15,6 +15,7 @@ import structlog
 from psycopg_pool import ConnectionPool
 
 from scheduler_daemon.domain.outcome import LIFECYCLE, decide
+from scheduler_daemon.domain.status import OccurrenceStatus, OutcomeStatus, TaskStatus
 from scheduler_daemon.storage import instance_store, occurrence_store, run_store, task_store
 from scheduler_daemon.storage.database import (
     FIRST_TRY_LIMITS,
@@ -168,11 +169,11 @@ class Reconciler:
                 return None  # the owner finished it or another reconciler won
             if (
                 occ is not None
-                and occ["status"] == "running"
+                and occ["status"] == OccurrenceStatus.RUNNING
                 and occ["lease_token"] == seen["lease_token"]
             ):
                 decision = decide(
-                    "stopped",
+                    OutcomeStatus.STOPPED,
                     attempts=occ["attempts"],
                     max_attempts=task.spec.max_attempts if task else 1,
                     interruptions=occ["interruptions"],
@@ -218,9 +219,9 @@ class Reconciler:
                 occurrence_id=seen["id"],
                 occurrence_seq=expired["occurrence_seq"],
                 scheduled_for=expired["scheduled_for"],
-                status="expired",
+                status=OccurrenceStatus.EXPIRED,
                 error="start deadline passed",
-                lifecycle=LIFECYCLE["expired"],
+                lifecycle=LIFECYCLE[OccurrenceStatus.EXPIRED],
             )
         self.log.warning(
             "occurrence_expired",
@@ -234,12 +235,15 @@ class Reconciler:
         """Finalizes a one-shot task from its latest occurrence, read after the task lock."""
         with pooled_transaction(self.pool, limits) as conn:
             task = task_store.lock_row(conn, seen["id"])
-            if task is None or task.status != "running":
+            if task is None or task.status != TaskStatus.RUNNING:
                 return None
             latest = occurrence_store.latest(conn, task.id)
             if latest is None:
                 task_store.finish_lifecycle(
-                    conn, task.id, status="cancelled", error="no occurrence was ever recorded"
+                    conn,
+                    task.id,
+                    status=TaskStatus.CANCELLED,
+                    error="no occurrence was ever recorded",
                 )
             elif latest["status"] in LIFECYCLE:
                 task_store.record_outcome(

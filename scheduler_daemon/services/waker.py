@@ -6,10 +6,10 @@ from typing import Any
 import psycopg
 import structlog
 
+from scheduler_daemon.storage import instance_store
 from scheduler_daemon.storage.database import connect
 
 log = structlog.get_logger()
-CHANNEL = "scheduler_daemon_wakeup"
 
 
 class Waker:
@@ -37,7 +37,7 @@ class Waker:
         while not self._stop.is_set():
             try:
                 with connect(self.url, autocommit=True) as conn:
-                    conn.execute(f"LISTEN {CHANNEL}")
+                    instance_store.listen_wakeups(conn)
                     self._listen(conn)
             except Exception as exc:
                 log.debug("listen_failed", error=str(exc), instance_id=self.instance_id)

@@ -4,8 +4,12 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import psycopg
+from psycopg import sql
 
 from scheduler_daemon.storage import query
+
+# The one NOTIFY channel: wakeup_notify sends on it, the waker's connection LISTENs on it.
+WAKEUP_CHANNEL = "scheduler_daemon_wakeup"
 
 
 def register(conn: psycopg.Connection[Any], **fields: Any) -> dict[str, Any]:
@@ -48,7 +52,12 @@ def database_clock(conn: psycopg.Connection[Any]) -> datetime:
 
 def notify_wakeup(conn: psycopg.Connection[Any], reason: str) -> None:
     """Wakes idle daemons when this transaction commits."""
-    query.run(conn, "wakeup_notify", {"reason": reason})
+    query.run(conn, "wakeup_notify", {"channel": WAKEUP_CHANNEL, "reason": reason})
+
+
+def listen_wakeups(conn: psycopg.Connection[Any]) -> None:
+    """Subscribes `conn` (autocommit, a session of its own) to the wake-ups."""
+    conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(WAKEUP_CHANNEL)))
 
 
 def remove_dead(conn: psycopg.Connection[Any], dead_after: timedelta) -> list[str]:

@@ -5,6 +5,7 @@ from typing import Any
 
 import psycopg
 
+from scheduler_daemon.domain.status import FINISHED, NOT_STARTED
 from scheduler_daemon.storage import query
 
 
@@ -41,6 +42,7 @@ def insert(
             "reason": reason,
             "requested_by": requested_by,
             "now": now,
+            "finished": list(FINISHED),
         },
     )
 
@@ -160,7 +162,12 @@ def cancel(
     return query.run(
         conn,
         "occurrence_cancel",
-        {"id": occurrence_id, "reason": reason, "requested_by": requested_by},
+        {
+            "id": occurrence_id,
+            "reason": reason,
+            "requested_by": requested_by,
+            "not_started": list(NOT_STARTED),
+        },
     )
 
 

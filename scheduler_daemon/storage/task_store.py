@@ -6,11 +6,9 @@ from typing import Any
 import psycopg
 from psycopg.types.json import Jsonb
 
-from scheduler_daemon.domain.task import TaskRecord, TaskSpec
+from scheduler_daemon.domain.task import PAYLOAD_KEY, TaskRecord, TaskSpec
 from scheduler_daemon.storage import query
 from scheduler_daemon.storage.error import Conflict, NotFound
-
-_PAYLOAD_KEY = {"shell": "command", "http": "url", "python": "target"}
 
 
 def _columns(spec: TaskSpec) -> dict[str, Any]:
@@ -45,7 +43,7 @@ def record(row: dict[str, Any]) -> TaskRecord:
     spec = TaskSpec(
         name=row["name"],
         executor=row["executor"],
-        target=row["payload"][_PAYLOAD_KEY[row["executor"]]],
+        target=row["payload"][PAYLOAD_KEY[row["executor"]]],
         cron=row["cron_expr"],
         every=row["every"],
         at=row["run_at"],

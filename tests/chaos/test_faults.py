@@ -179,7 +179,8 @@ def test_a_trigger_wakes_an_idle_daemon_through_listen_notify(
         wait_for(
             lambda: query(
                 database_url,
-                "SELECT 1 FROM pg_stat_activity WHERE query = 'LISTEN scheduler_daemon_wakeup'",
+                "SELECT 1 FROM pg_stat_activity WHERE query = %(listen)s",
+                {"listen": 'LISTEN "scheduler_daemon_wakeup"'},
             ),
             message="the daemon to LISTEN",
         )

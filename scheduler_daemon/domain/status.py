@@ -1,0 +1,130 @@
+"""The vocabulary: every status, policy and kind a row can hold, and the named sets of statuses.
+
+Each enum is the list of a CHECK constraint in sql/schema.sql, in its order, and each set is the
+list a partial index or a statement in sql/*.sql writes out; tests/unit/test_status.py holds
+them equal, so a value added on one side only fails a test. The members are `str`s: they compare
+equal to the strings rows hold and are sent to the database as their values.
+"""
+
+from enum import StrEnum
+
+
+class OccurrenceStatus(StrEnum):
+    """Where one firing is: waiting, claimed, executing, or final (occurrence_status_check)."""
+
+    QUEUED = "queued"
+    LAUNCHING = "launching"  # claimed by an instance that has not started the job yet
+    RUNNING = "running"
+    SUCCESS = "success"
+    FAILED = "failed"
+    TIMEOUT = "timeout"
+    INTERRUPTED = "interrupted"
+    CANCELLED = "cancelled"
+    SKIPPED = "skipped"
+    EXPIRED = "expired"
+
+
+# Holds its slot: `forbid` (occurrence_forbid_active_key), `queue` and concurrency-key order.
+ACTIVE = (OccurrenceStatus.QUEUED, OccurrenceStatus.LAUNCHING, OccurrenceStatus.RUNNING)
+# Has a claim or a job: counts against the fleet budget; one per key or `queue` task.
+EXECUTING = (OccurrenceStatus.LAUNCHING, OccurrenceStatus.RUNNING)
+# No job started yet: a cancel ends these at once; only a running one takes a cancel request.
+NOT_STARTED = (OccurrenceStatus.QUEUED, OccurrenceStatus.LAUNCHING)
+# Final: the row has its finished_at (occurrence_finished_check); a task shows it as last_status.
+FINISHED = tuple(s for s in OccurrenceStatus if s not in ACTIVE)
+# Final with a `reason` saying why (occurrence_reason_check).
+NEEDS_REASON = (OccurrenceStatus.SKIPPED, OccurrenceStatus.EXPIRED, OccurrenceStatus.CANCELLED)
+
+
+class RunStatus(StrEnum):
+    """How one attempt ended, or `running` (run_status_check)."""
+
+    RUNNING = "running"
+    SUCCESS = "success"
+    FAILED = "failed"
+    TIMEOUT = "timeout"
+    INTERRUPTED = "interrupted"
+    CANCELLED = "cancelled"
+
+
+class OutcomeStatus(StrEnum):
+    """What an executor reports for a job; `stopped`: killed on request or by its deadline."""
+
+    SUCCESS = "success"
+    FAILED = "failed"
+    TIMEOUT = "timeout"
+    STOPPED = "stopped"
+
+
+class TaskStatus(StrEnum):
+    """A task's lifecycle; only one-shot tasks leave `enabled` (task_status_check)."""
+
+    ENABLED = "enabled"
+    RUNNING = "running"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+
+class Trigger(StrEnum):
+    """Why an occurrence exists (occurrence_trigger_check)."""
+
+    SCHEDULE = "schedule"
+    MANUAL = "manual"
+    BACKFILL = "backfill"
+
+
+class OverlapPolicy(StrEnum):
+    """Whether a task's occurrences may run beside each other (task_overlap_check)."""
+
+    FORBID = "forbid"
+    QUEUE = "queue"
+    ALLOW = "allow"
+
+
+class MisfirePolicy(StrEnum):
+    """What a dispatch pass does with firings missed by more than the grace (task_misfire_check)."""
+
+    SKIP = "skip"
+    RUN_ONCE = "run_once"
+    RUN_ALL = "run_all"
+
+
+class DstGapPolicy(StrEnum):
+    """A cron wall time skipped by a spring-forward gap (task_dst_gap_check)."""
+
+    SHIFT = "shift"
+    SKIP = "skip"
+
+
+class DstOverlapPolicy(StrEnum):
+    """A cron wall time repeated by a fall-back overlap (task_dst_overlap_check)."""
+
+    FIRST = "first"
+    SECOND = "second"
+    BOTH = "both"
+
+
+class ScheduleKind(StrEnum):
+    """How a task's fire times are defined (task_schedule_kind_check)."""
+
+    CRON = "cron"
+    INTERVAL = "interval"
+    ONCE = "once"
+
+
+class ExecutorKind(StrEnum):
+    """What runs a task's job (task_executor_check)."""
+
+    SHELL = "shell"
+    HTTP = "http"
+    PYTHON = "python"
+
+
+class TaskEventKind(StrEnum):
+    """A row of a task's schedule history (task_event_kind_check)."""
+
+    BASELINE = "baseline"
+    CREATED = "created"
+    CHANGED = "changed"
+    DELETED = "deleted"

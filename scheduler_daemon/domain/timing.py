@@ -1,0 +1,52 @@
+"""The timing facts derived from the lease settings, each written once (pure): how often a lease
+is renewed, when a job whose renewals fail is stopped (its trust deadline), how long after a
+database restart nothing is taken over, how long a dead owner's run waits for its takeover, and
+how far this host's clock is from the database's.
+
+`DaemonSettings` gives them for this replica, `view` for any instance from its row; the defaults
+quoted in the docs are checked against them by tests/deploy/test_docs.py. The reasoning is in
+docs/explanation/how-it-works.md.
+"""
+
+from datetime import datetime, timedelta
+
+RENEWALS_PER_TTL = 3
+TRUST_MARGIN_PER_TTL = 5  # the trust deadline falls TTL/5 before the lease ends
+
+
+def renew_interval(lease_ttl: timedelta) -> timedelta:
+    """How often the lease keeper renews: three times per TTL."""
+    return lease_ttl / RENEWALS_PER_TTL
+
+
+def trust_margin(lease_ttl: timedelta) -> timedelta:
+    """How long before a lease's end its job is stopped when renewals fail."""
+    return lease_ttl / TRUST_MARGIN_PER_TTL
+
+
+def trust_deadline(sent: float, lease_ttl: timedelta) -> float:
+    """The `time.monotonic()` instant a job is stopped at unless a later renewal succeeds, for a
+    lease set by a statement sent at monotonic time `sent`: sent + TTL - TTL/5. The database set
+    the lease end no earlier than the send plus TTL, so the job is gone before the lease ends."""
+    return sent + (lease_ttl - trust_margin(lease_ttl)).total_seconds()
+
+
+def restart_quiet(lease_ttl: timedelta, lease_grace: timedelta) -> timedelta:
+    """After a database restart, how long nothing is taken over: cut-off owners reconnect, renew
+    and write the outcomes they kept first."""
+    return lease_ttl + lease_grace
+
+
+def takeover_bound(
+    lease_ttl: timedelta, lease_grace: timedelta, reconcile_interval: timedelta
+) -> timedelta:
+    """The longest a dead replica's run waits for takeover: its takeover point (lease end plus
+    grace) plus one reconcile interval of the peer that takes it over."""
+    return lease_ttl + lease_grace + reconcile_interval
+
+
+def clock_drift(db_now: datetime, sent: float, received: float) -> timedelta:
+    """Database clock minus this host's: `db_now` as read by a statement sent at `sent` and
+    answered at `received` (both `time.time()`), taken as read at the midpoint. Reported, never
+    used to coordinate."""
+    return timedelta(seconds=db_now.timestamp() - (sent + received) / 2)

@@ -1,0 +1,147 @@
+"""The vocabulary against the schema: each enum is its CHECK list in sql/schema.sql, each named set
+of statuses is the list its partial indexes and the statements in sql/*.sql write out, and every
+status or policy literal the SQL compares with is one the enums know. A value added on one side
+only fails here."""
+
+import re
+from enum import StrEnum
+from pathlib import Path
+
+import pytest
+
+from scheduler_daemon.domain import status
+from scheduler_daemon.domain.status import (
+    ACTIVE,
+    EXECUTING,
+    FINISHED,
+    NEEDS_REASON,
+    NOT_STARTED,
+    DstGapPolicy,
+    DstOverlapPolicy,
+    ExecutorKind,
+    MisfirePolicy,
+    OccurrenceStatus,
+    OverlapPolicy,
+    RunStatus,
+    ScheduleKind,
+    TaskEventKind,
+    TaskStatus,
+    Trigger,
+)
+
+SQL = Path(__file__).resolve().parents[2] / "sql"
+SCHEMA = (SQL / "schema.sql").read_text()
+QUERY_FILES = sorted(p for p in SQL.glob("*.sql") if p.name != "schema.sql")
+
+# CHECK constraint → the enum or set that is its list.
+CHECKS: dict[str, type[StrEnum] | tuple[str, ...]] = {
+    "occurrence_status_check": OccurrenceStatus,
+    "occurrence_trigger_check": Trigger,
+    "occurrence_overlap_check": OverlapPolicy,
+    "occurrence_finished_check": FINISHED,
+    "occurrence_reason_check": NEEDS_REASON,
+    "occurrence_cancel_check": NOT_STARTED,
+    "run_status_check": RunStatus,
+    "task_status_check": TaskStatus,
+    "task_last_status_check": FINISHED,
+    "task_overlap_check": OverlapPolicy,
+    "task_misfire_check": MisfirePolicy,
+    "task_dst_gap_check": DstGapPolicy,
+    "task_dst_overlap_check": DstOverlapPolicy,
+    "task_schedule_kind_check": ScheduleKind,
+    "task_executor_check": ExecutorKind,
+    "task_event_kind_check": TaskEventKind,
+}
+# Partial indexes keep their predicates written out (a generic plan could not match a parameter
+# against them); these are the sets they spell.
+INDEXES = {
+    "occurrence_forbid_active_key": ACTIVE,
+    "occurrence_key_active_idx": ACTIVE,
+    "occurrence_task_active_idx": ACTIVE,
+    "occurrence_key_executing_key": EXECUTING,
+    "occurrence_queue_executing_key": EXECUTING,
+}
+NAMED_SETS = {"ACTIVE": ACTIVE, "EXECUTING": EXECUTING}
+# Column → the values a literal compared with it may take, in the statements and the schema.
+COLUMNS: dict[str, set[str]] = {
+    "status": {*OccurrenceStatus, *RunStatus, *TaskStatus},
+    "overlap": set(OverlapPolicy),
+    "misfire": set(MisfirePolicy),
+    "trigger": set(Trigger),
+    "schedule_kind": set(ScheduleKind),
+}
+
+
+def _definitions(kind: str) -> dict[str, str]:
+    """name → definition text of each CHECK constraint ("check") or index ("index")."""
+    if kind == "check":
+        pattern = r"^\s*CONSTRAINT (\w+) CHECK (.*?),?$"
+    else:
+        pattern = r"^CREATE (?:UNIQUE )?INDEX (\w+) ON .*? WHERE (.*);$"
+    return dict(re.findall(pattern, SCHEMA, re.M))
+
+
+def _lists(text: str) -> list[tuple[str, ...]]:
+    """Every `ARRAY['a'::text, ...]` list in a schema definition."""
+    return [tuple(re.findall(r"'(\w+)'::text", a)) for a in re.findall(r"ARRAY\[(.*?)\]", text)]
+
+
+def _values(expected: type[StrEnum] | tuple[str, ...]) -> tuple[str, ...]:
+    return tuple(str(v) for v in expected)
+
+
+@pytest.mark.parametrize(("name", "expected"), CHECKS.items())
+def test_each_enum_is_the_check_list_of_its_column_in_schema_order(name, expected) -> None:
+    (found,) = _lists(_definitions("check")[name])
+    assert found == _values(expected)
+
+
+def test_every_check_list_in_the_schema_has_its_enum() -> None:
+    listed = {name for name, text in _definitions("check").items() if _lists(text)}
+    assert listed == set(CHECKS)
+
+
+@pytest.mark.parametrize(("name", "expected"), INDEXES.items())
+def test_each_partial_index_spells_its_named_set(name, expected) -> None:
+    (found,) = _lists(_definitions("index")[name])
+    assert found == _values(expected)
+
+
+def test_every_status_list_a_partial_index_writes_is_checked() -> None:
+    listed = {name for name, text in _definitions("index").items() if _lists(text)}
+    assert listed == set(INDEXES)
+
+
+def test_every_status_list_the_statements_write_out_is_a_named_set() -> None:
+    found = [
+        (path.name, tuple(re.findall(r"'(\w+)'", listed)))
+        for path in QUERY_FILES
+        for listed in re.findall(r"\bIN \(('[^)]*')\)", path.read_text())
+    ]
+    assert found, "no IN lists found; the test would pass vacuously"
+    named = {v: k for k, v in NAMED_SETS.items()}
+    assert [(source, values) for source, values in found if values not in named] == []
+
+
+@pytest.mark.parametrize("column", COLUMNS)
+def test_every_literal_compared_with_a_vocabulary_column_is_a_known_value(column) -> None:
+    comparison = rf"\b{column}\)?\s*(?:=|<>)\s*'(\w+)'"
+    texts = [SCHEMA, *(p.read_text() for p in QUERY_FILES)]
+    literals = {v for text in texts for v in re.findall(comparison, text)}
+    assert literals, f"no literal compared with {column}; the pattern is wrong"
+    assert literals - COLUMNS[column] == set()
+
+
+def test_the_named_sets_are_occurrence_statuses_and_final_is_the_rest() -> None:
+    assert set(ACTIVE) | set(FINISHED) == set(OccurrenceStatus)
+    assert set(EXECUTING) | set(NOT_STARTED) == set(ACTIVE)
+    assert set(NEEDS_REASON) <= set(FINISHED)
+    assert all(isinstance(s, OccurrenceStatus) for s in (*ACTIVE, *FINISHED, *NOT_STARTED))
+
+
+def test_members_are_the_strings_rows_hold() -> None:
+    assert OccurrenceStatus.QUEUED == "queued"
+    assert f"{MisfirePolicy.RUN_ONCE}" == "run_once"
+    assert {TaskStatus.ENABLED: 1}["enabled"] == 1
+    assert "queued" in ACTIVE
+    assert status.__doc__
