@@ -44,15 +44,24 @@ from scheduler_daemon.supervision import EXIT_FAILED_PASSES
     f"{EXIT_CONTRACT_BLOCKED} while an instance of an older build is registered.",
 )
 @click.option("--sql", "as_sql", is_flag=True, help="Print each step's SQL and phase; run nothing.")
+@click.option(
+    "--downgrade-to",
+    metavar="REVISION",
+    help="Undo the steps after REVISION (a rollback; docs/upgrading.md says what it keeps).",
+)
 @json_option
 @click.pass_context
-def migrate(ctx: click.Context, check: bool, contract: bool, as_sql: bool) -> None:
+def migrate(
+    ctx: click.Context, check: bool, contract: bool, as_sql: bool, downgrade_to: str | None
+) -> None:
     """Apply the schema's expand steps (safe while older replicas run); with --contract, the
     contract steps too, once every replica runs this build (docs/upgrading.md)."""
     from scheduler_daemon.storage import migration
 
-    if check and contract:
-        raise click.UsageError("--check and --contract exclude each other")
+    if sum([check, contract, as_sql, downgrade_to is not None]) > 1:
+        raise click.UsageError("--check, --contract, --sql and --downgrade-to exclude each other")
+    if downgrade_to is not None and not migration.build().knows(downgrade_to):
+        raise click.UsageError(f"--downgrade-to: this build has no revision '{downgrade_to}'")
     if as_sql:
         click.echo(migration.offline_sql())
         return
@@ -62,6 +71,10 @@ def migrate(ctx: click.Context, check: bool, contract: bool, as_sql: bool) -> No
         fields = found.fields()
         emit(ctx, fields, _schema_line(fields) + f"\n{found.verdict.message}")
         migration.raise_unless_compatible(found.verdict)
+        return
+    if downgrade_to is not None:
+        migration.downgrade(url, downgrade_to)
+        emit(ctx, migration.state(url).fields(), f"schema at {migration.current_revision(url)}")
         return
     report = migration.contract(url) if contract else migration.expand(url)
     fields = migration.state(url).fields()

@@ -74,3 +74,20 @@ def test_status_shows_the_schemas_range_and_each_instances_compatibility(
 
 def test_config_show_does_not_list_the_compatibility_record(cli) -> None:
     assert "schema" not in cli("config", "show").out
+
+
+def test_downgrade_to_an_unknown_revision_is_bad_input_and_changes_nothing(
+    cli, database_url: str
+) -> None:
+    result = cli("migrate", "--downgrade-to", "0042")
+    assert (result.code, result.err) == (
+        2,
+        "error: --downgrade-to: this build has no revision '0042'\n",
+    )
+    assert migration.current_revision(database_url) == migration.head_revision()
+
+
+def test_migrate_at_head_has_nothing_to_apply(cli) -> None:
+    result = cli("migrate")
+    assert result.code == 0, result.err
+    assert "nothing to apply" in result.out
