@@ -21,6 +21,7 @@ from scheduler_daemon.storage import (
     instance_store,
     migration,
     occurrence_store,
+    run_store,
     task_store,
 )
 from scheduler_daemon.storage.database import transaction
@@ -361,6 +362,7 @@ class Client:
             return {
                 "instances": instances,
                 "schema": schema,
+                "running_by_build": run_store.running_by_build(conn),
                 "queue_depth": occurrence_store.queue_depth(conn),
                 "executing_runs": occurrence_store.executing_count(conn),
                 "max_concurrent_runs": fleet_store.budget(conn),

@@ -270,6 +270,10 @@ def status(ctx: click.Context) -> None:
         f"{fields['executing_runs']}/{fields['max_concurrent_runs']}"
         + f"\n{_schema_line(fields['schema'])}"
     )
+    if fields["running_by_build"]:
+        text += "\nrunning by build: " + ", ".join(
+            f"{build} {count}" for build, count in fields["running_by_build"].items()
+        )
     for parked in fields["parked_tasks"]:
         text += f"\nparked: {parked['name']} (id {parked['id']}): {parked['park_error']}"
     emit(ctx, fields, text)

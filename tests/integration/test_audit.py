@@ -84,8 +84,8 @@ def _run(
         url,
         """
         INSERT INTO run (occurrence_id, attempt, owner, lease_token, lease_expires_at,
-            takeover_at, status, started_at, finished_at)
-        VALUES (%s, 1, 'planted', %s, %s, %s, %s, %s, %s) RETURNING id""",
+            takeover_at, status, started_at, finished_at, build_revision)
+        VALUES (%s, 1, 'planted', %s, %s, %s, %s, %s, %s, 'planted') RETURNING id""",
         (
             occurrence_id,
             token,
