@@ -23,8 +23,8 @@ from tests.support import DaemonProcess, query, wait_for
 pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[2]
 VERSIONS = "migrations/versions"
-# Short expiry so a SIGKILLed old replica's row goes away within the test; > TTL 3s + grace 1s.
-TIMING = ("--instance-expiry", "6s")
+# A SIGKILLed old replica stays registered this long: the contract is refused, then passes.
+TIMING = ("--instance-expiry", "15s")
 TASKS = 8
 
 
@@ -93,6 +93,31 @@ def _cli(python: str, cwd: Path, url: str, *args: str) -> subprocess.CompletedPr
     )
 
 
+def _kill_while_running(url: str, daemon: DaemonProcess, instance: str) -> int:
+    """SIGKILLs `daemon` while it holds a running run; returns that run's id."""
+    (row,) = wait_for(
+        lambda: query(
+            url, "SELECT id FROM run WHERE owner = %s AND status = 'running' LIMIT 1", (instance,)
+        ),
+        message=f"{instance} to hold a running run",
+    )
+    os.kill(daemon.pid, signal.SIGKILL)
+    return row["id"]
+
+
+def _taken_over_by(url: str, run_id: int) -> str:
+    """The instance that took the run over once its owner died."""
+    (row,) = wait_for(
+        lambda: query(
+            url,
+            "SELECT finished_by FROM run WHERE id = %s AND status = 'interrupted'",
+            (run_id,),
+        ),
+        message=f"run {run_id} to be taken over",
+    )
+    return row["finished_by"]
+
+
 def _runs_by(url: str, instance: str) -> int:
     rows = query(url, "SELECT count(*) AS n FROM run WHERE owner = %s", (instance,))
     return rows[0]["n"]
@@ -147,13 +172,17 @@ def test_a_rolling_upgrade_never_drops_or_doubles_a_run(empty_database_url, tmp_
         assert old_b.proc.poll() is None
         assert _runs_by(url, old_b_id) >= 1
 
-        # SIGKILL one of each: the other build takes over what each left running.
-        os.kill(old_a.pid, signal.SIGKILL)
+        # SIGKILL one of each, each while only the other build can take over what it left
+        # running: the old replica's run goes to the new build (the other old one is frozen
+        # meanwhile, and its own runs too), then the new replica's run goes to the old build.
+        old_b.signal(signal.SIGSTOP)
+        old_run = _kill_while_running(url, old_a, old_a_id)
+        assert _taken_over_by(url, old_run) == new_a_id
+        old_b.signal(signal.SIGCONT)
+        new_run = _kill_while_running(url, new_a, new_a_id)
+        assert _taken_over_by(url, new_run) == old_b_id
         new_b = start("new-b", new_python)
         new_b.instance_id()
-        time.sleep(5)  # past the killed one's takeover bound (3 + 1 + 1 s)
-        os.kill(new_a.pid, signal.SIGKILL)
-        time.sleep(5)
         # Roll the last old replica to the new build: SIGTERM drains it.
         assert old_b.stop() == 0, old_b.log()[-3000:]
         new_c = start("new-c", new_python)
@@ -166,7 +195,8 @@ def test_a_rolling_upgrade_never_drops_or_doubles_a_run(empty_database_url, tmp_
         assert migration.current_revision(url) != migration.head_revision()
         contracted = wait_for(
             lambda: (r := new_cli("migrate", "--contract")).returncode == 0 and r,
-            timeout=30,
+            timeout=40,
+            interval=1,
             message="the killed old replica's row to expire and the contract to pass",
         )
         assert migration.current_revision(url) == migration.head_revision(), contracted.stdout
