@@ -28,7 +28,9 @@ from scheduler_daemon.storage import (
     fleet_store,
     history,
     instance_store,
+    migration,
     occurrence_store,
+    run_store,
     task_store,
 )
 from scheduler_daemon.storage.database import transaction
@@ -359,8 +361,16 @@ class Client:
         """Registered instances, queue depth, executing runs against the budget, takeover bounds."""
         with self._tx() as conn:
             instances = instance_store.list_instances(conn)
+            schema = migration.state_of(conn).fields()
+            oldest = schema["oldest_build"]
+            for row in instances:  # can this instance's build write to the schema as it is?
+                row["compatible"] = oldest is not None and migration.build().works_after(
+                    row["schema_revision"], oldest
+                )
             return {
                 "instances": instances,
+                "schema": schema,
+                "running_by_build": run_store.running_by_build(conn),
                 "queue_depth": occurrence_store.queue_depth(conn),
                 "executing_runs": occurrence_store.executing_count(conn),
                 "max_concurrent_runs": fleet_store.budget(conn),

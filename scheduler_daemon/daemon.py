@@ -2,6 +2,7 @@
 loop, and drains on shutdown; wires in the HTTP endpoint, the metrics, the systemd notifications
 and the supervision of failed passes. Only this module knows the concrete classes."""
 
+import dataclasses
 import os
 import socket
 import threading
@@ -90,6 +91,7 @@ class Daemon:
         self.supervisor = Supervisor(settings.max_failed_passes)
         self.endpoint: Endpoint | None = None
         self._head: str | None = None
+        self.refused: SchemaMismatch | None = None  # the schema turned incompatible: exit
 
     # -- start -----------------------------------------------------------------------------------
     def _wait_for_database(self, stop: threading.Event) -> bool:
@@ -115,16 +117,13 @@ class Daemon:
 
     def _database_problem(self) -> str | None:
         """/readyz's database check, on a connection of its own: None when fine."""
-        head = self._head_revision()
         try:
-            current = migration.current_revision(self.url)
+            verdict = migration.state(self.url).verdict
         except DatabaseUnavailable as exc:
             return str(exc)
         except psycopg.Error as exc:
             return f"database error: {first_line(exc)}"
-        if current != head:
-            return f"schema at {current or 'nothing'}, this build expects {head}"
-        return None
+        return None if verdict.ok else verdict.message
 
     def _measure_drift(self) -> timedelta:
         """Database clock minus this host's; reported, never used to coordinate."""
@@ -135,19 +134,16 @@ class Daemon:
         return timing.clock_drift(db_now, before, after)
 
     def _register(self) -> None:
-        current, head = migration.current_revision(self.url), migration.head_revision()
-        if current != head:
-            raise SchemaMismatch(
-                f"the database schema is at {current or 'nothing'}, this build "
-                f"expects {head}; run `scheduler-daemon migrate`"
-            )
         self._register_instance(self._measure_drift())
 
     def _register_instance(self, clock_drift: timedelta | None) -> None:
-        """Inserts this process start's instance row (again, if a peer removed it)."""
-        head = migration.head_revision()
+        """Inserts this process start's instance row (again, if a peer removed it), in the
+        transaction that judged the schema compatible (ADR 0002): a contract in progress is
+        waited for, and a schema this build cannot work with is refused before any write."""
+        head = self._head_revision()
         self.clock_drift = clock_drift
         with connect(self.url) as conn, conn.transaction():
+            migration.check_before_write(conn)
             instance_store.register(
                 conn,
                 id=self.instance_id,
@@ -168,6 +164,30 @@ class Daemon:
             clock_drift_seconds=clock_drift.total_seconds() if clock_drift else None,
             takeover_bound_seconds=self.settings.takeover_bound.total_seconds(),
         )
+
+    def _reregister(self, clock_drift: timedelta | None) -> None:
+        """The lease keeper found this instance's row removed (it was frozen or cut off past
+        --instance-expiry): register again, unless the schema changed under it meanwhile."""
+        try:
+            self._register_instance(clock_drift)
+        except SchemaMismatch as exc:
+            self._refuse(exc)
+            raise  # the lease keeper rolls back its renewal
+
+    def _check_schema(self, pool: ConnectionPool) -> None:
+        """Stop writing as soon as the schema is one this build cannot work with."""
+        with pooled_transaction(pool) as conn:
+            verdict = migration.state_of(conn).verdict
+        if not verdict.ok:
+            try:
+                migration.raise_unless_compatible(verdict)
+            except SchemaMismatch as exc:
+                self._refuse(exc)
+
+    def _refuse(self, exc: SchemaMismatch) -> None:
+        self.log.error("schema_incompatible", error=str(exc))
+        self.refused = exc
+        self.wake.set()
 
     # -- run -------------------------------------------------------------------------------------
     def run(self, stop: threading.Event, hard_stop: threading.Event | None = None) -> int:
@@ -220,7 +240,8 @@ class Daemon:
             slots_in_use=lambda: len(self.held),
             stopping=lambda: self.draining,
             clock_drift=self.clock_drift,
-            reregister=self._register_instance,
+            reregister=self._reregister,
+            refused=lambda: self.refused,
             on_pass=self.metrics.record_renewal,
         )
         reconciler = make_reconciler(pool, self.instance_id, self.settings)
@@ -232,34 +253,62 @@ class Daemon:
         self.notifier.ready(f"ready: instance {self.instance_id}")
         code = 0
         try:
-            next_reconcile = 0.0
-            while not stop.is_set():
-                began = time.monotonic()
-                if began >= next_reconcile:
-                    self._step("reconcile", lambda: self._reconcile(reconciler, pool))
-                    next_reconcile = (
-                        time.monotonic() + self.settings.reconcile_interval.total_seconds()
-                    )
-                timeout = self._pass(dispatcher, launcher, completer)
-                self.metrics.iteration.observe(time.monotonic() - began)
-                self.metrics.slots_in_use.set(len(self.held))
-                self.metrics.failed_passes.set(self.supervisor.consecutive)
-                self.progress.tick()
-                if (step := self.supervisor.exhausted) is not None:
-                    code = self._give_up(step)
-                    break
-                if self.wake.wait(timeout):  # a job finished, a NOTIFY, or a signal
-                    self.wake.clear()
-            self._drain(pool, completer, hard_stop)
+            code = self._loop(
+                stop,
+                pool,
+                reconciler=reconciler,
+                dispatcher=dispatcher,
+                launcher=launcher,
+                completer=completer,
+            )
+            if self.refused is None:
+                self._drain(pool, completer, hard_stop)
+            else:  # no write on a schema this build cannot work with: stop the jobs, leave
+                self._abandon()  # their runs to be taken over by a compatible instance
         finally:
             for job_owner in executors.values():
                 job_owner.close()
             waker.stop()
             keeper.stop()  # heartbeats stop last, after the drain
-            self._safely(self._deregister)
+            if self.refused is None:
+                self._safely(self._deregister)
             pool.close()
+        if self.refused is not None:
+            raise self.refused
         self.log.info("instance_stopped", exit_code=code)
         return code
+
+    def _loop(
+        self,
+        stop: threading.Event,
+        pool: ConnectionPool,
+        *,
+        reconciler: Reconciler,
+        dispatcher: Dispatcher,
+        launcher: Launcher,
+        completer: Completer,
+    ) -> int:
+        """Passes until `stop`, a refusal of the schema, or supervision gives up (its code)."""
+        next_reconcile = 0.0
+        while not stop.is_set():
+            began = time.monotonic()
+            if began >= next_reconcile:
+                self._step("reconcile", lambda: self._reconcile(reconciler, pool))
+                if self.refused is not None:
+                    break
+                next_reconcile = time.monotonic() + self.settings.reconcile_interval.total_seconds()
+            timeout = self._pass(dispatcher, launcher, completer)
+            self.metrics.iteration.observe(time.monotonic() - began)
+            self.metrics.slots_in_use.set(len(self.held))
+            self.metrics.failed_passes.set(self.supervisor.consecutive)
+            self.progress.tick()
+            if self.refused is not None:
+                break
+            if (step := self.supervisor.exhausted) is not None:
+                return self._give_up(step)
+            if self.wake.wait(timeout):  # a job finished, a NOTIFY, or a signal
+                self.wake.clear()
+        return 0
 
     def _step(self, step: str, work: Callable[[], T]) -> T | None:
         """Runs one step of the loop; an error is logged, counted, and retried next time.
@@ -286,7 +335,12 @@ class Daemon:
 
     def _reconcile(self, reconciler: Reconciler, pool: ConnectionPool) -> None:
         """Every daemon reconciles in its own loop, never through the queue it repairs; the
-        fleet-wide gauges are sampled at the same rhythm."""
+        fleet-wide gauges are sampled at the same rhythm. The schema is judged first: after a
+        freeze this is the loop's first step, and nothing is written to a schema this build
+        cannot work with."""
+        self._check_schema(pool)
+        if self.refused is not None:
+            return
         self.metrics.record_reconcile(reconciler.run_once())
         with pooled_transaction(pool) as conn:
             depth = occurrence_store.queue_depth(conn)
@@ -358,6 +412,18 @@ class Daemon:
         while len(self.held) and time.monotonic() < stop_deadline:
             self._drain_step(completer)
 
+    def _abandon(self) -> None:
+        """Stops every job without recording anything; their leases run out."""
+        self.readiness.state = "refused: the schema is not compatible with this build"
+        for run in self.held:
+            run.job.stop("the schema is not compatible with this build")
+            self.log.warning(
+                "run_abandoned_schema_incompatible",
+                run_id=run.run_id,
+                occurrence_id=run.occurrence_id,
+                task_id=run.task_id,
+            )
+
     def _drain_step(self, completer: Completer) -> None:
         self._safely(lambda: self.metrics.record_completion(completer.run_once()))
         self.progress.tick()
@@ -403,11 +469,12 @@ def audit(
     checks: tuple[str, ...] = CHECK_NAMES,
 ) -> AuditReport:
     """One read-only audit of the recorded history (`scheduler-daemon audit`)."""
-    current, head = migration.current_revision(url), migration.head_revision()
-    if current != head:
-        raise SchemaMismatch(
-            f"the database schema is at {current or 'nothing'}, this build expects {head}; "
-            "audit reads the history of that revision: run `scheduler-daemon migrate`"
+    verdict = migration.state(url).verdict
+    if not verdict.ok:
+        migration.raise_unless_compatible(
+            dataclasses.replace(
+                verdict, message=f"{verdict.message} (audit reads history this build understands)"
+            )
         )
     pool = make_pool(url, max_size=1, name="scheduler-daemon audit")
     pool.open(wait=True, timeout=10)

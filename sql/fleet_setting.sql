@@ -1,6 +1,7 @@
 -- name: fleet_setting_list :many
--- Every fleet-wide setting.
-SELECT key, value, updated_at, updated_by FROM fleet_setting ORDER BY key
+-- Every fleet-wide setting (not the schema's compatibility record, which `migrate` writes).
+SELECT key, value, updated_at, updated_by FROM fleet_setting WHERE key <> 'schema_compat'
+ORDER BY key
 
 -- name: fleet_setting_set :one
 -- Sets one fleet-wide setting.

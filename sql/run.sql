@@ -36,9 +36,10 @@ SELECT * FROM run WHERE occurrence_id = %(occurrence_id)s ORDER BY id
 
 -- name: run_insert :one
 -- Creates the run of a just-launched occurrence; the lease and takeover point use the database clock.
-INSERT INTO run (occurrence_id, attempt, owner, lease_token, lease_expires_at, takeover_at, started_at)
+INSERT INTO run (occurrence_id, attempt, owner, lease_token, lease_expires_at, takeover_at, started_at,
+    build_revision)
 VALUES (%(occurrence_id)s, %(attempt)s, %(owner)s, %(token)s, clock_timestamp() + %(ttl)s,
-        clock_timestamp() + %(ttl)s + %(grace)s, clock_timestamp())
+        clock_timestamp() + %(ttl)s + %(grace)s, clock_timestamp(), %(build_revision)s)
 RETURNING id, lease_expires_at, takeover_at, started_at
 
 -- name: run_renew :many
@@ -88,3 +89,8 @@ UPDATE run SET status = 'interrupted', finished_at = clock_timestamp(), finished
 WHERE id = %(id)s AND lease_token = %(token)s AND status = 'running'
   AND takeover_at < clock_timestamp()
   AND clock_timestamp() > pg_postmaster_start_time() + %(restart_quiet)s
+
+-- name: run_running_by_build :many
+-- Executing runs per build (`status` during a rollout); NULL: a build before revision 0004.
+SELECT build_revision, count(*) AS runs FROM run WHERE status = 'running'
+GROUP BY build_revision ORDER BY build_revision NULLS FIRST

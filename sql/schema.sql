@@ -150,7 +150,10 @@ CREATE TABLE run (
     finished_by text,
     started_at timestamp with time zone NOT NULL DEFAULT now(),
     finished_at timestamp with time zone,
+    build_revision text,
     CONSTRAINT run_attempt_check CHECK (((attempt >= 1) AND (lease_token >= 1))),
+    CONSTRAINT run_build_revision_check CHECK (((build_revision IS NULL) OR ((length(build_revision) >= 1) AND (length(build_revision) <= 64)))),
+    CONSTRAINT run_build_revision_running_check CHECK (((status <> 'running'::text) OR (build_revision IS NOT NULL))),
     CONSTRAINT run_finished_check CHECK (((status = 'running'::text) = (finished_at IS NULL))),
     CONSTRAINT run_occurrence_fkey FOREIGN KEY (occurrence_id) REFERENCES occurrence(id),
     CONSTRAINT run_occurrence_token_key UNIQUE (occurrence_id, lease_token),
@@ -159,6 +162,8 @@ CREATE TABLE run (
     CONSTRAINT run_status_check CHECK ((status = ANY (ARRAY['running'::text, 'success'::text, 'failed'::text, 'timeout'::text, 'interrupted'::text, 'cancelled'::text]))),
     CONSTRAINT run_takeover_check CHECK ((takeover_at >= lease_expires_at))
 );
+
+CREATE INDEX run_build_running_idx ON public.run USING btree (build_revision) WHERE (status = 'running'::text);
 
 CREATE INDEX run_occurrence_idx ON public.run USING btree (occurrence_id, id);
 

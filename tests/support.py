@@ -99,12 +99,15 @@ class DaemonProcess:
         name: str,
         *args: str,
         env: dict[str, str] | None = None,
+        python: str = sys.executable,
+        cwd: Path | None = None,
     ) -> None:
+        """`python` and `cwd` run another build (tests/chaos/test_mixed_versions.py)."""
         self.url = url
         self.name = name
         self.log_path = log_dir / f"{name}.log"
         argv = [
-            sys.executable,
+            python,
             "-m",
             "scheduler_daemon",
             "--log-format",
@@ -121,6 +124,7 @@ class DaemonProcess:
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 env={**os.environ, "SCHEDULER_DATABASE_URL": url, **(env or {})},
+                cwd=cwd,
             )
 
     @property

@@ -10,16 +10,25 @@ import click
 import psycopg
 
 from scheduler_daemon.cli import audit, fleet, roles, runs, tasks  # noqa: F401 - registers the commands
-from scheduler_daemon.cli.base import EXIT_BAD_INPUT, EXIT_UNAVAILABLE, cli
+from scheduler_daemon.cli.base import (
+    EXIT_BAD_INPUT,
+    EXIT_CONTRACT_BLOCKED,
+    EXIT_SCHEMA_BEHIND,
+    EXIT_SCHEMA_TOO_NEW,
+    EXIT_UNAVAILABLE,
+    cli,
+)
 from scheduler_daemon.domain.schedule import ScheduleError
 from scheduler_daemon.domain.task import InvalidTask
 from scheduler_daemon.settings import InvalidSettings
 from scheduler_daemon.storage.database import first_line, redact
 from scheduler_daemon.storage.error import (
     Conflict,
+    ContractBlocked,
     DatabaseUnavailable,
     NotFound,
-    SchemaMismatch,
+    SchemaBehind,
+    SchemaTooNew,
 )
 
 __all__ = ["cli", "main"]
@@ -45,7 +54,13 @@ def main(argv: list[str] | None = None) -> None:
         _fail(EXIT_BAD_INPUT, exc.format_message().replace("\n", " "))
     except (InvalidTask, InvalidSettings, ScheduleError, Conflict, NotFound) as exc:
         _fail(EXIT_BAD_INPUT, str(exc))
-    except (DatabaseUnavailable, EmbeddedUnavailable, SchemaMismatch) as exc:
+    except SchemaBehind as exc:
+        _fail(EXIT_SCHEMA_BEHIND, str(exc))
+    except SchemaTooNew as exc:
+        _fail(EXIT_SCHEMA_TOO_NEW, str(exc))
+    except ContractBlocked as exc:
+        _fail(EXIT_CONTRACT_BLOCKED, str(exc))
+    except (DatabaseUnavailable, EmbeddedUnavailable) as exc:
         _fail(EXIT_UNAVAILABLE, str(exc))
     except psycopg.errors.UndefinedTable:
         _fail(

@@ -16,8 +16,15 @@ from scheduler_daemon.settings import (
 )
 from scheduler_daemon.version import __version__
 
-EXIT_BAD_INPUT = 2
 EXIT_UNAVAILABLE = 1
+EXIT_BAD_INPUT = 2
+# 3 is EXIT_FAILED_PASSES (supervision.py). Schema compatibility (ADR 0002, docs/upgrading.md):
+EXIT_SCHEMA_BEHIND = 4
+"""The schema lacks a step this build needs: run `scheduler-daemon migrate`."""
+EXIT_SCHEMA_TOO_NEW = 5
+"""The schema is past what this build can work with (a contract ran): upgrade this build."""
+EXIT_CONTRACT_BLOCKED = 6
+"""`migrate --contract` refused: an instance of an older build is still registered."""
 
 
 class Duration(click.ParamType):

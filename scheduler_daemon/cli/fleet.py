@@ -9,6 +9,9 @@ import click
 from scheduler_daemon import view
 from scheduler_daemon.cli.base import (
     DURATION,
+    EXIT_CONTRACT_BLOCKED,
+    EXIT_SCHEMA_BEHIND,
+    EXIT_SCHEMA_TOO_NEW,
     cli,
     client_for,
     emit,
@@ -29,23 +32,82 @@ from scheduler_daemon.supervision import EXIT_FAILED_PASSES
 
 # -- migrate -------------------------------------------------------------------------------------
 @cli.command()
-@click.option("--check", is_flag=True, help="Exit 1 when the schema is behind this build.")
-@click.option("--sql", "as_sql", is_flag=True, help="Print the DDL instead of running it.")
+@click.option(
+    "--check",
+    is_flag=True,
+    help=f"Change nothing; exit 0 when this build works with the schema as it is, "
+    f"{EXIT_SCHEMA_BEHIND} when it needs `migrate`, {EXIT_SCHEMA_TOO_NEW} when the schema is "
+    "too new for it.",
+)
+@click.option(
+    "--contract",
+    is_flag=True,
+    help="Also apply the destructive (contract) steps; refused with exit "
+    f"{EXIT_CONTRACT_BLOCKED} while an instance of an older build is registered.",
+)
+@click.option("--sql", "as_sql", is_flag=True, help="Print each step's SQL and phase; run nothing.")
+@click.option(
+    "--downgrade-to",
+    metavar="REVISION",
+    help="Undo the steps after REVISION (a rollback; docs/upgrading.md says what it keeps).",
+)
+@json_option
 @click.pass_context
-def migrate(ctx: click.Context, check: bool, as_sql: bool) -> None:
-    """Bring the schema to this build's revision."""
+def migrate(
+    ctx: click.Context, check: bool, contract: bool, as_sql: bool, downgrade_to: str | None
+) -> None:
+    """Apply the schema's expand steps (safe while older replicas run); with --contract, the
+    contract steps too, once every replica runs this build (docs/upgrading.md)."""
     from scheduler_daemon.storage import migration
 
+    if sum([check, contract, as_sql, downgrade_to is not None]) > 1:
+        raise click.UsageError("--check, --contract, --sql and --downgrade-to exclude each other")
+    if downgrade_to is not None and not migration.build().knows(downgrade_to):
+        raise click.UsageError(f"--downgrade-to: this build has no revision '{downgrade_to}'")
     if as_sql:
         click.echo(migration.offline_sql())
         return
     url = resolve_database_url(ctx.obj["database_url"])
     if check:
-        current, at, head = migration.is_current(url)
-        click.echo(f"schema at {at or 'nothing'}, this build expects {head}")
-        ctx.exit(0 if current else 1)
-    migration.upgrade(url)
-    click.echo(f"schema at {migration.head_revision()}")
+        found = migration.state(url)
+        fields = found.fields()
+        emit(ctx, fields, _schema_line(fields) + f"\n{found.verdict.message}")
+        migration.raise_unless_compatible(found.verdict)
+        return
+    if downgrade_to is not None:
+        migration.downgrade(url, downgrade_to)
+        emit(ctx, migration.state(url).fields(), f"schema at {migration.current_revision(url)}")
+        return
+    report = migration.contract(url) if contract else migration.expand(url)
+    fields = migration.state(url).fields()
+    data = {"before": report.before, "after": report.after, "applied": list(report.applied)}
+    if report.newer_than_this_build:
+        text = f"schema at {report.after}, newer than this build and works with it: nothing to do"
+    elif report.applied:
+        text = f"schema at {report.after} (applied {', '.join(report.applied)})"
+    else:
+        text = f"schema at {report.after}: nothing to apply"
+    if report.contract_pending:
+        text += (
+            f"; contract step(s) {', '.join(report.contract_pending)} pending: run "
+            "`migrate --contract` once every replica runs this build"
+        )
+    emit(ctx, {**data, "schema": fields}, text)
+
+
+def _schema_line(schema: dict[str, Any]) -> str:
+    """The schema's compatible range in one line (`status`, `migrate --check`)."""
+    line = (
+        f"schema at {schema['revision'] or 'nothing'}: works with builds from schema "
+        f"{schema['oldest_build'] or '?'} on whose needs it meets"
+    )
+    if schema["contract_pending"]:
+        line += f"; contract pending: {', '.join(schema['contract_pending'])}"
+    verdict = "works" if schema["this_build_compatible"] else "does not work"
+    return line + (
+        f"; this build (schema {schema['this_build']}, needs {schema['this_build_needs']}) "
+        f"{verdict}"
+    )
 
 
 def setting(name: str) -> dict[str, Any]:
@@ -206,7 +268,12 @@ def status(ctx: click.Context) -> None:
         view.table(fields["instances"], view.INSTANCE_COLUMNS)
         + f"\n\nqueue depth {fields['queue_depth']}, executing "
         f"{fields['executing_runs']}/{fields['max_concurrent_runs']}"
+        + f"\n{_schema_line(fields['schema'])}"
     )
+    if fields["running_by_build"]:
+        text += "\nrunning by build: " + ", ".join(
+            f"{build} {count}" for build, count in fields["running_by_build"].items()
+        )
     for parked in fields["parked_tasks"]:
         text += f"\nparked: {parked['name']} (id {parked['id']}): {parked['park_error']}"
     emit(ctx, fields, text)

@@ -21,7 +21,7 @@ from scheduler_daemon.storage.database import (
     first_line,
     is_connection_error,
 )
-from scheduler_daemon.storage.error import DatabaseUnavailable
+from scheduler_daemon.storage.error import DatabaseUnavailable, SchemaMismatch
 
 log = structlog.get_logger()
 
@@ -46,6 +46,7 @@ class LeaseKeeper:
         clock_drift: timedelta | None,
         reregister: Callable[[timedelta | None], None],
         on_pass: Callable[[set[int] | None], None] = lambda _fenced: None,
+        refused: Callable[[], SchemaMismatch | None] = lambda: None,
     ) -> None:
         self.url = url
         self.instance_id = instance_id
@@ -56,6 +57,7 @@ class LeaseKeeper:
         self.clock_drift = clock_drift  # database minus host clock, re-measured every heartbeat
         self.reregister = reregister
         self.on_pass = on_pass  # after each pass: the fenced run ids, or None when it failed
+        self.refused = refused  # set once the schema is one this build cannot work with
         self._conn: psycopg.Connection[Any] | None = None
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="lease-keeper", daemon=True)
@@ -78,6 +80,8 @@ class LeaseKeeper:
                 fenced = self.run_once()
             except DatabaseUnavailable as exc:
                 log.warning("lease_renewal_failed", error=str(exc), instance_id=self.instance_id)
+            except SchemaMismatch as exc:  # the daemon stops; nothing was renewed
+                log.warning("lease_renewal_refused", error=str(exc), instance_id=self.instance_id)
             except Exception:  # the keeper must outlive any surprise; logged with its traceback
                 log.exception("lease_keeper_error", instance_id=self.instance_id)
             self.on_pass(fenced)
@@ -106,12 +110,17 @@ class LeaseKeeper:
 
     def run_once(self) -> set[int]:
         """One renewal pass; returns the ids of the runs found fenced."""
+        if (refusal := self.refused()) is not None:
+            raise refusal  # renew nothing on a schema this build cannot work with
         leases = self.held.leases()
         sent = time.monotonic()
         try:
             conn = self._connection()
             with conn.transaction():  # short: the renewal, then the heartbeat, with lock limits
                 apply_limits(conn, Limits())
+                # The heartbeat first: an instance removed while it was frozen re-registers, and
+                # re-checks the schema, before it renews anything (a refusal rolls back).
+                self._heartbeat(conn)
                 renewed = run_store.renew(
                     conn,
                     owner=self.instance_id,
@@ -119,7 +128,6 @@ class LeaseKeeper:
                     ttl=self.settings.lease_ttl,
                     grace=self.settings.lease_grace,
                 )
-                self._heartbeat(conn)
         except psycopg.OperationalError as exc:
             if self._conn is not None and is_connection_error(exc):
                 self._conn.close()

@@ -29,4 +29,16 @@ class Conflict(StorageError):
 
 
 class SchemaMismatch(StorageError):
-    """The schema is not at the revision this build expects."""
+    """This build cannot work with the database schema (ADR 0002)."""
+
+
+class SchemaBehind(SchemaMismatch):
+    """The schema lacks a step this build needs: run `migrate` (exit code 4)."""
+
+
+class SchemaTooNew(SchemaMismatch):
+    """The schema is past what this build can work with: upgrade the build (exit code 5)."""
+
+
+class ContractBlocked(StorageError):
+    """`migrate --contract` found registered instances of a build it would break (exit code 6)."""

@@ -1,15 +1,32 @@
-"""Runs the alembic migrations shipped with the package: upgrade, check, offline SQL, revisions."""
+"""Runs the alembic migrations shipped with the package under the compatibility contract
+(ADR 0002): expand, contract, the compatibility record, offline SQL per step, revisions."""
 
+import functools
 import io
+import socket
+from dataclasses import dataclass
+from typing import Any
 
+import psycopg
 from alembic import command
 from alembic.config import Config
 from alembic.script import ScriptDirectory
+from psycopg.types.json import Jsonb
 
+from scheduler_daemon.domain.schema_compat import Build, Record, Step, Verdict
+from scheduler_daemon.storage import instance_store, query
 from scheduler_daemon.storage.database import connect
+from scheduler_daemon.storage.error import ContractBlocked, SchemaBehind, SchemaTooNew
 from scheduler_daemon.storage.resource import resource_dir
+from scheduler_daemon.version import __version__
 
 VERSION_TABLE = "scheduler_daemon_alembic_version"
+BASELINE = "0003"
+"""Revisions up to this one were released before the contract: each is a `baseline` step, which
+builds before it cannot work with. Every later revision declares `phase = "expand"` or
+`phase = "contract"`."""
+# Any fixed 64-bit key; it spells "schemack" so it is recognisable in pg_locks.
+COMPAT_LOCK_KEY = 0x736368656D61636B
 
 
 def sqlalchemy_url(url: str) -> str:
@@ -28,41 +45,244 @@ def _config(url: str, output: io.StringIO | None = None) -> Config:
     return cfg
 
 
+@functools.cache
+def build() -> Build:
+    """This build's chain of steps, read from the migration scripts once."""
+    scripts = ScriptDirectory.from_config(_config("postgresql://"))
+    steps = []
+    for script in reversed(list(scripts.walk_revisions())):
+        doc = (script.module.__doc__ or "").strip().splitlines()
+        description = doc[0] if doc else ""
+        if script.revision <= BASELINE:
+            steps.append(Step(script.revision, "baseline", description))
+            continue
+        phase = getattr(script.module, "phase", None)
+        if phase not in ("expand", "contract"):
+            raise RuntimeError(
+                f"migration {script.revision} declares no phase = 'expand' or 'contract'"
+            )
+        steps.append(Step(script.revision, phase, description))
+    return Build(tuple(steps))
+
+
 def head_revision() -> str:
-    """The revision this build expects."""
-    head = ScriptDirectory.from_config(_config("postgresql://")).get_current_head()
-    assert head is not None
-    return head
+    """The newest revision this build knows."""
+    return build().head
 
 
 def current_revision(url: str) -> str | None:
     """The revision the database is at, None when it was never migrated."""
     with connect(url, autocommit=True) as conn:
-        exists = conn.execute("SELECT to_regclass(%s) AS t", (VERSION_TABLE,)).fetchone()
-        if exists is None or exists["t"] is None:
-            return None
-        row = conn.execute(f"SELECT version_num FROM {VERSION_TABLE}").fetchone()  # noqa: S608
-        return None if row is None else row["version_num"]
+        return _current(conn)
+
+
+def _current(conn: psycopg.Connection[Any]) -> str | None:
+    exists = conn.execute("SELECT to_regclass(%s) AS t", (VERSION_TABLE,)).fetchone()
+    if exists is None or exists["t"] is None:
+        return None
+    row = conn.execute(f"SELECT version_num FROM {VERSION_TABLE}").fetchone()  # noqa: S608
+    return None if row is None else row["version_num"]
+
+
+def _record(conn: psycopg.Connection[Any]) -> Record | None:
+    if conn.execute("SELECT to_regclass('fleet_setting') AS t").fetchone()["t"] is None:
+        return None
+    value = query.run(conn, "schema_compat_record")
+    if value is None:
+        return None
+    return Record(value["revision"], value["oldest_build"], tuple(value["contract_pending"]))
+
+
+@dataclass(frozen=True)
+class SchemaState:
+    current: str | None
+    record: Record | None
+    verdict: Verdict
+
+    def fields(self) -> dict[str, Any]:
+        """What `status` and `migrate --check --json` show of the schema."""
+        mine = build()
+        oldest = self.record.oldest_build if self.record else None
+        if oldest is None and self.current is not None and mine.knows(self.current):
+            oldest = mine.oldest_build_at(self.current)
+        pending = list(self.record.contract_pending) if self.record else []
+        return {
+            "revision": self.current,
+            "oldest_build": oldest,
+            "contract_pending": pending,
+            "this_build": mine.head,
+            "this_build_needs": mine.needs,
+            "this_build_compatible": self.verdict.ok,
+        }
+
+
+def state_of(conn: psycopg.Connection[Any]) -> SchemaState:
+    current, record = _current(conn), _record(conn)
+    return SchemaState(current, record, build().judge(current, record))
+
+
+def state(url: str) -> SchemaState:
+    with connect(url, autocommit=True) as conn:
+        return state_of(conn)
+
+
+def raise_unless_compatible(verdict: Verdict) -> None:
+    if verdict.kind == "behind":
+        raise SchemaBehind(verdict.message)
+    if verdict.kind == "too_new":
+        raise SchemaTooNew(verdict.message)
+
+
+def check_before_write(conn: psycopg.Connection[Any]) -> None:
+    """In the caller's transaction (a registration): waits for a contract in progress, then
+    raises SchemaBehind or SchemaTooNew unless this build can work with the schema."""
+    query.run(conn, "schema_compat_lock_shared", {"key": COMPAT_LOCK_KEY})
+    raise_unless_compatible(state_of(conn).verdict)
+
+
+def _write_record(url: str, revision: str | None, pending: list[str], oldest: str | None) -> None:
+    if revision is None:
+        return  # downgraded to nothing: the table that held the record is gone
+    value = {"revision": revision, "oldest_build": oldest, "contract_pending": pending}
+    with connect(url) as conn, conn.transaction():
+        query.run(
+            conn,
+            "schema_compat_record_set",
+            {
+                "value": Jsonb(value),
+                "updated_by": f"migrate {__version__} (schema {head_revision()}) "
+                f"on {socket.gethostname()}",
+            },
+        )
+
+
+def _pending_contract(revision: str | None) -> list[str]:
+    return [s.revision for s in build().after(revision) if s.phase == "contract"]
+
+
+def _refuse_a_newer_schema(url: str) -> SchemaState:
+    found = state(url)
+    if found.current is not None and not build().knows(found.current):
+        raise_unless_compatible(found.verdict)  # too new: nothing to do here, or refuse
+    return found
 
 
 def upgrade(url: str, revision: str = "head") -> None:
-    connect(url).close()  # a one-line DatabaseUnavailable instead of a SQLAlchemy traceback
+    """Applies every step up to `revision`, contract steps included, without the instance check
+    of `contract` (tests, and the embedded server's first start); records the result."""
+    _refuse_a_newer_schema(url)
     command.upgrade(_config(url), revision)
+    now = current_revision(url)
+    _write_record(url, now, _pending_contract(now), build().oldest_build_at(now) if now else None)
 
 
 def downgrade(url: str, revision: str) -> None:
     connect(url).close()
     command.downgrade(_config(url), revision)
+    now = current_revision(url)
+    _write_record(url, now, _pending_contract(now), build().oldest_build_at(now) if now else None)
 
 
-def offline_sql(url: str | None = None) -> str:
-    """The DDL `upgrade head` would run, as text, without touching a database."""
-    output = io.StringIO()
-    command.upgrade(_config(url or "postgresql://", output), "head", sql=True)
-    return output.getvalue()
+@dataclass(frozen=True)
+class MigrateReport:
+    before: str | None
+    after: str | None
+    applied: tuple[str, ...]
+    contract_pending: tuple[str, ...]
+    newer_than_this_build: bool = False
 
 
-def is_current(url: str) -> tuple[bool, str | None, str]:
-    """(at head?, current revision, head revision)."""
-    current, head = current_revision(url), head_revision()
-    return current == head, current, head
+def expand(url: str) -> MigrateReport:
+    """`migrate`: the expand steps only, up to the first pending contract step. A schema newer
+    than this build that still works with it is left alone."""
+    found = _refuse_a_newer_schema(url)
+    before = found.current
+    if before is not None and not build().knows(before):
+        pending = found.record.contract_pending if found.record else ()
+        return MigrateReport(before, before, (), pending, newer_than_this_build=True)
+    target = build().expand_target(before)
+    applied: tuple[str, ...] = ()
+    if target is not None:
+        # Expand steps leave the oldest allowed build where it was, so the record may follow.
+        command.upgrade(_config(url), target)
+        revisions = [s.revision for s in build().after(before)]
+        applied = tuple(revisions[: revisions.index(target) + 1])
+    after = current_revision(url)
+    pending = _pending_contract(after)
+    _write_record(url, after, pending, build().oldest_build_at(after) if after else None)
+    return MigrateReport(before, after, applied, tuple(pending))
+
+
+def incompatible_instances(conn: psycopg.Connection[Any], oldest: str) -> list[dict[str, Any]]:
+    """Registered instances (live, or not yet expired) of builds older than `oldest`."""
+    return [
+        row
+        for row in instance_store.list_instances(conn)
+        if not build().works_after(row["schema_revision"], oldest)
+    ]
+
+
+def contract(url: str) -> MigrateReport:
+    """`migrate --contract`: every pending step, contract steps included; refused, naming them
+    and the instances, while an instance of a build they would break is registered."""
+    found = _refuse_a_newer_schema(url)
+    before = found.current
+    if before is not None and not build().knows(before):
+        raise SchemaTooNew(
+            f"the database schema is at {before}, newer than this build (schema {head_revision()}"
+            "): run `migrate --contract` with the newest build"
+        )
+    steps = build().after(before)
+    if not steps:
+        return MigrateReport(before, before, (), ())
+    oldest_after = build().oldest_build_at(build().head)
+    contracts = [s.revision for s in steps if s.phase == "contract"]
+    with connect(url) as guard, guard.transaction():
+        if before is not None:
+            query.run(guard, "schema_compat_lock", {"key": COMPAT_LOCK_KEY})
+            blocking = incompatible_instances(guard, oldest_after)
+            if blocking:
+                names = ", ".join(
+                    f"{row['id']} (version {row['version']}, schema {row['schema_revision']})"
+                    for row in blocking
+                )
+                raise ContractBlocked(
+                    f"contract step(s) {', '.join(contracts)} would break instance(s) {names}, "
+                    f"which need builds from schema {oldest_after} on; roll them to this build "
+                    "(or wait until a stopped one's row expires), then run `migrate --contract` "
+                    "again"
+                )
+            # The raised oldest build is visible before the first contract step commits.
+            _write_record(url, before, contracts, oldest_after)
+        try:
+            command.upgrade(_config(url), "head")
+        except BaseException:
+            if before is not None:
+                now = current_revision(url)
+                oldest = build().oldest_build_at(now) if now else None
+                _write_record(url, now, _pending_contract(now), oldest)
+            raise
+    after = current_revision(url)
+    _write_record(url, after, [], oldest_after)
+    return MigrateReport(before, after, tuple(s.revision for s in steps), ())
+
+
+def offline_steps() -> list[tuple[Step, str]]:
+    """Each step with the SQL it runs, without touching a database (`migrate --sql`)."""
+    found: list[tuple[Step, str]] = []
+    previous: str | None = None
+    for step in build().steps:
+        output = io.StringIO()
+        span = step.revision if previous is None else f"{previous}:{step.revision}"
+        command.upgrade(_config("postgresql://", output), span, sql=True)
+        found.append((step, output.getvalue()))
+        previous = step.revision
+    return found
+
+
+def offline_sql() -> str:
+    """The SQL of every step, each headed by its revision and phase."""
+    return "\n".join(
+        f"-- step {step.revision} ({step.phase}): {step.description}\n{sql}"
+        for step, sql in offline_steps()
+    )

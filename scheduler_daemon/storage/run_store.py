@@ -19,7 +19,9 @@ def insert(
     grace: timedelta,
 ) -> dict[str, Any]:
     """The run of a just-launched occurrence, leased on the database clock until now + ttl;
-    others may take it over after that + grace."""
+    others may take it over after that + grace. It names this build (its schema head)."""
+    from scheduler_daemon.storage.migration import head_revision  # alembic: load on first use
+
     return query.run(
         conn,
         "run_insert",
@@ -30,8 +32,17 @@ def insert(
             "token": token,
             "ttl": ttl,
             "grace": grace,
+            "build_revision": head_revision(),
         },
     )
+
+
+def running_by_build(conn: psycopg.Connection[Any]) -> dict[str, int]:
+    """Executing runs per build head; "before-0004" for a build that does not record it."""
+    return {
+        row["build_revision"] or "before-0004": row["runs"]
+        for row in query.run(conn, "run_running_by_build")
+    }
 
 
 def renew(

@@ -141,15 +141,16 @@ def test_jobs_that_crash_flood_or_raise_fail_their_run_and_the_daemon_keeps_goin
     assert "SCHEDULER_DATABASE_URL" not in job_env  # jobs do not get the daemon's database role
 
 
-def test_the_daemon_refuses_a_schema_that_is_not_at_its_revision(
+def test_the_daemon_refuses_a_schema_that_lacks_its_steps_and_asks_for_migrate(
     spawn, empty_database_url, tmp_path
 ) -> None:
     daemon = spawn(empty_database_url, "unmigrated")
-    assert daemon.proc.wait(30) == 1
+    assert daemon.proc.wait(30) == 4  # EXIT_SCHEMA_BEHIND
     lines = [line for line in daemon.log().splitlines() if line.startswith("error:")]
+    build = migration.build()
     assert lines == [
-        f"error: the database schema is at nothing, this build expects "
-        f"{migration.head_revision()}; run `scheduler-daemon migrate`"
+        f"error: the database schema is at nothing, this build (schema {build.head}) needs "
+        f"{build.needs}; run `scheduler-daemon migrate`"
     ]
 
 

@@ -53,6 +53,14 @@ def test_the_unit_reports_readiness_and_keepalives_and_waits_for_the_database() 
     assert _one(unit, "Restart") == "on-failure"
 
 
+def test_the_unit_retries_a_schema_behind_but_not_one_past_this_build() -> None:
+    from scheduler_daemon.cli.base import EXIT_SCHEMA_BEHIND, EXIT_SCHEMA_TOO_NEW
+
+    prevented = _one(_directives(UNIT.read_text()), "RestartPreventExitStatus").split()
+    assert str(EXIT_SCHEMA_TOO_NEW) in prevented  # only a newer build helps
+    assert str(EXIT_SCHEMA_BEHIND) not in prevented  # `migrate` will come
+
+
 def test_the_unit_gives_the_drain_the_time_the_daemon_expects() -> None:
     unit = _directives(UNIT.read_text())
     assert _one(unit, "KillMode") == "mixed"  # SIGTERM to the daemon only; it stops its jobs

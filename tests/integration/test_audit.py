@@ -12,6 +12,7 @@ import pytest
 from scheduler_daemon.domain.audit import CHECK_NAMES
 from scheduler_daemon.domain.task import TaskSpec
 from scheduler_daemon.services.auditor import Auditor
+from scheduler_daemon.storage import migration
 from scheduler_daemon.storage.database import snapshot_transaction
 from tests.support import query, shell_task, wait_for
 
@@ -83,8 +84,8 @@ def _run(
         url,
         """
         INSERT INTO run (occurrence_id, attempt, owner, lease_token, lease_expires_at,
-            takeover_at, status, started_at, finished_at)
-        VALUES (%s, 1, 'planted', %s, %s, %s, %s, %s, %s) RETURNING id""",
+            takeover_at, status, started_at, finished_at, build_revision)
+        VALUES (%s, 1, 'planted', %s, %s, %s, %s, %s, %s, 'planted') RETURNING id""",
         (
             occurrence_id,
             token,
@@ -661,9 +662,11 @@ def test_a_database_at_another_schema_revision_is_refused_in_one_line(
     cli, empty_database_url
 ) -> None:
     result = cli("audit", url=empty_database_url)
-    assert result.code == 1
+    assert result.code == 4  # EXIT_SCHEMA_BEHIND
     assert result.out == ""
+    build = migration.build()
     assert result.err.strip().splitlines() == [
-        "error: the database schema is at nothing, this build expects 0003; audit reads the "
-        "history of that revision: run `scheduler-daemon migrate`"
+        f"error: the database schema is at nothing, this build (schema {build.head}) needs "
+        f"{build.needs}; run `scheduler-daemon migrate` (audit reads history this build "
+        "understands)"
     ]

@@ -56,8 +56,8 @@ def test_an_older_occurrence_committed_after_a_younger_ones_claim_did_not_wait_i
     query(
         database_url,
         """INSERT INTO run (occurrence_id, attempt, owner, lease_token, lease_expires_at,
-               takeover_at, started_at)
-           VALUES (%s, 1, 'planted', 1, now() + %s, now() + %s, clock_timestamp())""",
+               takeover_at, started_at, build_revision)
+           VALUES (%s, 1, 'planted', 1, now() + %s, now() + %s, clock_timestamp(), 'planted')""",
         (latest["id"], timedelta(seconds=10), timedelta(seconds=20)),
     )
     found = cli("audit", "--check", "fifo_order", "--json")

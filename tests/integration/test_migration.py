@@ -32,10 +32,11 @@ def test_upgrade_downgrade_upgrade_leaves_the_same_schema(empty_database_url: st
     assert migration.current_revision(empty_database_url) == migration.head_revision()
 
 
-def test_migrate_check_exits_1_when_behind_and_0_at_head(empty_database_url: str, cli) -> None:
+def test_migrate_check_exits_4_when_behind_and_0_at_head(empty_database_url: str, cli) -> None:
     behind = cli("migrate", "--check", url=empty_database_url)
-    assert behind.code == 1
+    assert behind.code == 4, behind.err
     assert "schema at nothing" in behind.out
+    assert behind.err.startswith("error: the database schema is at nothing")
     assert cli("migrate", url=empty_database_url).code == 0
     at_head = cli("migrate", "--check", url=empty_database_url)
     assert at_head.code == 0, at_head.err
@@ -46,6 +47,7 @@ def test_migrate_sql_prints_the_ddl_without_a_database(cli) -> None:
     result = cli("migrate", "--sql", url="postgresql://nobody@127.0.0.1:1/none")
     assert result.code == 0
     assert "CREATE TABLE task" in result.out
+    assert "-- step 0001 (baseline): Initial schema" in result.out
     assert "occurrence_task_scheduled_for_key" in result.out
 
 

@@ -151,8 +151,10 @@ def _plant_orphans(url: str) -> None:
             SELECT %(task)s, g, now() - g * interval '1 second', 'manual', 'allow', 'running',
                    1, 1, 'dead', now()
             FROM generate_series(1, %(n)s) g RETURNING id)
-        INSERT INTO run (occurrence_id, attempt, owner, lease_token, lease_expires_at, takeover_at)
-        SELECT id, 1, 'dead', 1, now() - interval '10 seconds', now() - interval '5 seconds'
+        INSERT INTO run (occurrence_id, attempt, owner, lease_token, lease_expires_at, takeover_at,
+            build_revision)
+        SELECT id, 1, 'dead', 1, now() - interval '10 seconds', now() - interval '5 seconds',
+            'planted'
         FROM occ RETURNING id""",
         {"task": task["id"], "n": ORPHANS},
     )

@@ -1,0 +1,127 @@
+"""Which builds can work with which schema (ADR 0002): pure judgement over revision chains.
+
+A build knows its own chain of migration steps, oldest first. Each step is `baseline` (released
+before the contract existed: builds before it cannot work with it), `expand` (additive: builds
+that predate it keep working) or `contract` (destructive: only builds that know it may write
+after it). The database records, besides the applied revision, the oldest build head allowed to
+write (`oldest_build`) and the contract steps still pending.
+"""
+
+from dataclasses import dataclass
+from typing import Literal
+
+Phase = Literal["baseline", "expand", "contract"]
+Kind = Literal["ok", "behind", "too_new"]
+
+
+@dataclass(frozen=True)
+class Step:
+    revision: str
+    phase: Phase
+    description: str = ""
+
+
+@dataclass(frozen=True)
+class Record:
+    """What `migrate` wrote into the database about the schema's compatibility."""
+
+    revision: str
+    oldest_build: str
+    contract_pending: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Verdict:
+    kind: Kind
+    message: str
+
+    @property
+    def ok(self) -> bool:
+        return self.kind == "ok"
+
+
+@dataclass(frozen=True)
+class Build:
+    """One build's chain of steps; its head is the last."""
+
+    steps: tuple[Step, ...]
+
+    @property
+    def head(self) -> str:
+        return self.steps[-1].revision
+
+    def knows(self, revision: str) -> bool:
+        return any(s.revision == revision for s in self.steps)
+
+    def index(self, revision: str) -> int:
+        return next(i for i, s in enumerate(self.steps) if s.revision == revision)
+
+    @property
+    def needs(self) -> str:
+        """The newest step this build cannot run without: its last baseline or expand step.
+        Contract steps after it may be pending."""
+        return next(s.revision for s in reversed(self.steps) if s.phase != "contract")
+
+    def oldest_build_at(self, revision: str) -> str:
+        """The oldest build head allowed to write once the chain is applied up to `revision`:
+        raised by baseline and contract steps, left alone by expand steps."""
+        oldest = self.steps[0].revision
+        for step in self.steps[: self.index(revision) + 1]:
+            if step.phase != "expand":
+                oldest = step.revision
+        return oldest
+
+    def after(self, revision: str | None) -> tuple[Step, ...]:
+        """The steps not yet applied on a schema at `revision` (None: nothing applied)."""
+        return self.steps if revision is None else self.steps[self.index(revision) + 1 :]
+
+    def expand_target(self, revision: str | None) -> str | None:
+        """How far `migrate` (expand only) goes from `revision`: up to the step before the first
+        pending contract step. None when it would apply nothing."""
+        target = None
+        for step in self.after(revision):
+            if step.phase == "contract":
+                break
+            target = step.revision
+        return target
+
+    def works_after(self, instance_head: str, oldest_build: str) -> bool:
+        """Whether a build at `instance_head` may write to a schema whose oldest allowed build
+        is `oldest_build`. A head this build does not know is a newer build: it may."""
+        if not self.knows(instance_head):
+            return True
+        return self.index(instance_head) >= self.index(oldest_build)
+
+    def judge(self, current: str | None, record: Record | None) -> Verdict:
+        """Can this build work with a schema at `current`?"""
+        head = self.head
+        if current is None:
+            return Verdict(
+                "behind",
+                f"the database schema is at nothing, this build (schema {head}) needs "
+                f"{self.needs}; run `scheduler-daemon migrate`",
+            )
+        if self.knows(current):
+            missing = [s.revision for s in self.after(current) if s.phase != "contract"]
+            if missing:
+                return Verdict(
+                    "behind",
+                    f"the database schema is at {current}, this build (schema {head}) needs "
+                    f"{self.needs}; run `scheduler-daemon migrate`",
+                )
+            oldest = record.oldest_build if record is not None else self.oldest_build_at(current)
+        elif record is None:
+            return Verdict(
+                "too_new",
+                f"the database schema is at {current}, which this build (schema {head}) does "
+                "not know and which records no compatible builds; upgrade this build",
+            )
+        else:
+            oldest = record.oldest_build
+        if not self.knows(oldest) or self.index(oldest) > self.index(head):
+            return Verdict(
+                "too_new",
+                f"the database schema is at {current} and works with builds from schema "
+                f"{oldest} on; this build is at schema {head}: upgrade it",
+            )
+        return Verdict("ok", f"the database schema is at {current}; this build ({head}) works")

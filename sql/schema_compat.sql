@@ -1,0 +1,19 @@
+-- name: schema_compat_lock_shared :scalar
+-- Held by a registration for its transaction: `migrate --contract` waits for it, and it waits
+-- for a contract in progress, so no build registers against a schema it has not judged.
+SELECT pg_advisory_xact_lock_shared(%(key)s)
+
+-- name: schema_compat_lock :scalar
+-- Held by `migrate --contract` while it checks the registered instances and contracts.
+SELECT pg_advisory_xact_lock(%(key)s)
+
+-- name: schema_compat_record :scalar
+-- The compatibility record `migrate` wrote (ADR 0002); NULL before the first such migrate.
+SELECT value FROM fleet_setting WHERE key = 'schema_compat'
+
+-- name: schema_compat_record_set :rowcount
+-- Writes the compatibility record (a row of fleet_setting, hidden from `config show`).
+INSERT INTO fleet_setting (key, value, updated_at, updated_by)
+VALUES ('schema_compat', %(value)s, now(), %(updated_by)s)
+ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value, updated_at = EXCLUDED.updated_at,
+    updated_by = EXCLUDED.updated_by

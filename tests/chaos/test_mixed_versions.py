@@ -1,0 +1,221 @@
+"""A rolling upgrade with real processes of two builds (guarantee 15): the build of the last
+commit before the newest migration beside this one, on one database, through expand, SIGKILLs
+of each, the roll of the old replicas, and `migrate --contract`; then `audit` over the history.
+
+The old build comes from `git archive` of that commit, found from the history of
+migrations/versions/ (not a fixed hash), into a virtualenv of its own that reuses this one's
+installed dependencies. A shallow clone has no such commit: the test is skipped, saying so.
+"""
+
+import os
+import signal
+import subprocess
+import sys
+import sysconfig
+import time
+from pathlib import Path
+
+import pytest
+
+from scheduler_daemon.storage import migration
+from tests.support import DaemonProcess, query, wait_for
+
+pytestmark = pytest.mark.slow
+ROOT = Path(__file__).resolve().parents[2]
+VERSIONS = "migrations/versions"
+# A SIGKILLed old replica stays registered this long: the contract is refused, then passes.
+TIMING = ("--instance-expiry", "15s")
+TASKS = 8
+
+
+def _git(*args: str) -> str:
+    return subprocess.run(
+        ["git", "-C", str(ROOT), *args], capture_output=True, text=True, check=True, timeout=60
+    ).stdout.strip()
+
+
+def _old_commit() -> str:
+    """The parent of the commit that added the newest migration file."""
+    try:
+        if _git("rev-parse", "--is-shallow-repository") == "true":
+            pytest.skip("a shallow clone has no history of migrations/: git fetch --unshallow")
+    except (OSError, subprocess.CalledProcessError) as exc:
+        pytest.skip(f"no git history here ({exc}): the old build cannot be built")
+    newest = sorted(p.name for p in (ROOT / VERSIONS).glob("*.py"))[-1]
+    added = _git("log", "--diff-filter=A", "--format=%H", "-n1", "--", f"{VERSIONS}/{newest}")
+    if not added:
+        pytest.skip(f"{newest} is not committed yet: commit it so the old build can be found")
+    return _git("rev-parse", f"{added}^")
+
+
+def _old_build(tmp_path: Path) -> tuple[str, Path]:
+    """(python, cwd) that run the old commit's scheduler-daemon with this venv's dependencies."""
+    commit = _old_commit()
+    source = tmp_path / "old-source"
+    source.mkdir()
+    archive = subprocess.run(
+        ["git", "-C", str(ROOT), "archive", commit], capture_output=True, check=True, timeout=60
+    )
+    subprocess.run(["tar", "-x", "-C", str(source)], input=archive.stdout, check=True)
+    venv = tmp_path / "old-venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    python = venv / "bin" / "python"
+    site = subprocess.run(
+        [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    # The old source first; then this environment's packages (its editable install of the new
+    # source comes after the old one on sys.path, so `import scheduler_daemon` is the old build).
+    mine = sysconfig.get_paths()["purelib"]
+    (Path(site) / "reuse.pth").write_text(f"{source}\nimport site; site.addsitedir({mine!r})\n")
+    cwd = tmp_path  # not the checkout: sys.path[0] would be the new source
+    found = subprocess.run(
+        [str(python), "-c", "import scheduler_daemon, sys; print(scheduler_daemon.__file__)"],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=cwd,
+    ).stdout.strip()
+    assert found.startswith(str(source)), found
+    return str(python), cwd
+
+
+def _cli(python: str, cwd: Path, url: str, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [python, "-m", "scheduler_daemon", "--database-url", url, "--log-level", "warning", *args],
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd=cwd,
+        timeout=120,
+    )
+
+
+def _kill_while_running(url: str, daemon: DaemonProcess, instance: str) -> int:
+    """SIGKILLs `daemon` while it holds a running run; returns that run's id."""
+    (row,) = wait_for(
+        lambda: query(
+            url, "SELECT id FROM run WHERE owner = %s AND status = 'running' LIMIT 1", (instance,)
+        ),
+        message=f"{instance} to hold a running run",
+    )
+    os.kill(daemon.pid, signal.SIGKILL)
+    return row["id"]
+
+
+def _taken_over_by(url: str, run_id: int) -> str:
+    """The instance that took the run over once its owner died."""
+    (row,) = wait_for(
+        lambda: query(
+            url,
+            "SELECT finished_by FROM run WHERE id = %s AND status = 'interrupted'",
+            (run_id,),
+        ),
+        message=f"run {run_id} to be taken over",
+    )
+    return row["finished_by"]
+
+
+def _runs_by(url: str, instance: str) -> int:
+    rows = query(url, "SELECT count(*) AS n FROM run WHERE owner = %s", (instance,))
+    return rows[0]["n"]
+
+
+def test_a_rolling_upgrade_never_drops_or_doubles_a_run(empty_database_url, tmp_path) -> None:
+    began = time.monotonic()
+    url = empty_database_url
+    old_python, cwd = _old_build(tmp_path)
+    new_python = sys.executable
+    old_head = _cli(old_python, cwd, url, "migrate", "--check").stdout
+    started: list[DaemonProcess] = []
+
+    def start(name: str, python: str) -> DaemonProcess:
+        daemon = DaemonProcess(url, tmp_path, name, *TIMING, python=python, cwd=cwd)
+        started.append(daemon)
+        return daemon
+
+    def new_cli(*args: str) -> subprocess.CompletedProcess[str]:
+        return _cli(new_python, cwd, url, *args)
+
+    try:
+        # The database as the old build left it: migrated by it, tasks added by it.
+        assert _cli(old_python, cwd, url, "migrate").returncode == 0
+        before = migration.current_revision(url)
+        assert before is not None, old_head
+        assert before != migration.head_revision(), old_head
+        for i in range(TASKS):
+            key = ["--concurrency-key", f"k{i % 2}"] if i < 4 else []
+            added = _cli(
+                old_python,
+                cwd,
+                url,
+                *("tasks", "add", f"t{i}", "--every", "1s", "--command", "sleep 0.4", *key),
+            )
+            assert added.returncode == 0, added.stderr
+        old_a, old_b = start("old-a", old_python), start("old-b", old_python)
+        old_a_id, old_b_id = old_a.instance_id(), old_b.instance_id()
+        # A new replica started before the expand asks for `migrate` with its own exit code.
+        early = start("new-early", new_python)
+        assert early.proc.wait(30) == 4, early.log()
+        assert "run `scheduler-daemon migrate`" in early.log()
+
+        wait_for(lambda: _runs_by(url, old_a_id) >= 3, message="the old build to run jobs")
+        expanded = new_cli("migrate")
+        assert expanded.returncode == 0, expanded.stderr
+        assert "contract step(s)" in expanded.stdout, expanded.stdout
+        new_a = start("new-a", new_python)  # its supervisor's restart, after the expand
+        new_a_id = new_a.instance_id()
+        wait_for(lambda: _runs_by(url, new_a_id) >= 3, message="the new build to run jobs")
+        assert old_a.proc.poll() is None  # the old ones kept working
+        assert old_b.proc.poll() is None
+        assert _runs_by(url, old_b_id) >= 1
+
+        # SIGKILL one of each, each while only the other build can take over what it left
+        # running: the old replica's run goes to the new build (the other old one is frozen
+        # meanwhile, and its own runs too), then the new replica's run goes to the old build.
+        old_b.signal(signal.SIGSTOP)
+        old_run = _kill_while_running(url, old_a, old_a_id)
+        assert _taken_over_by(url, old_run) == new_a_id
+        old_b.signal(signal.SIGCONT)
+        new_run = _kill_while_running(url, new_a, new_a_id)
+        assert _taken_over_by(url, new_run) == old_b_id
+        new_b = start("new-b", new_python)
+        new_b.instance_id()
+        # Roll the last old replica to the new build: SIGTERM drains it.
+        assert old_b.stop() == 0, old_b.log()[-3000:]
+        new_c = start("new-c", new_python)
+        new_c.instance_id()
+
+        # The SIGKILLed old replica is still registered: the contract waits for it.
+        refused = new_cli("migrate", "--contract")
+        assert refused.returncode == 6, refused.stdout + refused.stderr
+        assert old_a_id in refused.stderr
+        assert migration.current_revision(url) != migration.head_revision()
+        contracted = wait_for(
+            lambda: (r := new_cli("migrate", "--contract")).returncode == 0 and r,
+            timeout=40,
+            interval=1,
+            message="the killed old replica's row to expire and the contract to pass",
+        )
+        assert migration.current_revision(url) == migration.head_revision(), contracted.stdout
+        # An old build is refused from now on, with its own exit code.
+        late = start("old-late", old_python)
+        assert late.proc.wait(30) == 5, late.log()
+        time.sleep(3)  # the new build works on after the contract
+        (stopped,) = query(url, "SELECT now() AS t")
+        for daemon in (new_b, new_c):
+            assert daemon.stop() == 0, daemon.log()[-3000:]
+    finally:
+        for daemon in started:
+            daemon.kill()
+    time.sleep(3 + 1 + 1)  # runs of killed processes pass their takeover point
+    assert new_cli("recover", "--lease-ttl", "3s", "--lease-grace", "1s").returncode == 0
+    audit = new_cli("audit", "--until", stopped["t"].isoformat(), "--settle", "5s")
+    assert audit.returncode == 0, audit.stdout[-5000:] + audit.stderr
+    builds = query(url, "SELECT DISTINCT build_revision AS b FROM run ORDER BY 1")
+    assert {r["b"] for r in builds} >= {None, migration.head_revision()}  # both builds ran jobs
+    elapsed = time.monotonic() - began
+    print(f"mixed-version upgrade: {elapsed:.1f}s, audit: {audit.stdout.strip()[:300]}")
+    assert elapsed < 180
