@@ -110,25 +110,24 @@ def make_pool(url: str, *, max_size: int, name: str) -> ConnectionPool:
 def pooled_transaction(pool: ConnectionPool, limits: Limits | None = None) -> Iterator[Any]:
     """One short transaction on a pooled connection, with the per-transaction limits set;
     DatabaseUnavailable when the database cannot be reached."""
-    try:
-        with pool.connection() as conn, conn.transaction():
-            apply_limits(conn, limits or Limits())
-            yield conn
-    except PoolTimeout as exc:
-        raise DatabaseUnavailable(f"database unavailable: {first_line(exc)}") from exc
-    except psycopg.OperationalError as exc:
-        if not is_connection_error(exc):
-            raise
-        raise DatabaseUnavailable(f"database unavailable: {first_line(exc)}") from exc
+    with _pooled(pool, limits, snapshot=False) as conn:
+        yield conn
 
 
 @contextmanager
 def snapshot_transaction(pool: ConnectionPool, limits: Limits | None = None) -> Iterator[Any]:
     """One REPEATABLE READ, READ ONLY transaction on a pooled connection: every statement in it
     sees the same snapshot and none can write. Errors as for `pooled_transaction`."""
+    with _pooled(pool, limits, snapshot=True) as conn:
+        yield conn
+
+
+@contextmanager
+def _pooled(pool: ConnectionPool, limits: Limits | None, *, snapshot: bool) -> Iterator[Any]:
     try:
         with pool.connection() as conn, conn.transaction():
-            query.run(conn, "session_snapshot")  # before any other statement, or it is refused
+            if snapshot:
+                query.run(conn, "session_snapshot")  # before any other statement, or refused
             apply_limits(conn, limits or Limits())
             yield conn
     except PoolTimeout as exc:
