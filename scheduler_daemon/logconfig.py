@@ -4,6 +4,7 @@ nested mappings, and in rendered tracebacks."""
 
 import logging
 import sys
+from collections.abc import MutableMapping
 from typing import Any
 
 import structlog
@@ -36,7 +37,7 @@ def _secret_key(key: str) -> bool:
     return is_secret_header(key)
 
 
-def _redact(_: Any, __: str, event: dict[str, Any]) -> dict[str, Any]:
+def _redact(_: Any, __: str, event: MutableMapping[str, Any]) -> dict[str, Any]:
     return {k: MASK if _secret_key(k) else _scrub(v) for k, v in event.items()}
 
 

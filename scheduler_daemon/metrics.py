@@ -17,6 +17,7 @@ how old it is).
 """
 
 import time
+from typing import Any
 
 from prometheus_client import (
     CollectorRegistry,
@@ -51,7 +52,7 @@ class Metrics:
         self.registry = r = CollectorRegistry()
         ProcessCollector(registry=r)
         PlatformCollector(registry=r)
-        ns = {"namespace": NAMESPACE, "registry": r}
+        ns: dict[str, Any] = {"namespace": NAMESPACE, "registry": r}
         Info(NAMESPACE, "This daemon process.", registry=r).info(
             {"instance_id": instance_id, "version": version}
         )

@@ -24,7 +24,7 @@ The variables are removed from the environment when read, so jobs never inherit 
 import os
 import socket
 import time
-from collections.abc import MutableMapping
+from collections.abc import Callable, MutableMapping
 from datetime import timedelta
 
 import structlog
@@ -43,7 +43,11 @@ class Notifier:
     """Sends state changes to the service manager; does nothing outside systemd."""
 
     def __init__(
-        self, address: str | None, watchdog: timedelta | None, *, clock=time.monotonic
+        self,
+        address: str | None,
+        watchdog: timedelta | None,
+        *,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.address = address
         self.watchdog = watchdog

@@ -26,8 +26,8 @@ RUN_STATUS = {
 
 @dataclass(frozen=True)
 class Decision:
-    run_status: str
-    occurrence_status: str  # the final status, or "queued" for another attempt
+    run_status: RunStatus
+    occurrence_status: OccurrenceStatus  # the final status, or "queued" for another attempt
     delay: timedelta = timedelta(0)
     refund: bool = False  # an interruption gives the attempt back
     reason: str | None = None
@@ -50,7 +50,7 @@ def decide(
     """`attempts` counts this one (attempts count at launch). With `cancel_reason` (a cancel
     was requested while it ran) the attempt is final: `cancelled`, unless the job succeeded
     before it could be stopped."""
-    run_status = RUN_STATUS[outcome_status]
+    run_status = RUN_STATUS[OutcomeStatus(outcome_status)]
     if cancel_reason is not None and run_status != RunStatus.SUCCESS:
         return Decision(RunStatus.CANCELLED, OccurrenceStatus.CANCELLED, reason=cancel_reason)
     if run_status in (RunStatus.FAILED, RunStatus.TIMEOUT) and attempts < max_attempts:

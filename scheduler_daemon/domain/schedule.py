@@ -11,7 +11,7 @@ import functools
 import re
 import zoneinfo
 from bisect import bisect_left, bisect_right
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, time, timedelta, tzinfo
 from enum import StrEnum
@@ -150,7 +150,7 @@ def _day_on_or_before(expr: str, day: date) -> date | None:
         return None
 
 
-def _field_values(values: list[int | str], low: int, high: int) -> tuple[int, ...]:
+def _field_values(values: Sequence[int | str], low: int, high: int) -> tuple[int, ...]:
     if "*" in values:
         return tuple(range(low, high + 1))
     return tuple(sorted({int(v) for v in values}))
@@ -305,7 +305,7 @@ class CronSchedule:
                 DstOverlapPolicy.FIRST: (first,),
                 DstOverlapPolicy.SECOND: (second,),
                 DstOverlapPolicy.BOTH: (first, second),
-            }[self.dst_overlap]
+            }[DstOverlapPolicy(self.dst_overlap)]
         if self.dst_gap == DstGapPolicy.SKIP:  # skipped by a spring-forward gap
             return ()
         if not (gap_end and second < gap_end[0] <= first):

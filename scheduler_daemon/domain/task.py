@@ -29,7 +29,7 @@ from scheduler_daemon.domain.status import (
 MAX_PAYLOAD_BYTES = 64 * 1024
 MAX_NAME_LENGTH = 200
 # The payload key that holds each executor's target.
-PAYLOAD_KEY = {
+PAYLOAD_KEY: dict[str, str] = {
     ExecutorKind.SHELL: "command",
     ExecutorKind.HTTP: "url",
     ExecutorKind.PYTHON: "target",

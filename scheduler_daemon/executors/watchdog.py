@@ -209,7 +209,7 @@ class Watchdog:
         self.inbuf = bytearray(rest)
         for line in lines:
             if line.strip():
-                self.handle_line(line)
+                self.handle_line(bytes(line))
 
     def run(self) -> None:
         while self.running:

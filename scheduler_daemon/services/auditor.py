@@ -38,7 +38,7 @@ from scheduler_daemon.domain.coverage import (
     owed_windows,
 )
 from scheduler_daemon.domain.outcome import LIFECYCLE
-from scheduler_daemon.domain.status import ACTIVE, TaskStatus
+from scheduler_daemon.domain.status import ACTIVE, OccurrenceStatus, TaskStatus
 from scheduler_daemon.domain.sweep import (
     SettingHistory,
     Span,
@@ -371,7 +371,7 @@ class Auditor:
             elif r.occurrence_status is None:
                 continue  # finished without ever firing (e.g. its instant passed while paused)
             else:
-                wrong = LIFECYCLE.get(r.occurrence_status) != r.status
+                wrong = LIFECYCLE.get(OccurrenceStatus(r.occurrence_status)) != r.status
                 expected = "a newest occurrence that ended " + " or ".join(
                     repr(s.value) for s, task in LIFECYCLE.items() if task == r.status
                 )

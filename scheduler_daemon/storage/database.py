@@ -19,7 +19,7 @@ CONNECT_TIMEOUT_SECONDS = 5
 # only probe an idle connection; TCP_USER_TIMEOUT also ends a statement sent into a partition
 # (unacknowledged for 60 s) instead of the kernel's ~15 minutes of retransmissions, so a loop
 # pass always ends (settings.PASS_BLOCK_BOUND counts on it). Linux; elsewhere libpq ignores it.
-KEEPALIVES = {
+KEEPALIVES: dict[str, Any] = {
     "keepalives": 1,
     "keepalives_idle": 30,
     "keepalives_interval": 10,

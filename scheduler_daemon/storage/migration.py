@@ -85,7 +85,8 @@ def _current(conn: psycopg.Connection[Any]) -> str | None:
 
 
 def _record(conn: psycopg.Connection[Any]) -> Record | None:
-    if conn.execute("SELECT to_regclass('fleet_setting') AS t").fetchone()["t"] is None:
+    found = conn.execute("SELECT to_regclass('fleet_setting') AS t").fetchone()
+    if found is None or found["t"] is None:
         return None
     value = query.run(conn, "schema_compat_record")
     if value is None:
@@ -208,9 +209,9 @@ def expand(url: str) -> MigrateReport:
         revisions = [s.revision for s in build().after(before)]
         applied = tuple(revisions[: revisions.index(target) + 1])
     after = current_revision(url)
-    pending = _pending_contract(after)
-    _write_record(url, after, pending, build().oldest_build_at(after) if after else None)
-    return MigrateReport(before, after, applied, tuple(pending))
+    contract = _pending_contract(after)
+    _write_record(url, after, contract, build().oldest_build_at(after) if after else None)
+    return MigrateReport(before, after, applied, tuple(contract))
 
 
 def incompatible_instances(conn: psycopg.Connection[Any], oldest: str) -> list[dict[str, Any]]:

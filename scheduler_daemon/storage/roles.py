@@ -64,15 +64,15 @@ class RoleNames:
         return [getattr(self, f.name) for f in fields(self)]
 
 
-def _names(names: list[str]) -> sql.Composable:
+def _names(names: list[str]) -> sql.Composed:
     return sql.SQL(", ").join(sql.Identifier(n) for n in names)
 
 
-def creation(names: RoleNames, schema: str = "public") -> list[sql.Composable]:
+def creation(names: RoleNames, schema: str = "public") -> list[sql.Composed]:
     """For an administrator (CREATEROLE, and the schema's owner): the roles, able to log in but
     without a password (set one with ALTER ROLE ... PASSWORD or psql's \\password), and the schema
     privileges: the owner may create in it, the others only use it."""
-    statements: list[sql.Composable] = [
+    statements: list[sql.Composed] = [
         sql.SQL("CREATE ROLE {} LOGIN").format(sql.Identifier(name)) for name in names.all()
     ]
     statements += [
@@ -88,11 +88,11 @@ def creation(names: RoleNames, schema: str = "public") -> list[sql.Composable]:
     return statements
 
 
-def grants(names: RoleNames, schema: str = "public") -> list[sql.Composable]:
+def grants(names: RoleNames, schema: str = "public") -> list[sql.Composed]:
     """For the schema owner, after `migrate`: exactly this build's table privileges, table by
     table (what was granted before is revoked first)."""
     users = _names(names.users())
-    statements: list[sql.Composable] = []
+    statements: list[sql.Composed] = []
     for table in TABLES:
         target = sql.Identifier(schema, table)
         statements += [
@@ -111,12 +111,12 @@ def grants(names: RoleNames, schema: str = "public") -> list[sql.Composable]:
     return statements
 
 
-def script(statements: list[sql.Composable]) -> str:
+def script(statements: list[sql.Composed]) -> str:
     """The statements as SQL text, one per line, for review or `psql -f`."""
     return "".join(f"{s.as_string()};\n" for s in statements)
 
 
-def apply(conn: psycopg.Connection[Any], statements: list[sql.Composable]) -> None:
+def apply(conn: psycopg.Connection[Any], statements: list[sql.Composed]) -> None:
     """Runs the statements in one transaction: all of them or none."""
     with conn.transaction():
         for statement in statements:
