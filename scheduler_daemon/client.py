@@ -6,12 +6,15 @@ in tests), and every multi-row change locks the task row first.
 
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass, replace
 from datetime import datetime
-from typing import Any
+from typing import Any, Literal
 
 import psycopg
 
+from scheduler_daemon.domain.instance import Instance
 from scheduler_daemon.domain.misfire import skip_past_due
+from scheduler_daemon.domain.occurrence import Occurrence
 from scheduler_daemon.domain.outcome import LIFECYCLE
 from scheduler_daemon.domain.status import (
     OccurrenceStatus,
@@ -39,6 +42,18 @@ from scheduler_daemon.storage.error import Conflict, NotFound
 SCHEDULE_FIELDS = frozenset({"cron", "every", "at", "timezone", "dst_gap", "dst_overlap"})
 OCCURRENCE_STATUSES = tuple(OccurrenceStatus)
 FLEET_SETTINGS = {"max-concurrent-runs": "max_concurrent_runs"}
+
+
+@dataclass(frozen=True)
+class Cancellation:
+    """What `Client.cancel` did: `cancelled` at once, or `requested` of a running occurrence's
+    owner, with how soon it stops the job (None: its owner is not registered) or else the run's
+    takeover point."""
+
+    occurrence: Occurrence
+    cancel: Literal["cancelled", "requested"]
+    stop_within_seconds: float | None = None
+    takeover_at: datetime | None = None
 
 
 class Client:
@@ -205,7 +220,7 @@ class Client:
 
     def trigger(
         self, ref: str | int, *, requested_by: str, now: datetime | None = None
-    ) -> dict[str, Any]:
+    ) -> Occurrence:
         """A `manual` occurrence now; it follows the task's overlap policy."""
         with self._tx() as conn:
             task = task_store.lock(conn, ref)
@@ -234,14 +249,15 @@ class Client:
             ):
                 # A finished one-shot run again: its status follows its newest occurrence.
                 task_store.set_next_run(conn, task.id, next_run_at=None, status=TaskStatus.RUNNING)
-            return {**occurrence, "task_name": task.name}
+            assert occurrence is not None  # only a scheduled firing can be recorded twice
+            return replace(occurrence, task_name=task.name)
 
     def delete(
         self, ref: str | int, *, force: bool = False, requested_by: str, now: datetime | None = None
-    ) -> list[dict[str, Any]]:
+    ) -> list[Occurrence]:
         """Deletes a task, refusing while it has active occurrences unless `force` cancels them:
         queued ones at once, running ones by a cancel request (each keeps its slot until its
-        owner confirms the job is gone). Returns (id, occurrence_seq, status) of each."""
+        owner confirms the job is gone). Returns each: `cancelled`, or `running` when requested."""
         with self._tx() as conn:
             task = task_store.lock(conn, ref)
             db_now = task_store.clock(conn, now)
@@ -279,21 +295,20 @@ class Client:
             raise NotFound(f"unknown run {run_id}")
         return run
 
-    def show_occurrence(self, occurrence_id: int) -> dict[str, Any]:
+    def show_occurrence(self, occurrence_id: int) -> tuple[Occurrence, list[dict[str, Any]]]:
+        """One occurrence and its runs, oldest first."""
         with self._tx() as conn:
             occurrence = occurrence_store.get(conn, occurrence_id)
             if occurrence is None:
                 raise NotFound(f"unknown occurrence {occurrence_id}")
-            occurrence["runs"] = history.runs_of(conn, occurrence_id)
-        return occurrence
+            return occurrence, history.runs_of(conn, occurrence_id)
 
-    def cancel(self, ident: int, *, occurrence: bool = False, requested_by: str) -> dict[str, Any]:
+    def cancel(self, ident: int, *, occurrence: bool = False, requested_by: str) -> Cancellation:
         """Cancels a run's occurrence (or an occurrence). A queued or claimed one ends at once
         (its token raised, so a launcher that has not started the job is fenced). A running one
         gets a cancel request: its owner learns of it at its next renewal, stops the job, and
         records `cancelled` once the job is gone; until then it keeps its slot (`forbid`, key,
-        budget). If the owner is dead, the takeover ends it after its takeover point.
-        The result carries `cancel`: "cancelled" or "requested"."""
+        budget). If the owner is dead, the takeover ends it after its takeover point."""
         with self._tx() as conn:
             if occurrence:
                 occurrence_id = ident
@@ -305,41 +320,41 @@ class Client:
             found = occurrence_store.get(conn, occurrence_id)
             if found is None:
                 raise NotFound(f"unknown occurrence {occurrence_id}")
-            task_store.lock_row(conn, found["task_id"])  # parent first
+            task_store.lock_row(conn, found.task_id)  # parent first
             current = occurrence_store.lock(conn, occurrence_id)
             reason = f"cancelled by {requested_by}"
-            if current is not None and current["status"] == OccurrenceStatus.RUNNING:
+            if current is not None and current.status == OccurrenceStatus.RUNNING:
                 requested = occurrence_store.request_cancel(
                     conn, occurrence_id, reason=reason, requested_by=requested_by
                 )
                 assert requested is not None  # running and locked
-                return {
-                    **requested,
-                    "task_name": found["task_name"],
-                    "cancel": "requested",
-                    **self._stop_bound(conn, occurrence_id),
-                }
+                within, takeover_at = self._stop_bound(conn, occurrence_id)
+                return Cancellation(
+                    replace(requested, task_name=found.task_name), "requested", within, takeover_at
+                )
             cancelled = occurrence_store.cancel(
                 conn, occurrence_id, reason=reason, requested_by=requested_by
             )
             if cancelled is None:
-                status = current["status"] if current else found["status"]
+                status = current.status if current else found.status
                 raise Conflict(f"occurrence {occurrence_id} is already {status}")
             task_store.record_outcome(
                 conn,
-                found["task_id"],
+                found.task_id,
                 occurrence_id=occurrence_id,
-                occurrence_seq=cancelled["occurrence_seq"],
-                scheduled_for=cancelled["scheduled_for"],
+                occurrence_seq=cancelled.occurrence_seq,
+                scheduled_for=cancelled.scheduled_for,
                 status=OccurrenceStatus.CANCELLED,
-                error=cancelled["reason"],
+                error=cancelled.reason,
                 lifecycle=LIFECYCLE[OccurrenceStatus.CANCELLED],
             )
             instance_store.notify_wakeup(conn, "cancelled")
-            return {**cancelled, "task_name": found["task_name"], "cancel": "cancelled"}
+            return Cancellation(replace(cancelled, task_name=found.task_name), "cancelled")
 
     @staticmethod
-    def _stop_bound(conn: psycopg.Connection[Any], occurrence_id: int) -> dict[str, Any]:
+    def _stop_bound(
+        conn: psycopg.Connection[Any], occurrence_id: int
+    ) -> tuple[float | None, datetime | None]:
         """How soon the owner of a running occurrence stops its job after a cancel request: at
         its next renewal (every TTL/3) plus the stop grace; an owner that no longer renews is
         taken over at the run's takeover point, and its watchdog killed the job before that."""
@@ -347,26 +362,28 @@ class Client:
             r for r in history.runs_of(conn, occurrence_id) if r["status"] == RunStatus.RUNNING
         ]
         if not running:
-            return {"stop_within_seconds": None, "takeover_at": None}
+            return None, None
         run = running[-1]
-        owner = next(
-            (i for i in instance_store.list_instances(conn) if i["id"] == run["owner"]), None
-        )
+        owner = next((i for i in instance_store.list_instances(conn) if i.id == run["owner"]), None)
         within = None
         if owner is not None:
-            within = renew_interval(owner["lease_ttl"]).total_seconds() + STOP_GRACE_SECONDS
-        return {"stop_within_seconds": within, "takeover_at": run["takeover_at"]}
+            within = renew_interval(owner.lease_ttl).total_seconds() + STOP_GRACE_SECONDS
+        return within, run["takeover_at"]
 
     def status(self) -> dict[str, Any]:
         """Registered instances, queue depth, executing runs against the budget, takeover bounds."""
         with self._tx() as conn:
-            instances = instance_store.list_instances(conn)
             schema = migration.state_of(conn).fields()
             oldest = schema["oldest_build"]
-            for row in instances:  # can this instance's build write to the schema as it is?
-                row["compatible"] = oldest is not None and migration.build().works_after(
-                    row["schema_revision"], oldest
+            instances: list[Instance] = [
+                # can this instance's build write to the schema as it is?
+                replace(
+                    row,
+                    compatible=oldest is not None
+                    and migration.build().works_after(row.schema_revision, oldest),
                 )
+                for row in instance_store.list_instances(conn)
+            ]
             return {
                 "instances": instances,
                 "schema": schema,

@@ -5,6 +5,8 @@ from typing import Any
 from zoneinfo import ZoneInfo
 
 from scheduler_daemon.domain.audit import AuditReport, Value
+from scheduler_daemon.domain.instance import Instance
+from scheduler_daemon.domain.occurrence import Occurrence
 from scheduler_daemon.domain.secret import mask_headers, redact
 from scheduler_daemon.domain.status import ExecutorKind, RunStatus
 from scheduler_daemon.domain.task import TaskRecord
@@ -166,15 +168,17 @@ OCCURRENCE_FIELDS = (
 )
 
 
-def occurrence_fields(row: dict[str, Any]) -> dict[str, Any]:
-    """An occurrence with the documented field names (and its runs, when it carries them)."""
+def occurrence_fields(
+    occurrence: Occurrence, runs: list[dict[str, Any]] | None = None
+) -> dict[str, Any]:
+    """An occurrence with the documented field names (and its runs, when given)."""
     out = {
         k: iso(v) if isinstance(v, datetime) else v
-        for k, v in ((k, row.get(k)) for k in OCCURRENCE_FIELDS)
+        for k, v in ((k, getattr(occurrence, k)) for k in OCCURRENCE_FIELDS)
     }
-    if "runs" in row:
+    if runs is not None:
         shared = {
-            k: row.get(k)
+            k: getattr(occurrence, k)
             for k in (
                 "occurrence_seq",
                 "reason",
@@ -187,7 +191,7 @@ def occurrence_fields(row: dict[str, Any]) -> dict[str, Any]:
                 "cancel_requested_at",
             )
         }
-        out["runs"] = [run_fields({**r, **shared, "occurrence_id": row["id"]}) for r in row["runs"]]
+        out["runs"] = [run_fields({**r, **shared, "occurrence_id": occurrence.id}) for r in runs]
     return out
 
 
@@ -252,25 +256,28 @@ INSTANCE_COLUMNS = (
 def status_fields(status: dict[str, Any]) -> dict[str, Any]:
     """`status --json`: instances with drift and takeover bound, queue depth, budget use."""
     instances = []
+    row: Instance
     for row in status["instances"]:
-        bound = takeover_bound(row["lease_ttl"], row["lease_grace"], row["reconcile_interval"])
+        bound = takeover_bound(row.lease_ttl, row.lease_grace, row.reconcile_interval)
         instances.append(
             {
-                "id": row["id"],
-                "hostname": row["hostname"],
-                "pid": row["pid"],
-                "version": row["version"],
-                "schema_revision": row["schema_revision"],
-                "compatible": row.get("compatible"),
-                "slots": f"{row['slots_in_use']}/{row['concurrency']}",
-                "slots_in_use": row["slots_in_use"],
-                "concurrency": row["concurrency"],
-                "clock_drift_seconds": seconds(row["clock_drift"]),
-                "silent_for_seconds": round(row["silent_for"].total_seconds(), 3),
+                "id": row.id,
+                "hostname": row.hostname,
+                "pid": row.pid,
+                "version": row.version,
+                "schema_revision": row.schema_revision,
+                "compatible": row.compatible,
+                "slots": f"{row.slots_in_use}/{row.concurrency}",
+                "slots_in_use": row.slots_in_use,
+                "concurrency": row.concurrency,
+                "clock_drift_seconds": seconds(row.clock_drift),
+                "silent_for_seconds": None
+                if row.silent_for is None
+                else round(row.silent_for.total_seconds(), 3),
                 "takeover_bound_seconds": seconds(bound),
-                "stopping": row["stopping"],
-                "started_at": iso(row["started_at"]),
-                "heartbeat_at": iso(row["heartbeat_at"]),
+                "stopping": row.stopping,
+                "started_at": iso(row.started_at),
+                "heartbeat_at": iso(row.heartbeat_at),
             }
         )
     parked = [{**t, "parked_at": iso(t["parked_at"])} for t in status.get("parked_tasks", [])]

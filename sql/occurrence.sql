@@ -36,7 +36,7 @@ WHERE id IN (
     SELECT id FROM occurrence
     WHERE task_id = %(task_id)s AND status IN ('queued', 'launching', 'running')
     ORDER BY id FOR UPDATE)
-RETURNING id, occurrence_seq, status
+RETURNING *
 
 -- name: occurrence_get :one
 -- One occurrence with its task's name.
@@ -172,7 +172,7 @@ FROM task t
 WHERE o.id = %(id)s AND t.id = o.task_id AND o.status = 'queued' AND t.start_deadline IS NOT NULL
   AND clock_timestamp() > CASE WHEN o.attempts + o.interruptions > 0 THEN o.not_before
                                ELSE o.scheduled_for END + t.start_deadline
-RETURNING o.id, o.occurrence_seq, o.scheduled_for
+RETURNING o.*
 
 -- name: occurrence_latest :one
 -- The occurrence that decides a one-shot task's status, read after the task lock is held: the

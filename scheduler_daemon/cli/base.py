@@ -4,7 +4,7 @@ import getpass
 import json
 import socket
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -15,6 +15,9 @@ from scheduler_daemon.settings import (
     resolve_database_url,
 )
 from scheduler_daemon.version import __version__
+
+if TYPE_CHECKING:
+    from scheduler_daemon.client import Client
 
 EXIT_UNAVAILABLE = 1
 EXIT_BAD_INPUT = 2
@@ -62,7 +65,7 @@ def emit(ctx: click.Context, data: Any, text: str) -> None:
     click.echo(json.dumps(data, indent=2, default=str) if ctx.obj["json"] else text)
 
 
-def client_for(ctx: click.Context) -> Any:
+def client_for(ctx: click.Context) -> "Client":
     from scheduler_daemon.client import Client
 
     return Client(resolve_database_url(ctx.obj["database_url"]))

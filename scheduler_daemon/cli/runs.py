@@ -41,7 +41,7 @@ def runs_show(ctx: click.Context, ident: int, occurrence: bool) -> None:
     """One run, or with --occurrence one occurrence and all its runs."""
     client = client_for(ctx)
     if occurrence:
-        fields = view.occurrence_fields(client.show_occurrence(ident))
+        fields = view.occurrence_fields(*client.show_occurrence(ident))
         runs_text = (
             view.table(view.run_table_rows(fields["runs"]), view.RUN_COLUMNS)
             if fields["runs"]
@@ -63,24 +63,25 @@ def runs_cancel(ctx: click.Context, ident: int, occurrence: bool) -> None:
     """Cancel a run (its occurrence). A queued one ends at once; for a running one the owner
     stops the job at its next renewal, and the occurrence ends `cancelled` (keeping its slot
     until then) once the job is confirmed gone."""
-    row = client_for(ctx).cancel(ident, occurrence=occurrence, requested_by=who())
+    done = client_for(ctx).cancel(ident, occurrence=occurrence, requested_by=who())
+    row = done.occurrence
     fields = {
         **view.occurrence_fields(row),
-        "cancel": row["cancel"],
-        "stop_within_seconds": row.get("stop_within_seconds"),
-        "takeover_at": view.iso(row.get("takeover_at")),
+        "cancel": done.cancel,
+        "stop_within_seconds": done.stop_within_seconds,
+        "takeover_at": view.iso(done.takeover_at),
     }
-    if row["cancel"] == "cancelled":
-        text = f"occurrence {row['id']} cancelled"
-    elif row.get("stop_within_seconds") is not None:
+    if done.cancel == "cancelled":
+        text = f"occurrence {row.id} cancelled"
+    elif done.stop_within_seconds is not None:
         text = (
-            f"occurrence {row['id']}: cancel requested; the job is stopped within "
-            f"{row['stop_within_seconds']:g} s (its owner {row['claim_owner'] or 'holds it'}"
+            f"occurrence {row.id}: cancel requested; the job is stopped within "
+            f"{done.stop_within_seconds:g} s (its owner {row.claim_owner or 'holds it'}"
             " confirms before it is recorded cancelled)"
         )
     else:
         text = (
-            f"occurrence {row['id']}: cancel requested; its owner is not registered, so it "
+            f"occurrence {row.id}: cancel requested; its owner is not registered, so it "
             f"is ended at its takeover point {fields['takeover_at']}"
         )
     emit(ctx, fields, text)

@@ -266,9 +266,9 @@ def tasks_trigger(ctx: click.Context, task: str) -> None:
     occ = client_for(ctx).trigger(task, requested_by=who())
     fields = view.occurrence_fields(occ)
     text = (
-        f"occurrence {occ['id']} queued"
-        if occ["status"] == OccurrenceStatus.QUEUED
-        else f"occurrence {occ['id']} skipped: {occ['reason']} (an occurrence is active)"
+        f"occurrence {occ.id} queued"
+        if occ.status == OccurrenceStatus.QUEUED
+        else f"occurrence {occ.id} skipped: {occ.reason} (an occurrence is active)"
     )
     emit(ctx, fields, text)
 
@@ -281,8 +281,8 @@ def tasks_trigger(ctx: click.Context, task: str) -> None:
 def tasks_delete(ctx: click.Context, task: str, force: bool) -> None:
     """Delete a task; its history stays queryable by id and its name becomes free."""
     ended = client_for(ctx).delete(task, force=force, requested_by=who())
-    cancelled = [o["id"] for o in ended if o["status"] == OccurrenceStatus.CANCELLED]
-    requested = [o["id"] for o in ended if o["status"] != OccurrenceStatus.CANCELLED]
+    cancelled = [o.id for o in ended if o.status == OccurrenceStatus.CANCELLED]
+    requested = [o.id for o in ended if o.status != OccurrenceStatus.CANCELLED]
     text = f"deleted {task}"
     if cancelled:
         text += f"; cancelled occurrences {cancelled}"

@@ -7,6 +7,7 @@ from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any
 
+from scheduler_daemon.domain.row import FromRow
 from scheduler_daemon.domain.schedule import (
     CronSchedule,
     IntervalSchedule,
@@ -234,3 +235,10 @@ class TaskRecord:
     @property
     def name(self) -> str:
         return self.spec.name
+
+
+@dataclass(frozen=True)
+class TaskRef(FromRow):
+    """A task a scan saw, by id: the fix locks it and reads it again."""
+
+    id: int

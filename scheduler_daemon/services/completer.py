@@ -166,18 +166,18 @@ class Completer:
             task is None
             or occ is None
             or row is None
-            or occ["lease_token"] != run.token
-            or occ["status"] != OccurrenceStatus.RUNNING
+            or occ.lease_token != run.token
+            or occ.status != OccurrenceStatus.RUNNING
         ):
             raise Fenced
         decision = decide(
             outcome.status,
-            attempts=occ["attempts"],
+            attempts=occ.attempts,
             max_attempts=task.spec.max_attempts,
-            interruptions=occ["interruptions"],
+            interruptions=occ.interruptions,
             max_interruptions=self.max_interruptions,
             backoff=task.spec.backoff,
-            cancel_reason=occ["cancel_reason"],
+            cancel_reason=occ.cancel_reason,
         )
         if not run_store.finish(
             conn,

@@ -124,7 +124,7 @@ class Dispatcher:
             log.debug(
                 "occurrence_created",
                 task_id=task.id,
-                occurrence_id=row["id"],
+                occurrence_id=row.id,
                 status=firing.status,
                 reason=firing.reason,
                 instance_id=self.instance_id,

@@ -6,16 +6,19 @@ that lost its race changes nothing. Scans page through in id order, so a backlog
 page is drained in one pass.
 """
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Any
+from typing import Any, Protocol
 
 import structlog
 from psycopg_pool import ConnectionPool
 
+from scheduler_daemon.domain.occurrence import ExpiredClaim, OccurrenceRef
 from scheduler_daemon.domain.outcome import LIFECYCLE, decide
+from scheduler_daemon.domain.run import TakeoverCandidate
 from scheduler_daemon.domain.status import OccurrenceStatus, OutcomeStatus, TaskStatus
+from scheduler_daemon.domain.task import TaskRef
 from scheduler_daemon.storage import instance_store, occurrence_store, run_store, task_store
 from scheduler_daemon.storage.database import (
     FIRST_TRY_LIMITS,
@@ -30,6 +33,13 @@ from scheduler_daemon.storage.settle import settle
 log = structlog.get_logger()
 LOCKED = object()  # a unit's rows were locked by someone else past its lock wait
 CATEGORIES = ("taken_over", "requeued_claims", "expired", "finalized_tasks", "removed_instances")
+
+
+class Seen(Protocol):
+    """A row a scan saw (TakeoverCandidate, OccurrenceRef, TaskRef): paged by its id."""
+
+    @property
+    def id(self) -> int: ...
 
 
 @dataclass
@@ -69,17 +79,17 @@ class Reconciler:
 
     def run_once(self, *, dry_run: bool = False) -> ReconcileReport:
         report = ReconcileReport(dry_run=dry_run)
-        steps: list[tuple[str, Callable[..., Any], Callable[[dict[str, Any], Limits], Any]]] = [
+        steps: list[tuple[str, Callable[..., Sequence[Seen]], Callable[[Any, Limits], Any]]] = [
             ("taken_over", self._takeover_page, self._take_over),
             ("requeued_claims", self._claims_page, self._requeue_claim),
             ("expired", self._deadline_page, self._expire),
             ("finalized_tasks", self._one_shots_page, self._finalize),
         ]
         for category, page, fix in steps:
-            locked: list[dict[str, Any]] = []
+            locked: list[Seen] = []
             for candidate in self._candidates(page):
                 if dry_run:
-                    report.ids[category].append(candidate["id"])
+                    report.ids[category].append(candidate.id)
                     continue
                 fixed = self._isolated(category, fix, candidate, FIRST_TRY_LIMITS)
                 if fixed is LOCKED:
@@ -94,7 +104,7 @@ class Reconciler:
         removed = self._isolated(
             "removed_instances",
             lambda _, limits: self._in_unit(limits, dead, self.dead_after),
-            {"id": None},
+            None,
             UNIT_LIMITS,
         )
         report.ids["removed_instances"] = [] if removed is LOCKED else removed or []
@@ -106,8 +116,8 @@ class Reconciler:
     def _isolated(
         self,
         category: str,
-        fix: Callable[[dict[str, Any], Limits], Any],
-        seen: dict[str, Any],
+        fix: Callable[[Any, Limits], Any],
+        seen: Seen | None,
         limits: Limits,
     ) -> Any:
         """Runs one fix as its own unit: one that cannot lock its rows in time (a row held by an
@@ -120,7 +130,7 @@ class Reconciler:
                 self.log.warning(
                     "reconcile_unit_failed",
                     category=category,
-                    id=seen["id"],
+                    id=None if seen is None else seen.id,
                     error=first_line(exc),
                 )
             return LOCKED
@@ -129,7 +139,7 @@ class Reconciler:
         with pooled_transaction(self.pool, limits) as conn:
             return step(conn, *args)
 
-    def _candidates(self, page: Callable[..., list[dict[str, Any]]]) -> Iterator[dict[str, Any]]:
+    def _candidates(self, page: Callable[..., Sequence[Seen]]) -> Iterator[Seen]:
         after = 0
         while True:
             with pooled_transaction(self.pool) as conn:
@@ -137,104 +147,104 @@ class Reconciler:
             yield from rows
             if len(rows) < self.page:
                 return
-            after = rows[-1]["id"]
+            after = rows[-1].id
 
     # -- pages -----------------------------------------------------------------------------------
-    def _takeover_page(self, conn: Any, **kw: Any) -> list[dict[str, Any]]:
+    def _takeover_page(self, conn: Any, **kw: Any) -> list[TakeoverCandidate]:
         return run_store.takeover_candidates(conn, restart_quiet=self.restart_quiet, **kw)
 
-    def _claims_page(self, conn: Any, **kw: Any) -> list[dict[str, Any]]:
+    def _claims_page(self, conn: Any, **kw: Any) -> list[ExpiredClaim]:
         return occurrence_store.expired_claims(conn, **kw)
 
-    def _deadline_page(self, conn: Any, **kw: Any) -> list[dict[str, Any]]:
+    def _deadline_page(self, conn: Any, **kw: Any) -> list[OccurrenceRef]:
         return occurrence_store.past_deadline(conn, **kw)
 
-    def _one_shots_page(self, conn: Any, **kw: Any) -> list[dict[str, Any]]:
+    def _one_shots_page(self, conn: Any, **kw: Any) -> list[TaskRef]:
         return task_store.unfinished_one_shots(conn, **kw)
 
     # -- fixes: each one transaction, task → occurrence → run ------------------------------------
-    def _take_over(self, seen: dict[str, Any], limits: Limits = UNIT_LIMITS) -> int | None:
+    def _take_over(self, seen: TakeoverCandidate, limits: Limits = UNIT_LIMITS) -> int | None:
         with pooled_transaction(self.pool, limits) as conn:
-            task = task_store.lock_row(conn, seen["task_id"])
-            occ = occurrence_store.lock(conn, seen["occurrence_id"])
-            run_store.lock(conn, seen["id"])
+            task = task_store.lock_row(conn, seen.task_id)
+            occ = occurrence_store.lock(conn, seen.occurrence_id)
+            run_store.lock(conn, seen.id)
             if not run_store.take_over(
                 conn,
-                seen["id"],
-                token=seen["lease_token"],
+                seen.id,
+                token=seen.lease_token,
                 by=self.instance_id,
                 restart_quiet=self.restart_quiet,
-                error=f"taken over: {seen['owner']} stopped renewing",
+                error=f"taken over: {seen.owner} stopped renewing",
             ):
                 return None  # the owner finished it or another reconciler won
             if (
                 occ is not None
-                and occ["status"] == OccurrenceStatus.RUNNING
-                and occ["lease_token"] == seen["lease_token"]
+                and occ.status == OccurrenceStatus.RUNNING
+                and occ.lease_token == seen.lease_token
             ):
                 decision = decide(
                     OutcomeStatus.STOPPED,
-                    attempts=occ["attempts"],
+                    attempts=occ.attempts,
                     max_attempts=task.spec.max_attempts if task else 1,
-                    interruptions=occ["interruptions"],
+                    interruptions=occ.interruptions,
                     max_interruptions=self.max_interruptions,
                     backoff=timedelta(0),
-                    cancel_reason=occ["cancel_reason"],  # a pending cancel ends here
+                    cancel_reason=occ.cancel_reason,  # a pending cancel ends here
                 )
                 settle(
                     conn,
                     occ,
-                    token=seen["lease_token"],
+                    token=seen.lease_token,
                     decision=decision,
-                    error=f"interrupted: {seen['owner']} stopped renewing its lease",
+                    error=f"interrupted: {seen.owner} stopped renewing its lease",
                 )
         self.log.warning(
             "run_taken_over",
-            run_id=seen["id"],
-            occurrence_id=seen["occurrence_id"],
-            task_id=seen["task_id"],
-            owner=seen["owner"],
+            run_id=seen.id,
+            occurrence_id=seen.occurrence_id,
+            task_id=seen.task_id,
+            owner=seen.owner,
         )
-        return seen["id"]
+        return seen.id
 
-    def _requeue_claim(self, seen: dict[str, Any], limits: Limits = UNIT_LIMITS) -> int | None:
+    def _requeue_claim(self, seen: ExpiredClaim, limits: Limits = UNIT_LIMITS) -> int | None:
         with pooled_transaction(self.pool, limits) as conn:
-            task_store.lock_row(conn, seen["task_id"])
-            occurrence_store.lock(conn, seen["id"])
-            if not occurrence_store.requeue_claim(conn, seen["id"], token=seen["lease_token"]):
+            task_store.lock_row(conn, seen.task_id)
+            occurrence_store.lock(conn, seen.id)
+            if not occurrence_store.requeue_claim(conn, seen.id, token=seen.lease_token):
                 return None
-        self.log.info("claim_requeued", occurrence_id=seen["id"], task_id=seen["task_id"])
-        return seen["id"]
+        self.log.info("claim_requeued", occurrence_id=seen.id, task_id=seen.task_id)
+        return seen.id
 
-    def _expire(self, seen: dict[str, Any], limits: Limits = UNIT_LIMITS) -> int | None:
+    def _expire(self, seen: OccurrenceRef, limits: Limits = UNIT_LIMITS) -> int | None:
         with pooled_transaction(self.pool, limits) as conn:
-            task_store.lock_row(conn, seen["task_id"])
-            occurrence_store.lock(conn, seen["id"])
-            expired = occurrence_store.expire(conn, seen["id"])
+            task_store.lock_row(conn, seen.task_id)
+            occurrence_store.lock(conn, seen.id)
+            expired = occurrence_store.expire(conn, seen.id)
             if expired is None:
                 return None
             task_store.record_outcome(
                 conn,
-                seen["task_id"],
-                occurrence_id=seen["id"],
-                occurrence_seq=expired["occurrence_seq"],
-                scheduled_for=expired["scheduled_for"],
+                seen.task_id,
+                occurrence_id=seen.id,
+                occurrence_seq=expired.occurrence_seq,
+                scheduled_for=expired.scheduled_for,
                 status=OccurrenceStatus.EXPIRED,
                 error="start deadline passed",
                 lifecycle=LIFECYCLE[OccurrenceStatus.EXPIRED],
             )
         self.log.warning(
             "occurrence_expired",
-            occurrence_id=seen["id"],
-            task_id=seen["task_id"],
+            occurrence_id=seen.id,
+            task_id=seen.task_id,
             reason="start_deadline",
         )
-        return seen["id"]
+        return seen.id
 
-    def _finalize(self, seen: dict[str, Any], limits: Limits = UNIT_LIMITS) -> int | None:
+    def _finalize(self, seen: TaskRef, limits: Limits = UNIT_LIMITS) -> int | None:
         """Finalizes a one-shot task from its latest occurrence, read after the task lock."""
         with pooled_transaction(self.pool, limits) as conn:
-            task = task_store.lock_row(conn, seen["id"])
+            task = task_store.lock_row(conn, seen.id)
             if task is None or task.status != TaskStatus.RUNNING:
                 return None
             latest = occurrence_store.latest(conn, task.id)
@@ -245,19 +255,19 @@ class Reconciler:
                     status=TaskStatus.CANCELLED,
                     error="no occurrence was ever recorded",
                 )
-            elif latest["status"] in LIFECYCLE:
+            elif latest.status in LIFECYCLE:
                 task_store.record_outcome(
                     conn,
                     task.id,
-                    occurrence_id=latest["id"],
-                    occurrence_seq=latest["occurrence_seq"],
-                    scheduled_for=latest["scheduled_for"],
-                    status=latest["status"],
-                    error=latest["error"],
-                    lifecycle=LIFECYCLE[latest["status"]],
+                    occurrence_id=latest.id,
+                    occurrence_seq=latest.occurrence_seq,
+                    scheduled_for=latest.scheduled_for,
+                    status=latest.status,
+                    error=latest.error,
+                    lifecycle=LIFECYCLE[latest.status],
                 )
-                task_store.finish_lifecycle(conn, task.id, status=LIFECYCLE[latest["status"]])
+                task_store.finish_lifecycle(conn, task.id, status=LIFECYCLE[latest.status])
             else:
                 return None  # still active: a later pass looks again
-        self.log.info("task_finalized", task_id=seen["id"])
-        return seen["id"]
+        self.log.info("task_finalized", task_id=seen.id)
+        return seen.id

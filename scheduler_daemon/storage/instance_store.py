@@ -6,14 +6,15 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
+from scheduler_daemon.domain.instance import Instance
 from scheduler_daemon.storage import query
 
 # The one NOTIFY channel: wakeup_notify sends on it, the waker's connection LISTENs on it.
 WAKEUP_CHANNEL = "scheduler_daemon_wakeup"
 
 
-def register(conn: psycopg.Connection[Any], **fields: Any) -> dict[str, Any]:
-    return query.run(conn, "instance_register", fields)
+def register(conn: psycopg.Connection[Any], **fields: Any) -> Instance:
+    return Instance.from_row(query.run(conn, "instance_register", fields))
 
 
 def heartbeat(
@@ -42,8 +43,8 @@ def deregister(conn: psycopg.Connection[Any], instance_id: str) -> None:
     query.run(conn, "instance_deregister", {"id": instance_id})
 
 
-def list_instances(conn: psycopg.Connection[Any]) -> list[dict[str, Any]]:
-    return query.run(conn, "instance_list")
+def list_instances(conn: psycopg.Connection[Any]) -> list[Instance]:
+    return [Instance.from_row(row) for row in query.run(conn, "instance_list")]
 
 
 def database_clock(conn: psycopg.Connection[Any]) -> datetime:

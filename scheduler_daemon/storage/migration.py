@@ -13,6 +13,7 @@ from alembic.config import Config
 from alembic.script import ScriptDirectory
 from psycopg.types.json import Jsonb
 
+from scheduler_daemon.domain.instance import Instance
 from scheduler_daemon.domain.schema_compat import Build, Record, Step, Verdict
 from scheduler_daemon.storage import instance_store, query
 from scheduler_daemon.storage.database import connect
@@ -214,12 +215,12 @@ def expand(url: str) -> MigrateReport:
     return MigrateReport(before, after, applied, tuple(contract))
 
 
-def incompatible_instances(conn: psycopg.Connection[Any], oldest: str) -> list[dict[str, Any]]:
+def incompatible_instances(conn: psycopg.Connection[Any], oldest: str) -> list[Instance]:
     """Registered instances (live, or not yet expired) of builds older than `oldest`."""
     return [
         row
         for row in instance_store.list_instances(conn)
-        if not build().works_after(row["schema_revision"], oldest)
+        if not build().works_after(row.schema_revision, oldest)
     ]
 
 
@@ -244,7 +245,7 @@ def contract(url: str) -> MigrateReport:
             blocking = incompatible_instances(guard, oldest_after)
             if blocking:
                 names = ", ".join(
-                    f"{row['id']} (version {row['version']}, schema {row['schema_revision']})"
+                    f"{row.id} (version {row.version}, schema {row.schema_revision})"
                     for row in blocking
                 )
                 raise ContractBlocked(

@@ -5,8 +5,13 @@ from typing import Any
 
 import psycopg
 
+from scheduler_daemon.domain.occurrence import ExpiredClaim, Occurrence, OccurrenceRef
 from scheduler_daemon.domain.status import FINISHED, NOT_STARTED
 from scheduler_daemon.storage import query
+
+
+def _one(row: dict[str, Any] | None) -> Occurrence | None:
+    return None if row is None else Occurrence.from_row(row)
 
 
 def insert(
@@ -24,26 +29,29 @@ def insert(
     requested_by: str | None = None,
     firing_count: int = 1,
     last_scheduled_for: datetime | None = None,
-) -> dict[str, Any]:
-    """Inserts an occurrence; the caller holds the task's row lock and allocated the seq."""
-    return query.run(
-        conn,
-        "occurrence_insert",
-        {
-            "task_id": task_id,
-            "occurrence_seq": occurrence_seq,
-            "scheduled_for": scheduled_for,
-            "last_scheduled_for": last_scheduled_for,
-            "firing_count": firing_count,
-            "trigger": trigger,
-            "overlap": overlap,
-            "concurrency_key": concurrency_key,
-            "status": status,
-            "reason": reason,
-            "requested_by": requested_by,
-            "now": now,
-            "finished": list(FINISHED),
-        },
+) -> Occurrence | None:
+    """Inserts an occurrence; the caller holds the task's row lock and allocated the seq. None
+    when the scheduled firing is recorded already (the unique firing constraint)."""
+    return _one(
+        query.run(
+            conn,
+            "occurrence_insert",
+            {
+                "task_id": task_id,
+                "occurrence_seq": occurrence_seq,
+                "scheduled_for": scheduled_for,
+                "last_scheduled_for": last_scheduled_for,
+                "firing_count": firing_count,
+                "trigger": trigger,
+                "overlap": overlap,
+                "concurrency_key": concurrency_key,
+                "status": status,
+                "reason": reason,
+                "requested_by": requested_by,
+                "now": now,
+                "finished": list(FINISHED),
+            },
+        )
     )
 
 
@@ -53,19 +61,21 @@ def active_count(conn: psycopg.Connection[Any], task_id: int) -> int:
 
 def cancel_active(
     conn: psycopg.Connection[Any], task_id: int, *, reason: str, requested_by: str, now: datetime
-) -> list[dict[str, Any]]:
+) -> list[Occurrence]:
     """Ends a locked task's queued and launching occurrences at once and asks the owners of its
-    running ones to stop their jobs (those keep their slots until confirmed). Returns
-    (id, occurrence_seq, status) of each: `cancelled`, or `running` for a pending cancel."""
-    return query.run(
+    running ones to stop their jobs (those keep their slots until confirmed). Returns each, as
+    `cancelled`, or `running` for a pending cancel."""
+    rows = query.run(
         conn,
         "occurrence_cancel_active",
         {"task_id": task_id, "reason": reason, "requested_by": requested_by, "now": now},
     )
+    return [Occurrence.from_row(row) for row in rows]
 
 
-def get(conn: psycopg.Connection[Any], occurrence_id: int) -> dict[str, Any] | None:
-    return query.run(conn, "occurrence_get", {"id": occurrence_id})
+def get(conn: psycopg.Connection[Any], occurrence_id: int) -> Occurrence | None:
+    """One occurrence with its task's name."""
+    return _one(query.run(conn, "occurrence_get", {"id": occurrence_id}))
 
 
 def executing_count(conn: psycopg.Connection[Any]) -> int:
@@ -100,8 +110,8 @@ def release_claims(conn: psycopg.Connection[Any], owner: str) -> int:
     return query.run(conn, "occurrence_release_claims", {"owner": owner})
 
 
-def lock(conn: psycopg.Connection[Any], occurrence_id: int) -> dict[str, Any] | None:
-    return query.run(conn, "occurrence_lock", {"id": occurrence_id})
+def lock(conn: psycopg.Connection[Any], occurrence_id: int) -> Occurrence | None:
+    return _one(query.run(conn, "occurrence_lock", {"id": occurrence_id}))
 
 
 def finish(
@@ -157,48 +167,52 @@ def retry(
 
 def cancel(
     conn: psycopg.Connection[Any], occurrence_id: int, *, reason: str, requested_by: str
-) -> dict[str, Any] | None:
+) -> Occurrence | None:
     """Cancels one queued or launching occurrence (task locked first); None otherwise."""
-    return query.run(
-        conn,
-        "occurrence_cancel",
-        {
-            "id": occurrence_id,
-            "reason": reason,
-            "requested_by": requested_by,
-            "not_started": list(NOT_STARTED),
-        },
+    return _one(
+        query.run(
+            conn,
+            "occurrence_cancel",
+            {
+                "id": occurrence_id,
+                "reason": reason,
+                "requested_by": requested_by,
+                "not_started": list(NOT_STARTED),
+            },
+        )
     )
 
 
 def request_cancel(
     conn: psycopg.Connection[Any], occurrence_id: int, *, reason: str, requested_by: str
-) -> dict[str, Any] | None:
+) -> Occurrence | None:
     """Asks the owner of a running occurrence to stop its job; None when it is not running."""
-    return query.run(
-        conn,
-        "occurrence_request_cancel",
-        {"id": occurrence_id, "reason": reason, "requested_by": requested_by},
+    return _one(
+        query.run(
+            conn,
+            "occurrence_request_cancel",
+            {"id": occurrence_id, "reason": reason, "requested_by": requested_by},
+        )
     )
 
 
-def expired_claims(
-    conn: psycopg.Connection[Any], *, after: int, limit: int
-) -> list[dict[str, Any]]:
-    return query.run(conn, "occurrence_expired_claims", {"after": after, "limit": limit})
+def expired_claims(conn: psycopg.Connection[Any], *, after: int, limit: int) -> list[ExpiredClaim]:
+    rows = query.run(conn, "occurrence_expired_claims", {"after": after, "limit": limit})
+    return [ExpiredClaim.from_row(row) for row in rows]
 
 
 def requeue_claim(conn: psycopg.Connection[Any], occurrence_id: int, *, token: int) -> bool:
     return query.run(conn, "occurrence_requeue_claim", {"id": occurrence_id, "token": token}) == 1
 
 
-def past_deadline(conn: psycopg.Connection[Any], *, after: int, limit: int) -> list[dict[str, Any]]:
-    return query.run(conn, "occurrence_past_deadline", {"after": after, "limit": limit})
+def past_deadline(conn: psycopg.Connection[Any], *, after: int, limit: int) -> list[OccurrenceRef]:
+    rows = query.run(conn, "occurrence_past_deadline", {"after": after, "limit": limit})
+    return [OccurrenceRef.from_row(row) for row in rows]
 
 
-def expire(conn: psycopg.Connection[Any], occurrence_id: int) -> dict[str, Any] | None:
-    return query.run(conn, "occurrence_expire", {"id": occurrence_id})
+def expire(conn: psycopg.Connection[Any], occurrence_id: int) -> Occurrence | None:
+    return _one(query.run(conn, "occurrence_expire", {"id": occurrence_id}))
 
 
-def latest(conn: psycopg.Connection[Any], task_id: int) -> dict[str, Any] | None:
-    return query.run(conn, "occurrence_latest", {"task_id": task_id})
+def latest(conn: psycopg.Connection[Any], task_id: int) -> Occurrence | None:
+    return _one(query.run(conn, "occurrence_latest", {"task_id": task_id}))

@@ -5,6 +5,7 @@ from typing import Any
 
 import psycopg
 
+from scheduler_daemon.domain.run import Run, TakeoverCandidate
 from scheduler_daemon.storage import query
 
 
@@ -66,8 +67,9 @@ def renew(
     return {row["id"]: row["cancel_requested"] for row in rows}
 
 
-def lock(conn: psycopg.Connection[Any], run_id: int) -> dict[str, Any] | None:
-    return query.run(conn, "run_lock", {"id": run_id})
+def lock(conn: psycopg.Connection[Any], run_id: int) -> Run | None:
+    row = query.run(conn, "run_lock", {"id": run_id})
+    return None if row is None else Run.from_row(row)
 
 
 def finish(
@@ -104,12 +106,13 @@ def finish(
 
 def takeover_candidates(
     conn: psycopg.Connection[Any], *, after: int, limit: int, restart_quiet: timedelta
-) -> list[dict[str, Any]]:
-    return query.run(
+) -> list[TakeoverCandidate]:
+    rows = query.run(
         conn,
         "run_takeover_candidates",
         {"after": after, "limit": limit, "restart_quiet": restart_quiet},
     )
+    return [TakeoverCandidate.from_row(row) for row in rows]
 
 
 def take_over(

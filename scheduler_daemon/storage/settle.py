@@ -5,13 +5,14 @@ from typing import Any, Literal
 
 import psycopg
 
+from scheduler_daemon.domain.occurrence import Occurrence
 from scheduler_daemon.domain.outcome import LIFECYCLE, Decision
 from scheduler_daemon.storage import instance_store, occurrence_store, task_store
 
 
 def settle(
     conn: psycopg.Connection[Any],
-    occurrence: dict[str, Any],
+    occurrence: Occurrence,
     *,
     token: int,
     decision: Decision,
@@ -22,7 +23,7 @@ def settle(
     if not decision.final:
         occurrence_store.retry(
             conn,
-            occurrence["id"],
+            occurrence.id,
             token=token,
             delay=decision.delay,
             error=error,
@@ -32,7 +33,7 @@ def settle(
         return "retry"
     occurrence_store.finish(
         conn,
-        occurrence["id"],
+        occurrence.id,
         token=token,
         status=decision.occurrence_status,
         error=error,
@@ -40,10 +41,10 @@ def settle(
     )
     task_store.record_outcome(
         conn,
-        occurrence["task_id"],
-        occurrence_id=occurrence["id"],
-        occurrence_seq=occurrence["occurrence_seq"],
-        scheduled_for=occurrence["scheduled_for"],
+        occurrence.task_id,
+        occurrence_id=occurrence.id,
+        occurrence_seq=occurrence.occurrence_seq,
+        scheduled_for=occurrence.scheduled_for,
         status=decision.occurrence_status,
         error=error,
         lifecycle=LIFECYCLE[decision.occurrence_status],

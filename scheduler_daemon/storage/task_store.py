@@ -6,7 +6,7 @@ from typing import Any
 import psycopg
 from psycopg.types.json import Jsonb
 
-from scheduler_daemon.domain.task import PAYLOAD_KEY, TaskRecord, TaskSpec
+from scheduler_daemon.domain.task import PAYLOAD_KEY, TaskRecord, TaskRef, TaskSpec
 from scheduler_daemon.storage import query
 from scheduler_daemon.storage.error import Conflict, NotFound
 
@@ -234,10 +234,9 @@ def lock_row(conn: psycopg.Connection[Any], task_id: int) -> TaskRecord | None:
     return None if row is None else record(row)
 
 
-def unfinished_one_shots(
-    conn: psycopg.Connection[Any], *, after: int, limit: int
-) -> list[dict[str, Any]]:
-    return query.run(conn, "task_unfinished_one_shots", {"after": after, "limit": limit})
+def unfinished_one_shots(conn: psycopg.Connection[Any], *, after: int, limit: int) -> list[TaskRef]:
+    rows = query.run(conn, "task_unfinished_one_shots", {"after": after, "limit": limit})
+    return [TaskRef.from_row(row) for row in rows]
 
 
 def finish_lifecycle(

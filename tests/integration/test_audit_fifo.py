@@ -36,7 +36,7 @@ def test_an_older_occurrence_committed_after_a_younger_ones_claim_did_not_wait_i
         assert replica.launcher.run_once().launched == 1  # y: x is not visible yet
         held.commit()
     (x,) = query(database_url, "SELECT created_at FROM occurrence WHERE id = %s", (older_id,))
-    (y,) = query(database_url, "SELECT created_at FROM occurrence WHERE id = %s", (younger["id"],))
+    (y,) = query(database_url, "SELECT created_at FROM occurrence WHERE id = %s", (younger.id,))
     assert x["created_at"] < y["created_at"]  # what the timestamp rule would have misread
 
     clean = cli("audit", "--check", "fifo_order", "--json")
@@ -51,18 +51,18 @@ def test_an_older_occurrence_committed_after_a_younger_ones_claim_did_not_wait_i
         database_url,
         """UPDATE occurrence SET status = 'running', attempts = 1,
                first_claim_snapshot = pg_current_snapshot() WHERE id = %s""",
-        (latest["id"],),
+        (latest.id,),
     )
     query(
         database_url,
         """INSERT INTO run (occurrence_id, attempt, owner, lease_token, lease_expires_at,
                takeover_at, started_at, build_revision)
            VALUES (%s, 1, 'planted', 1, now() + %s, now() + %s, clock_timestamp(), 'planted')""",
-        (latest["id"], timedelta(seconds=10), timedelta(seconds=20)),
+        (latest.id, timedelta(seconds=10), timedelta(seconds=20)),
     )
     found = cli("audit", "--check", "fifo_order", "--json")
     assert found.code == 1
     assert [
         (v["rows"]["occurrence_id"], v["rows"]["waiting_occurrence_id"])
         for v in found.json()["violations"]
-    ] == [(latest["id"], older_id)]
+    ] == [(latest.id, older_id)]

@@ -28,13 +28,13 @@ def test_a_cancelled_running_job_keeps_its_slot_until_its_owner_confirms_it_is_g
     )
     keyed = shell_task(client, "same-key", "true", concurrency_key="k", overlap="allow")
     result = client.cancel(run.run_id, requested_by="operator")
-    assert result["cancel"] == "requested"
-    (occ,) = query(database_url, "SELECT * FROM occurrence WHERE id = %s", (occurrence["id"],))
+    assert result.cancel == "requested"
+    (occ,) = query(database_url, "SELECT * FROM occurrence WHERE id = %s", (occurrence.id,))
     assert (occ["status"], occ["cancel_reason"]) == ("running", "cancelled by operator")
     assert occ["cancel_requested_at"] is not None
 
     # The slot is held: forbid skips a new firing, the key blocks a sibling, the budget counts it.
-    assert client.trigger(task.id, requested_by="test")["reason"] == "overlap"
+    assert client.trigger(task.id, requested_by="test").reason == "overlap"
     client.trigger(keyed.id, requested_by="test")
     assert replica.launcher.run_once().claimed == 0
     assert client.status()["executing_runs"] == 1
@@ -46,14 +46,14 @@ def test_a_cancelled_running_job_keeps_its_slot_until_its_owner_confirms_it_is_g
     outcome = wait_for(run.job.poll, timeout=5, message="the cancelled job to stop")
     assert outcome.status == "stopped"
     assert (
-        query(database_url, "SELECT status FROM occurrence WHERE id = %s", (occurrence["id"],))[0][
+        query(database_url, "SELECT status FROM occurrence WHERE id = %s", (occurrence.id,))[0][
             "status"
         ]
         == "running"
     )  # not before the owner wrote that the job is gone
     assert replica.completer.run_once().done == 1
 
-    (occ,) = query(database_url, "SELECT * FROM occurrence WHERE id = %s", (occurrence["id"],))
+    (occ,) = query(database_url, "SELECT * FROM occurrence WHERE id = %s", (occurrence.id,))
     (row,) = query(database_url, "SELECT * FROM run WHERE id = %s", (run.run_id,))
     assert (occ["status"], occ["reason"]) == ("cancelled", "cancelled by operator")
     assert row["status"] == "cancelled"
@@ -68,7 +68,7 @@ def test_a_cancel_whose_owner_is_dead_ends_at_the_takeover_point_not_in_the_queu
     client, pool, executors, database_url
 ) -> None:
     _, occurrence, _replica, run = _running(client, pool, executors, database_url)
-    client.cancel(occurrence["id"], occurrence=True, requested_by="operator")
+    client.cancel(occurrence.id, occurrence=True, requested_by="operator")
     reconciler = Reconciler(
         pool,
         instance_id="r",
@@ -95,7 +95,7 @@ def test_tasks_delete_force_requests_the_cancel_of_a_running_job_and_records_its
     _task, occurrence, replica, run = _running(client, pool, executors, database_url)
     done = cli("tasks", "delete", "long", "--force", "--json")
     assert done.code == 0, done.err
-    assert done.json()["cancel_requested_occurrence_ids"] == [occurrence["id"]]
+    assert done.json()["cancel_requested_occurrence_ids"] == [occurrence.id]
     (occ,) = query(database_url, "SELECT status FROM occurrence")
     assert occ["status"] == "running"  # the forbid slot and the budget slot are still held
     replica.keeper.run_once()
@@ -126,5 +126,5 @@ def test_runs_cancel_says_what_it_did(client, pool, executors, database_url, cli
     assert again["cancel"] == "requested"
     run.job.stop("test over")
     queued = client.trigger(shell_task(client, "q", "true").id, requested_by="test")
-    said = cli("runs", "cancel", str(queued["id"]), "--occurrence")
-    assert said.out.strip() == f"occurrence {queued['id']} cancelled"
+    said = cli("runs", "cancel", str(queued.id), "--occurrence")
+    assert said.out.strip() == f"occurrence {queued.id} cancelled"

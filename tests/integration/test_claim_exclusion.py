@@ -26,16 +26,14 @@ def test_a_late_committing_older_keyed_occurrence_waits_for_the_running_one(
     replica = Replica(database_url, pool, executors, "a")
     assert replica.launcher.run_once().launched == 1
     older = client.trigger(
-        older_task.id, requested_by="test", now=younger["scheduled_for"] - timedelta(minutes=1)
+        older_task.id, requested_by="test", now=younger.scheduled_for - timedelta(minutes=1)
     )
     later = client.trigger(later_task.id, requested_by="test")
 
     assert replica.launcher.run_once().claimed == 0  # the key is executing: nobody else starts
     # The database enforces it too: a second executing occurrence of the key is an error.
     with pytest.raises(psycopg.errors.UniqueViolation):
-        query(
-            database_url, "UPDATE occurrence SET status = 'running' WHERE id = %s", (older["id"],)
-        )
+        query(database_url, "UPDATE occurrence SET status = 'running' WHERE id = %s", (older.id,))
 
     (run,) = replica.finished()
     assert replica.completer.complete(run) == "recorded"
@@ -43,8 +41,8 @@ def test_a_late_committing_older_keyed_occurrence_waits_for_the_running_one(
     result = replica.launcher.run_once()
     assert result.claimed == 1
     (running,) = query(database_url, "SELECT id FROM occurrence WHERE status = 'running'")
-    assert running["id"] == older["id"]
-    assert query(database_url, "SELECT status FROM occurrence WHERE id = %s", (later["id"],)) == [
+    assert running["id"] == older.id
+    assert query(database_url, "SELECT status FROM occurrence WHERE id = %s", (later.id,)) == [
         {"status": "queued"}
     ]
 
@@ -58,11 +56,11 @@ def test_a_keyed_head_locked_by_someone_else_is_not_overtaken(
     client.trigger(_keyed(client, "b").id, requested_by="test")
     replica = Replica(database_url, pool, executors, "a")
     with psycopg.connect(database_url) as holder:
-        holder.execute("SELECT 1 FROM occurrence WHERE id = %s FOR UPDATE", (head["id"],))
+        holder.execute("SELECT 1 FROM occurrence WHERE id = %s FOR UPDATE", (head.id,))
         assert replica.launcher.run_once().claimed == 0
     assert replica.launcher.run_once().claimed == 1
     (running,) = query(database_url, "SELECT id FROM occurrence WHERE status = 'running'")
-    assert running["id"] == head["id"]
+    assert running["id"] == head.id
     replica.finished()
 
 
@@ -76,21 +74,19 @@ def test_a_queue_task_runs_its_occurrences_one_at_a_time_in_sequence_order(
     second = client.trigger(task.id, requested_by="test")
     replica = Replica(database_url, pool, executors, "a")
     with psycopg.connect(database_url) as holder:
-        holder.execute("SELECT 1 FROM occurrence WHERE id = %s FOR UPDATE", (first["id"],))
+        holder.execute("SELECT 1 FROM occurrence WHERE id = %s FOR UPDATE", (first.id,))
         assert replica.launcher.run_once().claimed == 0
     assert replica.launcher.run_once().claimed == 1  # the first; the second waits for it
     assert replica.launcher.run_once().claimed == 0
     (run,) = replica.finished()
-    assert run.occurrence_id == first["id"]
+    assert run.occurrence_id == first.id
     replica.completer.complete(run)
     assert replica.launcher.run_once().claimed == 1
     (run,) = replica.finished()
-    assert run.occurrence_id == second["id"]
+    assert run.occurrence_id == second.id
     third = client.trigger(task.id, requested_by="test")
     with pytest.raises(psycopg.errors.UniqueViolation):  # one executing per queue task, enforced
-        query(
-            database_url, "UPDATE occurrence SET status = 'running' WHERE id = %s", (third["id"],)
-        )
+        query(database_url, "UPDATE occurrence SET status = 'running' WHERE id = %s", (third.id,))
 
 
 def test_a_manual_trigger_on_a_paused_task_runs_and_the_task_stays_paused(
@@ -99,7 +95,7 @@ def test_a_manual_trigger_on_a_paused_task_runs_and_the_task_stays_paused(
     task = shell_task(client, "p", "true")
     client.pause(task.id)
     occurrence = client.trigger(task.id, requested_by="test")
-    assert occurrence["status"] == "queued"
+    assert occurrence.status == "queued"
     replica = Replica(database_url, pool, executors, "a")
     assert replica.launcher.run_once().launched == 1
     (run,) = replica.finished()

@@ -267,7 +267,7 @@ def test_an_active_row_cannot_hold_a_null_claim_or_lease_column(client, db) -> N
         db.execute(
             "INSERT INTO run (occurrence_id, attempt, owner, lease_token, lease_expires_at, "
             "takeover_at, build_revision) VALUES (%s, 1, 'o', 1, now(), NULL, 'planted')",
-            (occ["id"],),
+            (occ.id,),
         )
 
 

@@ -97,7 +97,7 @@ def test_an_older_occurrence_never_decides_a_one_shot_whose_newer_one_is_active(
     assert replica.dispatcher.run_once().queued == 1  # seq 2
     replica.launcher.run_once()
     runs = replica.finished()
-    first = next(r for r in runs if r.occurrence_id == manual["id"])
+    first = next(r for r in runs if r.occurrence_id == manual.id)
     assert replica.completer.complete(first) == "recorded"
     assert _status(client, task) == "running"  # seq 2 is still running: it decides
     replica.completer.run_once()
@@ -113,7 +113,7 @@ def test_a_manual_trigger_skipped_for_overlap_does_not_decide_the_one_shot(
     replica.dispatcher.run_once()
     replica.launcher.run_once()
     skipped = client.trigger(task.id, requested_by="test")
-    assert (skipped["status"], skipped["occurrence_seq"]) == ("skipped", 2)
+    assert (skipped.status, skipped.occurrence_seq) == ("skipped", 2)
     replica.finished()
     replica.completer.run_once()  # the older, real firing succeeds; the newer one never ran
     assert _status(client, task) == "completed"

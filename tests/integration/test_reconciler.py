@@ -276,7 +276,7 @@ def test_a_one_shot_task_is_finalized_from_its_latest_occurrence_read_after_the_
         database_url,
         "UPDATE occurrence SET status = 'cancelled', reason = 'planted', "
         "finished_at = now() WHERE id = %s RETURNING id",
-        (occ["id"],),
+        (occ.id,),
     )
     results: list[Any] = []
     with psycopg.connect(database_url) as holder:

@@ -1,0 +1,80 @@
+"""The typed rows the stores return: built from a row by name, each field a column of its table."""
+
+import re
+from dataclasses import fields
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+from scheduler_daemon.domain.instance import Instance
+from scheduler_daemon.domain.occurrence import ExpiredClaim, Occurrence
+from scheduler_daemon.domain.run import Run
+from scheduler_daemon.domain.status import OccurrenceStatus
+
+SCHEMA = (Path(__file__).parents[2] / "sql" / "schema.sql").read_text()
+NOW = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+def _columns(table: str) -> set[str]:
+    body = re.search(rf"^CREATE TABLE {table} \((.*?)^\);", SCHEMA, re.M | re.S)
+    assert body is not None, table
+    return {
+        line.split()[0]
+        for line in body[1].splitlines()
+        if line.strip() and not line.strip().startswith("CONSTRAINT")
+    }
+
+
+@pytest.mark.parametrize(
+    ("row_type", "table", "not_columns"),
+    [
+        (Occurrence, "occurrence", {"task_name"}),
+        (Run, "run", set()),
+        (Instance, "instance", {"silent_for", "compatible"}),
+    ],
+)
+def test_each_field_of_a_typed_row_is_a_column_of_its_table(row_type, table, not_columns) -> None:
+    # A renamed or dropped column fails here instead of as a TypeError in a running daemon.
+    names = {f.name for f in fields(row_type)}
+    assert names - not_columns <= _columns(table)
+    assert not_columns <= names
+
+
+def _occurrence_row(**changes: object) -> dict[str, object]:
+    row: dict[str, object] = dict.fromkeys(_columns("occurrence"))
+    row |= {
+        "id": 7,
+        "task_id": 3,
+        "occurrence_seq": 1,
+        "scheduled_for": NOW,
+        "firing_count": 1,
+        "trigger": "manual",
+        "overlap": "forbid",
+        "status": "queued",
+        "attempts": 0,
+        "interruptions": 0,
+        "lease_token": 0,
+        "not_before": NOW,
+        "created_at": NOW,
+        "updated_at": NOW,
+    }
+    return row | changes
+
+
+def test_from_row_ignores_the_columns_a_select_star_adds_and_types_the_status() -> None:
+    occurrence = Occurrence.from_row(_occurrence_row(first_claim_snapshot="1:1:", task_name="t"))
+    assert occurrence.status is OccurrenceStatus.QUEUED
+    assert (occurrence.id, occurrence.task_name) == (7, "t")
+    assert Occurrence.from_row(_occurrence_row()).task_name is None  # not joined: its default
+
+
+def test_from_row_refuses_a_row_without_a_field_that_has_no_default() -> None:
+    with pytest.raises(TypeError):
+        ExpiredClaim.from_row({"id": 1, "task_id": 2})
+    assert ExpiredClaim.from_row({"id": 1, "task_id": 2, "lease_token": 5}).lease_token == 5
+
+
+def test_a_status_outside_the_vocabulary_is_refused() -> None:
+    with pytest.raises(ValueError, match="'exploded'"):
+        Occurrence.from_row(_occurrence_row(status="exploded"))
