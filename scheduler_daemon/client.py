@@ -16,6 +16,7 @@ from scheduler_daemon.domain.instance import Instance
 from scheduler_daemon.domain.misfire import skip_past_due
 from scheduler_daemon.domain.occurrence import Occurrence
 from scheduler_daemon.domain.outcome import LIFECYCLE
+from scheduler_daemon.domain.run import HistoryRow, RunDetail
 from scheduler_daemon.domain.status import (
     OccurrenceStatus,
     OverlapPolicy,
@@ -277,7 +278,7 @@ class Client:
     # -- history ---------------------------------------------------------------------------------
     def list_runs(
         self, *, task: str | int | None = None, status: str | None = None, limit: int = 50
-    ) -> list[dict[str, Any]]:
+    ) -> list[HistoryRow]:
         if status is not None and status not in OCCURRENCE_STATUSES:
             raise InvalidTask(
                 f"unknown status '{status}': choose one of {', '.join(OCCURRENCE_STATUSES)}"
@@ -288,14 +289,14 @@ class Client:
             task_id = task_store.find(conn, task).id if task is not None else None
             return history.list_history(conn, task_id=task_id, status=status, limit=limit)
 
-    def show_run(self, run_id: int) -> dict[str, Any]:
+    def show_run(self, run_id: int) -> RunDetail:
         with self._tx() as conn:
             run = history.get_run(conn, run_id)
         if run is None:
             raise NotFound(f"unknown run {run_id}")
         return run
 
-    def show_occurrence(self, occurrence_id: int) -> tuple[Occurrence, list[dict[str, Any]]]:
+    def show_occurrence(self, occurrence_id: int) -> tuple[Occurrence, list[RunDetail]]:
         """One occurrence and its runs, oldest first."""
         with self._tx() as conn:
             occurrence = occurrence_store.get(conn, occurrence_id)
@@ -316,7 +317,7 @@ class Client:
                 run = history.get_run(conn, ident)
                 if run is None:
                     raise NotFound(f"unknown run {ident}")
-                occurrence_id = run["occurrence_id"]
+                occurrence_id = run.occurrence_id
             found = occurrence_store.get(conn, occurrence_id)
             if found is None:
                 raise NotFound(f"unknown occurrence {occurrence_id}")
@@ -358,17 +359,17 @@ class Client:
         """How soon the owner of a running occurrence stops its job after a cancel request: at
         its next renewal (every TTL/3) plus the stop grace; an owner that no longer renews is
         taken over at the run's takeover point, and its watchdog killed the job before that."""
-        running = [
-            r for r in history.runs_of(conn, occurrence_id) if r["status"] == RunStatus.RUNNING
-        ]
+        running = [r for r in history.runs_of(conn, occurrence_id) if r.status == RunStatus.RUNNING]
         if not running:
             return None, None
         run = running[-1]
-        owner = next((i for i in instance_store.list_instances(conn) if i.id == run["owner"]), None)
+        owner = next(
+            (i for i in instance_store.list_instances(conn) if i.id == run.instance_id), None
+        )
         within = None
         if owner is not None:
             within = renew_interval(owner.lease_ttl).total_seconds() + STOP_GRACE_SECONDS
-        return within, run["takeover_at"]
+        return within, run.takeover_at
 
     def status(self) -> dict[str, Any]:
         """Registered instances, queue depth, executing runs against the budget, takeover bounds."""

@@ -1,5 +1,7 @@
-"""Turns records into the stable output fields documented in docs/cli.md, and tables."""
+"""Turns records into the stable output fields documented in docs/cli.md (formatting only: the
+queries return the documented shapes; cli/output.py lays them out as text)."""
 
+from dataclasses import fields
 from datetime import datetime, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo
@@ -7,56 +9,15 @@ from zoneinfo import ZoneInfo
 from scheduler_daemon.domain.audit import AuditReport, Value
 from scheduler_daemon.domain.instance import Instance
 from scheduler_daemon.domain.occurrence import Occurrence
+from scheduler_daemon.domain.run import HistoryRow, RunDetail
 from scheduler_daemon.domain.secret import mask_headers, redact
-from scheduler_daemon.domain.status import ExecutorKind, RunStatus
+from scheduler_daemon.domain.status import ExecutorKind
 from scheduler_daemon.domain.task import TaskRecord
 from scheduler_daemon.domain.timing import takeover_bound
 
-RUN_FIELDS = (
-    "id",
-    "occurrence_id",
-    "occurrence_seq",
-    "task_id",
-    "task_name",
-    "scheduled_for",
-    "trigger",
-    "attempt",
-    "status",
-    "reason",
-    "instance_id",
-    "started_at",
-    "finished_at",
-    "exit_code",
-    "http_status",
-    "error",
-    "firing_count",
-    "last_scheduled_for",
-    "lease_token",
-    "cancel_requested_at",
-)
-RUN_COLUMNS = (
-    "id",
-    "occurrence_id",
-    "task_name",
-    "scheduled_for",
-    "trigger",
-    "attempt",
-    "status",
-    "reason",
-    "instance_id",
-    "exit_code",
-)
-TASK_COLUMNS = (
-    "id",
-    "name",
-    "schedule",
-    "timezone",
-    "executor",
-    "status",
-    "paused",
-    "next_run_at",
-    "last_status",
-)
+# The run row and the run detail of docs/cli.md: the columns sql/run.sql selects, in order.
+RUN_FIELDS = tuple(f.name for f in fields(HistoryRow))
+RUN_DETAIL_FIELDS = tuple(f.name for f in fields(RunDetail))
 
 
 def iso(value: datetime | None) -> str | None:
@@ -129,15 +90,13 @@ def task_fields(task: TaskRecord, *, show_secrets: bool = False) -> dict[str, An
     }
 
 
-def run_fields(row: dict[str, Any]) -> dict[str, Any]:
-    """A history row (run or never-run occurrence) with the documented field names. A running
-    run whose occurrence has a pending cancel carries `cancel_requested_at`."""
-    out = {name: row.get(name) for name in RUN_FIELDS}
-    if out["status"] != RunStatus.RUNNING:
-        out["cancel_requested_at"] = None
-    if "owner" in row and out["instance_id"] is None:
-        out["instance_id"] = row["owner"]
-    return {k: iso(v) if isinstance(v, datetime) else v for k, v in out.items()}
+def _json(value: Any) -> Any:
+    return iso(value) if isinstance(value, datetime) else value
+
+
+def run_fields(row: HistoryRow) -> dict[str, Any]:
+    """A history row (run or never-run occurrence) with the documented field names."""
+    return {name: _json(getattr(row, name)) for name in RUN_FIELDS}
 
 
 OCCURRENCE_FIELDS = (
@@ -169,88 +128,22 @@ OCCURRENCE_FIELDS = (
 
 
 def occurrence_fields(
-    occurrence: Occurrence, runs: list[dict[str, Any]] | None = None
+    occurrence: Occurrence, runs: list[RunDetail] | None = None
 ) -> dict[str, Any]:
     """An occurrence with the documented field names (and its runs, when given)."""
-    out = {
-        k: iso(v) if isinstance(v, datetime) else v
-        for k, v in ((k, getattr(occurrence, k)) for k in OCCURRENCE_FIELDS)
-    }
+    out = {name: _json(getattr(occurrence, name)) for name in OCCURRENCE_FIELDS}
     if runs is not None:
-        shared = {
-            k: getattr(occurrence, k)
-            for k in (
-                "occurrence_seq",
-                "reason",
-                "task_id",
-                "task_name",
-                "scheduled_for",
-                "trigger",
-                "firing_count",
-                "last_scheduled_for",
-                "cancel_requested_at",
-            )
-        }
-        out["runs"] = [run_fields({**r, **shared, "occurrence_id": occurrence.id}) for r in runs]
+        out["runs"] = [run_fields(run) for run in runs]
     return out
 
 
-def run_detail_fields(row: dict[str, Any]) -> dict[str, Any]:
+def run_detail_fields(run: RunDetail) -> dict[str, Any]:
     """`runs show`: the history fields plus the lease columns and the output tail."""
-    extra = {
-        k: row.get(k)
-        for k in (
-            "occurrence_status",
-            "lease_expires_at",
-            "takeover_at",
-            "finished_by",
-            "output_tail",
-        )
-    }
-    return {
-        **run_fields(row),
-        **{k: iso(v) if isinstance(v, datetime) else v for k, v in extra.items()},
-    }
+    return {name: _json(getattr(run, name)) for name in RUN_DETAIL_FIELDS}
 
 
 def fire_time_fields(instant: datetime, zone: str) -> dict[str, str | None]:
     return {"local": iso(instant.astimezone(ZoneInfo(zone))), "utc": iso(instant)}
-
-
-def run_table_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """History rows for the text table: a pending cancel shows in the status column."""
-    return [
-        {**r, "status": "running (cancel requested)"} if r.get("cancel_requested_at") else r
-        for r in rows
-    ]
-
-
-def table(rows: list[dict[str, Any]], columns: tuple[str, ...]) -> str:
-    """An aligned text table; empty cells for None."""
-    cells = [[("" if row.get(c) is None else str(row.get(c))) for c in columns] for row in rows]
-    widths = [max([len(c)] + [len(r[i]) for r in cells]) for i, c in enumerate(columns)]
-    lines = ["  ".join(c.upper().ljust(w) for c, w in zip(columns, widths, strict=True)).rstrip()]
-    lines += ["  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)).rstrip() for r in cells]
-    return "\n".join(lines)
-
-
-def pairs(record: dict[str, Any]) -> str:
-    """One `key: value` line per field, for `show` commands."""
-    width = max(len(k) for k in record)
-    return "\n".join(f"{k.ljust(width)}  {'' if v is None else v}" for k, v in record.items())
-
-
-INSTANCE_COLUMNS = (
-    "id",
-    "version",
-    "schema_revision",
-    "compatible",
-    "slots",
-    "clock_drift_seconds",
-    "silent_for_seconds",
-    "takeover_bound_seconds",
-    "stopping",
-)
 
 
 def status_fields(status: dict[str, Any]) -> dict[str, Any]:

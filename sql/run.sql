@@ -1,6 +1,7 @@
 -- name: run_history :many
 -- Runs and never-run occurrences, newest first: one row per run attempt plus one per occurrence
--- that never ran.
+-- that never ran. Its columns are the run row of docs/cli.md (domain.run.HistoryRow); run_get and
+-- run_list_for_occurrence select the same list (tests/unit/test_rows.py holds them equal).
 SELECT * FROM (
     SELECT r.id, o.id AS occurrence_id, o.occurrence_seq, o.task_id, t.name AS task_name,
         o.scheduled_for, o.trigger, r.attempt, r.status, o.reason, r.owner AS instance_id,
@@ -23,16 +24,27 @@ ORDER BY sort_at DESC, occurrence_id DESC, id DESC NULLS LAST
 LIMIT %(limit)s
 
 -- name: run_get :one
--- One run with its occurrence and task.
-SELECT r.*, o.occurrence_seq, o.task_id, t.name AS task_name, o.scheduled_for, o.trigger,
-    o.reason, o.status AS occurrence_status, o.firing_count, o.last_scheduled_for,
-    CASE WHEN r.status = 'running' THEN o.cancel_requested_at END AS cancel_requested_at
+-- One run as a run row plus the run detail of docs/cli.md (domain.run.RunDetail).
+SELECT r.id, o.id AS occurrence_id, o.occurrence_seq, o.task_id, t.name AS task_name,
+    o.scheduled_for, o.trigger, r.attempt, r.status, o.reason, r.owner AS instance_id,
+    r.started_at, r.finished_at, r.exit_code, r.http_status, r.error, o.firing_count,
+    o.last_scheduled_for, r.lease_token,
+    CASE WHEN r.status = 'running' THEN o.cancel_requested_at END AS cancel_requested_at,
+    o.status AS occurrence_status, r.lease_expires_at, r.takeover_at, r.finished_by, r.output_tail
 FROM run r JOIN occurrence o ON o.id = r.occurrence_id JOIN task t ON t.id = o.task_id
 WHERE r.id = %(id)s
 
 -- name: run_list_for_occurrence :many
--- The runs of one occurrence, oldest first.
-SELECT * FROM run WHERE occurrence_id = %(occurrence_id)s ORDER BY id
+-- The runs of one occurrence, oldest first, in run_get's shape.
+SELECT r.id, o.id AS occurrence_id, o.occurrence_seq, o.task_id, t.name AS task_name,
+    o.scheduled_for, o.trigger, r.attempt, r.status, o.reason, r.owner AS instance_id,
+    r.started_at, r.finished_at, r.exit_code, r.http_status, r.error, o.firing_count,
+    o.last_scheduled_for, r.lease_token,
+    CASE WHEN r.status = 'running' THEN o.cancel_requested_at END AS cancel_requested_at,
+    o.status AS occurrence_status, r.lease_expires_at, r.takeover_at, r.finished_by, r.output_tail
+FROM run r JOIN occurrence o ON o.id = r.occurrence_id JOIN task t ON t.id = o.task_id
+WHERE r.occurrence_id = %(occurrence_id)s
+ORDER BY r.id
 
 -- name: run_insert :one
 -- Creates the run of a just-launched occurrence; the lease and takeover point use the database clock.

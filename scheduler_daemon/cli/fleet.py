@@ -7,6 +7,7 @@ from typing import Any
 import click
 
 from scheduler_daemon import view
+from scheduler_daemon.cli import output
 from scheduler_daemon.cli.base import (
     DURATION,
     EXIT_CONTRACT_BLOCKED,
@@ -265,7 +266,7 @@ def status(ctx: click.Context) -> None:
     """Registered instances, queue depth, executing runs against the budget, takeover bounds."""
     fields = view.status_fields(client_for(ctx).status())
     text = (
-        view.table(fields["instances"], view.INSTANCE_COLUMNS)
+        output.table(fields["instances"], output.INSTANCE_COLUMNS)
         + f"\n\nqueue depth {fields['queue_depth']}, executing "
         f"{fields['executing_runs']}/{fields['max_concurrent_runs']}"
         + f"\n{_schema_line(fields['schema'])}"
@@ -315,7 +316,7 @@ def config() -> None:
 @click.pass_context
 def config_show(ctx: click.Context) -> None:
     settings = {k.replace("_", "-"): v for k, v in client_for(ctx).fleet_settings().items()}
-    emit(ctx, settings, view.pairs(settings) if settings else "(none)")
+    emit(ctx, settings, output.pairs(settings) if settings else "(none)")
 
 
 @config.command("set")

@@ -3,6 +3,7 @@
 import click
 
 from scheduler_daemon import view
+from scheduler_daemon.cli import output
 from scheduler_daemon.cli.base import (
     cli,
     client_for,
@@ -29,7 +30,7 @@ def runs_list(ctx: click.Context, task: str | None, status: str | None, limit: i
     rows = [
         view.run_fields(r) for r in client_for(ctx).list_runs(task=task, status=status, limit=limit)
     ]
-    emit(ctx, rows, view.table(view.run_table_rows(rows), view.RUN_COLUMNS))
+    emit(ctx, rows, output.run_table(rows))
 
 
 @runs.command("show")
@@ -42,16 +43,12 @@ def runs_show(ctx: click.Context, ident: int, occurrence: bool) -> None:
     client = client_for(ctx)
     if occurrence:
         fields = view.occurrence_fields(*client.show_occurrence(ident))
-        runs_text = (
-            view.table(view.run_table_rows(fields["runs"]), view.RUN_COLUMNS)
-            if fields["runs"]
-            else "(no runs)"
-        )
+        runs_text = output.run_table(fields["runs"]) if fields["runs"] else "(no runs)"
         plain = {k: v for k, v in fields.items() if k != "runs"}
-        emit(ctx, fields, view.pairs(plain) + "\n\n" + runs_text)
+        emit(ctx, fields, output.pairs(plain) + "\n\n" + runs_text)
     else:
         fields = view.run_detail_fields(client.show_run(ident))
-        emit(ctx, fields, view.pairs(fields))
+        emit(ctx, fields, output.pairs(fields))
 
 
 @runs.command("cancel")

@@ -8,6 +8,7 @@ from typing import Any
 import click
 
 from scheduler_daemon import view
+from scheduler_daemon.cli import output
 from scheduler_daemon.cli.base import (
     CLEAR,
     DURATION,
@@ -167,7 +168,7 @@ def _instant(text: str, zone: str) -> datetime:
 
 def _show_task(ctx: click.Context, task: Any, *, show_secrets: bool = False) -> None:
     fields = view.task_fields(task, show_secrets=show_secrets)
-    emit(ctx, fields, view.pairs(fields))
+    emit(ctx, fields, output.pairs(fields))
 
 
 show_secrets_option = click.option(
@@ -210,7 +211,7 @@ def tasks_update(ctx: click.Context, task: str, **opts: Any) -> None:
 def tasks_list(ctx: click.Context, show_secrets: bool) -> None:
     """List the tasks."""
     rows = [view.task_fields(t, show_secrets=show_secrets) for t in client_for(ctx).list_tasks()]
-    emit(ctx, rows, view.table(rows, view.TASK_COLUMNS))
+    emit(ctx, rows, output.table(rows, output.TASK_COLUMNS))
 
 
 @tasks.command("show")
@@ -254,7 +255,7 @@ def tasks_next(ctx: click.Context, task: str, count: int) -> None:
         view.fire_time_fields(t, record.spec.timezone)
         for t in client.next_fire_times(record.id, count)
     ]
-    emit(ctx, rows, view.table(rows, ("local", "utc")))
+    emit(ctx, rows, output.table(rows, ("local", "utc")))
 
 
 @tasks.command("trigger")

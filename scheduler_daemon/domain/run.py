@@ -37,3 +37,44 @@ class TakeoverCandidate(FromRow):
     task_id: int
     lease_token: int
     owner: str
+
+
+@dataclass(frozen=True)
+class HistoryRow(FromRow):
+    """The run row of docs/cli.md (`runs list`, and each run of `runs show --occurrence`): one
+    run attempt, or an occurrence that never ran (then `id`, `attempt`, `started_at` and
+    `lease_token` are None, `status` is the occurrence's and `instance_id` its claim owner).
+    The fields are the columns of sql/run.sql's run_history, in order."""
+
+    id: int | None
+    occurrence_id: int
+    occurrence_seq: int
+    task_id: int
+    task_name: str
+    scheduled_for: datetime
+    trigger: str
+    attempt: int | None
+    status: str
+    reason: str | None
+    instance_id: str | None
+    started_at: datetime | None
+    finished_at: datetime | None
+    exit_code: int | None
+    http_status: int | None
+    error: str | None
+    firing_count: int
+    last_scheduled_for: datetime | None
+    lease_token: int | None
+    cancel_requested_at: datetime | None  # only on a running run whose occurrence has one
+
+
+@dataclass(frozen=True)
+class RunDetail(HistoryRow):
+    """`runs show`: the run row of one run, then its lease columns and output tail (run_get)."""
+
+    id: int
+    occurrence_status: str
+    lease_expires_at: datetime
+    takeover_at: datetime
+    finished_by: str | None
+    output_tail: str | None

@@ -4,21 +4,23 @@ from typing import Any
 
 import psycopg
 
+from scheduler_daemon.domain.run import HistoryRow, RunDetail
 from scheduler_daemon.storage import query
 
 
 def list_history(
     conn: psycopg.Connection[Any], *, task_id: int | None, status: str | None, limit: int
-) -> list[dict[str, Any]]:
+) -> list[HistoryRow]:
     rows = query.run(conn, "run_history", {"task_id": task_id, "status": status, "limit": limit})
-    for row in rows:
-        row.pop("sort_at", None)
-    return rows
+    return [HistoryRow.from_row(row) for row in rows]  # the sort key is not a field
 
 
-def get_run(conn: psycopg.Connection[Any], run_id: int) -> dict[str, Any] | None:
-    return query.run(conn, "run_get", {"id": run_id})
+def get_run(conn: psycopg.Connection[Any], run_id: int) -> RunDetail | None:
+    row = query.run(conn, "run_get", {"id": run_id})
+    return None if row is None else RunDetail.from_row(row)
 
 
-def runs_of(conn: psycopg.Connection[Any], occurrence_id: int) -> list[dict[str, Any]]:
-    return query.run(conn, "run_list_for_occurrence", {"occurrence_id": occurrence_id})
+def runs_of(conn: psycopg.Connection[Any], occurrence_id: int) -> list[RunDetail]:
+    """The runs of one occurrence, oldest first."""
+    rows = query.run(conn, "run_list_for_occurrence", {"occurrence_id": occurrence_id})
+    return [RunDetail.from_row(row) for row in rows]

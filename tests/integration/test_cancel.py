@@ -38,9 +38,9 @@ def test_a_cancelled_running_job_keeps_its_slot_until_its_owner_confirms_it_is_g
     client.trigger(keyed.id, requested_by="test")
     assert replica.launcher.run_once().claimed == 0
     assert client.status()["executing_runs"] == 1
-    (listed,) = [r for r in client.list_runs(task="long") if r["id"] == run.run_id]
-    assert listed["status"] == "running"
-    assert listed["cancel_requested_at"] is not None
+    (listed,) = [r for r in client.list_runs(task="long") if r.id == run.run_id]
+    assert listed.status == "running"
+    assert listed.cancel_requested_at is not None
 
     assert replica.keeper.run_once() == set()  # renewed, not fenced: the owner is alive
     outcome = wait_for(run.job.poll, timeout=5, message="the cancelled job to stop")

@@ -335,7 +335,7 @@ def test_the_python_api_mirrors_the_task_commands(database_url, cli) -> None:
     assert len(client.next_fire_times(task.id, 3)) == 3
     occurrence = client.trigger("api", requested_by="test")
     assert occurrence.status == "queued"
-    assert [r["occurrence_id"] for r in client.list_runs(task="api")] == [occurrence.id]
+    assert [r.occurrence_id for r in client.list_runs(task="api")] == [occurrence.id]
     ended = client.delete("api", force=True, requested_by="test")
     assert [(o.id, o.status) for o in ended] == [(occurrence.id, "cancelled")]
 

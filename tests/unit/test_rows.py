@@ -9,8 +9,9 @@ import pytest
 
 from scheduler_daemon.domain.instance import Instance
 from scheduler_daemon.domain.occurrence import ExpiredClaim, Occurrence
-from scheduler_daemon.domain.run import Run
+from scheduler_daemon.domain.run import HistoryRow, Run, RunDetail
 from scheduler_daemon.domain.status import OccurrenceStatus
+from scheduler_daemon.storage.query import QUERIES
 
 SCHEMA = (Path(__file__).parents[2] / "sql" / "schema.sql").read_text()
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
@@ -78,3 +79,31 @@ def test_from_row_refuses_a_row_without_a_field_that_has_no_default() -> None:
 def test_a_status_outside_the_vocabulary_is_refused() -> None:
     with pytest.raises(ValueError, match="'exploded'"):
         Occurrence.from_row(_occurrence_row(status="exploded"))
+
+
+def _select_list(sql: str) -> list[str]:
+    """The output names of the first SELECT … FROM run r in `sql` (alias, else the column)."""
+    body = re.search(r"SELECT ((?:(?!SELECT).)*?)\s+FROM run r\b", sql, re.S)
+    assert body is not None
+    items, depth, current = [], 0, ""
+    for ch in body[1]:
+        depth += ch == "("
+        depth -= ch == ")"
+        if ch == "," and depth == 0:
+            items.append(current)
+            current = ""
+        else:
+            current += ch
+    items.append(current)
+    return [re.split(r"\s+AS\s+|\.", " ".join(item.split()))[-1] for item in items]
+
+
+def test_the_three_history_queries_select_one_column_list_the_documented_shape() -> None:
+    # Would fail against run_get's old `r.*` (an `owner` the view renamed) or a history list
+    # whose order or aliases drift from the run row of docs/cli.md.
+    run_row = [f.name for f in fields(HistoryRow)]
+    detail = [f.name for f in fields(RunDetail)]
+    assert _select_list(QUERIES["run_history"].sql) == [*run_row, "sort_at"]
+    assert _select_list(QUERIES["run_get"].sql) == detail
+    assert _select_list(QUERIES["run_list_for_occurrence"].sql) == detail
+    assert detail[: len(run_row)] == run_row

@@ -1,0 +1,64 @@
+"""The text layout of the commands' output: aligned tables and `key: value` pairs of the
+documented fields (view.py), with the columns each table shows."""
+
+from typing import Any
+
+RUN_COLUMNS = (
+    "id",
+    "occurrence_id",
+    "task_name",
+    "scheduled_for",
+    "trigger",
+    "attempt",
+    "status",
+    "reason",
+    "instance_id",
+    "exit_code",
+)
+TASK_COLUMNS = (
+    "id",
+    "name",
+    "schedule",
+    "timezone",
+    "executor",
+    "status",
+    "paused",
+    "next_run_at",
+    "last_status",
+)
+INSTANCE_COLUMNS = (
+    "id",
+    "version",
+    "schema_revision",
+    "compatible",
+    "slots",
+    "clock_drift_seconds",
+    "silent_for_seconds",
+    "takeover_bound_seconds",
+    "stopping",
+)
+
+
+def table(rows: list[dict[str, Any]], columns: tuple[str, ...]) -> str:
+    """An aligned text table; empty cells for None."""
+    cells = [[("" if row.get(c) is None else str(row.get(c))) for c in columns] for row in rows]
+    widths = [max([len(c)] + [len(r[i]) for r in cells]) for i, c in enumerate(columns)]
+    lines = ["  ".join(c.upper().ljust(w) for c, w in zip(columns, widths, strict=True)).rstrip()]
+    lines += ["  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)).rstrip() for r in cells]
+    return "\n".join(lines)
+
+
+def pairs(record: dict[str, Any]) -> str:
+    """One `key: value` line per field, for `show` commands."""
+    width = max(len(k) for k in record)
+    return "\n".join(f"{k.ljust(width)}  {'' if v is None else v}" for k, v in record.items())
+
+
+def run_table(rows: list[dict[str, Any]]) -> str:
+    """History rows (their documented fields) as a table: a pending cancel shows in the status
+    column."""
+    shown = [
+        {**r, "status": "running (cancel requested)"} if r.get("cancel_requested_at") else r
+        for r in rows
+    ]
+    return table(shown, RUN_COLUMNS)
