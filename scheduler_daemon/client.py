@@ -8,24 +8,23 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from datetime import datetime
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 import psycopg
 
+from scheduler_daemon.domain import argument, control
 from scheduler_daemon.domain.instance import Instance
-from scheduler_daemon.domain.misfire import skip_past_due
+from scheduler_daemon.domain.misfire import Firing
 from scheduler_daemon.domain.occurrence import Occurrence
-from scheduler_daemon.domain.outcome import LIFECYCLE
+from scheduler_daemon.domain.outcome import task_outcome
 from scheduler_daemon.domain.run import HistoryRow, RunDetail
 from scheduler_daemon.domain.status import (
     OccurrenceStatus,
-    OverlapPolicy,
     RunStatus,
-    ScheduleKind,
     TaskStatus,
     Trigger,
 )
-from scheduler_daemon.domain.task import InvalidTask, TaskRecord, TaskSpec
+from scheduler_daemon.domain.task import TaskRecord, TaskSpec
 from scheduler_daemon.domain.timing import renew_interval
 from scheduler_daemon.executors.base import STOP_GRACE_SECONDS
 from scheduler_daemon.storage import (
@@ -40,9 +39,7 @@ from scheduler_daemon.storage import (
 from scheduler_daemon.storage.database import transaction
 from scheduler_daemon.storage.error import Conflict, NotFound
 
-SCHEDULE_FIELDS = frozenset({"cron", "every", "at", "timezone", "dst_gap", "dst_overlap"})
-OCCURRENCE_STATUSES = tuple(OccurrenceStatus)
-FLEET_SETTINGS = {"max-concurrent-runs": "max_concurrent_runs"}
+Plan = TypeVar("Plan")
 
 
 @dataclass(frozen=True)
@@ -86,59 +83,35 @@ class Client:
     def update_task(
         self, ref: str | int, *, now: datetime | None = None, **changes: Any
     ) -> TaskRecord:
-        """Changes a task's definition; it takes effect from the next firing."""
-        unknown = set(changes) - set(TaskSpec.__dataclass_fields__) - {"paused"}
-        if unknown or "name" in changes or "anchor" in changes:
-            raise InvalidTask(
-                f"cannot update {', '.join(sorted(unknown | {'name'} & set(changes)))}"
-            )
+        """Changes a task's definition; it takes effect from the next firing
+        (domain.control.plan_update)."""
+        control.check_update(changes)
         with self._tx() as conn:
             task = task_store.lock(conn, ref)
             db_now = task_store.clock(conn, now)
-            if (
-                "at" in changes
-                and task.spec.schedule_kind == ScheduleKind.ONCE
-                and task.status != TaskStatus.ENABLED
-            ):
-                raise Conflict(f"task '{task.name}' already fired ({task.status}); add a new task")
-            spec = task.spec.with_changes(**changes)
-            rescheduled = bool(SCHEDULE_FIELDS & set(changes))
-            if changes.get("every") is not None:
-                spec = spec.with_changes(anchor=db_now)
-            spec.validate(db_now, new_instant="at" in changes)
-            next_run_at, status = task.next_run_at, task.status
-            if rescheduled or task.parked_at is not None:
-                # Firings the old definition owed and no dispatcher recorded yet get a row,
-                # counted by the old schedule (by the new one for a parked task: its old one
-                # could not be planned).
-                if task.parked_at is not None:
-                    self._skip_past_due(conn, task, spec, db_now, "parked")
-                else:
-                    self._skip_past_due(conn, task, task.spec, db_now, "rescheduled")
-                next_run_at = spec.schedule().next_after(db_now)
+            plan = _allowed(control.plan_update(task, changes, db_now))
+            self._record_owed(conn, task, plan.owed, db_now)
+            if plan.unpark:
                 task_store.unpark(conn, task.id)
-            status = TaskStatus.ENABLED if spec.schedule_kind != ScheduleKind.ONCE else task.status
             return task_store.update(
-                conn, task.id, spec, status=status, next_run_at=next_run_at, now=db_now
+                conn,
+                task.id,
+                plan.spec,
+                status=plan.status,
+                next_run_at=plan.next_run_at,
+                now=db_now,
             )
 
     @staticmethod
-    def _skip_past_due(
+    def _record_owed(
         conn: psycopg.Connection[Any],
         task: TaskRecord,
-        spec: TaskSpec,
+        owed: tuple[Firing, ...],
         db_now: datetime,
-        reason: str,
-    ) -> int:
-        """Records the locked task's due, undispatched firings as skipped for `reason` (an
-        operator's change moves the task past them; every firing keeps its row). The firings
-        are counted with `spec`'s schedule. Returns how many firings were recorded."""
-        if task.spec.paused or task.status != TaskStatus.ENABLED or task.deleted_at is not None:
-            return 0  # nothing is owed while paused, and a fired one-shot owes nothing more
-        rows = skip_past_due(
-            spec.schedule(), next_run_at=task.next_run_at, now=db_now, reason=reason
-        )
-        for firing in rows:
+    ) -> None:
+        """Records the locked task's due, undispatched firings (domain.control.owed_firings) as
+        skipped rows: an operator's change moves the task past them; every firing keeps its row."""
+        for firing in owed:
             occurrence_store.insert(
                 conn,
                 task_id=task.id,
@@ -153,7 +126,6 @@ class Client:
                 firing_count=firing.firing_count,
                 last_scheduled_for=firing.last_scheduled_for,
             )
-        return sum(f.firing_count for f in rows)
 
     def get_task(self, ref: str | int) -> TaskRecord:
         with self._tx() as conn:
@@ -169,16 +141,15 @@ class Client:
         with self._tx() as conn:
             task = task_store.lock(conn, ref)
             db_now = task_store.clock(conn, now)
-            next_run_at, status = task.next_run_at, task.status
-            if task.parked_at is None and self._skip_past_due(
-                conn, task, task.spec, db_now, "paused"
-            ):
-                next_run_at = task.spec.schedule().next_after(db_now)
-                if task.spec.schedule_kind == ScheduleKind.ONCE:
-                    # its one firing was skipped, as the dispatcher does
-                    status = TaskStatus.CANCELLED
+            plan = control.plan_pause(task, db_now)
+            self._record_owed(conn, task, plan.owed, db_now)
             return task_store.set_paused(
-                conn, task.id, paused=True, status=status, next_run_at=next_run_at, now=db_now
+                conn,
+                task.id,
+                paused=True,
+                status=plan.status,
+                next_run_at=plan.next_run_at,
+                now=db_now,
             )
 
     def resume(self, ref: str | int, *, now: datetime | None = None) -> TaskRecord:
@@ -186,34 +157,25 @@ class Client:
         A task that is not paused is left as it is (its due firings are still owed)."""
         with self._tx() as conn:
             task = task_store.lock(conn, ref)
-            if not task.spec.paused:
-                return task
             db_now = task_store.clock(conn, now)
-            next_run_at = task.spec.schedule().next_after(db_now)
-            status, error = task.status, None
-            if (
-                task.spec.schedule_kind == ScheduleKind.ONCE
-                and task.status == TaskStatus.ENABLED
-                and next_run_at is None
-            ):
-                status = TaskStatus.CANCELLED
-                error = "its instant passed while the task was paused"
+            plan = control.plan_resume(task, db_now)
+            if plan is None:
+                return task
             return task_store.set_paused(
                 conn,
                 task.id,
                 paused=False,
-                status=status,
-                next_run_at=next_run_at,
+                status=plan.status,
+                next_run_at=plan.next_run_at,
                 now=db_now,
-                last_error=error,
+                last_error=plan.error,
             )
 
     def next_fire_times(
         self, ref: str | int, count: int = 5, *, now: datetime | None = None
     ) -> list[datetime]:
         """The next `count` fire times after the database's now."""
-        if count < 1:
-            raise InvalidTask("-n must be at least 1")
+        argument.at_least_one(count, "-n")
         with self._tx() as conn:
             task = task_store.find(conn, ref)
             db_now = task_store.clock(conn, now)
@@ -226,9 +188,7 @@ class Client:
         with self._tx() as conn:
             task = task_store.lock(conn, ref)
             db_now = task_store.clock(conn, now)
-            blocked = task.spec.overlap == OverlapPolicy.FORBID and occurrence_store.active_count(
-                conn, task.id
-            )
+            plan = control.plan_trigger(task, active=occurrence_store.active_count(conn, task.id))
             instance_store.notify_wakeup(conn, "triggered")
             occurrence = occurrence_store.insert(
                 conn,
@@ -238,17 +198,12 @@ class Client:
                 trigger=Trigger.MANUAL,
                 overlap=task.spec.overlap,
                 concurrency_key=task.spec.concurrency_key,
-                status=OccurrenceStatus.SKIPPED if blocked else OccurrenceStatus.QUEUED,
-                reason="overlap" if blocked else None,
+                status=plan.status,
+                reason=plan.reason,
                 requested_by=requested_by,
                 now=db_now,
             )
-            if (
-                not blocked
-                and task.spec.schedule_kind == ScheduleKind.ONCE
-                and task.status in (TaskStatus.COMPLETED, TaskStatus.FAILED, TaskStatus.CANCELLED)
-            ):
-                # A finished one-shot run again: its status follows its newest occurrence.
+            if plan.rerun:
                 task_store.set_next_run(conn, task.id, next_run_at=None, status=TaskStatus.RUNNING)
             assert occurrence is not None  # only a scheduled firing can be recorded twice
             return replace(occurrence, task_name=task.name)
@@ -263,12 +218,8 @@ class Client:
             task = task_store.lock(conn, ref)
             db_now = task_store.clock(conn, now)
             active = occurrence_store.active_count(conn, task.id)
-            if active and not force:
-                raise Conflict(
-                    f"task '{task.name}' has {active} active occurrence(s); --force cancels them"
-                )
-            if task.parked_at is None:
-                self._skip_past_due(conn, task, task.spec, db_now, "deleted")
+            plan = _allowed(control.plan_delete(task, db_now, active=active, force=force))
+            self._record_owed(conn, task, plan.owed, db_now)
             cancelled = occurrence_store.cancel_active(
                 conn, task.id, reason="task deleted", requested_by=requested_by, now=db_now
             )
@@ -279,12 +230,8 @@ class Client:
     def list_runs(
         self, *, task: str | int | None = None, status: str | None = None, limit: int = 50
     ) -> list[HistoryRow]:
-        if status is not None and status not in OCCURRENCE_STATUSES:
-            raise InvalidTask(
-                f"unknown status '{status}': choose one of {', '.join(OCCURRENCE_STATUSES)}"
-            )
-        if limit < 1:
-            raise InvalidTask("--limit must be at least 1")
+        argument.status_filter(status)
+        argument.at_least_one(limit, "--limit")
         with self._tx() as conn:
             task_id = task_store.find(conn, task).id if task is not None else None
             return history.list_history(conn, task_id=task_id, status=status, limit=limit)
@@ -342,12 +289,7 @@ class Client:
             task_store.record_outcome(
                 conn,
                 found.task_id,
-                occurrence_id=occurrence_id,
-                occurrence_seq=cancelled.occurrence_seq,
-                scheduled_for=cancelled.scheduled_for,
-                status=OccurrenceStatus.CANCELLED,
-                error=cancelled.reason,
-                lifecycle=LIFECYCLE[OccurrenceStatus.CANCELLED],
+                task_outcome(cancelled, OccurrenceStatus.CANCELLED, cancelled.reason),
             )
             instance_store.notify_wakeup(conn, "cancelled")
             return Cancellation(replace(cancelled, task_name=found.task_name), "cancelled")
@@ -401,11 +343,13 @@ class Client:
             return {row["key"]: row["value"] for row in fleet_store.list_settings(conn)}
 
     def set_fleet_setting(self, name: str, value: str, *, updated_by: str) -> dict[str, Any]:
-        if name not in FLEET_SETTINGS:
-            raise InvalidTask(
-                f"unknown setting '{name}': choose one of {', '.join(FLEET_SETTINGS)}"
-            )
-        if not value.isdigit() or int(value) < 1:
-            raise InvalidTask(f"{name} must be a whole number of at least 1, got '{value}'")
+        key, number = argument.fleet_setting(name, value)
         with self._tx() as conn:
-            return fleet_store.set_setting(conn, FLEET_SETTINGS[name], int(value), updated_by)
+            return fleet_store.set_setting(conn, key, number, updated_by)
+
+
+def _allowed(plan: Plan | control.Refusal) -> Plan:
+    """The plan, or the refusal raised as a Conflict (exit code 2 in the CLI)."""
+    if isinstance(plan, control.Refusal):
+        raise Conflict(plan.message)
+    return plan

@@ -18,6 +18,7 @@ from scheduler_daemon.cli.base import (
     EXIT_UNAVAILABLE,
     cli,
 )
+from scheduler_daemon.domain.argument import InvalidArgument
 from scheduler_daemon.domain.schedule import ScheduleError
 from scheduler_daemon.domain.task import InvalidTask
 from scheduler_daemon.settings import InvalidSettings
@@ -52,7 +53,14 @@ def main(argv: list[str] | None = None) -> None:
         _fail(130, "aborted")
     except click.UsageError as exc:
         _fail(EXIT_BAD_INPUT, exc.format_message().replace("\n", " "))
-    except (InvalidTask, InvalidSettings, ScheduleError, Conflict, NotFound) as exc:
+    except (
+        InvalidTask,
+        InvalidArgument,
+        InvalidSettings,
+        ScheduleError,
+        Conflict,
+        NotFound,
+    ) as exc:
         _fail(EXIT_BAD_INPUT, str(exc))
     except SchemaBehind as exc:
         _fail(EXIT_SCHEMA_BEHIND, str(exc))

@@ -20,12 +20,8 @@ from scheduler_daemon.cli.base import (
     who,
 )
 from scheduler_daemon.domain.duration import format_duration
-from scheduler_daemon.domain.task import (
-    InvalidTask,
-)
 from scheduler_daemon.settings import (
     DaemonSettings,
-    InvalidSettings,
     resolve_database_url,
 )
 from scheduler_daemon.supervision import EXIT_FAILED_PASSES
@@ -241,10 +237,7 @@ def run(ctx: click.Context, **options: Any) -> None:
     from scheduler_daemon.notify import Notifier
 
     notifier = Notifier.from_environment()  # before any job could inherit NOTIFY_SOCKET
-    try:
-        settings = DaemonSettings(**options, watchdog=notifier.watchdog).validate()
-    except InvalidSettings as exc:
-        raise InvalidTask(str(exc)) from exc
+    settings = DaemonSettings(**options, watchdog=notifier.watchdog).validate()
     url = resolve_database_url(ctx.obj["database_url"])
     stop, hard_stop = threading.Event(), threading.Event()
 
@@ -291,10 +284,7 @@ def recover(ctx: click.Context, dry_run: bool, **options: Any) -> None:
     instances. Safe while daemons run; a second pass changes nothing."""
     from scheduler_daemon.daemon import recover as recover_pass
 
-    try:
-        settings = DaemonSettings(**options).validate()
-    except InvalidSettings as exc:
-        raise InvalidTask(str(exc)) from exc
+    settings = DaemonSettings(**options).validate()  # InvalidSettings: one line, exit 2
     report = recover_pass(resolve_database_url(ctx.obj["database_url"]), settings, dry_run=dry_run)
     data = {"dry_run": dry_run, "counts": report.counts, "ids": report.ids}
     verb = "would change" if dry_run else "changed"

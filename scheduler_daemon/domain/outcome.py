@@ -1,8 +1,9 @@
 """What a finished attempt means for its occurrence and task: final, retry, or give back (pure)."""
 
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 
+from scheduler_daemon.domain.occurrence import Occurrence
 from scheduler_daemon.domain.status import OccurrenceStatus, OutcomeStatus, RunStatus, TaskStatus
 
 # The task lifecycle a one-shot task takes from its occurrence's final status.
@@ -65,3 +66,71 @@ def decide(
         )
     # The run's final status is the occurrence's too (success, failed, timeout).
     return Decision(run_status, OccurrenceStatus(run_status))
+
+
+@dataclass(frozen=True)
+class TaskOutcome:
+    """A final occurrence as its task shows it (task_record_outcome): the task keeps the newest
+    outcome by sequence, and a one-shot task takes `lifecycle` when nothing newer exists."""
+
+    occurrence_id: int
+    occurrence_seq: int
+    scheduled_for: datetime
+    status: OccurrenceStatus
+    error: str | None
+    lifecycle: TaskStatus
+
+
+def task_outcome(occurrence: Occurrence, status: str, error: str | None) -> TaskOutcome:
+    """The outcome `occurrence` shows on its task once it ended `status` (a final status)."""
+    final = OccurrenceStatus(status)
+    return TaskOutcome(
+        occurrence.id,
+        occurrence.occurrence_seq,
+        occurrence.scheduled_for,
+        final,
+        error,
+        LIFECYCLE[final],
+    )
+
+
+@dataclass(frozen=True)
+class Settlement:
+    """The writes that end an attempt, decided from its Decision: back to the queue (`outcome`
+    None), or the occurrence finished and `outcome` shown on the task. `wakeup` is the reason
+    idle daemons are woken with when it commits."""
+
+    decision: Decision
+    error: str | None
+    outcome: TaskOutcome | None
+    wakeup: str
+
+
+def settlement(occurrence: Occurrence, decision: Decision, error: str | None) -> Settlement:
+    """How the end of `occurrence`'s attempt is recorded (the completer's and the takeover's)."""
+    if not decision.final:
+        return Settlement(decision, error, None, "retry")
+    return Settlement(
+        decision, error, task_outcome(occurrence, decision.occurrence_status, error), "finished"
+    )
+
+
+@dataclass(frozen=True)
+class Finalization:
+    """How the reconciler ends a one-shot task left `running` with nothing active: its
+    lifecycle status, the error shown, and the newest occurrence's outcome to record first."""
+
+    status: TaskStatus
+    error: str | None = None
+    outcome: TaskOutcome | None = None
+
+
+def finalize_one_shot(latest: Occurrence | None) -> Finalization | None:
+    """From the newest occurrence (read after the task lock); None while it is still active
+    (a later pass looks again)."""
+    if latest is None:
+        return Finalization(TaskStatus.CANCELLED, error="no occurrence was ever recorded")
+    if latest.status not in LIFECYCLE:
+        return None
+    outcome = task_outcome(latest, latest.status, latest.error)
+    return Finalization(outcome.lifecycle, outcome=outcome)

@@ -9,7 +9,7 @@ import structlog
 from psycopg_pool import ConnectionPool
 
 from scheduler_daemon.domain.held import HeldRun, HeldRuns
-from scheduler_daemon.domain.outcome import decide
+from scheduler_daemon.domain.outcome import decide, settlement
 from scheduler_daemon.domain.status import OccurrenceStatus
 from scheduler_daemon.storage import occurrence_store, run_store, task_store
 from scheduler_daemon.storage.database import (
@@ -20,7 +20,6 @@ from scheduler_daemon.storage.database import (
     pooled_transaction,
 )
 from scheduler_daemon.storage.error import LOCK_ERRORS, DatabaseUnavailable
-from scheduler_daemon.storage.settle import settle
 
 log = structlog.get_logger()
 Completion = Literal["recorded", "retry", "fenced"]
@@ -192,4 +191,6 @@ class Completer:
         ):
             raise Fenced
         run.recorded_status = decision.run_status
-        return settle(conn, occ, token=run.token, decision=decision, error=outcome.error)
+        return occurrence_store.settle(
+            conn, occ, token=run.token, settlement=settlement(occ, decision, outcome.error)
+        )

@@ -15,7 +15,7 @@ import structlog
 from psycopg_pool import ConnectionPool
 
 from scheduler_daemon.domain.occurrence import ExpiredClaim, OccurrenceRef
-from scheduler_daemon.domain.outcome import LIFECYCLE, decide
+from scheduler_daemon.domain.outcome import decide, finalize_one_shot, settlement, task_outcome
 from scheduler_daemon.domain.run import TakeoverCandidate
 from scheduler_daemon.domain.status import OccurrenceStatus, OutcomeStatus, TaskStatus
 from scheduler_daemon.domain.task import TaskRef
@@ -28,7 +28,6 @@ from scheduler_daemon.storage.database import (
     pooled_transaction,
 )
 from scheduler_daemon.storage.error import LOCK_ERRORS
-from scheduler_daemon.storage.settle import settle
 
 log = structlog.get_logger()
 LOCKED = object()  # a unit's rows were locked by someone else past its lock wait
@@ -191,12 +190,12 @@ class Reconciler:
                     backoff=timedelta(0),
                     cancel_reason=occ.cancel_reason,  # a pending cancel ends here
                 )
-                settle(
+                error = f"interrupted: {seen.owner} stopped renewing its lease"
+                occurrence_store.settle(
                     conn,
                     occ,
                     token=seen.lease_token,
-                    decision=decision,
-                    error=f"interrupted: {seen.owner} stopped renewing its lease",
+                    settlement=settlement(occ, decision, error),
                 )
         self.log.warning(
             "run_taken_over",
@@ -226,12 +225,7 @@ class Reconciler:
             task_store.record_outcome(
                 conn,
                 seen.task_id,
-                occurrence_id=seen.id,
-                occurrence_seq=expired.occurrence_seq,
-                scheduled_for=expired.scheduled_for,
-                status=OccurrenceStatus.EXPIRED,
-                error="start deadline passed",
-                lifecycle=LIFECYCLE[OccurrenceStatus.EXPIRED],
+                task_outcome(expired, OccurrenceStatus.EXPIRED, "start deadline passed"),
             )
         self.log.warning(
             "occurrence_expired",
@@ -247,27 +241,11 @@ class Reconciler:
             task = task_store.lock_row(conn, seen.id)
             if task is None or task.status != TaskStatus.RUNNING:
                 return None
-            latest = occurrence_store.latest(conn, task.id)
-            if latest is None:
-                task_store.finish_lifecycle(
-                    conn,
-                    task.id,
-                    status=TaskStatus.CANCELLED,
-                    error="no occurrence was ever recorded",
-                )
-            elif latest.status in LIFECYCLE:
-                task_store.record_outcome(
-                    conn,
-                    task.id,
-                    occurrence_id=latest.id,
-                    occurrence_seq=latest.occurrence_seq,
-                    scheduled_for=latest.scheduled_for,
-                    status=latest.status,
-                    error=latest.error,
-                    lifecycle=LIFECYCLE[latest.status],
-                )
-                task_store.finish_lifecycle(conn, task.id, status=LIFECYCLE[latest.status])
-            else:
+            end = finalize_one_shot(occurrence_store.latest(conn, task.id))
+            if end is None:
                 return None  # still active: a later pass looks again
+            if end.outcome is not None:
+                task_store.record_outcome(conn, task.id, end.outcome)
+            task_store.finish_lifecycle(conn, task.id, status=end.status, error=end.error)
         self.log.info("task_finalized", task_id=seen.id)
         return seen.id

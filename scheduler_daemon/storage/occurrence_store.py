@@ -1,13 +1,14 @@
 """Writes occurrence rows (and the runs they own) through sql/occurrence.sql and sql/run.sql."""
 
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, Literal
 
 import psycopg
 
 from scheduler_daemon.domain.occurrence import ExpiredClaim, Occurrence, OccurrenceRef
+from scheduler_daemon.domain.outcome import Settlement
 from scheduler_daemon.domain.status import FINISHED, NOT_STARTED
-from scheduler_daemon.storage import query
+from scheduler_daemon.storage import instance_store, query, task_store
 
 
 def _one(row: dict[str, Any] | None) -> Occurrence | None:
@@ -216,3 +217,34 @@ def expire(conn: psycopg.Connection[Any], occurrence_id: int) -> Occurrence | No
 
 def latest(conn: psycopg.Connection[Any], task_id: int) -> Occurrence | None:
     return _one(query.run(conn, "occurrence_latest", {"task_id": task_id}))
+
+
+def settle(
+    conn: psycopg.Connection[Any], occurrence: Occurrence, *, token: int, settlement: Settlement
+) -> Literal["retry", "recorded"]:
+    """Writes the end of an attempt as domain.outcome.settlement decided it, inside the caller's
+    transaction, after the caller locked task → occurrence → run and ended the run row: back to
+    the queue, or the occurrence finished and its outcome shown on the task."""
+    decision = settlement.decision
+    if settlement.outcome is None:
+        retry(
+            conn,
+            occurrence.id,
+            token=token,
+            delay=decision.delay,
+            error=settlement.error,
+            refund=decision.refund,
+        )
+        instance_store.notify_wakeup(conn, settlement.wakeup)
+        return "retry"
+    finish(
+        conn,
+        occurrence.id,
+        token=token,
+        status=decision.occurrence_status,
+        error=settlement.error,
+        reason=decision.reason,
+    )
+    task_store.record_outcome(conn, occurrence.task_id, settlement.outcome)
+    instance_store.notify_wakeup(conn, settlement.wakeup)
+    return "recorded"

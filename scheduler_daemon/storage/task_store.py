@@ -6,6 +6,7 @@ from typing import Any
 import psycopg
 from psycopg.types.json import Jsonb
 
+from scheduler_daemon.domain.outcome import TaskOutcome
 from scheduler_daemon.domain.task import PAYLOAD_KEY, TaskRecord, TaskRef, TaskSpec
 from scheduler_daemon.storage import query
 from scheduler_daemon.storage.error import Conflict, NotFound
@@ -193,17 +194,7 @@ def advance(
     )
 
 
-def record_outcome(
-    conn: psycopg.Connection[Any],
-    task_id: int,
-    *,
-    occurrence_id: int,
-    occurrence_seq: int,
-    scheduled_for: datetime,
-    status: str,
-    error: str | None,
-    lifecycle: str,
-) -> bool:
+def record_outcome(conn: psycopg.Connection[Any], task_id: int, outcome: TaskOutcome) -> bool:
     """Shows an outcome on the locked task if it is newer than the one shown; False if older."""
     return (
         query.run(
@@ -211,12 +202,12 @@ def record_outcome(
             "task_record_outcome",
             {
                 "id": task_id,
-                "occurrence_id": occurrence_id,
-                "occurrence_seq": occurrence_seq,
-                "scheduled_for": scheduled_for,
-                "status": status,
-                "error": error,
-                "lifecycle": lifecycle,
+                "occurrence_id": outcome.occurrence_id,
+                "occurrence_seq": outcome.occurrence_seq,
+                "scheduled_for": outcome.scheduled_for,
+                "status": outcome.status,
+                "error": outcome.error,
+                "lifecycle": outcome.lifecycle,
             },
         )
         == 1

@@ -1,0 +1,38 @@
+"""Input errors that are not about one task (a count, a limit, a status filter, a fleet setting):
+InvalidArgument and the checks that raise it (pure)."""
+
+from scheduler_daemon.domain.status import OccurrenceStatus
+
+OCCURRENCE_STATUSES = tuple(OccurrenceStatus)
+# `config set` names and the fleet_setting keys they write.
+FLEET_SETTINGS = {"max-concurrent-runs": "max_concurrent_runs"}
+
+
+class InvalidArgument(ValueError):
+    """An argument breaks a rule; the message is one line, fit for the CLI (exit code 2)."""
+
+
+def at_least_one(value: int, flag: str) -> int:
+    if value < 1:
+        raise InvalidArgument(f"{flag} must be at least 1")
+    return value
+
+
+def status_filter(status: str | None) -> str | None:
+    """A `runs list --status` value: any occurrence or run status (run statuses are a subset)."""
+    if status is not None and status not in OCCURRENCE_STATUSES:
+        raise InvalidArgument(
+            f"unknown status '{status}': choose one of {', '.join(OCCURRENCE_STATUSES)}"
+        )
+    return status
+
+
+def fleet_setting(name: str, value: str) -> tuple[str, int]:
+    """A `config set NAME VALUE`: the stored key and its whole-number value."""
+    if name not in FLEET_SETTINGS:
+        raise InvalidArgument(
+            f"unknown setting '{name}': choose one of {', '.join(FLEET_SETTINGS)}"
+        )
+    if not value.isdigit() or int(value) < 1:
+        raise InvalidArgument(f"{name} must be a whole number of at least 1, got '{value}'")
+    return FLEET_SETTINGS[name], int(value)

@@ -1,0 +1,164 @@
+"""What an operator's change does to a task (pure): update, pause, resume, trigger, delete.
+
+Each rule takes the locked task and the database's now and returns a plan; the Client carries it
+out in one transaction. A change the task's state refuses comes back as a `Refusal` (the Client
+raises it as a Conflict); a change that is malformed raises InvalidTask.
+"""
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from scheduler_daemon.domain.misfire import Firing, skip_past_due
+from scheduler_daemon.domain.status import (
+    OccurrenceStatus,
+    OverlapPolicy,
+    ScheduleKind,
+    TaskStatus,
+)
+from scheduler_daemon.domain.task import InvalidTask, TaskRecord, TaskSpec
+
+# The changes that move a task's schedule: its due, undispatched firings are recorded first.
+SCHEDULE_FIELDS = frozenset({"cron", "every", "at", "timezone", "dst_gap", "dst_overlap"})
+FINISHED_ONE_SHOT = (TaskStatus.COMPLETED, TaskStatus.FAILED, TaskStatus.CANCELLED)
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """A change the task's current state does not allow; `message` is one line."""
+
+    message: str
+
+
+def owed_firings(
+    task: TaskRecord, spec: TaskSpec, now: datetime, reason: str
+) -> tuple[Firing, ...]:
+    """The task's due, undispatched firings, as the skipped rows (`reason`) an operator's change
+    records before it moves the task past them, counted with `spec`'s schedule. Nothing is owed
+    while paused, by a fired one-shot or by a deleted task."""
+    if task.spec.paused or task.status != TaskStatus.ENABLED or task.deleted_at is not None:
+        return ()
+    return skip_past_due(spec.schedule(), next_run_at=task.next_run_at, now=now, reason=reason)
+
+
+@dataclass(frozen=True)
+class UpdatePlan:
+    spec: TaskSpec
+    owed: tuple[Firing, ...]  # recorded as skipped before the update
+    next_run_at: datetime | None
+    status: str
+    unpark: bool  # the schedule moved or the task was parked: it is planned afresh
+
+
+def check_update(changes: Mapping[str, Any]) -> None:
+    """The fields `tasks update` may change (raises InvalidTask), before any database read."""
+    unknown = set(changes) - set(TaskSpec.__dataclass_fields__) - {"paused"}
+    if unknown or "name" in changes or "anchor" in changes:
+        raise InvalidTask(f"cannot update {', '.join(sorted(unknown | {'name'} & set(changes)))}")
+
+
+def plan_update(
+    task: TaskRecord, changes: Mapping[str, Any], now: datetime
+) -> UpdatePlan | Refusal:
+    """A definition change, effective from the next firing. A new `every` is anchored at now.
+    Rescheduling (or editing a parked task) records the firings the old definition owed,
+    counted by the old schedule (by the new one for a parked task: its old one could not be
+    planned), and plans the next firing from now."""
+    if (
+        "at" in changes
+        and task.spec.schedule_kind == ScheduleKind.ONCE
+        and task.status != TaskStatus.ENABLED
+    ):
+        return Refusal(f"task '{task.name}' already fired ({task.status}); add a new task")
+    spec = task.spec.with_changes(**changes)
+    if changes.get("every") is not None:
+        spec = spec.with_changes(anchor=now)
+    spec.validate(now, new_instant="at" in changes)
+    rescheduled = bool(SCHEDULE_FIELDS & set(changes))
+    owed: tuple[Firing, ...] = ()
+    next_run_at = task.next_run_at
+    if rescheduled or task.parked_at is not None:
+        if task.parked_at is not None:
+            owed = owed_firings(task, spec, now, "parked")
+        else:
+            owed = owed_firings(task, task.spec, now, "rescheduled")
+        next_run_at = spec.schedule().next_after(now)
+    status = TaskStatus.ENABLED if spec.schedule_kind != ScheduleKind.ONCE else task.status
+    return UpdatePlan(spec, owed, next_run_at, status, rescheduled or task.parked_at is not None)
+
+
+@dataclass(frozen=True)
+class PausePlan:
+    owed: tuple[Firing, ...]  # recorded as skipped (`paused`): nothing is owed while paused
+    next_run_at: datetime | None
+    status: str
+
+
+def plan_pause(task: TaskRecord, now: datetime) -> PausePlan:
+    """Stops firing. Firings already due are recorded as skipped and the next firing is planned
+    from now; a one-shot whose one firing was skipped is cancelled, as the dispatcher does."""
+    owed = () if task.parked_at is not None else owed_firings(task, task.spec, now, "paused")
+    if not owed:
+        return PausePlan(owed, task.next_run_at, task.status)
+    once = task.spec.schedule_kind == ScheduleKind.ONCE
+    status = TaskStatus.CANCELLED if once else task.status
+    return PausePlan(owed, task.spec.schedule().next_after(now), status)
+
+
+@dataclass(frozen=True)
+class ResumePlan:
+    next_run_at: datetime | None
+    status: str
+    error: str | None = None  # shown on the task when resuming ends it
+
+
+def plan_resume(task: TaskRecord, now: datetime) -> ResumePlan | None:
+    """Unpauses, the next firing from now (paused firings are not owed); a one-shot whose
+    instant passed meanwhile is cancelled. None: the task is not paused, nothing changes (its
+    due firings are still owed)."""
+    if not task.spec.paused:
+        return None
+    next_run_at = task.spec.schedule().next_after(now)
+    if (
+        task.spec.schedule_kind == ScheduleKind.ONCE
+        and task.status == TaskStatus.ENABLED
+        and next_run_at is None
+    ):
+        return ResumePlan(
+            None, TaskStatus.CANCELLED, "its instant passed while the task was paused"
+        )
+    return ResumePlan(next_run_at, task.status)
+
+
+@dataclass(frozen=True)
+class TriggerPlan:
+    status: OccurrenceStatus  # of the manual occurrence: queued, or skipped for `reason`
+    reason: str | None
+    rerun: bool  # a finished one-shot runs again: its status follows its newest occurrence
+
+
+def plan_trigger(task: TaskRecord, *, active: int) -> TriggerPlan:
+    """A manual occurrence now, by the task's overlap policy (`active`: its active occurrences);
+    it runs even while the task is paused."""
+    if task.spec.overlap == OverlapPolicy.FORBID and active:
+        return TriggerPlan(OccurrenceStatus.SKIPPED, "overlap", rerun=False)
+    rerun = task.spec.schedule_kind == ScheduleKind.ONCE and task.status in FINISHED_ONE_SHOT
+    return TriggerPlan(OccurrenceStatus.QUEUED, None, rerun)
+
+
+@dataclass(frozen=True)
+class DeletePlan:
+    owed: tuple[Firing, ...]  # recorded as skipped (`deleted`)
+
+
+def plan_delete(
+    task: TaskRecord, now: datetime, *, active: int, force: bool
+) -> DeletePlan | Refusal:
+    """Refused while the task has active occurrences unless `force` (which cancels them)."""
+    if active and not force:
+        return Refusal(
+            f"task '{task.name}' has {active} active occurrence(s); --force cancels them"
+        )
+    owed = () if task.parked_at is not None else owed_firings(task, task.spec, now, "deleted")
+    return DeletePlan(owed)
