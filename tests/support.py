@@ -39,6 +39,8 @@ FAST = (
     "--stop-timeout",
     "10s",
 )
+# A task definition every CLI test can add: due every minute, a command that succeeds.
+EVERY_MINUTE = ("--cron", "* * * * *", "--command", "true")
 
 
 def wait_for(
