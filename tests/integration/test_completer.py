@@ -3,17 +3,14 @@ retries after the backoff, and every write fenced on owner and token (each race 
 
 from datetime import timedelta
 
-from tests.support import Replica, query, shell_task, snapshot
+from tests.support import Replica, launched_shell_run, query, shell_task, snapshot
 
 
 def test_a_completion_whose_token_was_raised_is_fenced_and_changes_no_row(
     client, pool, executors, database_url
 ) -> None:
     # Would fail against a completion that matched the run by id alone (river#1302).
-    task = shell_task(client)
-    client.trigger(task.id, requested_by="test")
-    replica = Replica(database_url, pool, executors, "a")
-    assert replica.launcher.run_once().launched == 1
+    replica = launched_shell_run(client, pool, executors, database_url).replica
     # The race window: between launch and completion a takeover/cancel raises the token.
     query(database_url, "UPDATE occurrence SET lease_token = lease_token + 1 RETURNING id")
     (run,) = replica.finished()
@@ -25,10 +22,9 @@ def test_a_completion_whose_token_was_raised_is_fenced_and_changes_no_row(
 def test_a_completion_with_its_token_intact_is_recorded_on_run_occurrence_and_task(
     client, pool, executors, database_url
 ) -> None:
-    task = shell_task(client, command="echo hello; exit 0")
-    client.trigger(task.id, requested_by="test")
-    replica = Replica(database_url, pool, executors, "a")
-    replica.launcher.run_once()
+    replica = launched_shell_run(
+        client, pool, executors, database_url, command="echo hello; exit 0"
+    ).replica
     (run,) = replica.finished()
     assert replica.completer.complete(run) == "recorded"
     (row,) = query(database_url, "SELECT * FROM run")
@@ -62,10 +58,15 @@ def test_a_late_completion_of_an_older_occurrence_leaves_the_newer_result(
 def test_a_failed_attempt_with_attempts_left_goes_back_to_the_queue_after_the_backoff(
     client, pool, executors, database_url
 ) -> None:
-    task = shell_task(client, command="exit 3", max_attempts=2, backoff=timedelta(minutes=5))
-    client.trigger(task.id, requested_by="test")
-    replica = Replica(database_url, pool, executors, "a")
-    replica.launcher.run_once()
+    replica = launched_shell_run(
+        client,
+        pool,
+        executors,
+        database_url,
+        command="exit 3",
+        max_attempts=2,
+        backoff=timedelta(minutes=5),
+    ).replica
     (run,) = replica.finished()
     assert replica.completer.complete(run) == "retry"
     (occ,) = query(

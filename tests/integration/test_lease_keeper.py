@@ -1,17 +1,15 @@
 """The lease keeper against a real database: a renewal after a takeover is fenced and stops
 the job; an instance removed by a peer registers again."""
 
-from tests.support import Replica, query, shell_task, snapshot, wait_for
+from tests.support import Replica, launched_shell_run, query, snapshot, wait_for
 
 
 def test_a_renewal_after_a_takeover_stops_the_job_and_writes_nothing(
     client, pool, executors, database_url
 ) -> None:
-    task = shell_task(client, command="sleep 30")
-    client.trigger(task.id, requested_by="test")
-    replica = Replica(database_url, pool, executors, "a")
-    replica.launcher.run_once()
-    (run,) = list(replica.held)
+    _, _, replica, run = launched_shell_run(
+        client, pool, executors, database_url, command="sleep 30"
+    )
     assert replica.keeper.run_once() == set()  # renewed while the token is ours
     # A peer took the run over (as the reconciler's compare-and-set does) and re-queued it.
     query(
