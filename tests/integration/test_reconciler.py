@@ -9,9 +9,10 @@ import psycopg
 import pytest
 
 from scheduler_daemon.domain.task import TaskSpec
+from scheduler_daemon.services import reconciler as reconciler_module
 from scheduler_daemon.services.reconciler import Reconciler
 from scheduler_daemon.storage import occurrence_store
-from scheduler_daemon.storage.database import make_pool, pooled_transaction
+from scheduler_daemon.storage.database import Limits, make_pool, pooled_transaction
 from tests.support import launched_shell_run, query, shell_task, snapshot, wait_for
 
 
@@ -88,6 +89,17 @@ def test_a_run_before_its_takeover_point_is_never_touched_whatever_its_instance_
     assert snapshot(database_url) == before
 
 
+@pytest.fixture
+def patient_reconciler(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The reconciler waits for a row lock as long as it is held. Its first try gives up after
+    FIRST_TRY_LIMITS (100 ms) and queues again behind whoever queued meanwhile, so a test that
+    orders contenders with a held lock would, on a loaded machine, see its forced order flip."""
+    patient = Limits(lock_timeout="30s")
+    monkeypatch.setattr(reconciler_module, "FIRST_TRY_LIMITS", patient)
+    monkeypatch.setattr(reconciler_module, "UNIT_LIMITS", patient)
+
+
+@pytest.mark.usefixtures("patient_reconciler")
 @pytest.mark.parametrize("first", ["completion", "takeover"])
 def test_completion_and_takeover_racing_on_one_run_exactly_one_wins(
     client, pool, executors, database_url, first
