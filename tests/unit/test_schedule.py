@@ -5,15 +5,11 @@ from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
 
-from scheduler_daemon.domain.schedule import (
-    CronSchedule,
-    IntervalSchedule,
-    OneShotSchedule,
-    Schedule,
-    ScheduleError,
-    load_zone,
-    validate_cron,
-)
+from scheduler_daemon.domain.schedule.base import Schedule, ScheduleError
+from scheduler_daemon.domain.schedule.cron import CronSchedule
+from scheduler_daemon.domain.schedule.cron_syntax import validate_cron
+from scheduler_daemon.domain.schedule.fixed import IntervalSchedule, OneShotSchedule
+from scheduler_daemon.domain.schedule.zone import load_zone
 
 
 def utc(*args: int) -> datetime:
