@@ -11,12 +11,12 @@ import urllib.request
 from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 import psycopg
 from psycopg.rows import dict_row
 
-from scheduler_daemon.domain.held import HeldRuns
+from scheduler_daemon.domain.held import HeldRun, HeldRuns
 from scheduler_daemon.services.completer import Completer
 from scheduler_daemon.services.dispatcher import Dispatcher
 from scheduler_daemon.services.launcher import Launcher
@@ -39,6 +39,8 @@ FAST = (
     "--stop-timeout",
     "10s",
 )
+# A task definition every CLI test can add: due every minute, a command that succeeds.
+EVERY_MINUTE = ("--cron", "* * * * *", "--command", "true")
 
 
 def wait_for(
@@ -227,3 +229,35 @@ def shell_task(client: Any, name: str = "job", command: str = "true", **kw: Any)
     return client.add_task(
         TaskSpec(name=name, executor="shell", target=command, every=timedelta(hours=1), **kw)
     )
+
+
+class LaunchedRun(NamedTuple):
+    """What `launched_shell_run` arranged; unpacks as (task, occurrence, replica, run)."""
+
+    task: Any
+    occurrence: dict[str, Any]
+    replica: Replica
+    run: HeldRun  # the replica's one held run, its job started
+
+
+def launched_shell_run(
+    client: Any,
+    pool: Any,
+    executors: dict[str, Any],
+    url: str,
+    *,
+    name: str = "job",
+    command: str = "true",
+    instance: str = "a",
+    **kw: Any,
+) -> LaunchedRun:
+    """The arrange block of the service tests: an hourly shell task (`shell_task`, `kw` passed
+    on), triggered once by hand, claimed and launched by one in-process replica named
+    `instance`. Fails the test unless exactly that one run was launched."""
+    task = shell_task(client, name, command, **kw)
+    occurrence = client.trigger(task.id, requested_by="test")
+    replica = Replica(url, pool, executors, instance)
+    result = replica.launcher.run_once()
+    assert result.launched == 1, result
+    (run,) = list(replica.held)
+    return LaunchedRun(task, occurrence, replica, run)

@@ -19,7 +19,7 @@ from scheduler_daemon.cli.base import (
     cli,
 )
 from scheduler_daemon.domain.argument import InvalidArgument
-from scheduler_daemon.domain.schedule import ScheduleError
+from scheduler_daemon.domain.schedule.base import ScheduleError
 from scheduler_daemon.domain.task import InvalidTask
 from scheduler_daemon.settings import InvalidSettings
 from scheduler_daemon.storage.database import first_line, redact

@@ -19,7 +19,8 @@ from scheduler_daemon.cli.base import (
     json_option,
     who,
 )
-from scheduler_daemon.domain.schedule import ScheduleError, load_zone
+from scheduler_daemon.domain.schedule.base import ScheduleError
+from scheduler_daemon.domain.schedule.zone import load_zone
 from scheduler_daemon.domain.status import (
     DstGapPolicy,
     DstOverlapPolicy,

@@ -17,7 +17,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from scheduler_daemon.domain.schedule import Schedule, ScheduleError, make_schedule
+from scheduler_daemon.domain.schedule import make_schedule
+from scheduler_daemon.domain.schedule.base import Schedule, ScheduleError
 from scheduler_daemon.domain.status import ScheduleKind
 
 _MICROSECOND = timedelta(microseconds=1)

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from itertools import pairwise
 
-from scheduler_daemon.domain.schedule import Schedule
+from scheduler_daemon.domain.schedule.base import Schedule
 from scheduler_daemon.domain.status import MisfirePolicy, OccurrenceStatus, OverlapPolicy
 
 # Why an operator's change skipped firings that were due but not yet dispatched.

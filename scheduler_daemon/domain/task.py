@@ -8,15 +8,12 @@ from enum import StrEnum
 from typing import Any
 
 from scheduler_daemon.domain.row import FromRow
-from scheduler_daemon.domain.schedule import (
-    CronSchedule,
-    IntervalSchedule,
-    OneShotSchedule,
-    ScheduleError,
-    load_zone,
-    make_schedule,
-    validate_cron,
-)
+from scheduler_daemon.domain.schedule import make_schedule
+from scheduler_daemon.domain.schedule.base import ScheduleError
+from scheduler_daemon.domain.schedule.cron import CronSchedule
+from scheduler_daemon.domain.schedule.cron_syntax import validate_cron
+from scheduler_daemon.domain.schedule.fixed import IntervalSchedule, OneShotSchedule
+from scheduler_daemon.domain.schedule.zone import load_zone
 from scheduler_daemon.domain.secret import redact
 from scheduler_daemon.domain.status import (
     DstGapPolicy,

@@ -5,16 +5,7 @@ takeover point passes when the owner is dead (KNOWN-FAILURES 27)."""
 from datetime import timedelta
 
 from scheduler_daemon.services.reconciler import Reconciler
-from tests.support import Replica, query, shell_task, wait_for
-
-
-def _running(client, pool, executors, database_url, **kw):
-    task = shell_task(client, "long", "sleep 30", **kw)
-    occurrence = client.trigger(task.id, requested_by="test")
-    replica = Replica(database_url, pool, executors, "a")
-    assert replica.launcher.run_once().launched == 1
-    (run,) = list(replica.held)
-    return task, occurrence, replica, run
+from tests.support import launched_shell_run, query, shell_task, wait_for
 
 
 def test_a_cancelled_running_job_keeps_its_slot_until_its_owner_confirms_it_is_gone(
@@ -23,8 +14,8 @@ def test_a_cancelled_running_job_keeps_its_slot_until_its_owner_confirms_it_is_g
     # Would fail against the cancel that ended the occurrence at once: the second trigger below
     # would be queued and could start beside the job that is still running. The window is
     # forced by stepping the services: cancel, then trigger, renew and complete one by one.
-    task, occurrence, replica, run = _running(
-        client, pool, executors, database_url, concurrency_key="k"
+    task, occurrence, replica, run = launched_shell_run(
+        client, pool, executors, database_url, name="long", command="sleep 30", concurrency_key="k"
     )
     keyed = shell_task(client, "same-key", "true", concurrency_key="k", overlap="allow")
     result = client.cancel(run.run_id, requested_by="operator")
@@ -67,7 +58,9 @@ def test_a_cancelled_running_job_keeps_its_slot_until_its_owner_confirms_it_is_g
 def test_a_cancel_whose_owner_is_dead_ends_at_the_takeover_point_not_in_the_queue(
     client, pool, executors, database_url
 ) -> None:
-    _, occurrence, _replica, run = _running(client, pool, executors, database_url)
+    _, occurrence, _replica, run = launched_shell_run(
+        client, pool, executors, database_url, name="long", command="sleep 30"
+    )
     client.cancel(occurrence.id, occurrence=True, requested_by="operator")
     reconciler = Reconciler(
         pool,
@@ -92,7 +85,9 @@ def test_a_cancel_whose_owner_is_dead_ends_at_the_takeover_point_not_in_the_queu
 def test_tasks_delete_force_requests_the_cancel_of_a_running_job_and_records_its_end(
     client, pool, executors, database_url, cli
 ) -> None:
-    _task, occurrence, replica, run = _running(client, pool, executors, database_url)
+    _task, occurrence, replica, run = launched_shell_run(
+        client, pool, executors, database_url, name="long", command="sleep 30"
+    )
     done = cli("tasks", "delete", "long", "--force", "--json")
     assert done.code == 0, done.err
     assert done.json()["cancel_requested_occurrence_ids"] == [occurrence.id]
@@ -108,7 +103,9 @@ def test_tasks_delete_force_requests_the_cancel_of_a_running_job_and_records_its
 
 
 def test_runs_cancel_says_what_it_did(client, pool, executors, database_url, cli) -> None:
-    _, _, _replica, run = _running(client, pool, executors, database_url)
+    _, _, _replica, run = launched_shell_run(
+        client, pool, executors, database_url, name="long", command="sleep 30"
+    )
     query(
         database_url,
         "INSERT INTO instance (id, hostname, pid, version, schema_revision, concurrency, "

@@ -1,6 +1,7 @@
 """One row held by someone else (an operator's transaction, a slow migration, a frozen peer)
 stalls only its own unit of work: the completer and the reconciler go on with the rest and
-retry that one later (KNOWN-FAILURES 28). The lock is held by a second connection."""
+retry that one later (KNOWN-FAILURES 28), and a CLI command waits for it no longer than the
+lock timeout (KNOWN-FAILURES 15). The lock is held by a second connection."""
 
 from datetime import timedelta
 
@@ -95,3 +96,14 @@ def test_a_locked_task_row_stops_only_its_own_takeover(
         holder.close()
     assert len(reconciler.run_once().ids["taken_over"]) == 1  # the next pass takes the other
     assert query(database_url, "SELECT id FROM run WHERE status = 'running'") == []
+
+
+def test_cli_transactions_wait_at_most_the_lock_timeout_for_a_task_lock(cli, db, database_url):
+    # KNOWN-FAILURES 15: a lock held by a vanished session must not hang the caller forever.
+    cli("tasks", "add", "locked", "--every", "1h", "--command", "true")
+    with psycopg.connect(database_url) as holder:
+        holder.execute("SELECT id FROM task FOR UPDATE")
+        result = cli("tasks", "trigger", "locked")
+        holder.rollback()
+    assert result.code == 1
+    assert result.err.startswith("error: database error: canceling statement due to lock timeout")

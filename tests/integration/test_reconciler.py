@@ -9,10 +9,11 @@ import psycopg
 import pytest
 
 from scheduler_daemon.domain.task import TaskSpec
+from scheduler_daemon.services import reconciler as reconciler_module
 from scheduler_daemon.services.reconciler import Reconciler
 from scheduler_daemon.storage import occurrence_store
-from scheduler_daemon.storage.database import make_pool, pooled_transaction
-from tests.support import Replica, query, shell_task, snapshot, wait_for
+from scheduler_daemon.storage.database import Limits, make_pool, pooled_transaction
+from tests.support import launched_shell_run, query, shell_task, snapshot, wait_for
 
 
 def reconciler(
@@ -49,11 +50,9 @@ def _waiting_for_lock(url: str, count: int) -> bool:
 def test_a_run_past_its_takeover_point_is_taken_over_and_its_occurrence_requeued(
     client, pool, executors, database_url
 ) -> None:
-    task = shell_task(client, command="sleep 30")
-    client.trigger(task.id, requested_by="test")
-    owner = Replica(database_url, pool, executors, "owner")
-    owner.launcher.run_once()
-    (held,) = list(owner.held)
+    _, _, owner, held = launched_shell_run(
+        client, pool, executors, database_url, command="sleep 30", instance="owner"
+    )
     _expire_leases(database_url)
     report = reconciler(pool).run_once()
     assert report.ids["taken_over"] == [held.run_id]
@@ -72,10 +71,9 @@ def test_a_run_past_its_takeover_point_is_taken_over_and_its_occurrence_requeued
 def test_a_run_before_its_takeover_point_is_never_touched_whatever_its_instance_row_says(
     client, pool, executors, database_url
 ) -> None:
-    task = shell_task(client, command="sleep 30")
-    client.trigger(task.id, requested_by="test")
-    owner = Replica(database_url, pool, executors, "owner-gone")
-    owner.launcher.run_once()
+    launched_shell_run(
+        client, pool, executors, database_url, command="sleep 30", instance="owner-gone"
+    )
     # No instance row at all for the owner, and an ancient one for somebody else.
     query(
         database_url,
@@ -91,6 +89,17 @@ def test_a_run_before_its_takeover_point_is_never_touched_whatever_its_instance_
     assert snapshot(database_url) == before
 
 
+@pytest.fixture
+def patient_reconciler(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The reconciler waits for a row lock as long as it is held. Its first try gives up after
+    FIRST_TRY_LIMITS (100 ms) and queues again behind whoever queued meanwhile, so a test that
+    orders contenders with a held lock would, on a loaded machine, see its forced order flip."""
+    patient = Limits(lock_timeout="30s")
+    monkeypatch.setattr(reconciler_module, "FIRST_TRY_LIMITS", patient)
+    monkeypatch.setattr(reconciler_module, "UNIT_LIMITS", patient)
+
+
+@pytest.mark.usefixtures("patient_reconciler")
 @pytest.mark.parametrize("first", ["completion", "takeover"])
 def test_completion_and_takeover_racing_on_one_run_exactly_one_wins(
     client, pool, executors, database_url, first
@@ -98,10 +107,9 @@ def test_completion_and_takeover_racing_on_one_run_exactly_one_wins(
     # A held task lock makes both contenders queue on it in a forced order; whichever gets it
     # first must win and the other must change nothing. A takeover by run id alone (river#1302)
     # would overwrite the completed run in the "completion first" order.
-    task = shell_task(client, command="exit 0")
-    client.trigger(task.id, requested_by="test")
-    owner = Replica(database_url, pool, executors, "owner")
-    owner.launcher.run_once()
+    task, _, owner, _ = launched_shell_run(
+        client, pool, executors, database_url, command="exit 0", instance="owner"
+    )
     (held,) = owner.finished()
     _expire_leases(database_url)
     results: dict[str, Any] = {}
@@ -317,9 +325,7 @@ def test_one_shot_tasks_without_occurrences_are_cancelled_and_active_ones_left_a
 def test_nothing_is_taken_over_during_the_quiet_period_after_a_database_start(
     client, pool, executors, database_url
 ) -> None:
-    task = shell_task(client, command="sleep 30")
-    client.trigger(task.id, requested_by="test")
-    Replica(database_url, pool, executors, "owner").launcher.run_once()
+    launched_shell_run(client, pool, executors, database_url, command="sleep 30", instance="owner")
     _expire_leases(database_url)
     (age,) = query(database_url, "SELECT now() - pg_postmaster_start_time() AS up")
     quiet = age["up"] + timedelta(hours=1)  # as if the server had started moments ago
@@ -330,9 +336,7 @@ def test_nothing_is_taken_over_during_the_quiet_period_after_a_database_start(
 def test_recover_dry_run_changes_nothing_and_a_second_recover_changes_nothing(
     cli, client, pool, executors, database_url
 ) -> None:
-    task = shell_task(client, command="sleep 30")
-    client.trigger(task.id, requested_by="test")
-    Replica(database_url, pool, executors, "owner").launcher.run_once()
+    launched_shell_run(client, pool, executors, database_url, command="sleep 30", instance="owner")
     _expire_leases(database_url)
     before = snapshot(database_url)
     dry = cli("recover", "--dry-run", "--json")

@@ -13,7 +13,7 @@ from scheduler_daemon.domain.coverage import (
     owed_windows,
 )
 from scheduler_daemon.domain.misfire import plan_dispatch
-from scheduler_daemon.domain.schedule import IntervalSchedule
+from scheduler_daemon.domain.schedule.fixed import IntervalSchedule
 
 T0 = datetime(2026, 3, 1, tzinfo=UTC)
 SECOND = timedelta(seconds=1)

@@ -14,12 +14,9 @@ from scheduler_daemon.domain.misfire import (
     Firing,
     plan_dispatch,
 )
-from scheduler_daemon.domain.schedule import (
-    CronSchedule,
-    IntervalSchedule,
-    OneShotSchedule,
-    Schedule,
-)
+from scheduler_daemon.domain.schedule.base import Schedule
+from scheduler_daemon.domain.schedule.cron import CronSchedule
+from scheduler_daemon.domain.schedule.fixed import IntervalSchedule, OneShotSchedule
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 MINUTE = timedelta(minutes=1)

@@ -12,7 +12,7 @@ from croniter import croniter
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from scheduler_daemon.domain.schedule import CronSchedule
+from scheduler_daemon.domain.schedule.cron import CronSchedule
 
 SETTINGS = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 ALL_ZONES = sorted(zoneinfo.available_timezones() - {"localtime"})

@@ -1,99 +1,12 @@
-"""Schedules: cron in a zone across DST changes, fixed intervals and one-shots, in exact UTC."""
+"""Cron fire times in exact UTC: without DST changes, and across spring-forward gaps and
+fall-back overlaps (New York, Berlin, Lord Howe, Santiago, Beirut, Vostok)."""
 
-import pickle
 from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
 
-from scheduler_daemon.domain.schedule import (
-    CronSchedule,
-    IntervalSchedule,
-    OneShotSchedule,
-    Schedule,
-    ScheduleError,
-    load_zone,
-    validate_cron,
-)
-
-
-def utc(*args: int) -> datetime:
-    return datetime(*args, tzinfo=UTC)
-
-
-def fires(schedule: Schedule, after: datetime, count: int) -> list[datetime]:
-    return list(schedule.fire_times(after, limit=count))
-
-
-# Zones and expressions.
-
-
-def test_load_zone_returns_the_iana_zone() -> None:
-    assert load_zone("Europe/Berlin").key == "Europe/Berlin"
-
-
-@pytest.mark.parametrize(
-    "name", ["Mars/Olympus", "", "../etc", "/etc/passwd", "America", "localtime", "a\x00b"]
-)
-def test_load_zone_refuses_anything_but_an_iana_zone_in_one_line(name: str) -> None:
-    with pytest.raises(ScheduleError) as caught:
-        load_zone(name)
-    assert str(caught.value) == f"unknown time zone {name!r}"
-
-
-def test_unknown_zone_message_quotes_the_name() -> None:
-    with pytest.raises(ScheduleError, match=r"^unknown time zone 'Mars/Olympus'$"):
-        CronSchedule("* * * * *", "Mars/Olympus")
-
-
-@pytest.mark.parametrize(
-    "expr",
-    ["* * * * *", "*/15 9-17 * * mon-fri", "0 0 L * *", "0 0 * * 1#2", "0 0 * * * 30", "@hourly"],
-)
-def test_validate_cron_accepts_standard_and_seconds_expressions(expr: str) -> None:
-    validate_cron(expr)
-
-
-@pytest.mark.parametrize(
-    ("expr", "reason"),
-    [
-        ("61 * * * *", "minute '61' is not valid (allowed: 0-59)"),
-        ("* 24 * * *", "hour '24' is not valid (allowed: 0-23)"),
-        ("* * * * * 60", "second '60' is not valid (allowed: 0-59)"),
-        ("* * * *", "expected 5 fields (minute hour day month weekday) or 6, got 4"),
-        ("* * * * * * *", "expected 5 fields (minute hour day month weekday) or 6, got 7"),
-        ("@reboot", "@reboot has no fire times; use a one-shot schedule"),
-        ("R * * * *", "minute 'R': H and R are not supported"),
-        ("0 H * * *", "hour 'H': H and R are not supported"),
-        ("0 0 30 2 *", "it never fires"),
-    ],
-)
-def test_validate_cron_refuses_with_a_short_reason(expr: str, reason: str) -> None:
-    with pytest.raises(ScheduleError) as caught:
-        validate_cron(expr)
-    assert str(caught.value) == f"invalid cron expression {expr!r}: {reason}"
-    assert "\n" not in str(caught.value)
-
-
-def test_cron_schedule_refuses_unknown_dst_policies() -> None:
-    with pytest.raises(ScheduleError, match=r"^invalid dst_gap 'later': use 'shift' or 'skip'$"):
-        CronSchedule("* * * * *", dst_gap="later")
-    with pytest.raises(ScheduleError, match=r"^invalid dst_overlap 'all'"):
-        CronSchedule("* * * * *", dst_overlap="all")
-
-
-def test_cron_schedule_is_an_immutable_value_that_pickles() -> None:
-    schedule = CronSchedule("0 3 * * *", "Europe/Berlin")
-    assert schedule == CronSchedule("0 3 * * *", "Europe/Berlin")
-    assert hash(schedule) == hash(CronSchedule("0 3 * * *", "Europe/Berlin"))
-    assert pickle.loads(pickle.dumps(schedule)) == schedule
-    with pytest.raises(AttributeError):
-        schedule.expr = "* * * * *"  # type: ignore[misc]
-
-
-def test_naive_datetimes_are_refused() -> None:
-    with pytest.raises(ValueError, match="timezone-aware"):
-        CronSchedule("* * * * *").next_after(datetime(2026, 1, 1))
-
+from scheduler_daemon.domain.schedule.cron import CronSchedule
+from tests.unit.schedule_support import fires, utc
 
 # Cron without DST changes.
 
@@ -334,60 +247,3 @@ def test_a_seven_hour_gap_collapses_into_one_firing() -> None:
         utc(1994, 11, 1, 0),
         utc(1994, 11, 1, 1),
     ]
-
-
-# Intervals and one-shots.
-
-
-def test_interval_fires_at_anchor_plus_multiples_of_every() -> None:
-    schedule = IntervalSchedule(timedelta(minutes=10), utc(2026, 1, 1, 0, 3))
-    assert schedule.next_after(utc(2025, 1, 1)) == utc(2026, 1, 1, 0, 3)
-    assert schedule.next_after(utc(2026, 1, 1, 0, 3)) == utc(2026, 1, 1, 0, 13)
-    assert schedule.next_after(utc(2026, 1, 1, 0, 12, 59)) == utc(2026, 1, 1, 0, 13)
-    assert schedule.prev_at_or_before(utc(2026, 1, 1, 0, 13)) == utc(2026, 1, 1, 0, 13)
-    assert schedule.prev_at_or_before(utc(2026, 1, 1, 0, 2)) is None
-
-
-def test_interval_ignores_dst_because_it_is_utc_arithmetic() -> None:
-    anchor = datetime(2026, 3, 8, 1, 0, tzinfo=load_zone("America/New_York"))
-    schedule = IntervalSchedule(timedelta(hours=1), anchor)
-    assert schedule.anchor == utc(2026, 3, 8, 6)
-    assert fires(schedule, anchor, 2) == [utc(2026, 3, 8, 7), utc(2026, 3, 8, 8)]
-
-
-def test_interval_counts_arithmetically_and_exactly_whatever_the_cap() -> None:
-    schedule = IntervalSchedule(timedelta(seconds=1), utc(2026, 1, 1))
-    assert schedule.count_between(utc(2026, 1, 1), utc(2026, 1, 31), cap=10) == (2_592_001, True)
-    assert schedule.count_between(utc(2025, 1, 1), utc(2026, 1, 1), cap=10) == (1, True)
-    assert schedule.count_between(utc(2026, 1, 2), utc(2026, 1, 1), cap=10) == (0, True)
-
-
-def test_interval_fire_times_go_both_ways() -> None:
-    schedule = IntervalSchedule(timedelta(milliseconds=500), utc(2026, 1, 1))
-    assert fires(schedule, utc(2026, 1, 1), 2) == [
-        utc(2026, 1, 1, 0, 0, 0, 500_000),
-        utc(2026, 1, 1, 0, 0, 1),
-    ]
-    assert list(schedule.fire_times_reversed(utc(2026, 1, 1, 0, 0, 1), limit=5)) == [
-        utc(2026, 1, 1, 0, 0, 1),
-        utc(2026, 1, 1, 0, 0, 0, 500_000),
-        utc(2026, 1, 1),
-    ]
-
-
-def test_interval_refuses_non_positive_periods_and_naive_anchors() -> None:
-    with pytest.raises(ScheduleError, match="interval must be positive"):
-        IntervalSchedule(timedelta(0), utc(2026, 1, 1))
-    with pytest.raises(ScheduleError, match="timezone-aware"):
-        IntervalSchedule(timedelta(1), datetime(2026, 1, 1))
-
-
-def test_one_shot_fires_once_and_then_never() -> None:
-    schedule = OneShotSchedule(datetime(2026, 5, 1, 12, tzinfo=timezone(timedelta(hours=2))))
-    assert schedule.next_after(utc(2026, 1, 1)) == utc(2026, 5, 1, 10)
-    assert schedule.next_after(utc(2026, 5, 1, 10)) is None
-    assert schedule.prev_at_or_before(utc(2026, 5, 1, 9)) is None
-    assert schedule.prev_at_or_before(utc(2026, 5, 1, 10)) == utc(2026, 5, 1, 10)
-    assert list(schedule.fire_times(utc(2026, 1, 1))) == [utc(2026, 5, 1, 10)]
-    assert schedule.count_between(utc(2026, 5, 1, 10), utc(2026, 5, 1, 10), cap=0) == (1, True)
-    assert schedule.count_between(utc(2026, 5, 2), utc(2026, 6, 1), cap=5) == (0, True)

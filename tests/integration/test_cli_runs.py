@@ -1,0 +1,53 @@
+"""`scheduler-daemon runs list / show / cancel` against a real database."""
+
+from datetime import datetime
+
+import pytest
+
+from tests.support import EVERY_MINUTE
+
+pytestmark = pytest.mark.smoke
+
+
+def test_runs_list_shows_never_run_occurrences_newest_first_with_documented_fields(cli) -> None:
+    cli("tasks", "add", "r", *EVERY_MINUTE, "--overlap", "allow")
+    cli("tasks", "trigger", "r")
+    cli("tasks", "trigger", "r")
+    rows = cli("runs", "list", "--task", "r", "--json").json()
+    assert [r["occurrence_seq"] for r in rows] == [2, 1]
+    expected = {
+        "id",
+        "occurrence_id",
+        "occurrence_seq",
+        "task_id",
+        "task_name",
+        "scheduled_for",
+        "trigger",
+        "attempt",
+        "status",
+        "reason",
+        "instance_id",
+        "started_at",
+        "finished_at",
+        "exit_code",
+        "error",
+    }
+    assert expected <= set(rows[0])
+    assert rows[0]["id"] is None  # never ran
+    assert datetime.fromisoformat(rows[0]["scheduled_for"]).utcoffset() is not None
+    assert cli("runs", "list", "--status", "skipped", "--json").json() == []
+    shown = cli("runs", "show", "--occurrence", str(rows[0]["occurrence_id"]), "--json").json()
+    assert shown["runs"] == []
+    assert shown["task_name"] == "r"
+
+
+def test_cancelling_an_occurrence_shows_on_the_task(cli, db) -> None:
+    cli("tasks", "add", "c", "--every", "1h", "--command", "true")
+    occ = cli("tasks", "trigger", "c", "--json").json()
+    cancelled = cli("runs", "cancel", "--occurrence", str(occ["id"]), "--json")
+    assert cancelled.code == 0, cancelled.err
+    assert cancelled.json()["status"] == "cancelled"
+    task = db.execute("SELECT last_status, last_occurrence_id FROM task").fetchone()
+    assert task == {"last_status": "cancelled", "last_occurrence_id": occ["id"]}
+    again = cli("runs", "cancel", "--occurrence", str(occ["id"]))
+    assert (again.code, again.err) == (2, f"error: occurrence {occ['id']} is already cancelled\n")

@@ -1,0 +1,86 @@
+"""The completer against a real database: outcomes recorded on run, occurrence and task,
+retries after the backoff, and every write fenced on owner and token (each race forced)."""
+
+from datetime import timedelta
+
+from tests.support import Replica, launched_shell_run, query, shell_task, snapshot
+
+
+def test_a_completion_whose_token_was_raised_is_fenced_and_changes_no_row(
+    client, pool, executors, database_url
+) -> None:
+    # Would fail against a completion that matched the run by id alone (river#1302).
+    replica = launched_shell_run(client, pool, executors, database_url).replica
+    # The race window: between launch and completion a takeover/cancel raises the token.
+    query(database_url, "UPDATE occurrence SET lease_token = lease_token + 1 RETURNING id")
+    (run,) = replica.finished()
+    before = snapshot(database_url)
+    assert replica.completer.complete(run) == "fenced"
+    assert snapshot(database_url) == before
+
+
+def test_a_completion_with_its_token_intact_is_recorded_on_run_occurrence_and_task(
+    client, pool, executors, database_url
+) -> None:
+    replica = launched_shell_run(
+        client, pool, executors, database_url, command="echo hello; exit 0"
+    ).replica
+    (run,) = replica.finished()
+    assert replica.completer.complete(run) == "recorded"
+    (row,) = query(database_url, "SELECT * FROM run")
+    assert (row["status"], row["exit_code"], row["output_tail"]) == ("success", 0, "hello\n")
+    (occ,) = query(database_url, "SELECT status, attempts FROM occurrence")
+    assert occ == {"status": "success", "attempts": 1}
+    (t,) = query(database_url, "SELECT last_status, last_outcome_seq FROM task")
+    assert t == {"last_status": "success", "last_outcome_seq": 1}
+    assert (
+        replica.completer.complete(run) == "fenced"
+    )  # re-sending the same outcome changes nothing
+
+
+def test_a_late_completion_of_an_older_occurrence_leaves_the_newer_result(
+    client, pool, executors, database_url
+) -> None:
+    # Forced order: seq 2 completes first, then seq 1 arrives late. Without the
+    # last_outcome_seq guard the task row would show occurrence 1.
+    task = shell_task(client, overlap="allow", command="exit 0")
+    client.trigger(task.id, requested_by="test")
+    client.trigger(task.id, requested_by="test")
+    replica = Replica(database_url, pool, executors, "a")
+    assert replica.launcher.run_once().launched == 2
+    older, newer = sorted(replica.finished(), key=lambda r: r.occurrence_seq)
+    assert replica.completer.complete(newer) == "recorded"
+    assert replica.completer.complete(older) == "recorded"
+    (t,) = query(database_url, "SELECT last_outcome_seq, last_occurrence_id FROM task")
+    assert t == {"last_outcome_seq": 2, "last_occurrence_id": newer.occurrence_id}
+
+
+def test_a_failed_attempt_with_attempts_left_goes_back_to_the_queue_after_the_backoff(
+    client, pool, executors, database_url
+) -> None:
+    replica = launched_shell_run(
+        client,
+        pool,
+        executors,
+        database_url,
+        command="exit 3",
+        max_attempts=2,
+        backoff=timedelta(minutes=5),
+    ).replica
+    (run,) = replica.finished()
+    assert replica.completer.complete(run) == "retry"
+    (occ,) = query(
+        database_url,
+        "SELECT status, attempts, not_before - updated_at AS wait, error FROM occurrence",
+    )
+    assert occ["status"] == "queued"
+    assert occ["attempts"] == 1
+    assert timedelta(minutes=4, seconds=59) < occ["wait"] <= timedelta(minutes=5)
+    assert occ["error"] == "exit code 3"
+    assert replica.launcher.run_once().claimed == 0  # not before the backoff
+    query(database_url, "UPDATE occurrence SET not_before = now() RETURNING id")
+    replica.launcher.run_once()
+    (run,) = replica.finished()
+    assert replica.completer.complete(run) == "recorded"
+    (t,) = query(database_url, "SELECT last_status, status FROM task")
+    assert t == {"last_status": "failed", "status": "enabled"}
