@@ -1,6 +1,7 @@
 -- name: run_history :many
--- Runs and never-run occurrences, newest first: one row per run attempt plus one per occurrence
--- that never ran.
+-- Runs and occurrences, newest first: one row per run attempt plus one per occurrence whose
+-- status its latest run does not show (it never ran, waits for its next attempt after a retry or
+-- a takeover, or ended without a run), dated from when it took that status.
 SELECT * FROM (
     SELECT r.id, o.id AS occurrence_id, o.occurrence_seq, o.task_id, t.name AS task_name,
         o.scheduled_for, o.trigger, r.attempt, r.status, o.reason, r.owner AS instance_id,
@@ -13,10 +14,13 @@ SELECT * FROM (
     UNION ALL
     SELECT NULL, o.id, o.occurrence_seq, o.task_id, t.name, o.scheduled_for, o.trigger, NULL,
         o.status, o.reason, o.claim_owner, NULL, o.finished_at, NULL, NULL, o.error,
-        o.firing_count, o.last_scheduled_for, NULL, NULL, o.created_at
+        o.firing_count, o.last_scheduled_for, NULL, NULL, coalesce(latest.finished_at, o.created_at)
     FROM occurrence o JOIN task t ON t.id = o.task_id
+    LEFT JOIN LATERAL (
+        SELECT r.status, r.finished_at FROM run r WHERE r.occurrence_id = o.id
+        ORDER BY r.id DESC LIMIT 1) latest ON true
     WHERE (%(task_id)s::bigint IS NULL OR o.task_id = %(task_id)s)
-      AND NOT EXISTS (SELECT 1 FROM run r WHERE r.occurrence_id = o.id)
+      AND o.status IS DISTINCT FROM latest.status
 ) history
 WHERE %(status)s::text IS NULL OR status = %(status)s
 ORDER BY sort_at DESC, occurrence_id DESC, id DESC NULLS LAST

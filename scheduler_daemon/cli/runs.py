@@ -25,7 +25,8 @@ def runs() -> None:
 @json_option
 @click.pass_context
 def runs_list(ctx: click.Context, task: str | None, status: str | None, limit: int) -> None:
-    """Newest first: one row per run attempt plus one per occurrence that never ran."""
+    """Newest first: one row per run attempt plus one per occurrence whose status its latest
+    run does not show (never ran, or waits for its next attempt)."""
     rows = [
         view.run_fields(r) for r in client_for(ctx).list_runs(task=task, status=status, limit=limit)
     ]

@@ -1,4 +1,4 @@
-"""Reads run history: runs and the occurrences that never ran (sql/run.sql)."""
+"""Reads run history: runs, and occurrences whose status no run shows (sql/run.sql)."""
 
 from typing import Any
 
