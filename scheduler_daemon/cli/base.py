@@ -28,16 +28,25 @@ EXIT_CONTRACT_BLOCKED = 6
 
 
 class Duration(click.ParamType):
+    """A duration as domain.duration parses it; `allow_zero` for the options where 0 means
+    something (docs/cli.md lists them), every other one refuses it."""
+
     name = "duration"
 
+    def __init__(self, *, allow_zero: bool = False) -> None:
+        self.allow_zero = allow_zero
+
     def convert(self, value: Any, param: Any, ctx: Any) -> Any:
+        if not isinstance(value, str):
+            return value
         try:
-            return parse_duration(value) if isinstance(value, str) else value
+            return parse_duration(value, allow_zero=self.allow_zero)
         except ValueError as exc:
             self.fail(str(exc), param, ctx)
 
 
 DURATION = Duration()
+DURATION_OR_ZERO = Duration(allow_zero=True)
 CLEAR = object()  # `tasks update --timeout none`: unset an optional value
 
 

@@ -9,6 +9,7 @@ import click
 from scheduler_daemon import view
 from scheduler_daemon.cli.base import (
     DURATION,
+    DURATION_OR_ZERO,
     EXIT_CONTRACT_BLOCKED,
     EXIT_SCHEMA_BEHIND,
     EXIT_SCHEMA_TOO_NEW,
@@ -185,9 +186,9 @@ def fleet_timing_options(f: Callable[..., Any]) -> Callable[..., Any]:
 @click.option(
     "--drain-timeout",
     envvar="SCHEDULER_DRAIN_TIMEOUT",
-    type=DURATION,
+    type=DURATION_OR_ZERO,
     **setting("drain_timeout"),
-    help="How long running jobs may finish after SIGTERM.",
+    help="How long running jobs may finish after SIGTERM; 0: stop them at once.",
 )
 @click.option(
     "--stop-timeout",

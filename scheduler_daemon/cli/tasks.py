@@ -11,6 +11,7 @@ from scheduler_daemon import view
 from scheduler_daemon.cli.base import (
     CLEAR,
     DURATION,
+    DURATION_OR_ZERO,
     Clearable,
     cli,
     client_for,
@@ -80,7 +81,7 @@ def task_options(*, adding: bool) -> Callable[[Callable[..., Any]], Callable[...
         ),
         click.option("--overlap", type=_choice(OverlapPolicy), default=default("overlap")),
         click.option("--misfire", type=_choice(MisfirePolicy), default=default("misfire")),
-        click.option("--misfire-grace", type=DURATION, default=default("misfire_grace")),
+        click.option("--misfire-grace", type=DURATION_OR_ZERO, default=default("misfire_grace")),
         click.option("--catchup-limit", type=optional(click.INT)),
         click.option("--catchup-window", type=optional(DURATION)),
         click.option("--dst-gap", type=_choice(DstGapPolicy), default=default("dst_gap")),
@@ -90,7 +91,7 @@ def task_options(*, adding: bool) -> Callable[[Callable[..., Any]], Callable[...
         click.option("--start-deadline", type=optional(DURATION)),
         click.option("--timeout", type=optional(DURATION)),
         click.option("--max-attempts", type=int, default=default("max_attempts")),
-        click.option("--backoff", type=DURATION, default=default("backoff")),
+        click.option("--backoff", type=DURATION_OR_ZERO, default=default("backoff")),
     ]
     if adding:
         options.append(click.option("--paused", is_flag=True, help="Create it paused."))
