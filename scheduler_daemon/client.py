@@ -6,6 +6,7 @@ in tests), and every multi-row change locks the task row first.
 
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -36,9 +37,42 @@ from scheduler_daemon.storage import (
 from scheduler_daemon.storage.database import transaction
 from scheduler_daemon.storage.error import Conflict, NotFound
 
+PAGE_SIZE = 100
+"""`tasks list` and `runs list` print a first page of this many rows by default."""
+ALL_PAGE_SIZE = 1000
+"""`--all` reads the history this many rows per transaction."""
 SCHEDULE_FIELDS = frozenset({"cron", "every", "at", "timezone", "dst_gap", "dst_overlap"})
 OCCURRENCE_STATUSES = tuple(OccurrenceStatus)
+TASK_STATUSES = tuple(TaskStatus)
 FLEET_SETTINGS = {"max-concurrent-runs": "max_concurrent_runs"}
+
+
+@dataclass(frozen=True)
+class Page:
+    """Rows of one page, and the cursor that continues after them (None: this was the last)."""
+
+    rows: list[Any]
+    after: str | None
+
+
+def history_cursor(row: dict[str, Any]) -> str:
+    """The `runs list --after` cursor that continues after this history row."""
+    return str(row["occurrence_id"]) + ("" if row["id"] is None else f":{row['id']}")
+
+
+def _history_cursor(text: str) -> tuple[int, int | None]:
+    occurrence, colon, run = text.strip().partition(":")
+    if occurrence.isdigit() and (not colon or run.isdigit()):
+        return int(occurrence), int(run) if colon else None
+    raise InvalidTask(
+        f"--after '{text}' is not a cursor: give the last row's occurrence_id, then ':' and its "
+        "id when it has one (4711:5120, or 4711)"
+    )
+
+
+def _check_limit(limit: int | None) -> None:
+    if limit is not None and limit < 1:
+        raise InvalidTask("--limit must be at least 1")
 
 
 class Client:
@@ -146,6 +180,35 @@ class Client:
     def list_tasks(self) -> list[TaskRecord]:
         with self._tx() as conn:
             return task_store.list_live(conn)
+
+    def tasks_page(
+        self,
+        *,
+        limit: int | None = PAGE_SIZE,
+        after: str | None = None,
+        prefix: str | None = None,
+        status: str | None = None,
+        paused: bool | None = None,
+    ) -> "Page":
+        """One page of live tasks by name (byte order), after the name `after`; `limit` None:
+        all. `Page.after` is the cursor of the next page (the last name), None after the last."""
+        if status is not None and status not in TASK_STATUSES:
+            raise InvalidTask(
+                f"unknown status '{status}': choose one of {', '.join(TASK_STATUSES)}"
+            )
+        _check_limit(limit)
+        with self._tx() as conn:
+            rows = task_store.list_live(
+                conn,
+                after=after,
+                prefix=prefix,
+                status=status,
+                paused=paused,
+                limit=None if limit is None else limit + 1,
+            )
+        more = limit is not None and len(rows) > limit
+        rows = rows[:limit] if more else rows
+        return Page(rows, rows[-1].name if more else None)
 
     def pause(self, ref: str | int, *, now: datetime | None = None) -> TaskRecord:
         """Stops firing. Firings already due and not yet dispatched are recorded as skipped
@@ -260,17 +323,50 @@ class Client:
 
     # -- history ---------------------------------------------------------------------------------
     def list_runs(
-        self, *, task: str | int | None = None, status: str | None = None, limit: int = 50
+        self,
+        *,
+        task: str | int | None = None,
+        status: str | None = None,
+        limit: int = PAGE_SIZE,
+        after: str | None = None,
     ) -> list[dict[str, Any]]:
+        """One page of history (see runs_page)."""
+        return self.runs_page(task=task, status=status, limit=limit, after=after).rows
+
+    def runs_page(
+        self,
+        *,
+        task: str | int | None = None,
+        status: str | None = None,
+        limit: int | None = PAGE_SIZE,
+        after: str | None = None,
+    ) -> "Page":
+        """History newest occurrence first (its own row, then its runs newest first), after the
+        cursor `after`: `OCCURRENCE_ID:RUN_ID` after a run row, `OCCURRENCE_ID` after an
+        occurrence row. `limit` None: all of it, read a page at a time."""
         if status is not None and status not in OCCURRENCE_STATUSES:
             raise InvalidTask(
                 f"unknown status '{status}': choose one of {', '.join(OCCURRENCE_STATUSES)}"
             )
-        if limit < 1:
-            raise InvalidTask("--limit must be at least 1")
+        _check_limit(limit)
+        keyset = _history_cursor(after) if after is not None else None
+        rows: list[dict[str, Any]] = []
         with self._tx() as conn:
             task_id = task_store.find(conn, task).id if task is not None else None
-            return history.list_history(conn, task_id=task_id, status=status, limit=limit)
+        while True:
+            want = ALL_PAGE_SIZE if limit is None else limit + 1 - len(rows)
+            with self._tx() as conn:  # one short transaction per page
+                page = history.list_history(
+                    conn, task_id=task_id, status=status, limit=want, after=keyset
+                )
+            rows += page
+            if len(page) < want or (limit is not None and len(rows) > limit):
+                break
+            keyset = (page[-1]["occurrence_id"], page[-1]["id"])
+        more = limit is not None and len(rows) > limit
+        rows = rows[:limit] if more else rows
+        last = rows[-1] if more else None
+        return Page(rows, history_cursor(last) if last else None)
 
     def show_run(self, run_id: int) -> dict[str, Any]:
         with self._tx() as conn:

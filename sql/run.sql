@@ -1,29 +1,53 @@
 -- name: run_history :many
--- Runs and occurrences, newest first: one row per run attempt plus one per occurrence whose
--- status its latest run does not show (it never ran, waits for its next attempt after a retry or
--- a takeover, or ended without a run), dated from when it took that status.
-SELECT * FROM (
+-- One page of history, newest occurrence first: within an occurrence its own row first, then its
+-- runs, newest first. A run row per attempt, plus an occurrence row (id NULL) for an occurrence
+-- whose status its latest run does not show (it never ran, waits for its next attempt after a
+-- retry or a takeover, or ended in the queue); only OWN_HISTORY_ROW can be such a status.
+-- Keyset: rows after (after_occurrence, after_run), after_run NULL meaning "after that
+-- occurrence's own row". The run branch walks run_occurrence_idx (or run_status_history_idx with
+-- a status) backwards; the occurrence branch walks occurrence_own_row_idx (its statuses written
+-- out: OWN_HISTORY_ROW) backwards, no further down than the run branch's page reached when that
+-- page is full, so neither scans the whole history.
+WITH runs AS MATERIALIZED (
     SELECT r.id, o.id AS occurrence_id, o.occurrence_seq, o.task_id, t.name AS task_name,
         o.scheduled_for, o.trigger, r.attempt, r.status, o.reason, r.owner AS instance_id,
         r.started_at, r.finished_at, r.exit_code, r.http_status, r.error, o.firing_count,
         o.last_scheduled_for, r.lease_token,
-        CASE WHEN r.status = 'running' THEN o.cancel_requested_at END AS cancel_requested_at,
-        coalesce(r.started_at, o.created_at) AS sort_at
+        CASE WHEN r.status = 'running' THEN o.cancel_requested_at END AS cancel_requested_at
     FROM run r JOIN occurrence o ON o.id = r.occurrence_id JOIN task t ON t.id = o.task_id
-    WHERE (%(task_id)s::bigint IS NULL OR o.task_id = %(task_id)s)
-    UNION ALL
-    SELECT NULL, o.id, o.occurrence_seq, o.task_id, t.name, o.scheduled_for, o.trigger, NULL,
-        o.status, o.reason, o.claim_owner, NULL, o.finished_at, NULL, NULL, o.error,
-        o.firing_count, o.last_scheduled_for, NULL, NULL, coalesce(latest.finished_at, o.created_at)
+    WHERE (%(status)s::text IS NULL OR r.status = %(status)s)
+      AND (%(status)s::text IS NULL OR %(status)s = ANY(%(run_statuses)s::text[]))
+      AND (%(task_id)s::bigint IS NULL OR o.task_id = %(task_id)s)
+      AND (%(after_occurrence)s::bigint IS NULL
+           OR (r.occurrence_id, r.id) < (%(after_occurrence)s::bigint,
+                                         coalesce(%(after_run)s::bigint, 9223372036854775807)))
+    ORDER BY r.occurrence_id DESC, r.id DESC
+    LIMIT %(limit)s
+), reach AS (
+    SELECT coalesce(min(occurrence_id), 0) AS low FROM runs HAVING count(*) >= %(limit)s
+), occurrences AS MATERIALIZED (
+    SELECT NULL::bigint AS id, o.id AS occurrence_id, o.occurrence_seq, o.task_id, t.name,
+        o.scheduled_for, o.trigger, NULL::integer AS attempt, o.status, o.reason, o.claim_owner,
+        NULL::timestamptz AS started_at, o.finished_at, NULL::integer AS exit_code,
+        NULL::integer AS http_status, o.error, o.firing_count, o.last_scheduled_for,
+        NULL::bigint AS lease_token, NULL::timestamptz AS cancel_requested_at
     FROM occurrence o JOIN task t ON t.id = o.task_id
     LEFT JOIN LATERAL (
-        SELECT r.status, r.finished_at FROM run r WHERE r.occurrence_id = o.id
+        SELECT r.status FROM run r WHERE r.occurrence_id = o.id
         ORDER BY r.id DESC LIMIT 1) latest ON true
-    WHERE (%(task_id)s::bigint IS NULL OR o.task_id = %(task_id)s)
+    WHERE o.status IN ('queued', 'launching', 'skipped', 'expired', 'cancelled')
+      AND (%(status)s::text IS NULL OR o.status = %(status)s)
+      AND (%(status)s::text IS NULL
+           OR %(status)s IN ('queued', 'launching', 'skipped', 'expired', 'cancelled'))
+      AND (%(task_id)s::bigint IS NULL OR o.task_id = %(task_id)s)
+      AND (%(after_occurrence)s::bigint IS NULL OR o.id < %(after_occurrence)s)
+      AND o.id >= coalesce((SELECT low FROM reach), 0)
       AND o.status IS DISTINCT FROM latest.status
-) history
-WHERE %(status)s::text IS NULL OR status = %(status)s
-ORDER BY sort_at DESC, occurrence_id DESC, id DESC NULLS LAST
+    ORDER BY o.id DESC
+    LIMIT %(limit)s
+)
+SELECT * FROM (SELECT * FROM runs UNION ALL SELECT * FROM occurrences) history
+ORDER BY occurrence_id DESC, id DESC NULLS FIRST
 LIMIT %(limit)s
 
 -- name: run_get :one

@@ -16,7 +16,9 @@ from scheduler_daemon.cli.base import (
     cli,
     client_for,
     emit,
+    hint_more,
     json_option,
+    paging_options,
     who,
 )
 from scheduler_daemon.domain.schedule import ScheduleError, load_zone
@@ -27,6 +29,7 @@ from scheduler_daemon.domain.status import (
     MisfirePolicy,
     OccurrenceStatus,
     OverlapPolicy,
+    TaskStatus,
 )
 from scheduler_daemon.domain.task import InvalidTask, TaskSpec
 
@@ -205,13 +208,37 @@ def tasks_update(ctx: click.Context, task: str, **opts: Any) -> None:
 
 
 @tasks.command("list")
+@click.option("--prefix", help="Only the tasks whose name starts with this.")
+@click.option("--status", type=_choice(TaskStatus), help="Only the tasks in this status.")
+@click.option(
+    "--paused/--not-paused", default=None, help="Only the paused (or the not paused) tasks."
+)
+@paging_options
 @show_secrets_option
 @json_option
 @click.pass_context
-def tasks_list(ctx: click.Context, show_secrets: bool) -> None:
-    """List the tasks."""
-    rows = [view.task_fields(t, show_secrets=show_secrets) for t in client_for(ctx).list_tasks()]
+def tasks_list(
+    ctx: click.Context,
+    *,
+    prefix: str | None,
+    status: str | None,
+    paused: bool | None,
+    limit: int,
+    all_rows: bool,
+    after: str | None,
+    show_secrets: bool,
+) -> None:
+    """List the tasks by name, a page at a time."""
+    page = client_for(ctx).tasks_page(
+        limit=None if all_rows else limit,
+        after=after,
+        prefix=prefix,
+        status=status,
+        paused=paused,
+    )
+    rows = [view.task_fields(t, show_secrets=show_secrets) for t in page.rows]
     emit(ctx, rows, view.table(rows, view.TASK_COLUMNS))
+    hint_more(page.after)
 
 
 @tasks.command("show")
