@@ -109,6 +109,21 @@ WHERE r.status = 'running' AND r.takeover_at < clock_timestamp()
 ORDER BY r.id
 LIMIT %(limit)s
 
+-- name: run_inside_lease :many
+-- Running runs, each with the point from which it can be taken over (its takeover point, or the
+-- end of the quiet period after a database restart if later) and whether its owner still
+-- renews: its instance is registered and renewed this lease within `overdue` TTLs of its own
+-- TTL. All on the database clock, which it returns too (`recover`).
+SELECT r.id, r.occurrence_id, o.task_id, r.owner, r.lease_expires_at,
+    greatest(r.takeover_at, pg_postmaster_start_time() + %(restart_quiet)s) AS takeover_from,
+    (i.id IS NOT NULL
+     AND r.lease_expires_at - i.lease_ttl > clock_timestamp() - i.lease_ttl * %(overdue)s)
+        AS renewing,
+    clock_timestamp() AS db_now
+FROM run r JOIN occurrence o ON o.id = r.occurrence_id LEFT JOIN instance i ON i.id = r.owner
+WHERE r.status = 'running'
+ORDER BY r.id
+
 -- name: run_take_over :rowcount
 -- Compare-and-set on the token: ends a run whose owner stopped renewing, only if nothing changed
 -- since it was seen and its takeover point has passed.
