@@ -21,6 +21,8 @@ WITH runs AS MATERIALIZED (
       AND (%(after_occurrence)s::bigint IS NULL
            OR (r.occurrence_id, r.id) < (%(after_occurrence)s::bigint,
                                          coalesce(%(after_run)s::bigint, 9223372036854775807)))
+      -- the same bound on the occurrence side, so a join walking both keys starts at the cursor
+      AND (%(after_occurrence)s::bigint IS NULL OR o.id <= %(after_occurrence)s::bigint)
     ORDER BY r.occurrence_id DESC, r.id DESC
     LIMIT %(limit)s
 ), reach AS (

@@ -256,6 +256,43 @@ def test_the_occurrence_branch_reads_no_further_than_the_run_page_reached(plante
     assert 0 < scanned <= 101
 
 
+@pytest.mark.parametrize(
+    "params",
+    [
+        {},
+        {"after_occurrence": 2500},
+        {"after_occurrence": 2500, "after_run": 2400},
+        {"status": "failed", "after_occurrence": 2500},
+        {"task_id": 2, "after_occurrence": 2500},
+    ],
+)
+def test_a_page_deep_in_the_history_reads_about_a_page_of_rows(planted, params) -> None:
+    # Would catch a keyset bound on one side of the run-occurrence join only: the walk down the
+    # other index then starts at the newest row and reads everything above the cursor (it did:
+    # 300,000 occurrence rows for a page in the middle of a week).
+    with psycopg.connect(planted, prepare_threshold=None) as conn:
+        (plan,) = conn.execute(
+            f"EXPLAIN (ANALYZE, FORMAT JSON) {queries.QUERIES['run_history'].sql}",
+            {**HISTORY, **params},
+        ).fetchone()
+    read = _table_rows(plan[0]["Plan"])
+    limit = HISTORY["limit"]
+    # task_id 2 is every other occurrence, so its page spans twice as many rows.
+    assert read["occurrence"] <= 5 * limit, read
+    assert read["run"] <= 5 * limit, read
+
+
+def _table_rows(node: dict[str, Any]) -> dict[str, int]:
+    """Rows each scan of occurrence and run returned, over all its loops."""
+    found = {"occurrence": 0, "run": 0}
+    if node.get("Relation Name") in found:
+        found[node["Relation Name"]] += node["Actual Rows"] * node["Actual Loops"]
+    for child in node.get("Plans", []):
+        for table, rows in _table_rows(child).items():
+            found[table] += rows
+    return found
+
+
 def _rows_of(node: dict[str, Any], index: str) -> int:
     own = node.get("Actual Rows", 0) if node.get("Index Name") == index else 0
     return own + sum(_rows_of(child, index) for child in node.get("Plans", []))
