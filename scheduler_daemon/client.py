@@ -54,6 +54,30 @@ class Cancellation:
     takeover_at: datetime | None = None
 
 
+PAGE_SIZE = 100
+"""`tasks list` and `runs list` print a first page of this many rows by default."""
+ALL_PAGE_SIZE = 1000
+"""`--all` reads the history this many rows per transaction."""
+
+
+@dataclass(frozen=True)
+class Page:
+    """Rows of one page, and the cursor that continues after them (None: this was the last)."""
+
+    rows: list[Any]
+    after: str | None
+
+
+def history_cursor(row: HistoryRow) -> str:
+    """The `runs list --after` cursor that continues after this history row."""
+    return str(row.occurrence_id) + ("" if row.id is None else f":{row.id}")
+
+
+def _check_limit(limit: int | None) -> None:
+    if limit is not None:
+        argument.at_least_one(limit, "--limit")
+
+
 class Client:
     """Task management against one database. `database_url=None` resolves it from the settings
     (SCHEDULER_DATABASE_URL, else the embedded server)."""
@@ -134,6 +158,32 @@ class Client:
     def list_tasks(self) -> list[TaskRecord]:
         with self._tx() as conn:
             return task_store.list_live(conn)
+
+    def tasks_page(
+        self,
+        *,
+        limit: int | None = PAGE_SIZE,
+        after: str | None = None,
+        prefix: str | None = None,
+        status: str | None = None,
+        paused: bool | None = None,
+    ) -> "Page":
+        """One page of live tasks by name (byte order), after the name `after`; `limit` None:
+        all. `Page.after` is the cursor of the next page (the last name), None after the last."""
+        argument.task_status_filter(status)
+        _check_limit(limit)
+        with self._tx() as conn:
+            rows = task_store.list_live(
+                conn,
+                after=after,
+                prefix=prefix,
+                status=status,
+                paused=paused,
+                limit=None if limit is None else limit + 1,
+            )
+        more = limit is not None and len(rows) > limit
+        rows = rows[:limit] if more else rows
+        return Page(rows, rows[-1].name if more else None)
 
     def pause(self, ref: str | int, *, now: datetime | None = None) -> TaskRecord:
         """Stops firing. Firings already due and not yet dispatched are recorded as skipped
@@ -228,13 +278,47 @@ class Client:
 
     # -- history ---------------------------------------------------------------------------------
     def list_runs(
-        self, *, task: str | int | None = None, status: str | None = None, limit: int = 50
+        self,
+        *,
+        task: str | int | None = None,
+        status: str | None = None,
+        limit: int = PAGE_SIZE,
+        after: str | None = None,
     ) -> list[HistoryRow]:
+        """One page of history (see runs_page)."""
+        return self.runs_page(task=task, status=status, limit=limit, after=after).rows
+
+    def runs_page(
+        self,
+        *,
+        task: str | int | None = None,
+        status: str | None = None,
+        limit: int | None = PAGE_SIZE,
+        after: str | None = None,
+    ) -> "Page":
+        """History newest occurrence first (its own row, then its runs newest first), after the
+        cursor `after`: `OCCURRENCE_ID:RUN_ID` after a run row, `OCCURRENCE_ID` after an
+        occurrence row. `limit` None: all of it, read a page at a time."""
         argument.status_filter(status)
-        argument.at_least_one(limit, "--limit")
+        _check_limit(limit)
+        keyset = argument.history_cursor(after) if after is not None else None
+        rows: list[HistoryRow] = []
         with self._tx() as conn:
             task_id = task_store.find(conn, task).id if task is not None else None
-            return history.list_history(conn, task_id=task_id, status=status, limit=limit)
+        while True:
+            want = ALL_PAGE_SIZE if limit is None else limit + 1 - len(rows)
+            with self._tx() as conn:  # one short transaction per page
+                page = history.list_history(
+                    conn, task_id=task_id, status=status, limit=want, after=keyset
+                )
+            rows += page
+            if len(page) < want or (limit is not None and len(rows) > limit):
+                break
+            keyset = (page[-1].occurrence_id, page[-1].id)
+        more = limit is not None and len(rows) > limit
+        rows = rows[:limit] if more else rows
+        last = rows[-1] if more else None
+        return Page(rows, history_cursor(last) if last else None)
 
     def show_run(self, run_id: int) -> RunDetail:
         with self._tx() as conn:

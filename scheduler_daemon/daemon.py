@@ -9,9 +9,9 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import psycopg
 import structlog
@@ -39,6 +39,7 @@ from scheduler_daemon.storage.database import (
     first_line,
     make_pool,
     pooled_transaction,
+    transaction,
 )
 from scheduler_daemon.storage.error import DatabaseUnavailable, SchemaMismatch
 from scheduler_daemon.supervision import EXIT_FAILED_PASSES, Supervisor
@@ -448,16 +449,42 @@ class Daemon:
             self.log.warning("shutdown_step_failed", error=first_line(exc))
 
 
-def recover(url: str, settings: DaemonSettings, *, dry_run: bool) -> ReconcileReport:
-    """One reconciliation pass for operators (`scheduler-daemon recover`)."""
+def recover(
+    url: str,
+    settings: DaemonSettings,
+    *,
+    dry_run: bool,
+    wait: timedelta | None = None,
+    on_wait: Callable[[list[dict[str, Any]], datetime], None] = lambda _runs, _until: None,
+) -> tuple[ReconcileReport, list[dict[str, Any]]]:
+    """One reconciliation pass for operators (`scheduler-daemon recover`), then the runs still
+    running. With `wait`, waits that long at most for the takeover points of the runs whose
+    owner stopped renewing and takes them over (Reconciler.wait_for_takeovers)."""
     connect(url).close()  # one line when the database is unreachable, not pool warnings
     pool = make_pool(url, max_size=1, name="scheduler-daemon recover")
     pool.open(wait=True, timeout=10)
     try:
         instance_id = new_instance_id(f"recover@{socket.gethostname()}")
-        return make_reconciler(pool, instance_id, settings).run_once(dry_run=dry_run)
+        reconciler = make_reconciler(pool, instance_id, settings)
+        report = reconciler.run_once(dry_run=dry_run)
+        if wait is None:
+            return report, reconciler.inside_lease()
+        return report, reconciler.wait_for_takeovers(wait, report, on_wait=on_wait)
     finally:
         pool.close()
+
+
+def default_wait(url: str, settings: DaemonSettings) -> timedelta:
+    """`recover --wait` without a limit: the largest takeover bound of the registered instances
+    (this command's own settings when none is registered) plus the reconcile interval."""
+    with transaction(url) as conn:
+        instances = instance_store.list_instances(conn)
+    bounds = [
+        timing.takeover_bound(i.lease_ttl, i.lease_grace, i.reconcile_interval)
+        + i.reconcile_interval
+        for i in instances
+    ]
+    return max(bounds, default=settings.takeover_bound + settings.reconcile_interval)
 
 
 def audit(

@@ -215,3 +215,16 @@ def audit_text(report: AuditReport) -> str:
     verdict = f"{len(report.violations)} violation(s)" if report.violations else "no violations"
     lines.append(f"audit: {verdict} in {len(report.checked)} check(s), {span}")
     return "\n".join(lines)
+
+
+def inside_lease_fields(row: dict[str, Any]) -> dict[str, Any]:
+    """A run `recover` found still inside its lease (docs/cli.md, recover)."""
+    return {
+        "run_id": row["id"],
+        "occurrence_id": row["occurrence_id"],
+        "task_id": row["task_id"],
+        "owner": row["owner"],
+        "owner_renewing": row["renewing"],
+        "lease_expires_at": iso(row["lease_expires_at"]),
+        "takeover_at": iso(row["takeover_from"]),
+    }

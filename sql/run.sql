@@ -1,26 +1,57 @@
 -- name: run_history :many
--- Runs and never-run occurrences, newest first: one row per run attempt plus one per occurrence
--- that never ran. Its columns are the run row of docs/cli.md (domain.run.HistoryRow); run_get and
--- run_list_for_occurrence select the same list (tests/unit/test_rows.py holds them equal).
-SELECT * FROM (
+-- One page of history, newest occurrence first: within an occurrence its own row first, then its
+-- runs, newest first. A run row per attempt, plus an occurrence row (id NULL) for an occurrence
+-- whose status its latest run does not show (it never ran, waits for its next attempt after a
+-- retry or a takeover, or ended in the queue); only OWN_HISTORY_ROW can be such a status.
+-- Keyset: rows after (after_occurrence, after_run), after_run NULL meaning "after that
+-- occurrence's own row". The run branch walks run_occurrence_idx (or run_status_history_idx with
+-- a status) backwards; the occurrence branch walks occurrence_own_row_idx (its statuses written
+-- out: OWN_HISTORY_ROW) backwards, no further down than the run branch's page reached when that
+-- page is full, so neither scans the whole history. Its columns are the run row of docs/cli.md
+-- (domain.run.HistoryRow); run_get and run_list_for_occurrence select the same list
+-- (tests/unit/test_rows.py holds them equal).
+WITH runs AS MATERIALIZED (
     SELECT r.id, o.id AS occurrence_id, o.occurrence_seq, o.task_id, t.name AS task_name,
         o.scheduled_for, o.trigger, r.attempt, r.status, o.reason, r.owner AS instance_id,
         r.started_at, r.finished_at, r.exit_code, r.http_status, r.error, o.firing_count,
         o.last_scheduled_for, r.lease_token,
-        CASE WHEN r.status = 'running' THEN o.cancel_requested_at END AS cancel_requested_at,
-        coalesce(r.started_at, o.created_at) AS sort_at
+        CASE WHEN r.status = 'running' THEN o.cancel_requested_at END AS cancel_requested_at
     FROM run r JOIN occurrence o ON o.id = r.occurrence_id JOIN task t ON t.id = o.task_id
-    WHERE (%(task_id)s::bigint IS NULL OR o.task_id = %(task_id)s)
-    UNION ALL
-    SELECT NULL, o.id, o.occurrence_seq, o.task_id, t.name, o.scheduled_for, o.trigger, NULL,
-        o.status, o.reason, o.claim_owner, NULL, o.finished_at, NULL, NULL, o.error,
-        o.firing_count, o.last_scheduled_for, NULL, NULL, o.created_at
+    WHERE (%(status)s::text IS NULL OR r.status = %(status)s)
+      AND (%(status)s::text IS NULL OR %(status)s = ANY(%(run_statuses)s::text[]))
+      AND (%(task_id)s::bigint IS NULL OR o.task_id = %(task_id)s)
+      AND (%(after_occurrence)s::bigint IS NULL
+           OR (r.occurrence_id, r.id) < (%(after_occurrence)s::bigint,
+                                         coalesce(%(after_run)s::bigint, 9223372036854775807)))
+      -- the same bound on the occurrence side, so a join walking both keys starts at the cursor
+      AND (%(after_occurrence)s::bigint IS NULL OR o.id <= %(after_occurrence)s::bigint)
+    ORDER BY r.occurrence_id DESC, r.id DESC
+    LIMIT %(limit)s
+), reach AS (
+    SELECT coalesce(min(occurrence_id), 0) AS low FROM runs HAVING count(*) >= %(limit)s
+), occurrences AS MATERIALIZED (
+    SELECT NULL::bigint AS id, o.id AS occurrence_id, o.occurrence_seq, o.task_id, t.name,
+        o.scheduled_for, o.trigger, NULL::integer AS attempt, o.status, o.reason, o.claim_owner,
+        NULL::timestamptz AS started_at, o.finished_at, NULL::integer AS exit_code,
+        NULL::integer AS http_status, o.error, o.firing_count, o.last_scheduled_for,
+        NULL::bigint AS lease_token, NULL::timestamptz AS cancel_requested_at
     FROM occurrence o JOIN task t ON t.id = o.task_id
-    WHERE (%(task_id)s::bigint IS NULL OR o.task_id = %(task_id)s)
-      AND NOT EXISTS (SELECT 1 FROM run r WHERE r.occurrence_id = o.id)
-) history
-WHERE %(status)s::text IS NULL OR status = %(status)s
-ORDER BY sort_at DESC, occurrence_id DESC, id DESC NULLS LAST
+    LEFT JOIN LATERAL (
+        SELECT r.status FROM run r WHERE r.occurrence_id = o.id
+        ORDER BY r.id DESC LIMIT 1) latest ON true
+    WHERE o.status IN ('queued', 'launching', 'skipped', 'expired', 'cancelled')
+      AND (%(status)s::text IS NULL OR o.status = %(status)s)
+      AND (%(status)s::text IS NULL
+           OR %(status)s IN ('queued', 'launching', 'skipped', 'expired', 'cancelled'))
+      AND (%(task_id)s::bigint IS NULL OR o.task_id = %(task_id)s)
+      AND (%(after_occurrence)s::bigint IS NULL OR o.id < %(after_occurrence)s)
+      AND o.id >= coalesce((SELECT low FROM reach), 0)
+      AND o.status IS DISTINCT FROM latest.status
+    ORDER BY o.id DESC
+    LIMIT %(limit)s
+)
+SELECT * FROM (SELECT * FROM runs UNION ALL SELECT * FROM occurrences) history
+ORDER BY occurrence_id DESC, id DESC NULLS FIRST
 LIMIT %(limit)s
 
 -- name: run_get :one
@@ -92,6 +123,21 @@ WHERE r.status = 'running' AND r.takeover_at < clock_timestamp()
   AND r.id > %(after)s
 ORDER BY r.id
 LIMIT %(limit)s
+
+-- name: run_inside_lease :many
+-- Running runs, each with the point from which it can be taken over (its takeover point, or the
+-- end of the quiet period after a database restart if later) and whether its owner still
+-- renews: its instance is registered and renewed this lease within `overdue` TTLs of its own
+-- TTL. All on the database clock, which it returns too (`recover`).
+SELECT r.id, r.occurrence_id, o.task_id, r.owner, r.lease_expires_at,
+    greatest(r.takeover_at, pg_postmaster_start_time() + %(restart_quiet)s) AS takeover_from,
+    (i.id IS NOT NULL
+     AND r.lease_expires_at - i.lease_ttl > clock_timestamp() - i.lease_ttl * %(overdue)s)
+        AS renewing,
+    clock_timestamp() AS db_now
+FROM run r JOIN occurrence o ON o.id = r.occurrence_id LEFT JOIN instance i ON i.id = r.owner
+WHERE r.status = 'running'
+ORDER BY r.id
 
 -- name: run_take_over :rowcount
 -- Compare-and-set on the token: ends a run whose owner stopped renewing, only if nothing changed

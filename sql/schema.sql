@@ -123,6 +123,8 @@ CREATE INDEX occurrence_key_active_idx ON public.occurrence USING btree (concurr
 
 CREATE UNIQUE INDEX occurrence_key_executing_key ON public.occurrence USING btree (concurrency_key) WHERE ((concurrency_key IS NOT NULL) AND (status = ANY (ARRAY['launching'::text, 'running'::text])));
 
+CREATE INDEX occurrence_own_row_idx ON public.occurrence USING btree (id) WHERE (status = ANY (ARRAY['queued'::text, 'launching'::text, 'skipped'::text, 'expired'::text, 'cancelled'::text]));
+
 CREATE UNIQUE INDEX occurrence_queue_executing_key ON public.occurrence USING btree (task_id) WHERE ((overlap = 'queue'::text) AND (status = ANY (ARRAY['launching'::text, 'running'::text])));
 
 CREATE INDEX occurrence_queue_idx ON public.occurrence USING btree (attempts, scheduled_for, id) WHERE (status = 'queued'::text);
@@ -168,6 +170,8 @@ CREATE INDEX run_build_running_idx ON public.run USING btree (build_revision) WH
 CREATE INDEX run_occurrence_idx ON public.run USING btree (occurrence_id, id);
 
 CREATE UNIQUE INDEX run_occurrence_running_key ON public.run USING btree (occurrence_id) WHERE (status = 'running'::text);
+
+CREATE INDEX run_status_history_idx ON public.run USING btree (status, occurrence_id, id);
 
 CREATE INDEX run_takeover_idx ON public.run USING btree (takeover_at) WHERE (status = 'running'::text);
 
@@ -231,6 +235,8 @@ CREATE TABLE task (
 );
 
 CREATE INDEX task_due_idx ON public.task USING btree (next_run_at) WHERE ((deleted_at IS NULL) AND (NOT paused) AND (status = 'enabled'::text) AND (parked_at IS NULL) AND (next_run_at IS NOT NULL));
+
+CREATE INDEX task_name_c_idx ON public.task USING btree (name COLLATE "C") WHERE (deleted_at IS NULL);
 
 CREATE UNIQUE INDEX task_name_key ON public.task USING btree (name) WHERE (deleted_at IS NULL);
 

@@ -24,8 +24,17 @@ WHERE (id = %(id)s) OR (%(id)s::bigint IS NULL AND name = %(name)s AND deleted_a
 SELECT * FROM task WHERE id = %(id)s FOR UPDATE
 
 -- name: task_list :many
--- Live tasks by name.
-SELECT * FROM task WHERE deleted_at IS NULL ORDER BY name
+-- Live tasks, a page at a time in the byte order of their names (task_name_c_idx, whatever the
+-- database's collation), after the name `after`; optionally only the names matching `pattern`
+-- (a LIKE-escaped prefix and `%`: an index range), one status, paused or not. No limit: all.
+SELECT * FROM task
+WHERE deleted_at IS NULL
+  AND (%(after)s::text IS NULL OR (name COLLATE "C") > %(after)s::text)
+  AND (%(pattern)s::text IS NULL OR (name COLLATE "C") LIKE %(pattern)s::text)
+  AND (%(status)s::text IS NULL OR status = %(status)s::text)
+  AND (%(paused)s::boolean IS NULL OR paused = %(paused)s::boolean)
+ORDER BY name COLLATE "C"
+LIMIT %(limit)s
 
 -- name: task_update :one
 -- Rewrites a locked task's definition; takes effect from its next firing.

@@ -7,7 +7,7 @@ from typing import Any
 import click
 
 from scheduler_daemon import view
-from scheduler_daemon.cli.base import DURATION, cli, emit, json_option
+from scheduler_daemon.cli.base import DURATION_OR_ZERO, cli, emit, json_option
 from scheduler_daemon.domain.audit import CHECK_NAMES, DEFAULT_SETTLE
 from scheduler_daemon.domain.duration import format_duration, parse_duration
 from scheduler_daemon.settings import resolve_database_url
@@ -25,14 +25,14 @@ class TimeBoundType(click.ParamType):
             return value
         try:
             return parse_duration(value)
-        except ValueError:
-            pass
+        except ValueError as exc:
+            why = str(exc)
         try:
             instant = datetime.fromisoformat(value.strip().replace("Z", "+00:00"))
         except ValueError:
             self.fail(
                 f"{value!r} is neither an ISO 8601 instant such as 2030-01-01T09:00Z nor a "
-                "duration such as 30m",
+                f"duration such as 30m ({why})",
                 param,
                 ctx,
             )
@@ -57,7 +57,7 @@ TIME_BOUND = TimeBoundType()
 )
 @click.option(
     "--settle",
-    type=DURATION,
+    type=DURATION_OR_ZERO,
     default=format_duration(DEFAULT_SETTLE),
     show_default=True,
     help="Firings this close to --until are not owed yet.",

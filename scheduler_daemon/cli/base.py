@@ -3,6 +3,7 @@
 import getpass
 import json
 import socket
+import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -31,16 +32,25 @@ EXIT_CONTRACT_BLOCKED = 6
 
 
 class Duration(click.ParamType):
+    """A duration as domain.duration parses it; `allow_zero` for the options where 0 means
+    something (docs/cli.md lists them), every other one refuses it."""
+
     name = "duration"
 
+    def __init__(self, *, allow_zero: bool = False) -> None:
+        self.allow_zero = allow_zero
+
     def convert(self, value: Any, param: Any, ctx: Any) -> Any:
+        if not isinstance(value, str):
+            return value
         try:
-            return parse_duration(value) if isinstance(value, str) else value
+            return parse_duration(value, allow_zero=self.allow_zero)
         except ValueError as exc:
             self.fail(str(exc), param, ctx)
 
 
 DURATION = Duration()
+DURATION_OR_ZERO = Duration(allow_zero=True)
 CLEAR = object()  # `tasks update --timeout none`: unset an optional value
 
 
@@ -63,6 +73,41 @@ def who() -> str:
 
 def emit(ctx: click.Context, data: Any, text: str) -> None:
     click.echo(json.dumps(data, indent=2, default=str) if ctx.obj["json"] else text)
+
+
+def stderr_is_terminal() -> bool:
+    return sys.stderr.isatty()
+
+
+def paging_options(f: Callable[..., Any]) -> Callable[..., Any]:
+    """`--limit`, `--all` and `--after` of the commands that list a page at a time."""
+    from scheduler_daemon.client import PAGE_SIZE
+
+    for option in reversed(
+        [
+            click.option(
+                "--limit",
+                type=click.IntRange(min=1),
+                default=PAGE_SIZE,
+                show_default=True,
+                help="Rows in the page.",
+            ),
+            click.option("--all", "all_rows", is_flag=True, help="Every row, not a page."),
+            click.option(
+                "--after",
+                metavar="CURSOR",
+                help="Continue after this cursor (printed on stderr when more rows exist).",
+            ),
+        ]
+    ):
+        f = option(f)
+    return f
+
+
+def hint_more(after: str | None) -> None:
+    """On a terminal, one line on stderr when the page did not hold every row."""
+    if after is not None and stderr_is_terminal():
+        click.echo(f"more rows: --after {after} (or --all)", err=True)
 
 
 def client_for(ctx: click.Context) -> "Client":

@@ -1,7 +1,7 @@
 """Commands on the fleet and its database: migrate, run, status, recover, config, db."""
 
 from collections.abc import Callable
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 import click
@@ -10,6 +10,7 @@ from scheduler_daemon import view
 from scheduler_daemon.cli import output
 from scheduler_daemon.cli.base import (
     DURATION,
+    DURATION_OR_ZERO,
     EXIT_CONTRACT_BLOCKED,
     EXIT_SCHEMA_BEHIND,
     EXIT_SCHEMA_TOO_NEW,
@@ -19,7 +20,7 @@ from scheduler_daemon.cli.base import (
     json_option,
     who,
 )
-from scheduler_daemon.domain.duration import format_duration
+from scheduler_daemon.domain.duration import format_duration, parse_duration
 from scheduler_daemon.settings import (
     DaemonSettings,
     resolve_database_url,
@@ -182,9 +183,9 @@ def fleet_timing_options(f: Callable[..., Any]) -> Callable[..., Any]:
 @click.option(
     "--drain-timeout",
     envvar="SCHEDULER_DRAIN_TIMEOUT",
-    type=DURATION,
+    type=DURATION_OR_ZERO,
     **setting("drain_timeout"),
-    help="How long running jobs may finish after SIGTERM.",
+    help="How long running jobs may finish after SIGTERM; 0: stop them at once.",
 )
 @click.option(
     "--stop-timeout",
@@ -275,24 +276,74 @@ def status(ctx: click.Context) -> None:
 
 @cli.command("recover")
 @click.option("--dry-run", is_flag=True, help="Show what it would change; change nothing.")
+@click.option(
+    "--wait",
+    "wait_text",
+    is_flag=False,
+    flag_value="",
+    default=None,
+    metavar="[=LIMIT]",
+    help="Then wait, at most LIMIT, for the takeover points of the runs whose owner stopped "
+    "renewing, and take them over. Default LIMIT: the largest takeover bound of the registered "
+    "instances plus the reconcile interval.",
+)
 @fleet_timing_options
 @json_option
 @click.pass_context
-def recover(ctx: click.Context, dry_run: bool, **options: Any) -> None:
+def recover(ctx: click.Context, dry_run: bool, wait_text: str | None, **options: Any) -> None:
     """One reconciliation pass: take over runs past their takeover point, give back expired
     claims, expire occurrences past their start deadline, finalize one-shot tasks, remove dead
-    instances. Safe while daemons run; a second pass changes nothing."""
+    instances. Safe while daemons run; a second pass changes nothing. Then it reports the runs
+    still inside their lease (with --wait: waits for those whose owner stopped renewing)."""
+    from scheduler_daemon.daemon import default_wait
     from scheduler_daemon.daemon import recover as recover_pass
 
+    if dry_run and wait_text is not None:
+        raise click.UsageError("--dry-run and --wait exclude each other")
+    try:
+        wait = parse_duration(wait_text) if wait_text else None
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="'--wait'") from exc
     settings = DaemonSettings(**options).validate()  # InvalidSettings: one line, exit 2
-    report = recover_pass(resolve_database_url(ctx.obj["database_url"]), settings, dry_run=dry_run)
-    data = {"dry_run": dry_run, "counts": report.counts, "ids": report.ids}
+    url = resolve_database_url(ctx.obj["database_url"])
+    if wait_text == "":
+        wait = default_wait(url, settings)
+
+    def on_wait(runs: list[dict[str, Any]], until: datetime) -> None:
+        listed = ", ".join(f"run {r['id']} (owner {r['owner']})" for r in runs)
+        click.echo(
+            f"waiting until {view.iso(until)} (database clock) for the takeover of {listed}: "
+            "its owner stopped renewing",
+            err=True,
+        )
+
+    report, inside = recover_pass(url, settings, dry_run=dry_run, wait=wait, on_wait=on_wait)
+    running = [view.inside_lease_fields(r) for r in inside]
+    data = {
+        "dry_run": dry_run,
+        "counts": report.counts,
+        "ids": report.ids,
+        "wait_seconds": None if wait is None else wait.total_seconds(),
+        "inside_lease": running,
+    }
     verb = "would change" if dry_run else "changed"
     lines = [
         f"{name.replace('_', ' ')}: {len(ids)}" + (f" {ids}" if ids else "")
         for name, ids in report.ids.items()
     ]
+    lines += [_inside_line(r, waited=wait is not None) for r in running]
     emit(ctx, data, f"recover {verb} {report.changed} item(s)\n" + "\n".join(lines))
+
+
+def _inside_line(run: dict[str, Any], *, waited: bool) -> str:
+    head = (
+        f"inside its lease: run {run['run_id']} (occurrence {run['occurrence_id']}, task "
+        f"{run['task_id']}), owner {run['owner']}"
+    )
+    if run["owner_renewing"]:
+        return f"{head} still renews it: left alone"
+    then = "past the --wait limit" if waited else "`recover --wait` takes it over then"
+    return f"{head} stopped renewing: takeover from {run['takeover_at']}; {then}"
 
 
 # -- config --------------------------------------------------------------------------------------

@@ -8,7 +8,9 @@ from scheduler_daemon.cli.base import (
     cli,
     client_for,
     emit,
+    hint_more,
     json_option,
+    paging_options,
     who,
 )
 
@@ -22,15 +24,27 @@ def runs() -> None:
 @runs.command("list")
 @click.option("--task", default=None, help="Task name or id (ids of deleted tasks too).")
 @click.option("--status", default=None)
-@click.option("--limit", type=int, default=50, show_default=True)
+@paging_options
 @json_option
 @click.pass_context
-def runs_list(ctx: click.Context, task: str | None, status: str | None, limit: int) -> None:
-    """Newest first: one row per run attempt plus one per occurrence that never ran."""
-    rows = [
-        view.run_fields(r) for r in client_for(ctx).list_runs(task=task, status=status, limit=limit)
-    ]
+def runs_list(
+    ctx: click.Context,
+    *,
+    task: str | None,
+    status: str | None,
+    limit: int,
+    all_rows: bool,
+    after: str | None,
+) -> None:
+    """Newest occurrence first, a page at a time: one row per run attempt (newest first) under
+    a row for an occurrence whose status its latest run does not show (never ran, or waits for
+    its next attempt)."""
+    page = client_for(ctx).runs_page(
+        task=task, status=status, limit=None if all_rows else limit, after=after
+    )
+    rows = [view.run_fields(r) for r in page.rows]
     emit(ctx, rows, output.run_table(rows))
+    hint_more(page.after)
 
 
 @runs.command("show")

@@ -12,11 +12,14 @@ from scheduler_daemon.cli import output
 from scheduler_daemon.cli.base import (
     CLEAR,
     DURATION,
+    DURATION_OR_ZERO,
     Clearable,
     cli,
     client_for,
     emit,
+    hint_more,
     json_option,
+    paging_options,
     who,
 )
 from scheduler_daemon.domain.schedule.base import ScheduleError
@@ -28,6 +31,7 @@ from scheduler_daemon.domain.status import (
     MisfirePolicy,
     OccurrenceStatus,
     OverlapPolicy,
+    TaskStatus,
 )
 from scheduler_daemon.domain.task import InvalidTask, TaskSpec
 
@@ -82,7 +86,7 @@ def task_options(*, adding: bool) -> Callable[[Callable[..., Any]], Callable[...
         ),
         click.option("--overlap", type=_choice(OverlapPolicy), default=default("overlap")),
         click.option("--misfire", type=_choice(MisfirePolicy), default=default("misfire")),
-        click.option("--misfire-grace", type=DURATION, default=default("misfire_grace")),
+        click.option("--misfire-grace", type=DURATION_OR_ZERO, default=default("misfire_grace")),
         click.option("--catchup-limit", type=optional(click.INT)),
         click.option("--catchup-window", type=optional(DURATION)),
         click.option("--dst-gap", type=_choice(DstGapPolicy), default=default("dst_gap")),
@@ -92,7 +96,7 @@ def task_options(*, adding: bool) -> Callable[[Callable[..., Any]], Callable[...
         click.option("--start-deadline", type=optional(DURATION)),
         click.option("--timeout", type=optional(DURATION)),
         click.option("--max-attempts", type=int, default=default("max_attempts")),
-        click.option("--backoff", type=DURATION, default=default("backoff")),
+        click.option("--backoff", type=DURATION_OR_ZERO, default=default("backoff")),
     ]
     if adding:
         options.append(click.option("--paused", is_flag=True, help="Create it paused."))
@@ -206,13 +210,37 @@ def tasks_update(ctx: click.Context, task: str, **opts: Any) -> None:
 
 
 @tasks.command("list")
+@click.option("--prefix", help="Only the tasks whose name starts with this.")
+@click.option("--status", type=_choice(TaskStatus), help="Only the tasks in this status.")
+@click.option(
+    "--paused/--not-paused", default=None, help="Only the paused (or the not paused) tasks."
+)
+@paging_options
 @show_secrets_option
 @json_option
 @click.pass_context
-def tasks_list(ctx: click.Context, show_secrets: bool) -> None:
-    """List the tasks."""
-    rows = [view.task_fields(t, show_secrets=show_secrets) for t in client_for(ctx).list_tasks()]
+def tasks_list(
+    ctx: click.Context,
+    *,
+    prefix: str | None,
+    status: str | None,
+    paused: bool | None,
+    limit: int,
+    all_rows: bool,
+    after: str | None,
+    show_secrets: bool,
+) -> None:
+    """List the tasks by name, a page at a time."""
+    page = client_for(ctx).tasks_page(
+        limit=None if all_rows else limit,
+        after=after,
+        prefix=prefix,
+        status=status,
+        paused=paused,
+    )
+    rows = [view.task_fields(t, show_secrets=show_secrets) for t in page.rows]
     emit(ctx, rows, output.table(rows, output.TASK_COLUMNS))
+    hint_more(page.after)
 
 
 @tasks.command("show")

@@ -1,9 +1,10 @@
 """Input errors that are not about one task (a count, a limit, a status filter, a fleet setting):
 InvalidArgument and the checks that raise it (pure)."""
 
-from scheduler_daemon.domain.status import OccurrenceStatus
+from scheduler_daemon.domain.status import OccurrenceStatus, TaskStatus
 
 OCCURRENCE_STATUSES = tuple(OccurrenceStatus)
+TASK_STATUSES = tuple(TaskStatus)
 # `config set` names and the fleet_setting keys they write.
 FLEET_SETTINGS = {"max-concurrent-runs": "max_concurrent_runs"}
 
@@ -25,6 +26,27 @@ def status_filter(status: str | None) -> str | None:
             f"unknown status '{status}': choose one of {', '.join(OCCURRENCE_STATUSES)}"
         )
     return status
+
+
+def task_status_filter(status: str | None) -> str | None:
+    """A `tasks list --status` value."""
+    if status is not None and status not in TASK_STATUSES:
+        raise InvalidArgument(
+            f"unknown status '{status}': choose one of {', '.join(TASK_STATUSES)}"
+        )
+    return status
+
+
+def history_cursor(text: str) -> tuple[int, int | None]:
+    """A `runs list --after` cursor: `OCCURRENCE_ID:RUN_ID` after a run row, `OCCURRENCE_ID`
+    after an occurrence's own row."""
+    occurrence, colon, run = text.strip().partition(":")
+    if occurrence.isdigit() and (not colon or run.isdigit()):
+        return int(occurrence), int(run) if colon else None
+    raise InvalidArgument(
+        f"--after '{text}' is not a cursor: give the last row's occurrence_id, then ':' and its "
+        "id when it has one (4711:5120, or 4711)"
+    )
 
 
 def fleet_setting(name: str, value: str) -> tuple[str, int]:

@@ -1,14 +1,19 @@
-"""Durations as operators type them: parse `30s`, `1h30m` or ISO 8601 `PT30S`, and print them.
+"""Durations as operators type them: parse `30s`, `0.5s`, `1h30m`, `90` or ISO 8601 `PT30S`,
+and print them.
 
-The compact form is a sequence of `<integer><unit>` parts, largest unit first, each unit at most
-once: `d`, `h`, `m`, `s`, `ms`, `us`. The ISO 8601 form accepts weeks, days, hours, minutes and
-seconds (seconds may carry up to six fractional digits); years and months are refused because they
-have no fixed length. `format_duration` prints the compact form, and
+The compact form is a sequence of `<number><unit>` parts, largest unit first, each unit at most
+once: `d`, `h`, `m`, `s`, `ms`, `us`; a number may carry a decimal fraction (`1.5h`, `0.25s`).
+A bare number is seconds, as systemd reads it (`10`, `0.5`). The ISO 8601 form accepts weeks,
+days, hours, minutes and seconds (seconds may carry up to six fractional digits); years and months
+are refused because they have no fixed length. A duration is a whole number of microseconds: a
+value finer than that (`0.5us`, `1.0000001s`) is refused, so is a negative one, and zero unless
+the option gives it a meaning (`allow_zero`). `format_duration` prints the compact form, and
 `parse_duration(format_duration(d)) == d` for every positive `timedelta`.
 """
 
 import re
 from datetime import timedelta
+from fractions import Fraction
 
 _UNITS = (
     ("d", timedelta(days=1)),
@@ -19,32 +24,46 @@ _UNITS = (
     ("us", timedelta(microseconds=1)),
 )
 _UNIT_RANK = {name: rank for rank, (name, _) in enumerate(_UNITS)}
-_COMPACT_PART = re.compile(r"(\d+)(ms|us|d|h|m|s)")
+_NUMBER = r"(?:\d+(?:\.\d+)?|\.\d+)"
+_COMPACT_PART = re.compile(rf"({_NUMBER})(ms|us|d|h|m|s)")
+_BARE_SECONDS = re.compile(_NUMBER)
 _ISO = re.compile(
     r"P(?:(?P<w>\d+)W)?(?:(?P<d>\d+)D)?"
     r"(?:T(?=\d)(?:(?P<h>\d+)H)?(?:(?P<m>\d+)M)?(?:(?P<s>\d+)(?:[.,](?P<f>\d{1,6}))?S)?)?"
 )
 _MICROSECOND = timedelta(microseconds=1)
+_MAX_MICROSECONDS = timedelta.max // _MICROSECOND
 
 
-def parse_duration(text: str) -> timedelta:
-    """Parse a positive duration; raise ValueError with a one-line message otherwise."""
+def parse_duration(text: str, *, allow_zero: bool = False) -> timedelta:
+    """Parse a positive duration (or zero, with `allow_zero`); raise ValueError with a one-line
+    message otherwise."""
     body = text.strip()
     negative = body.startswith("-")
     if body.startswith(("+", "-")):
         body = body[1:]
     try:
         if body.startswith(("P", "p")):
-            value = _parse_iso(text, body.upper())
+            micros = Fraction(_parse_iso(text, body.upper()) // _MICROSECOND)
+        elif _BARE_SECONDS.fullmatch(body):
+            micros = Fraction(body) * 1_000_000
         else:
-            value = _parse_compact(text, body.lower())
+            micros = _parse_compact(text, body.lower())
     except OverflowError:
         raise ValueError(f"duration too large: {text!r}") from None
-    if negative:
-        value = -value
-    if value <= timedelta(0):
+    if negative and micros:
+        raise ValueError(f"duration must not be negative: {text!r}")
+    if micros == 0:
+        if allow_zero:
+            return timedelta(0)
         raise ValueError(f"duration must be positive: {text!r}")
-    return value
+    if micros < 1:
+        raise ValueError(f"duration under 1us: {text!r}")
+    if micros.denominator != 1:
+        raise ValueError(f"duration finer than 1us: {text!r}")
+    if micros > _MAX_MICROSECONDS:
+        raise ValueError(f"duration too large: {text!r}")
+    return timedelta(microseconds=int(micros))
 
 
 def format_duration(td: timedelta) -> str:
@@ -62,15 +81,16 @@ def format_duration(td: timedelta) -> str:
     return "".join(parts)
 
 
-def _parse_compact(text: str, body: str) -> timedelta:
-    total = timedelta(0)
+def _parse_compact(text: str, body: str) -> Fraction:
+    """The compact form's value in microseconds (exact: fractions are kept as they were typed)."""
+    total = Fraction(0)
     position = 0
     last_rank = -1
     for match in _COMPACT_PART.finditer(body):
         rank = _UNIT_RANK[match.group(2)]
         if match.start() != position or rank <= last_rank:
             raise _invalid(text)
-        total += int(match.group(1)) * _UNITS[rank][1]
+        total += Fraction(match.group(1)) * (_UNITS[rank][1] // _MICROSECOND)
         position = match.end()
         last_rank = rank
     if position == 0 or position != len(body):
@@ -107,4 +127,7 @@ def _parse_iso(text: str, body: str) -> timedelta:
 
 
 def _invalid(text: str) -> ValueError:
-    return ValueError(f"invalid duration {text!r}: use 30s, 5m, 1h30m or ISO 8601 such as PT30S")
+    return ValueError(
+        f"invalid duration {text!r}: use 30s, 0.5s, 1h30m, seconds such as 90, or ISO 8601 such as"
+        " PT30S"
+    )

@@ -75,6 +75,12 @@ class Build:
         """The steps not yet applied on a schema at `revision` (None: nothing applied)."""
         return self.steps if revision is None else self.steps[self.index(revision) + 1 :]
 
+    def steps_to(self, revision: str | None, target: str) -> tuple[Step, ...]:
+        """The steps not yet applied on a schema at `revision`, up to `target` included."""
+        pending = self.after(revision)
+        names = [s.revision for s in pending]
+        return pending[: names.index(target) + 1] if target in names else ()
+
     def expand_target(self, revision: str | None) -> str | None:
         """How far `migrate` (expand only) goes from `revision`: up to the step before the first
         pending contract step. None when it would apply nothing."""

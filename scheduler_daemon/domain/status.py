@@ -34,6 +34,10 @@ NOT_STARTED = (OccurrenceStatus.QUEUED, OccurrenceStatus.LAUNCHING)
 FINISHED = tuple(s for s in OccurrenceStatus if s not in ACTIVE)
 # Final with a `reason` saying why (occurrence_reason_check).
 NEEDS_REASON = (OccurrenceStatus.SKIPPED, OccurrenceStatus.EXPIRED, OccurrenceStatus.CANCELLED)
+# The statuses an occurrence can hold that its latest run does not show, so `runs list` gives it
+# a row of its own: not started (yet, or again after an attempt), or ended without a run. Every
+# other status is set by a run of that status in the same transaction (outcome.decide).
+OWN_HISTORY_ROW = NOT_STARTED + NEEDS_REASON
 
 
 class RunStatus(StrEnum):

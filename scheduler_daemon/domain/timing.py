@@ -19,6 +19,15 @@ def renew_interval(lease_ttl: timedelta) -> timedelta:
     return lease_ttl / RENEWALS_PER_TTL
 
 
+RENEWALS_OVERDUE = 2  # an owner two renewals late has stopped renewing; one is a hiccup
+
+
+def renewal_overdue_per_ttl() -> float:
+    """How long without a renewal, in TTLs of the owner, means it stopped renewing: two
+    renewal intervals (2 * TTL/3)."""
+    return RENEWALS_OVERDUE / RENEWALS_PER_TTL
+
+
 def trust_margin(lease_ttl: timedelta) -> timedelta:
     """How long before a lease's end its job is stopped when renewals fail."""
     return lease_ttl / TRUST_MARGIN_PER_TTL

@@ -6,14 +6,16 @@ that lost its race changes nothing. Scans page through in id order, so a backlog
 page is drained in one pass.
 """
 
+import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any, Protocol
 
 import structlog
 from psycopg_pool import ConnectionPool
 
+from scheduler_daemon.domain import timing
 from scheduler_daemon.domain.occurrence import ExpiredClaim, OccurrenceRef
 from scheduler_daemon.domain.outcome import decide, finalize_one_shot, settlement, task_outcome
 from scheduler_daemon.domain.run import TakeoverCandidate
@@ -55,6 +57,10 @@ class ReconcileReport:
     @property
     def changed(self) -> int:
         return sum(self.counts.values())
+
+    def add(self, other: "ReconcileReport") -> None:
+        for category, ids in other.ids.items():
+            self.ids[category] += [i for i in ids if i not in self.ids[category]]
 
 
 class Reconciler:
@@ -111,6 +117,55 @@ class Reconciler:
             self.log.info("reconciled", dry_run=dry_run, **report.counts)
         self.log.debug("reconcile_pass", dry_run=dry_run)  # a test signal; cheap at info level
         return report
+
+    # -- recover --wait --------------------------------------------------------------------------
+    def inside_lease(self) -> list[dict[str, Any]]:
+        """The running runs left after a pass, each with `takeover_from` (database clock),
+        whether its owner still `renewing`, and the database's `db_now`."""
+        with pooled_transaction(self.pool) as conn:
+            return run_store.inside_lease(
+                conn,
+                restart_quiet=self.restart_quiet,
+                overdue=timing.renewal_overdue_per_ttl(),
+            )
+
+    def wait_for_takeovers(
+        self,
+        limit: timedelta,
+        report: ReconcileReport,
+        *,
+        on_wait: Callable[[list[dict[str, Any]], datetime], None],
+        poll: float = 1.0,
+    ) -> list[dict[str, Any]]:
+        """After a pass: waits, at most `limit` from now on the database clock, for the takeover
+        points of the runs whose owner stopped renewing, and takes each over with another pass
+        as soon as its point has passed; `on_wait` hears what is waited for and until when,
+        whenever that changes. Runs whose owner still renews are not waited for (a renewal
+        moves their point on, and an owner that starts renewing again leaves the wait). Adds
+        what the passes changed to `report`; returns the runs still running at the end."""
+        inside = self.inside_lease()
+        if not inside:
+            return inside
+        deadline = inside[0]["db_now"] + limit
+        announced: list[int] = []
+        while True:
+            now = inside[0]["db_now"] if inside else deadline
+            waiting = [r for r in inside if not r["renewing"] and r["takeover_from"] <= deadline]
+            if not waiting or now > deadline:
+                return inside
+            if [r["id"] for r in waiting] != announced:
+                announced = [r["id"] for r in waiting]
+                on_wait(waiting, max(r["takeover_from"] for r in waiting))
+            due = min(r["takeover_from"] for r in waiting)
+            if due >= now:
+                # A duration from two database readings; the pass re-checks on the database clock.
+                time.sleep(min((due - now).total_seconds(), poll) + 0.01)
+            else:
+                passed = self.run_once()
+                report.add(passed)
+                if not passed.counts["taken_over"]:  # locked, or lost a race: not a spin
+                    time.sleep(poll / 4)
+            inside = self.inside_lease()
 
     def _isolated(
         self,

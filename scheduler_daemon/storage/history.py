@@ -1,18 +1,37 @@
-"""Reads run history: runs and the occurrences that never ran (sql/run.sql)."""
+"""Reads run history: runs, and occurrences whose status no run shows (sql/run.sql)."""
 
 from typing import Any
 
 import psycopg
 
 from scheduler_daemon.domain.run import HistoryRow, RunDetail
+from scheduler_daemon.domain.status import RunStatus
 from scheduler_daemon.storage import query
 
 
 def list_history(
-    conn: psycopg.Connection[Any], *, task_id: int | None, status: str | None, limit: int
+    conn: psycopg.Connection[Any],
+    *,
+    task_id: int | None,
+    status: str | None,
+    limit: int,
+    after: tuple[int, int | None] | None = None,
 ) -> list[HistoryRow]:
-    rows = query.run(conn, "run_history", {"task_id": task_id, "status": status, "limit": limit})
-    return [HistoryRow.from_row(row) for row in rows]  # the sort key is not a field
+    """One page, newest occurrence first, after the keyset `after` = (occurrence_id, run id or
+    None for that occurrence's own row)."""
+    rows = query.run(
+        conn,
+        "run_history",
+        {
+            "task_id": task_id,
+            "status": status,
+            "limit": limit,
+            "after_occurrence": after[0] if after else None,
+            "after_run": after[1] if after else None,
+            "run_statuses": list(RunStatus),
+        },
+    )
+    return [HistoryRow.from_row(row) for row in rows]
 
 
 def get_run(conn: psycopg.Connection[Any], run_id: int) -> RunDetail | None:

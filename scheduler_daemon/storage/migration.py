@@ -202,6 +202,10 @@ def expand(url: str) -> MigrateReport:
     if before is not None and not build().knows(before):
         pending = found.record.contract_pending if found.record else ()
         return MigrateReport(before, before, (), pending, newer_than_this_build=True)
+    if any(s.phase == "contract" for s in build().steps_to(before, build().needs)):
+        # An earlier release's contract step sits before expand steps this build needs: it
+        # runs first, under the contract's instance check (ADR 0002: the chain stays linear).
+        return contract(url, target=build().needs)
     target = build().expand_target(before)
     applied: tuple[str, ...] = ()
     if target is not None:
@@ -210,9 +214,9 @@ def expand(url: str) -> MigrateReport:
         revisions = [s.revision for s in build().after(before)]
         applied = tuple(revisions[: revisions.index(target) + 1])
     after = current_revision(url)
-    contract = _pending_contract(after)
-    _write_record(url, after, contract, build().oldest_build_at(after) if after else None)
-    return MigrateReport(before, after, applied, tuple(contract))
+    left = _pending_contract(after)
+    _write_record(url, after, left, build().oldest_build_at(after) if after else None)
+    return MigrateReport(before, after, applied, tuple(left))
 
 
 def incompatible_instances(conn: psycopg.Connection[Any], oldest: str) -> list[Instance]:
@@ -224,9 +228,10 @@ def incompatible_instances(conn: psycopg.Connection[Any], oldest: str) -> list[I
     ]
 
 
-def contract(url: str) -> MigrateReport:
-    """`migrate --contract`: every pending step, contract steps included; refused, naming them
-    and the instances, while an instance of a build they would break is registered."""
+def contract(url: str, target: str | None = None) -> MigrateReport:
+    """`migrate --contract`: every pending step up to `target` (default: the head), contract
+    steps included; refused, naming them and the instances, while an instance of a build they
+    would break is registered."""
     found = _refuse_a_newer_schema(url)
     before = found.current
     if before is not None and not build().knows(before):
@@ -234,10 +239,11 @@ def contract(url: str) -> MigrateReport:
             f"the database schema is at {before}, newer than this build (schema {head_revision()}"
             "): run `migrate --contract` with the newest build"
         )
-    steps = build().after(before)
+    target = target or build().head
+    steps = build().steps_to(before, target)
     if not steps:
-        return MigrateReport(before, before, (), ())
-    oldest_after = build().oldest_build_at(build().head)
+        return MigrateReport(before, before, (), tuple(_pending_contract(before)))
+    oldest_after = build().oldest_build_at(target)
     contracts = [s.revision for s in steps if s.phase == "contract"]
     with connect(url) as guard, guard.transaction():
         if before is not None:
@@ -257,7 +263,7 @@ def contract(url: str) -> MigrateReport:
             # The raised oldest build is visible before the first contract step commits.
             _write_record(url, before, contracts, oldest_after)
         try:
-            command.upgrade(_config(url), "head")
+            command.upgrade(_config(url), target)
         except BaseException:
             if before is not None:
                 now = current_revision(url)
@@ -265,8 +271,9 @@ def contract(url: str) -> MigrateReport:
                 _write_record(url, now, _pending_contract(now), oldest)
             raise
     after = current_revision(url)
-    _write_record(url, after, [], oldest_after)
-    return MigrateReport(before, after, tuple(s.revision for s in steps), ())
+    pending = _pending_contract(after)
+    _write_record(url, after, pending, oldest_after)
+    return MigrateReport(before, after, tuple(s.revision for s in steps), tuple(pending))
 
 
 def offline_steps() -> list[tuple[Step, str]]:

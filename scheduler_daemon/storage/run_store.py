@@ -140,3 +140,10 @@ def take_over(
         )
         == 1
     )
+
+
+def inside_lease(
+    conn: psycopg.Connection[Any], *, restart_quiet: timedelta, overdue: float
+) -> list[dict[str, Any]]:
+    """Every running run with its `takeover_from`, `renewing` and the database's `db_now`."""
+    return query.run(conn, "run_inside_lease", {"restart_quiet": restart_quiet, "overdue": overdue})

@@ -112,8 +112,28 @@ def lock(conn: psycopg.Connection[Any], ref: str | int) -> TaskRecord:
     return locked
 
 
-def list_live(conn: psycopg.Connection[Any]) -> list[TaskRecord]:
-    return [record(row) for row in query.run(conn, "task_list")]
+def list_live(
+    conn: psycopg.Connection[Any],
+    *,
+    after: str | None = None,
+    prefix: str | None = None,
+    status: str | None = None,
+    paused: bool | None = None,
+    limit: int | None = None,
+) -> list[TaskRecord]:
+    """Live tasks in byte order of their names, after the name `after`, filtered; `limit`
+    None: all of them."""
+    pattern = None
+    if prefix is not None:
+        pattern = prefix.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
+    params = {
+        "after": after,
+        "pattern": pattern,
+        "status": status,
+        "paused": paused,
+        "limit": limit,
+    }
+    return [record(row) for row in query.run(conn, "task_list", params)]
 
 
 def update(

@@ -32,7 +32,7 @@ BAD_INPUTS = [
     (("--at", "2001-01-01T00:00:00Z", "--command", "true"), "is in the past"),
     (("--at", "tomorrow", "--command", "true"), "not an ISO 8601 instant"),
     (("--every", "0s", "--command", "true"), "duration must be positive"),
-    (("--every", "-5m", "--command", "true"), "duration must be positive: '-5m'"),
+    (("--every", "-5m", "--command", "true"), "duration must not be negative: '-5m'"),
     (("--every", "soon", "--command", "true"), "invalid duration 'soon'"),
     (("--every", "5m", "--timeout", "0s", "--command", "true"), "duration must be positive"),
     (

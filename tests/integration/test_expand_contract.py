@@ -1,5 +1,7 @@
-"""Expand and contract on a real database: `migrate` stops before the contract step, `--contract`
-refuses while an older build is registered, and a downgrade and upgrade keep the data."""
+"""Expand and contract on a real database: `migrate` applies what this build needs (an earlier
+release's contract step included, under the instance check) and leaves trailing contract steps,
+`--contract` refuses while an older build is registered, and a downgrade and upgrade keep the
+data."""
 
 import psycopg
 import pytest
@@ -22,42 +24,62 @@ def _old_instance(url: str) -> None:
     )
 
 
-def test_migrate_applies_expand_steps_and_leaves_the_contract_pending(
+def _first_contract() -> str:
+    return next(s.revision for s in migration.build().after(OLD) if s.phase == "contract")
+
+
+def _before(revision: str) -> str:
+    steps = migration.build().steps
+    return steps[[s.revision for s in steps].index(revision) - 1].revision
+
+
+def test_migrate_applies_the_expand_steps_before_a_contract_step_and_leaves_trailing_ones(
     cli, empty_database_url
 ) -> None:
-    migration.upgrade(empty_database_url, OLD)
-    result = cli("migrate", url=empty_database_url)
+    # The schema of an unfinished earlier upgrade: its expand steps in, its contract pending.
+    contract = _first_contract()
+    url = empty_database_url
+    migration.upgrade(url, _before(contract))
+    result = cli("migrate", url=url)
     assert result.code == 0, result.err
     build = migration.build()
-    assert migration.current_revision(empty_database_url) == build.needs
-    pending = [s.revision for s in build.after(build.needs)]
-    assert f"contract step(s) {', '.join(pending)} pending" in result.out
-    schema = cli("migrate", "--check", "--json", url=empty_database_url).json()
-    assert schema["oldest_build"] == OLD  # the old build may still write
-    assert schema["contract_pending"] == pending
+    assert migration.current_revision(url) == build.needs
+    trailing = [s.revision for s in build.after(build.needs)]
+    assert all(s.phase == "contract" for s in build.after(build.needs))
+    if trailing:
+        assert f"contract step(s) {', '.join(trailing)} pending" in result.out
+    schema = cli("migrate", "--check", "--json", url=url).json()
+    assert schema["contract_pending"] == trailing
+    assert schema["oldest_build"] == build.oldest_build_at(build.needs)
 
 
-def test_migrate_contract_refuses_while_an_old_instance_is_registered(
+def test_migrate_refuses_an_earlier_contract_step_this_build_needs_while_an_old_instance_runs(
     cli, empty_database_url
 ) -> None:
+    # Would fail against the first expand-only `migrate`, which stopped before the earlier
+    # release's contract step and left this build refusing its schema as behind; and against a
+    # `migrate` that ran that contract step without the instance check.
+    contract = _first_contract()
     url = empty_database_url
-    migration.upgrade(url, OLD)
-    assert cli("migrate", url=url).code == 0
+    migration.upgrade(url, _before(contract))
     _old_instance(url)
     record = query(url, "SELECT value FROM fleet_setting WHERE key = 'schema_compat'")
     with psycopg.connect(url, autocommit=True) as conn:
         before = row_counts(conn)
-    result = cli("migrate", "--contract", url=url)
-    assert result.code == 6
-    assert result.err.count("\n") == 1
-    assert "old-1 (version 0.1.0, schema 0003)" in result.err
-    assert migration.current_revision(url) == migration.build().needs  # nothing applied
-    assert query(url, "SELECT value FROM fleet_setting WHERE key = 'schema_compat'") == record
-    with psycopg.connect(url, autocommit=True) as conn:
-        assert row_counts(conn) == before
+    for args in (("migrate",), ("migrate", "--contract")):
+        result = cli(*args, url=url)
+        assert result.code == 6, (args, result.out, result.err)
+        assert result.err.count("\n") == 1
+        assert f"old-1 (version 0.1.0, schema {OLD})" in result.err
+        assert migration.current_revision(url) == _before(contract)  # nothing applied
+        assert query(url, "SELECT value FROM fleet_setting WHERE key = 'schema_compat'") == record
+        with psycopg.connect(url, autocommit=True) as conn:
+            assert row_counts(conn) == before
     query(url, "DELETE FROM instance")
-    done = cli("migrate", "--contract", url=url)
+    done = cli("migrate", url=url)
     assert done.code == 0, done.err
+    assert migration.current_revision(url) == migration.build().needs
+    assert cli("migrate", "--contract", url=url).code == 0
     assert migration.current_revision(url) == migration.head_revision()
 
 

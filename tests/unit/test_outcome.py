@@ -125,7 +125,7 @@ def test_a_job_that_succeeded_before_its_cancel_could_stop_it_is_recorded_a_succ
 
 
 def test_an_unknown_outcome_status_is_refused_not_given_a_default() -> None:
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="exploded"):
         _decide("exploded")
 
 

@@ -103,7 +103,7 @@ def test_the_three_history_queries_select_one_column_list_the_documented_shape()
     # whose order or aliases drift from the run row of docs/cli.md.
     run_row = [f.name for f in fields(HistoryRow)]
     detail = [f.name for f in fields(RunDetail)]
-    assert _select_list(QUERIES["run_history"].sql) == [*run_row, "sort_at"]
+    assert _select_list(QUERIES["run_history"].sql) == run_row
     assert _select_list(QUERIES["run_get"].sql) == detail
     assert _select_list(QUERIES["run_list_for_occurrence"].sql) == detail
     assert detail[: len(run_row)] == run_row

@@ -47,3 +47,11 @@ def test_a_contract_raises_the_oldest_build_an_expand_step_leaves_it() -> None:
     assert NEW.works_after("0002", "0002")
     assert not NEW.works_after("0002", "0004")
     assert NEW.works_after("0099", "0004")  # a build this one does not know is newer
+
+
+def test_the_steps_to_a_target_are_the_pending_ones_up_to_it() -> None:
+    later = Build((*NEW.steps, Step("0005", "expand"), Step("0006", "contract")))
+    assert [s.revision for s in later.steps_to("0002", later.needs)] == ["0003", "0004", "0005"]
+    assert later.needs == "0005"
+    assert later.steps_to("0005", later.needs) == ()
+    assert [s.revision for s in later.steps_to(None, "0002")] == ["0001", "0002"]

@@ -16,6 +16,7 @@ from scheduler_daemon.domain.status import (
     FINISHED,
     NEEDS_REASON,
     NOT_STARTED,
+    OWN_HISTORY_ROW,
     DstGapPolicy,
     DstOverlapPolicy,
     ExecutorKind,
@@ -60,8 +61,9 @@ INDEXES = {
     "occurrence_task_active_idx": ACTIVE,
     "occurrence_key_executing_key": EXECUTING,
     "occurrence_queue_executing_key": EXECUTING,
+    "occurrence_own_row_idx": OWN_HISTORY_ROW,
 }
-NAMED_SETS = {"ACTIVE": ACTIVE, "EXECUTING": EXECUTING}
+NAMED_SETS = {"ACTIVE": ACTIVE, "EXECUTING": EXECUTING, "OWN_HISTORY_ROW": OWN_HISTORY_ROW}
 # Column → the values a literal compared with it may take, in the statements and the schema.
 COLUMNS: dict[str, set[str]] = {
     "status": {*OccurrenceStatus, *RunStatus, *TaskStatus},
@@ -137,6 +139,34 @@ def test_the_named_sets_are_occurrence_statuses_and_final_is_the_rest() -> None:
     assert set(EXECUTING) | set(NOT_STARTED) == set(ACTIVE)
     assert set(NEEDS_REASON) <= set(FINISHED)
     assert all(isinstance(s, OccurrenceStatus) for s in (*ACTIVE, *FINISHED, *NOT_STARTED))
+    assert set(OWN_HISTORY_ROW) == set(NOT_STARTED) | set(NEEDS_REASON)
+
+
+@pytest.mark.parametrize("outcome", list(status.OutcomeStatus))
+@pytest.mark.parametrize("cancel", [None, "cancelled by x"])
+@pytest.mark.parametrize(("attempts", "interruptions"), [(1, 0), (3, 0), (1, 3)])
+def test_an_attempt_leaves_its_occurrence_queued_or_in_its_own_status(
+    outcome, cancel, attempts, interruptions
+) -> None:
+    # `runs list` looks for an occurrence row only among OWN_HISTORY_ROW: every other status
+    # an occurrence takes must come from a run of the same status.
+    from datetime import timedelta
+
+    from scheduler_daemon.domain.outcome import decide
+
+    decision = decide(
+        outcome,
+        attempts=attempts,
+        max_attempts=3,
+        interruptions=interruptions,
+        max_interruptions=3,
+        backoff=timedelta(0),
+        cancel_reason=cancel,
+    )
+    assert (
+        decision.occurrence_status in OWN_HISTORY_ROW
+        or decision.occurrence_status == decision.run_status
+    )
 
 
 def test_members_are_the_strings_rows_hold() -> None:

@@ -1,0 +1,298 @@
+"""Run history (storage/history.py, `runs list`) against a real database: which rows a history
+shows for each state an occurrence can be in, and how it pages."""
+
+from datetime import timedelta
+from typing import Any
+
+import psycopg
+import pytest
+
+from scheduler_daemon.domain.status import RunStatus
+from scheduler_daemon.services.reconciler import Reconciler
+from scheduler_daemon.storage import query as queries
+from tests.support import Replica, query, shell_task
+
+
+def _reconciler(pool: Any) -> Reconciler:
+    return Reconciler(
+        pool,
+        instance_id="rec",
+        restart_quiet=timedelta(0),
+        max_interruptions=3,
+        dead_after=timedelta(minutes=10),
+    )
+
+
+def test_an_occurrence_requeued_after_a_failed_run_is_listed_as_queued(
+    client, pool, executors, database_url
+) -> None:
+    # Before the fix the history had one row per run plus one per occurrence *that never ran*,
+    # so an occurrence waiting for its retry showed only its failed run, and `--status queued`
+    # missed it.
+    task = shell_task(client, command="exit 3", max_attempts=2, backoff=timedelta(minutes=5))
+    occurrence = client.trigger(task.id, requested_by="test")
+    replica = Replica(database_url, pool, executors, "a")
+    replica.launcher.run_once()
+    (run,) = replica.finished()
+    assert replica.completer.complete(run) == "retry"
+    queued = client.list_runs(status="queued")
+    assert [(r["occurrence_id"], r["id"], r["status"]) for r in queued] == [
+        (occurrence["id"], None, "queued")
+    ]
+    # The whole history: the waiting attempt above its failed run, each shown once.
+    rows = client.list_runs(task=task.id)
+    assert [(r["id"], r["status"]) for r in rows] == [(None, "queued"), (run.run_id, "failed")]
+
+
+def test_an_occurrence_requeued_by_a_takeover_is_listed_as_queued(
+    client, pool, executors, database_url
+) -> None:
+    task = shell_task(client, command="sleep 30")
+    occurrence = client.trigger(task.id, requested_by="test")
+    owner = Replica(database_url, pool, executors, "owner")
+    owner.launcher.run_once()
+    (held,) = list(owner.held)
+    query(
+        database_url,
+        "UPDATE run SET lease_expires_at = now() - interval '10 seconds', "
+        "takeover_at = now() - interval '5 seconds' WHERE status = 'running' RETURNING id",
+    )
+    assert _reconciler(pool).run_once().ids["taken_over"] == [held.run_id]
+    held.job.stop("test")
+    queued = client.list_runs(status="queued")
+    assert [(r["occurrence_id"], r["id"]) for r in queued] == [(occurrence["id"], None)]
+    assert [r["status"] for r in client.list_runs(task=task.id)] == ["queued", "interrupted"]
+
+
+def test_a_finished_occurrence_shows_only_its_runs_and_a_running_one_only_its_run(
+    client, pool, executors, database_url
+) -> None:
+    task = shell_task(client, command="exit 0", overlap="allow")
+    client.trigger(task.id, requested_by="test")
+    replica = Replica(database_url, pool, executors, "a")
+    replica.launcher.run_once()
+    (run,) = replica.finished()
+    assert [(r["id"], r["status"]) for r in client.list_runs(task=task.id)] == [
+        (run.run_id, "running")
+    ]
+    assert replica.completer.complete(run) == "recorded"
+    assert [(r["id"], r["status"]) for r in client.list_runs(task=task.id)] == [
+        (run.run_id, "success")
+    ]
+
+
+# -- paging over a planted history ---------------------------------------------------------------
+OCCURRENCES = 5_000
+
+
+@pytest.fixture
+def planted(database_url: str) -> str:
+    """Two tasks, 5,000 occurrences and about as many runs, made by bulk SQL: mostly one
+    successful run; every 10th a failed run then a successful one; every 7th queued again after
+    a failed run; every 13th skipped without a run."""
+    query(
+        database_url,
+        """
+        INSERT INTO task (name, schedule_kind, every, anchor_at, executor, payload, overlap)
+        SELECT n, 'interval', '1 hour', now(), 'shell', '{"command": "true"}', 'allow'
+        FROM unnest(ARRAY['a', 'b']) n RETURNING 1""",
+    )
+    query(
+        database_url,
+        """
+        INSERT INTO occurrence (task_id, occurrence_seq, scheduled_for, trigger, overlap, status,
+                                reason, not_before, finished_at, attempts, lease_token)
+        SELECT 1 + g %% 2, g, now() - (%(n)s - g) * interval '1 second', 'schedule', 'allow',
+               CASE WHEN g %% 13 = 0 THEN 'skipped' WHEN g %% 7 = 0 THEN 'queued'
+                    ELSE 'success' END,
+               CASE WHEN g %% 13 = 0 THEN 'overlap' END, now(),
+               CASE WHEN g %% 13 = 0 OR g %% 7 <> 0 THEN now() END, 1, 2
+        FROM generate_series(1, %(n)s) g RETURNING 1""",
+        {"n": OCCURRENCES},
+    )
+    query(
+        database_url,
+        """
+        INSERT INTO run (occurrence_id, attempt, owner, lease_token, lease_expires_at,
+                         takeover_at, status, started_at, finished_at)
+        SELECT o.id, a, 'x', a, now(), now(),
+               CASE WHEN a = 1 AND (o.status = 'queued' OR o.id % 10 = 0) THEN 'failed'
+                    ELSE 'success' END,
+               o.scheduled_for + a * interval '1 ms', o.scheduled_for + a * interval '2 ms'
+        FROM occurrence o CROSS JOIN generate_series(1, 2) a
+        WHERE o.status <> 'skipped' AND (a = 1 OR (o.id % 10 = 0 AND o.status = 'success'))
+        ORDER BY o.id, a RETURNING 1""",
+    )
+    query(database_url, "ANALYZE")
+    return database_url
+
+
+def _expected(url: str, *, status: str | None = None, task_id: int | None = None) -> list[Any]:
+    """The whole history as (occurrence_id, run id), worked out in Python from the tables."""
+    occurrences = query(url, "SELECT id, task_id, status FROM occurrence ORDER BY id DESC")
+    runs: dict[int, list[dict[str, Any]]] = {}
+    for run in query(url, "SELECT id, occurrence_id, status FROM run ORDER BY id DESC"):
+        runs.setdefault(run["occurrence_id"], []).append(run)
+    rows = []
+    for occ in occurrences:
+        if task_id is not None and occ["task_id"] != task_id:
+            continue
+        own = runs.get(occ["id"], [])
+        if not own or own[0]["status"] != occ["status"]:
+            rows.append((occ["id"], None, occ["status"]))
+        rows += [(occ["id"], r["id"], r["status"]) for r in own]
+    return [(o, r) for o, r, s in rows if status is None or s == status]
+
+
+def _all_pages(client: Any, limit: int, **kw: Any) -> list[list[Any]]:
+    pages, after = [], None
+    while True:
+        page = client.runs_page(limit=limit, after=after, **kw)
+        pages.append([(r["occurrence_id"], r["id"]) for r in page.rows])
+        if page.after is None:
+            return pages
+        after = page.after
+
+
+@pytest.mark.parametrize(
+    ("limit", "filters"),
+    [
+        (100, {}),
+        (333, {}),
+        (100, {"status": "failed"}),
+        (50, {"status": "queued"}),
+        (100, {"status": "skipped"}),
+        (250, {"task": "b"}),
+        (70, {"task": "a", "status": "success"}),
+    ],
+)
+def test_pages_of_the_history_join_up_to_all_of_it_newest_first_each_row_once(
+    planted, client, limit, filters
+) -> None:
+    task_id = {"a": 1, "b": 2}.get(filters.get("task", ""))
+    expected = _expected(planted, status=filters.get("status"), task_id=task_id)
+    assert len(expected) > 2 * limit  # several pages
+    pages = _all_pages(client, limit, **filters)
+    assert all(len(p) == limit for p in pages[:-1])
+    assert 1 <= len(pages[-1]) <= limit
+    joined = [row for p in pages for row in p]
+    assert joined == expected  # the order, and no row missed or shown twice
+    assert len(set(joined)) == len(joined)
+    assert (
+        client.runs_page(limit=None, **filters).rows
+        == client.runs_page(limit=len(expected), **filters).rows
+    )
+
+
+def test_a_cursor_after_an_occurrence_row_continues_with_that_occurrences_runs(
+    planted, client
+) -> None:
+    history = _expected(planted)
+    requeued = max(o for o, r in _expected(planted, status="queued"))
+    before = history[history.index((requeued, None)) - 1]  # the last run of the next occurrence
+    page = client.runs_page(limit=1, after=f"{before[0]}:{before[1]}")
+    assert [(r["occurrence_id"], r["id"]) for r in page.rows] == [(requeued, None)]
+    assert page.after == str(requeued)
+    (failed,) = client.runs_page(limit=1, after=page.after).rows
+    assert (failed["occurrence_id"], failed["status"]) == (requeued, "failed")
+
+
+@pytest.mark.parametrize("cursor", ["x", "12:", ":3", "1:2:3", "-4", "1.5"])
+def test_a_malformed_cursor_is_refused_in_one_line(cli, cursor) -> None:
+    result = cli("runs", "list", "--after", cursor)
+    assert result.code == 2
+    assert result.err.startswith(f"error: --after '{cursor}' is not a cursor")
+    assert result.err.count("\n") == 1
+
+
+def _plan(url: str, name: str, params: dict[str, Any]) -> str:
+    with psycopg.connect(url, prepare_threshold=None) as conn:
+        rows = conn.execute(f"EXPLAIN {queries.QUERIES[name].sql}", params).fetchall()
+    return "\n".join(r[0] for r in rows)
+
+
+HISTORY = {
+    "task_id": None,
+    "status": None,
+    "limit": 101,
+    "after_occurrence": None,
+    "after_run": None,
+    "run_statuses": list(RunStatus),
+}
+
+
+@pytest.mark.parametrize(
+    ("params", "uses"),
+    [
+        ({}, ["run_occurrence_idx", "occurrence_own_row_idx"]),
+        ({"after_occurrence": 2500, "after_run": 2400}, ["run_occurrence_idx"]),
+        ({"status": "failed"}, ["run_status_history_idx"]),
+        ({"status": "queued"}, ["occurrence_own_row_idx"]),
+    ],
+)
+def test_a_history_page_walks_its_indexes_and_neither_table_is_read_whole(
+    planted, params, uses
+) -> None:
+    # Would catch the old statement: a UNION over every run and every occurrence, sorted whole
+    # before its LIMIT (a Seq Scan on both tables and a Sort above them).
+    plan = _plan(planted, "run_history", {**HISTORY, **params})
+    for index in uses:
+        assert f"Index Scan Backward using {index}" in plan, plan
+    assert "Seq Scan on run" not in plan, plan
+    assert "Seq Scan on occurrence" not in plan, plan
+    # The only sorts are of the two bounded pages (CTE scans), or of nothing (a branch that a
+    # status rules out is a One-Time Filter: false).
+    assert plan.count("Sort Key") == plan.count("One-Time Filter: false") + 1, plan
+
+
+def test_the_occurrence_branch_reads_no_further_than_the_run_page_reached(planted) -> None:
+    # A full run page bounds the occurrence branch (`id >= low`): without it the branch would
+    # walk back through every occurrence to find a page of its own rows.
+    with psycopg.connect(planted, prepare_threshold=None) as conn:
+        rows = conn.execute(
+            f"EXPLAIN (ANALYZE, FORMAT JSON) {queries.QUERIES['run_history'].sql}", HISTORY
+        ).fetchone()
+    scanned = _rows_of(rows[0][0]["Plan"], "occurrence_own_row_idx")
+    assert 0 < scanned <= 101
+
+
+@pytest.mark.parametrize(
+    "params",
+    [
+        {},
+        {"after_occurrence": 2500},
+        {"after_occurrence": 2500, "after_run": 2400},
+        {"status": "failed", "after_occurrence": 2500},
+        {"task_id": 2, "after_occurrence": 2500},
+    ],
+)
+def test_a_page_deep_in_the_history_reads_about_a_page_of_rows(planted, params) -> None:
+    # Would catch a keyset bound on one side of the run-occurrence join only: the walk down the
+    # other index then starts at the newest row and reads everything above the cursor (it did:
+    # 300,000 occurrence rows for a page in the middle of a week).
+    with psycopg.connect(planted, prepare_threshold=None) as conn:
+        (plan,) = conn.execute(
+            f"EXPLAIN (ANALYZE, FORMAT JSON) {queries.QUERIES['run_history'].sql}",
+            {**HISTORY, **params},
+        ).fetchone()
+    read = _table_rows(plan[0]["Plan"])
+    limit = HISTORY["limit"]
+    # task_id 2 is every other occurrence, so its page spans twice as many rows.
+    assert read["occurrence"] <= 5 * limit, read
+    assert read["run"] <= 5 * limit, read
+
+
+def _table_rows(node: dict[str, Any]) -> dict[str, int]:
+    """Rows each scan of occurrence and run returned, over all its loops."""
+    found = {"occurrence": 0, "run": 0}
+    if node.get("Relation Name") in found:
+        found[node["Relation Name"]] += node["Actual Rows"] * node["Actual Loops"]
+    for child in node.get("Plans", []):
+        for table, rows in _table_rows(child).items():
+            found[table] += rows
+    return found
+
+
+def _rows_of(node: dict[str, Any], index: str) -> int:
+    own = node.get("Actual Rows", 0) if node.get("Index Name") == index else 0
+    return own + sum(_rows_of(child, index) for child in node.get("Plans", []))
