@@ -1,10 +1,12 @@
 """The Python API for defining and inspecting tasks; the `tasks`, `runs`, `config` commands use it.
 
-Each call is one short transaction. Every time it reads comes from the database clock (`now` pins it
-in tests), and every multi-row change locks the task row first.
+Each call is one short transaction on the Client's one reused connection (opened on first use,
+reopened after a fork or a lost connection; `close()` or `with Client(...)` ends it). Every time it
+reads comes from the database clock (`now` pins it in tests), and every multi-row change locks the
+task row first. `add_tasks` and `trigger(count=N)` do many rows in one transaction.
 """
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from datetime import datetime
 from typing import Any
@@ -33,17 +35,20 @@ from scheduler_daemon.storage import (
     run_store,
     task_store,
 )
-from scheduler_daemon.storage.database import transaction
+from scheduler_daemon.storage.database import Session
 from scheduler_daemon.storage.error import Conflict, NotFound
 
 SCHEDULE_FIELDS = frozenset({"cron", "every", "at", "timezone", "dst_gap", "dst_overlap"})
 OCCURRENCE_STATUSES = tuple(OccurrenceStatus)
+MAX_TRIGGER_COUNT = 100_000  # occurrences one `trigger(count=N)` transaction may queue
 FLEET_SETTINGS = {"max-concurrent-runs": "max_concurrent_runs"}
 
 
 class Client:
     """Task management against one database. `database_url=None` resolves it from the settings
-    (SCHEDULER_DATABASE_URL, else the embedded server)."""
+    (SCHEDULER_DATABASE_URL, else the embedded server). One connection, reused by every call and
+    shared by threads in turn; safe to keep across `fork` (the child opens its own) and through
+    PgBouncer in transaction mode. Close it with `close()`, or use it as a context manager."""
 
     def __init__(self, database_url: str | None = None) -> None:
         if database_url is None:
@@ -51,10 +56,21 @@ class Client:
 
             database_url = resolve_database_url(None)
         self.database_url = database_url
+        self._session = Session(database_url)
+
+    def close(self) -> None:
+        """Closes the connection; a later call opens a new one."""
+        self._session.close()
+
+    def __enter__(self) -> "Client":
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.close()
 
     @contextmanager
     def _tx(self) -> Iterator[psycopg.Connection[Any]]:
-        with transaction(self.database_url) as conn:
+        with self._session.transaction() as conn:
             yield conn
 
     # -- tasks -----------------------------------------------------------------------------------
@@ -66,6 +82,31 @@ class Client:
             spec.validate(db_now)
             instance_store.notify_wakeup(conn, "task_added")
             return task_store.insert(conn, spec, spec.schedule().next_after(db_now))
+
+    def add_tasks(
+        self, specs: Iterable[TaskSpec], *, now: datetime | None = None
+    ) -> list[TaskRecord]:
+        """Adds many tasks in one transaction, with add_task's rules for each: all of them or,
+        at the first one that breaks a rule (its name in the one-line error), none."""
+        specs = list(specs)
+        for spec in specs:
+            _named(spec, spec.validate)
+        seen: set[str] = set()
+        for spec in specs:
+            if spec.name in seen:
+                raise InvalidTask(f"task '{spec.name}' is given more than once")
+            seen.add(spec.name)
+        if not specs:
+            return []
+        with self._tx() as conn:
+            db_now = task_store.clock(conn, now)
+            ready = []
+            for given in specs:
+                spec = given.with_changes(anchor=db_now)
+                _named(spec, lambda spec=spec: spec.validate(db_now))
+                ready.append((spec, spec.schedule().next_after(db_now)))
+            instance_store.notify_wakeup(conn, "task_added")
+            return task_store.insert_many(conn, ready)
 
     def update_task(
         self, ref: str | int, *, now: datetime | None = None, **changes: Any
@@ -204,9 +245,19 @@ class Client:
         return list(task.spec.schedule().fire_times(db_now, limit=count))
 
     def trigger(
-        self, ref: str | int, *, requested_by: str, now: datetime | None = None
+        self,
+        ref: str | int,
+        *,
+        requested_by: str,
+        count: int = 1,
+        now: datetime | None = None,
     ) -> dict[str, Any]:
-        """A `manual` occurrence now; it follows the task's overlap policy."""
+        """A `manual` occurrence now; it follows the task's overlap policy. With `count` > 1,
+        that many queued in one transaction (`queue` runs them one after another, `allow` side
+        by side; a `forbid` task is refused): the result then carries `count` and
+        `occurrence_ids` instead of one occurrence's fields."""
+        if count != 1:
+            return self._trigger_many(ref, count, requested_by=requested_by, now=now)
         with self._tx() as conn:
             task = task_store.lock(conn, ref)
             db_now = task_store.clock(conn, now)
@@ -235,6 +286,46 @@ class Client:
                 # A finished one-shot run again: its status follows its newest occurrence.
                 task_store.set_next_run(conn, task.id, next_run_at=None, status=TaskStatus.RUNNING)
             return {**occurrence, "task_name": task.name}
+
+    def _trigger_many(
+        self, ref: str | int, count: int, *, requested_by: str, now: datetime | None
+    ) -> dict[str, Any]:
+        if not 1 <= count <= MAX_TRIGGER_COUNT:
+            raise InvalidTask(f"--count must be 1 to {MAX_TRIGGER_COUNT:,}, got {count}")
+        with self._tx() as conn:
+            task = task_store.lock(conn, ref)
+            if task.spec.overlap == OverlapPolicy.FORBID:
+                raise InvalidTask(
+                    f"task '{task.name}' has --overlap forbid (one active occurrence at a time): "
+                    f"--count {count} would skip all but one; use --overlap queue or allow"
+                )
+            db_now = task_store.clock(conn, now)
+            instance_store.notify_wakeup(conn, "triggered")
+            rows = occurrence_store.insert_many(
+                conn,
+                task_id=task.id,
+                seqs=task_store.next_seqs(conn, task.id, count),
+                now=db_now,
+                trigger=Trigger.MANUAL,
+                overlap=task.spec.overlap,
+                concurrency_key=task.spec.concurrency_key,
+                status=OccurrenceStatus.QUEUED,
+                requested_by=requested_by,
+            )
+            if task.spec.schedule_kind == ScheduleKind.ONCE and task.status in (
+                TaskStatus.COMPLETED,
+                TaskStatus.FAILED,
+                TaskStatus.CANCELLED,
+            ):
+                # A finished one-shot run again: its status follows its newest occurrence.
+                task_store.set_next_run(conn, task.id, next_run_at=None, status=TaskStatus.RUNNING)
+            return {
+                "task_id": task.id,
+                "task_name": task.name,
+                "status": OccurrenceStatus.QUEUED,
+                "count": len(rows),
+                "occurrence_ids": [row["id"] for row in rows],
+            }
 
     def delete(
         self, ref: str | int, *, force: bool = False, requested_by: str, now: datetime | None = None
@@ -391,3 +482,11 @@ class Client:
             raise InvalidTask(f"{name} must be a whole number of at least 1, got '{value}'")
         with self._tx() as conn:
             return fleet_store.set_setting(conn, FLEET_SETTINGS[name], int(value), updated_by)
+
+
+def _named(spec: TaskSpec, check: Callable[[], None]) -> None:
+    """Runs one spec's validation in a batch, naming the task in the one-line error."""
+    try:
+        check()
+    except InvalidTask as exc:
+        raise InvalidTask(f"task '{spec.name}': {exc}") from exc

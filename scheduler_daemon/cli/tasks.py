@@ -259,11 +259,22 @@ def tasks_next(ctx: click.Context, task: str, count: int) -> None:
 
 @tasks.command("trigger")
 @click.argument("task")
+@click.option(
+    "--count",
+    type=int,
+    default=1,
+    show_default=True,
+    help="Queue this many in one transaction (not for an --overlap forbid task).",
+)
 @json_option
 @click.pass_context
-def tasks_trigger(ctx: click.Context, task: str) -> None:
+def tasks_trigger(ctx: click.Context, task: str, count: int) -> None:
     """Queue a manual occurrence now; it follows the task's overlap policy."""
-    occ = client_for(ctx).trigger(task, requested_by=who())
+    occ = client_for(ctx).trigger(task, requested_by=who(), count=count)
+    if count != 1:
+        ids = occ["occurrence_ids"]
+        emit(ctx, occ, f"{occ['count']} occurrences queued (ids {ids[0]}..{ids[-1]})")
+        return
     fields = view.occurrence_fields(occ)
     text = (
         f"occurrence {occ['id']} queued"
