@@ -49,10 +49,13 @@ def ours_throughput(server: str, jobs: int, workers: int, concurrency: int) -> d
                 procs.stop(proc)
         done, rate = throughput(work.record)
         assert done == jobs, (done, jobs)
-        transactions = settled_xacts(url) - before
+        after = settled_xacts(url)
         return {
             "jobs_s": rate,
-            "xacts_per_job": transactions / jobs,
+            "xacts_before": before,
+            "xacts_after": after,
+            "xacts_per_job": (after - before) / jobs,
+            "round_trips": work.round_trips(),
             "round_trips_per_job": work.round_trips() / jobs,
         }
     finally:
@@ -102,9 +105,13 @@ def pgq_throughput(server: str, jobs: int, workers: int, batch: int) -> dict[str
                 procs.stop(proc)
         done, rate = throughput(work.record)
         assert done == jobs, (done, jobs)
+        after = settled_xacts(url)
         return {
             "jobs_s": rate,
-            "xacts_per_job": (settled_xacts(url) - before) / jobs,
+            "xacts_before": before,
+            "xacts_after": after,
+            "xacts_per_job": (after - before) / jobs,
+            "round_trips": work.round_trips(),
             "round_trips_per_job": work.round_trips() / jobs,
         }
     finally:
