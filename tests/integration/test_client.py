@@ -75,13 +75,33 @@ def test_a_refused_call_rolls_back_and_leaves_the_connection_usable(client, coun
 def test_a_connection_that_died_while_idle_is_replaced_by_the_next_call(client, db) -> None:
     client.add_task(_spec("a"))
     (backend,) = _backends(db)
-    db.execute("SELECT pg_terminate_backend(%s)", (backend,))
+    db.execute("SELECT pg_terminate_backend(%s, 10000)", (backend,))
     # The next call's first statement meets the dead socket; nothing was written yet, so the
     # client opens a new connection and the call succeeds (a client that only reused the
     # connection would raise DatabaseUnavailable here, and on every call after it).
     assert client.trigger("a", requested_by="test")["status"] == "queued"
     wait_for(lambda: backend not in _backends(db), message="the terminated session to end")
     assert len(_backends(db)) == 1
+
+
+def test_a_connection_lost_inside_a_call_is_one_line_and_the_next_call_reconnects(
+    client, db
+) -> None:
+    from scheduler_daemon.storage.error import DatabaseUnavailable
+
+    client.add_task(_spec("a"))
+
+    # Past the transaction's first statement nothing is retried (part of the call may have been
+    # sent): the caller hears DatabaseUnavailable, and the dead connection is not kept.
+    def call_that_loses_its_connection() -> None:
+        with client._session.transaction() as conn:
+            db.execute("SELECT pg_terminate_backend(%s, 10000)", (conn.info.backend_pid,))
+            conn.execute("SELECT 1")
+
+    with pytest.raises(DatabaseUnavailable, match=r"^lost the database connection: ") as lost:
+        call_that_loses_its_connection()
+    assert "\n" not in str(lost.value)
+    assert client.get_task("a").name == "a"
 
 
 def test_a_forked_child_opens_its_own_connection_and_leaves_the_parents_alone(client, db) -> None:
