@@ -1,10 +1,13 @@
 """The Python API for defining and inspecting tasks; the `tasks`, `runs`, `config` commands use it.
 
-Each call is one short transaction. Every time it reads comes from the database clock (`now` pins it
-in tests), and every multi-row change locks the task row first.
+Each call is one short transaction on the Client's one reused connection (opened on first use,
+reopened after a fork or a lost connection; `close()` or `with Client(...)` ends it). Every time it
+reads comes from the database clock (`now` pins it in tests), and every multi-row change locks the
+task row first. `add_tasks` and `trigger(count=N)` do many rows in one transaction.
 """
 
-from collections.abc import Iterator
+import functools
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from datetime import datetime
@@ -24,7 +27,7 @@ from scheduler_daemon.domain.status import (
     TaskStatus,
     Trigger,
 )
-from scheduler_daemon.domain.task import TaskRecord, TaskSpec
+from scheduler_daemon.domain.task import InvalidTask, TaskRecord, TaskSpec
 from scheduler_daemon.domain.timing import renew_interval
 from scheduler_daemon.executors.base import STOP_GRACE_SECONDS
 from scheduler_daemon.storage import (
@@ -36,7 +39,7 @@ from scheduler_daemon.storage import (
     run_store,
     task_store,
 )
-from scheduler_daemon.storage.database import transaction
+from scheduler_daemon.storage.database import Session
 from scheduler_daemon.storage.error import Conflict, NotFound
 
 Plan = TypeVar("Plan")
@@ -78,9 +81,25 @@ def _check_limit(limit: int | None) -> None:
         argument.at_least_one(limit, "--limit")
 
 
+MAX_TRIGGER_COUNT = 100_000  # occurrences one `trigger(count=N)` transaction may queue
+
+
+@dataclass(frozen=True)
+class TriggerBatch:
+    """What `trigger(count=N)` queued: N manual occurrences of one task, in one transaction."""
+
+    task_id: int
+    task_name: str
+    status: OccurrenceStatus
+    count: int
+    occurrence_ids: list[int]
+
+
 class Client:
     """Task management against one database. `database_url=None` resolves it from the settings
-    (SCHEDULER_DATABASE_URL, else the embedded server)."""
+    (SCHEDULER_DATABASE_URL, else the embedded server). One connection, reused by every call and
+    shared by threads in turn; safe to keep across `fork` (the child opens its own) and through
+    PgBouncer in transaction mode. Close it with `close()`, or use it as a context manager."""
 
     def __init__(self, database_url: str | None = None) -> None:
         if database_url is None:
@@ -88,10 +107,21 @@ class Client:
 
             database_url = resolve_database_url(None)
         self.database_url = database_url
+        self._session = Session(database_url)
+
+    def close(self) -> None:
+        """Closes the connection; a later call opens a new one."""
+        self._session.close()
+
+    def __enter__(self) -> "Client":
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.close()
 
     @contextmanager
     def _tx(self) -> Iterator[psycopg.Connection[Any]]:
-        with transaction(self.database_url) as conn:
+        with self._session.transaction() as conn:
             yield conn
 
     # -- tasks -----------------------------------------------------------------------------------
@@ -103,6 +133,32 @@ class Client:
             spec.validate(db_now)
             instance_store.notify_wakeup(conn, "task_added")
             return task_store.insert(conn, spec, spec.schedule().next_after(db_now))
+
+    def add_tasks(
+        self, specs: Iterable[TaskSpec], *, now: datetime | None = None
+    ) -> list[TaskRecord]:
+        """Adds many tasks in one transaction, with add_task's rules for each: all of them or,
+        at the first one that breaks a rule (its name in the one-line error), none."""
+        specs = list(specs)
+        for spec in specs:
+            _named(spec, spec.validate)
+        seen: set[str] = set()
+        for spec in specs:
+            if spec.name in seen:
+                raise InvalidTask(f"task '{spec.name}' is given more than once")
+            seen.add(spec.name)
+        if not specs:
+            return []
+        with self._tx() as conn:
+            db_now = task_store.clock(conn, now)
+            ready = []
+            for given in specs:
+                spec = given.with_changes(anchor=db_now)
+                if spec.at is not None:  # the one rule that needs the clock (validated above)
+                    _named(spec, functools.partial(spec.validate, db_now))
+                ready.append((spec, spec.schedule().next_after(db_now)))
+            instance_store.notify_wakeup(conn, "task_added")
+            return task_store.insert_many(conn, ready)
 
     def update_task(
         self, ref: str | int, *, now: datetime | None = None, **changes: Any
@@ -232,9 +288,18 @@ class Client:
         return list(task.spec.schedule().fire_times(db_now, limit=count))
 
     def trigger(
-        self, ref: str | int, *, requested_by: str, now: datetime | None = None
-    ) -> Occurrence:
-        """A `manual` occurrence now; it follows the task's overlap policy."""
+        self,
+        ref: str | int,
+        *,
+        requested_by: str,
+        count: int = 1,
+        now: datetime | None = None,
+    ) -> "Occurrence | TriggerBatch":
+        """A `manual` occurrence now; it follows the task's overlap policy. With `count` > 1,
+        that many queued in one transaction (`queue` runs them one after another, `allow` side
+        by side; a `forbid` task is refused): a TriggerBatch instead of one Occurrence."""
+        if count != 1:
+            return self._trigger_many(ref, count, requested_by=requested_by, now=now)
         with self._tx() as conn:
             task = task_store.lock(conn, ref)
             db_now = task_store.clock(conn, now)
@@ -257,6 +322,32 @@ class Client:
                 task_store.set_next_run(conn, task.id, next_run_at=None, status=TaskStatus.RUNNING)
             assert occurrence is not None  # only a scheduled firing can be recorded twice
             return replace(occurrence, task_name=task.name)
+
+    def _trigger_many(
+        self, ref: str | int, count: int, *, requested_by: str, now: datetime | None
+    ) -> TriggerBatch:
+        argument.count_within(count, "--count", MAX_TRIGGER_COUNT)
+        with self._tx() as conn:
+            task = task_store.lock(conn, ref)
+            plan = _allowed(control.plan_trigger_many(task, count))
+            db_now = task_store.clock(conn, now)
+            instance_store.notify_wakeup(conn, "triggered")
+            rows = occurrence_store.insert_many(
+                conn,
+                task_id=task.id,
+                seqs=task_store.next_seqs(conn, task.id, count),
+                now=db_now,
+                trigger=Trigger.MANUAL,
+                overlap=task.spec.overlap,
+                concurrency_key=task.spec.concurrency_key,
+                status=OccurrenceStatus.QUEUED,
+                requested_by=requested_by,
+            )
+            if plan.rerun:
+                task_store.set_next_run(conn, task.id, next_run_at=None, status=TaskStatus.RUNNING)
+            return TriggerBatch(
+                task.id, task.name, OccurrenceStatus.QUEUED, len(rows), [row["id"] for row in rows]
+            )
 
     def delete(
         self, ref: str | int, *, force: bool = False, requested_by: str, now: datetime | None = None
@@ -437,3 +528,11 @@ def _allowed(plan: Plan | control.Refusal) -> Plan:
     if isinstance(plan, control.Refusal):
         raise Conflict(plan.message)
     return plan
+
+
+def _named(spec: TaskSpec, check: Callable[[], None]) -> None:
+    """Runs one spec's validation in a batch, naming the task in the one-line error."""
+    try:
+        check()
+    except InvalidTask as exc:
+        raise InvalidTask(f"task '{spec.name}': {exc}") from exc

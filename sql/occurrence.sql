@@ -180,3 +180,16 @@ RETURNING o.*
 SELECT * FROM occurrence
 WHERE task_id = %(task_id)s AND NOT (trigger = 'manual' AND status = 'skipped')
 ORDER BY occurrence_seq DESC LIMIT 1
+
+-- name: occurrence_insert_many :many
+-- Inserts occurrences `first_seq` .. `last_seq` of a task whose row lock the caller holds and
+-- which allocated the sequence numbers, all due at `now` with the same trigger and status
+-- (Client.trigger with a count: manual, queued); in sequence order.
+INSERT INTO occurrence (
+    task_id, occurrence_seq, scheduled_for, trigger, overlap, concurrency_key, status,
+    requested_by, not_before, created_at, updated_at)
+SELECT %(task_id)s, seq, %(now)s, %(trigger)s, %(overlap)s, %(concurrency_key)s, %(status)s,
+    %(requested_by)s, %(now)s, %(now)s, %(now)s
+FROM generate_series(%(first_seq)s::bigint, %(last_seq)s::bigint) AS seq
+ORDER BY seq
+RETURNING id, occurrence_seq

@@ -18,6 +18,14 @@ RETURNING *
 SELECT * FROM task
 WHERE (id = %(id)s) OR (%(id)s::bigint IS NULL AND name = %(name)s AND deleted_at IS NULL)
 
+-- name: task_lock_ref :one
+-- Finds a task as task_find does and takes its row lock in the same statement (one round trip):
+-- the parent lock every Client change takes first. A task deleted while this waited for the lock
+-- no longer matches by name; by id the caller sees its deleted_at.
+SELECT * FROM task
+WHERE (id = %(id)s) OR (%(id)s::bigint IS NULL AND name = %(name)s AND deleted_at IS NULL)
+FOR UPDATE
+
 -- name: task_lock :one
 -- Locks a task row, deleted or not: the parent lock every multi-row change takes first (the
 -- outcome of a job of a task deleted while it ran is still recorded).
@@ -134,3 +142,36 @@ UPDATE task SET next_run_at = %(next_run_at)s, status = %(status)s WHERE id = %(
 -- Live parked tasks, for `status`.
 SELECT id, name, parked_at, park_error FROM task
 WHERE parked_at IS NOT NULL AND deleted_at IS NULL ORDER BY id
+
+-- name: task_insert_many :many
+-- Inserts many tasks in one statement (Client.add_tasks): each parameter is one column as an
+-- array, element i of every array being task i; next_run_at was computed from the database clock.
+INSERT INTO task (
+    name, schedule_kind, cron_expr, every, run_at, anchor_at, timezone, dst_gap, dst_overlap,
+    executor, payload, concurrency_key, overlap, misfire, misfire_grace, catchup_limit,
+    catchup_window, start_deadline, run_timeout, max_attempts, backoff, paused, next_run_at,
+    created_at, updated_at)
+SELECT name, schedule_kind, cron_expr, every, run_at, anchor_at, timezone, dst_gap, dst_overlap,
+    executor, payload, concurrency_key, overlap, misfire, misfire_grace, catchup_limit,
+    catchup_window, start_deadline, run_timeout, max_attempts, backoff, paused, next_run_at,
+    anchor_at, anchor_at
+FROM unnest(
+    %(name)s::text[], %(schedule_kind)s::text[], %(cron_expr)s::text[], %(every)s::interval[],
+    %(run_at)s::timestamptz[], %(anchor_at)s::timestamptz[], %(timezone)s::text[],
+    %(dst_gap)s::text[], %(dst_overlap)s::text[], %(executor)s::text[], %(payload)s::jsonb[],
+    %(concurrency_key)s::text[], %(overlap)s::text[], %(misfire)s::text[],
+    %(misfire_grace)s::interval[], %(catchup_limit)s::integer[], %(catchup_window)s::interval[],
+    %(start_deadline)s::interval[], %(run_timeout)s::interval[], %(max_attempts)s::integer[],
+    %(backoff)s::interval[], %(paused)s::boolean[], %(next_run_at)s::timestamptz[])
+    WITH ORDINALITY AS r(name, schedule_kind, cron_expr, every, run_at, anchor_at, timezone,
+        dst_gap, dst_overlap, executor, payload, concurrency_key, overlap, misfire, misfire_grace,
+        catchup_limit, catchup_window, start_deadline, run_timeout, max_attempts, backoff, paused,
+        next_run_at, ord)
+ORDER BY ord
+RETURNING *
+
+-- name: task_next_seqs :scalar
+-- Allocates `count` consecutive occurrence sequence numbers of a task whose row lock the caller
+-- holds; returns the last of them.
+UPDATE task SET occurrence_seq = occurrence_seq + %(count)s WHERE id = %(id)s
+RETURNING occurrence_seq

@@ -147,10 +147,11 @@ def db(database_url: str) -> Iterator[psycopg.Connection[Any]]:
 
 
 @pytest.fixture
-def client(database_url: str) -> Any:
+def client(database_url: str) -> Iterator[Any]:
     from scheduler_daemon.client import Client
 
-    return Client(database_url)
+    with Client(database_url) as client:
+        yield client
 
 
 @dataclass

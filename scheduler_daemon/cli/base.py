@@ -113,7 +113,9 @@ def hint_more(after: str | None) -> None:
 def client_for(ctx: click.Context) -> "Client":
     from scheduler_daemon.client import Client
 
-    return Client(resolve_database_url(ctx.obj["database_url"]))
+    client = Client(resolve_database_url(ctx.obj["database_url"]))
+    ctx.call_on_close(client.close)
+    return client
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})

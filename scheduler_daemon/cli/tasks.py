@@ -1,5 +1,6 @@
 """`scheduler-daemon tasks …`: define, inspect and control tasks (parsing and printing only)."""
 
+import dataclasses
 from collections.abc import Callable
 from datetime import datetime
 from enum import StrEnum
@@ -289,11 +290,25 @@ def tasks_next(ctx: click.Context, task: str, count: int) -> None:
 
 @tasks.command("trigger")
 @click.argument("task")
+@click.option(
+    "--count",
+    type=int,
+    default=1,
+    show_default=True,
+    help="Queue this many in one transaction (not for an --overlap forbid task).",
+)
 @json_option
 @click.pass_context
-def tasks_trigger(ctx: click.Context, task: str) -> None:
+def tasks_trigger(ctx: click.Context, task: str, count: int) -> None:
     """Queue a manual occurrence now; it follows the task's overlap policy."""
-    occ = client_for(ctx).trigger(task, requested_by=who())
+    from scheduler_daemon.client import TriggerBatch
+
+    occ = client_for(ctx).trigger(task, requested_by=who(), count=count)
+    if isinstance(occ, TriggerBatch):
+        ids = occ.occurrence_ids
+        text = f"{occ.count} occurrences queued (ids {ids[0]}..{ids[-1]})"
+        emit(ctx, dataclasses.asdict(occ), text)
+        return
     fields = view.occurrence_fields(occ)
     text = (
         f"occurrence {occ.id} queued"

@@ -19,6 +19,12 @@ def at_least_one(value: int, flag: str) -> int:
     return value
 
 
+def count_within(value: int, flag: str, most: int) -> int:
+    if not 1 <= value <= most:
+        raise InvalidArgument(f"{flag} must be 1 to {most:,}, got {value}")
+    return value
+
+
 def status_filter(status: str | None) -> str | None:
     """A `runs list --status` value: any occurrence or run status (run statuses are a subset)."""
     if status is not None and status not in OCCURRENCE_STATUSES:

@@ -147,6 +147,17 @@ def plan_trigger(task: TaskRecord, *, active: int) -> TriggerPlan:
     return TriggerPlan(OccurrenceStatus.QUEUED, None, rerun)
 
 
+def plan_trigger_many(task: TaskRecord, count: int) -> TriggerPlan | Refusal:
+    """`count` manual occurrences queued at once: refused for a `forbid` task, where all but one
+    would be skipped."""
+    if task.spec.overlap == OverlapPolicy.FORBID:
+        return Refusal(
+            f"task '{task.name}' has --overlap forbid (one active occurrence at a time): "
+            f"--count {count} would skip all but one; use --overlap queue or allow"
+        )
+    return plan_trigger(task, active=0)
+
+
 @dataclass(frozen=True)
 class DeletePlan:
     owed: tuple[Firing, ...]  # recorded as skipped (`deleted`)

@@ -1,6 +1,8 @@
 """Opens connections to PostgreSQL with the settings every connection needs; its messages hide
 passwords (`redact`, from domain.secret)."""
 
+import os
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -64,6 +66,96 @@ def transaction(url: str, limits: "Limits | None" = None) -> Iterator[psycopg.Co
         raise DatabaseUnavailable(f"lost the database connection: {first_line(exc)}") from exc
     finally:
         conn.close()
+
+
+class Session:
+    """One connection reused for transaction after transaction (the Client's): opened on first
+    use; reopened after it broke and in a process forked from the one that opened it, where the
+    parent's socket is left alone (psycopg only sends the goodbye from the process that opened
+    it, so the parent's session lives on). No session state is ever set on it, so it works
+    through PgBouncer in transaction mode. Threads take turns on it."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self._conn: psycopg.Connection[Any] | None = None
+        self._pid = os.getpid()
+        self._lock = threading.Lock()
+
+    def _forked(self) -> None:
+        """In a child of the process that opened the connection: forget it, never close it (a
+        close would end the parent's session), and start with a lock no parent thread holds."""
+        if self._pid != os.getpid():
+            self._pid = os.getpid()
+            self._conn = None
+            self._lock = threading.Lock()
+
+    @contextmanager
+    def transaction(self, limits: "Limits | None" = None) -> Iterator[psycopg.Connection[Any]]:
+        """One short transaction on the reused connection, with the per-transaction limits set:
+        committed on success, rolled back on error. A connection found dead by the transaction's
+        first statement (a server restart while it sat idle) is replaced once, since nothing
+        was written yet; a connection lost later is DatabaseUnavailable, and the next
+        transaction opens a new one."""
+        self._forked()
+        with self._lock:
+            conn = self._begin(limits or Limits())
+            try:
+                yield conn
+            except psycopg.OperationalError as exc:
+                self._end(conn, commit=False)
+                if not is_connection_error(exc):
+                    raise  # a lock or statement timeout, a deadlock: the caller's error
+                raise DatabaseUnavailable(
+                    f"lost the database connection: {first_line(exc)}"
+                ) from exc
+            except BaseException:
+                self._end(conn, commit=False)
+                raise
+            self._end(conn, commit=True)
+
+    def _begin(self, limits: "Limits") -> psycopg.Connection[Any]:
+        reused = self._conn is not None and not self._conn.closed
+        if not reused:
+            self._conn = connect(self.url)
+        assert self._conn is not None
+        try:
+            apply_limits(self._conn, limits)  # opens the transaction (no autocommit)
+        except psycopg.OperationalError as exc:
+            self._discard()
+            if not is_connection_error(exc):
+                raise
+            if not reused:
+                raise DatabaseUnavailable(
+                    f"lost the database connection: {first_line(exc)}"
+                ) from exc
+            return self._begin(limits)  # the idle connection had died: one fresh try
+        return self._conn
+
+    def _end(self, conn: psycopg.Connection[Any], *, commit: bool) -> None:
+        try:
+            if commit:
+                conn.commit()
+            elif not conn.closed:
+                conn.rollback()
+        except psycopg.OperationalError as exc:
+            self._discard()
+            if commit:  # the outcome is unknown: say so, as a lost connection
+                raise DatabaseUnavailable(
+                    f"lost the database connection at commit: {first_line(exc)}"
+                ) from exc
+        if conn.broken:
+            self._discard()
+
+    def _discard(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            conn.close()
+
+    def close(self) -> None:
+        """Closes the connection (in a forked child: forgets the parent's without closing it)."""
+        self._forked()
+        with self._lock:
+            self._discard()
 
 
 @dataclass(frozen=True)

@@ -56,6 +56,37 @@ def insert(
     )
 
 
+def insert_many(
+    conn: psycopg.Connection[Any],
+    *,
+    task_id: int,
+    seqs: range,
+    now: datetime,
+    trigger: str,
+    overlap: str,
+    concurrency_key: str | None,
+    status: str,
+    requested_by: str | None,
+) -> list[dict[str, Any]]:
+    """Inserts one occurrence per sequence number in `seqs` (allocated by the caller, which
+    holds the task's row lock), all due at `now`; returns (id, occurrence_seq) in seq order."""
+    return query.run(
+        conn,
+        "occurrence_insert_many",
+        {
+            "task_id": task_id,
+            "first_seq": seqs.start,
+            "last_seq": seqs.stop - 1,
+            "now": now,
+            "trigger": trigger,
+            "overlap": overlap,
+            "concurrency_key": concurrency_key,
+            "status": status,
+            "requested_by": requested_by,
+        },
+    )
+
+
 def active_count(conn: psycopg.Connection[Any], task_id: int) -> int:
     return int(query.run(conn, "occurrence_active_count", {"task_id": task_id}))
 

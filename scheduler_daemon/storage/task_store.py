@@ -1,5 +1,7 @@
 """Reads and writes task rows through the named queries in sql/task.sql."""
 
+import re
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
@@ -95,6 +97,29 @@ def insert(
     return record(row)
 
 
+_TAKEN_NAME = re.compile(r"Key \(name\)=\((?P<name>.*)\) already exists")
+
+
+def insert_many(
+    conn: psycopg.Connection[Any], tasks: Sequence[tuple[TaskSpec, datetime | None]]
+) -> list[TaskRecord]:
+    """Inserts (spec, next_run_at) pairs in one statement; returns their records in the same
+    order. Conflict naming the first taken name, and nothing inserted, if any name is taken."""
+    if not tasks:
+        return []
+    rows = [{**_columns(spec), "next_run_at": next_run_at} for spec, next_run_at in tasks]
+    params = {column: [row[column] for row in rows] for column in rows[0]}
+    try:
+        with conn.transaction():
+            inserted = query.run(conn, "task_insert_many", params)
+    except psycopg.errors.UniqueViolation as exc:
+        taken = _TAKEN_NAME.search(exc.diag.message_detail or "")
+        name = taken["name"] if taken else "in this batch"
+        raise Conflict(f"a task named '{name}' already exists") from exc
+    by_name = {row["name"]: record(row) for row in inserted}
+    return [by_name[spec.name] for spec, _ in tasks]
+
+
 def find(conn: psycopg.Connection[Any], ref: str | int) -> TaskRecord:
     """A task by id (deleted ones too) or by the name of a live task; NotFound otherwise."""
     task_id = int(ref) if isinstance(ref, int) or str(ref).isdigit() else None
@@ -105,11 +130,15 @@ def find(conn: psycopg.Connection[Any], ref: str | int) -> TaskRecord:
 
 
 def lock(conn: psycopg.Connection[Any], ref: str | int) -> TaskRecord:
-    """Finds a live task and takes its row lock (the parent lock, always first)."""
-    locked = lock_row(conn, find(conn, ref).id)
-    if locked is None or locked.deleted_at is not None:
+    """Finds a live task and takes its row lock (the parent lock, always first), in one
+    statement."""
+    task_id = int(ref) if isinstance(ref, int) or str(ref).isdigit() else None
+    row = query.run(conn, "task_lock_ref", {"id": task_id, "name": str(ref)})
+    if row is None:
+        raise NotFound(f"unknown task '{ref}'")
+    if row["deleted_at"] is not None:
         raise NotFound(f"unknown task '{ref}' (it was deleted)")
-    return locked
+    return record(row)
 
 
 def list_live(
@@ -179,6 +208,12 @@ def set_paused(
 def next_seq(conn: psycopg.Connection[Any], task_id: int) -> int:
     """Allocates the next occurrence_seq; the caller holds the task's row lock."""
     return int(query.run(conn, "task_next_seq", {"id": task_id}))
+
+
+def next_seqs(conn: psycopg.Connection[Any], task_id: int, count: int) -> range:
+    """Allocates `count` consecutive occurrence_seq values; the caller holds the task's lock."""
+    last = int(query.run(conn, "task_next_seqs", {"id": task_id, "count": count}))
+    return range(last - count + 1, last + 1)
 
 
 def delete(conn: psycopg.Connection[Any], task_id: int, now: datetime) -> None:

@@ -1,0 +1,46 @@
+"""EXPLAIN guards for the Client's statements over a seeded table: the one-statement find-and-lock
+is an index lookup whether it is given an id or a name (an OR of the two forms could fall back to
+a scan of every task), and the bulk occurrence insert reads no existing occurrence."""
+
+import psycopg
+import pytest
+
+from scheduler_daemon.storage import query as queries
+from tests.integration.test_query_plans import seeded  # noqa: F401 - the seeded fixture
+
+
+def _plan(url: str, name: str, params: dict) -> str:
+    with psycopg.connect(url, prepare_threshold=None) as conn:  # as the Client sends it
+        rows = conn.execute(f"EXPLAIN {queries.QUERIES[name].sql}", params).fetchall()
+        conn.rollback()
+    return "\n".join(r[0] for r in rows)
+
+
+@pytest.mark.parametrize(
+    ("params", "index"),
+    [({"id": None, "name": "t5"}, "task_name_key"), ({"id": 5, "name": "5"}, "task_pkey")],
+)
+def test_find_and_lock_is_an_index_lookup_by_name_or_by_id(seeded, params, index) -> None:  # noqa: F811
+    plan = _plan(seeded, "task_lock_ref", params)
+    assert index in plan, plan
+    assert "Seq Scan" not in plan, plan
+
+
+def test_the_bulk_occurrence_insert_scans_no_table(seeded) -> None:  # noqa: F811
+    from datetime import UTC, datetime
+
+    params = {
+        "task_id": 1,
+        "first_seq": 1_000_001,
+        "last_seq": 1_100_000,
+        "now": datetime.now(UTC),
+        "trigger": "manual",
+        "overlap": "allow",
+        "concurrency_key": None,
+        "status": "queued",
+        "requested_by": "test",
+    }
+    plan = _plan(seeded, "occurrence_insert_many", params)
+    assert "Function Scan on generate_series" in plan, plan
+    assert "Seq Scan" not in plan, plan
+    assert "Index" not in plan, plan
