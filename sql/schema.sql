@@ -129,6 +129,8 @@ CREATE INDEX occurrence_queue_idx ON public.occurrence USING btree (attempts, sc
 
 CREATE INDEX occurrence_task_active_idx ON public.occurrence USING btree (task_id, occurrence_seq) WHERE (status = ANY (ARRAY['queued'::text, 'launching'::text, 'running'::text]));
 
+CREATE UNIQUE INDEX occurrence_task_backfill_key ON public.occurrence USING btree (task_id, scheduled_for) WHERE (trigger = 'backfill'::text);
+
 CREATE INDEX occurrence_task_history_idx ON public.occurrence USING btree (task_id, id);
 
 CREATE UNIQUE INDEX occurrence_task_scheduled_for_key ON public.occurrence USING btree (task_id, scheduled_for) WHERE (trigger = 'schedule'::text);

@@ -9,7 +9,14 @@ from typing import NoReturn
 import click
 import psycopg
 
-from scheduler_daemon.cli import audit, fleet, roles, runs, tasks  # noqa: F401 - registers the commands
+from scheduler_daemon.cli import (  # noqa: F401 - registers the commands
+    audit,
+    backfill,
+    fleet,
+    roles,
+    runs,
+    tasks,
+)
 from scheduler_daemon.cli.base import (
     EXIT_BAD_INPUT,
     EXIT_CONTRACT_BLOCKED,

@@ -38,7 +38,7 @@ from scheduler_daemon.domain.coverage import (
     owed_windows,
 )
 from scheduler_daemon.domain.outcome import LIFECYCLE
-from scheduler_daemon.domain.status import ACTIVE, TaskStatus
+from scheduler_daemon.domain.status import ACTIVE, TaskStatus, Trigger
 from scheduler_daemon.domain.sweep import (
     SettingHistory,
     Span,
@@ -167,13 +167,16 @@ class Auditor:
                 Violation(
                     "firing_recorded_twice",
                     f"task {r.task_id}: firing {r.scheduled_for.isoformat()} has "
-                    f"{len(r.occurrence_ids)} scheduled occurrences {list(r.occurrence_ids)}",
+                    f"{len(r.occurrence_ids)} "
+                    f"{'scheduled' if r.trigger == Trigger.SCHEDULE else r.trigger} "
+                    f"occurrences {list(r.occurrence_ids)}",
                     {
                         "task_id": r.task_id,
                         "scheduled_for": r.scheduled_for,
+                        "trigger": r.trigger,
                         "occurrence_ids": r.occurrence_ids,
                     },
-                    identity=(r.task_id, r.scheduled_for, r.occurrence_ids),
+                    identity=(r.task_id, r.scheduled_for, r.trigger, r.occurrence_ids),
                 )
                 for r in audit_store.recorded_twice(conn, window.since)
             ]

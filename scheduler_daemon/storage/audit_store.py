@@ -21,6 +21,7 @@ Conn = psycopg.Connection[Any]
 class RecordedTwice:
     task_id: int
     scheduled_for: datetime
+    trigger: str  # schedule or backfill
     occurrence_ids: tuple[int, ...]
 
 
