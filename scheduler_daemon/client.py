@@ -13,6 +13,7 @@ from typing import Any
 import psycopg
 
 from scheduler_daemon.domain import backfill
+from scheduler_daemon.domain.duration import format_duration, parse_duration
 from scheduler_daemon.domain.misfire import skip_past_due
 from scheduler_daemon.domain.outcome import LIFECYCLE
 from scheduler_daemon.domain.status import (
@@ -40,7 +41,11 @@ from scheduler_daemon.storage.error import Conflict, NotFound
 
 SCHEDULE_FIELDS = frozenset({"cron", "every", "at", "timezone", "dst_gap", "dst_overlap"})
 OCCURRENCE_STATUSES = tuple(OccurrenceStatus)
-FLEET_SETTINGS = {"max-concurrent-runs": "max_concurrent_runs"}
+FLEET_SETTINGS = {
+    "max-concurrent-runs": "max_concurrent_runs",
+    "history-retention": "history_retention",
+}
+DURATION_SETTINGS = frozenset({"history-retention"})  # stored as duration text; `none` unsets
 _MICROSECOND = timedelta(microseconds=1)
 
 
@@ -486,7 +491,18 @@ class Client:
             raise InvalidTask(
                 f"unknown setting '{name}': choose one of {', '.join(FLEET_SETTINGS)}"
             )
-        if not value.isdigit() or int(value) < 1:
+        stored: Any
+        if name in DURATION_SETTINGS:
+            if value.strip().lower() == "none":
+                stored = None  # keep all history
+            else:
+                try:
+                    stored = format_duration(parse_duration(value))
+                except ValueError as exc:
+                    raise InvalidTask(f"{name}: {exc} (or `none` to keep all)") from exc
+        elif not value.isdigit() or int(value) < 1:
             raise InvalidTask(f"{name} must be a whole number of at least 1, got '{value}'")
+        else:
+            stored = int(value)
         with self._tx() as conn:
-            return fleet_store.set_setting(conn, FLEET_SETTINGS[name], int(value), updated_by)
+            return fleet_store.set_setting(conn, FLEET_SETTINGS[name], stored, updated_by)

@@ -70,6 +70,7 @@ class TaskSpec:
     paused: bool = False
     anchor: datetime | None = field(default=None, compare=False)
     headers: tuple[tuple[str, str], ...] = ()  # http only: (name, value) pairs sent as given
+    history_retention: timedelta | None = None  # None: the fleet's history-retention
 
     @property
     def schedule_kind(self) -> ScheduleKind:
@@ -156,6 +157,7 @@ class TaskSpec:
             "--catchup-window": self.catchup_window,
             "--start-deadline": self.start_deadline,
             "--timeout": self.timeout,
+            "--history-retention": self.history_retention,
         }
 
     def _validate_target(self) -> None:
@@ -230,6 +232,7 @@ class TaskRecord:
     deleted_at: datetime | None
     parked_at: datetime | None = None  # set when the dispatcher could not plan it
     park_error: str | None = None
+    source: str | None = None  # the `tasks apply` source that defined it; None: made by hand
 
     @property
     def name(self) -> str:

@@ -130,11 +130,15 @@ class Auditor:
     def _window(self, since: TimeBound | None, until: TimeBound | None) -> AuditWindow:
         with snapshot_transaction(self.pool, LIMITS) as conn:
             now = audit_store.clock(conn)
+            retention = audit_store.shortest_retention(conn)
 
         def resolve(bound: TimeBound) -> datetime:
             return now - bound if isinstance(bound, timedelta) else bound
 
         since_at = None if since is None else resolve(since)
+        if retention is not None:  # older history may be pruned: only the kept window is checked
+            kept_from = now - retention
+            since_at = kept_from if since_at is None else max(since_at, kept_from)
         until_at = now if until is None else min(resolve(until), now)
         if since_at is not None and since_at >= until_at:
             raise InvalidWindow(
