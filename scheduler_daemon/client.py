@@ -82,11 +82,22 @@ class Client:
     def add_task(self, spec: TaskSpec, *, now: datetime | None = None) -> TaskRecord:
         spec.validate()  # the rules that need no database, before connecting
         with self._tx() as conn:
-            db_now = task_store.clock(conn, now)
-            spec = spec.with_changes(anchor=db_now)
-            spec.validate(db_now)
-            instance_store.notify_wakeup(conn, "task_added")
-            return task_store.insert(conn, spec, spec.schedule().next_after(db_now))
+            return self.add_in(conn, spec, now=now)
+
+    def add_in(
+        self,
+        conn: psycopg.Connection[Any],
+        spec: TaskSpec,
+        *,
+        now: datetime | None = None,
+        source: str | None = None,
+    ) -> TaskRecord:
+        """add_task inside the caller's transaction; `source` records a `tasks apply` source."""
+        db_now = task_store.clock(conn, now)
+        spec = spec.with_changes(anchor=db_now)
+        spec.validate(db_now)
+        instance_store.notify_wakeup(conn, "task_added")
+        return task_store.insert(conn, spec, spec.schedule().next_after(db_now), source=source)
 
     def update_task(
         self, ref: str | int, *, now: datetime | None = None, **changes: Any
@@ -98,34 +109,52 @@ class Client:
                 f"cannot update {', '.join(sorted(unknown | {'name'} & set(changes)))}"
             )
         with self._tx() as conn:
-            task = task_store.lock(conn, ref)
-            db_now = task_store.clock(conn, now)
-            if (
-                "at" in changes
-                and task.spec.schedule_kind == ScheduleKind.ONCE
-                and task.status != TaskStatus.ENABLED
-            ):
-                raise Conflict(f"task '{task.name}' already fired ({task.status}); add a new task")
-            spec = task.spec.with_changes(**changes)
-            rescheduled = bool(SCHEDULE_FIELDS & set(changes))
-            if changes.get("every") is not None:
-                spec = spec.with_changes(anchor=db_now)
-            spec.validate(db_now, new_instant="at" in changes)
-            next_run_at, status = task.next_run_at, task.status
-            if rescheduled or task.parked_at is not None:
-                # Firings the old definition owed and no dispatcher recorded yet get a row,
-                # counted by the old schedule (by the new one for a parked task: its old one
-                # could not be planned).
-                if task.parked_at is not None:
-                    self._skip_past_due(conn, task, spec, db_now, "parked")
-                else:
-                    self._skip_past_due(conn, task, task.spec, db_now, "rescheduled")
-                next_run_at = spec.schedule().next_after(db_now)
-                task_store.unpark(conn, task.id)
-            status = TaskStatus.ENABLED if spec.schedule_kind != ScheduleKind.ONCE else task.status
-            return task_store.update(
-                conn, task.id, spec, status=status, next_run_at=next_run_at, now=db_now
-            )
+            return self.update_in(conn, ref, now=now, **changes)
+
+    def update_in(
+        self,
+        conn: psycopg.Connection[Any],
+        ref: str | int,
+        *,
+        now: datetime | None = None,
+        source: str | None = None,
+        **changes: Any,
+    ) -> TaskRecord:
+        """update_task inside the caller's transaction; `source` makes an apply source own it."""
+        task = task_store.lock(conn, ref)
+        db_now = task_store.clock(conn, now)
+        if (
+            "at" in changes
+            and task.spec.schedule_kind == ScheduleKind.ONCE
+            and task.status != TaskStatus.ENABLED
+        ):
+            raise Conflict(f"task '{task.name}' already fired ({task.status}); add a new task")
+        spec = task.spec.with_changes(**changes)
+        rescheduled = bool(SCHEDULE_FIELDS & set(changes))
+        if changes.get("every") is not None:
+            spec = spec.with_changes(anchor=db_now)
+        spec.validate(db_now, new_instant="at" in changes)
+        next_run_at, status = task.next_run_at, task.status
+        if rescheduled or task.parked_at is not None:
+            # Firings the old definition owed and no dispatcher recorded yet get a row,
+            # counted by the old schedule (by the new one for a parked task: its old one
+            # could not be planned).
+            if task.parked_at is not None:
+                self._skip_past_due(conn, task, spec, db_now, "parked")
+            else:
+                self._skip_past_due(conn, task, task.spec, db_now, "rescheduled")
+            next_run_at = spec.schedule().next_after(db_now)
+            task_store.unpark(conn, task.id)
+        status = TaskStatus.ENABLED if spec.schedule_kind != ScheduleKind.ONCE else task.status
+        return task_store.update(
+            conn,
+            task.id,
+            spec,
+            status=status,
+            next_run_at=next_run_at,
+            now=db_now,
+            source=source,
+        )
 
     @staticmethod
     def _skip_past_due(
@@ -172,46 +201,54 @@ class Client:
         """Stops firing. Firings already due and not yet dispatched are recorded as skipped
         (`paused`): nothing is owed while paused, and resume starts from its next firing."""
         with self._tx() as conn:
-            task = task_store.lock(conn, ref)
-            db_now = task_store.clock(conn, now)
-            next_run_at, status = task.next_run_at, task.status
-            if task.parked_at is None and self._skip_past_due(
-                conn, task, task.spec, db_now, "paused"
-            ):
-                next_run_at = task.spec.schedule().next_after(db_now)
-                if task.spec.schedule_kind == ScheduleKind.ONCE:
-                    # its one firing was skipped, as the dispatcher does
-                    status = TaskStatus.CANCELLED
-            return task_store.set_paused(
-                conn, task.id, paused=True, status=status, next_run_at=next_run_at, now=db_now
-            )
+            return self.pause_in(conn, ref, now=now)
+
+    def pause_in(
+        self, conn: psycopg.Connection[Any], ref: str | int, *, now: datetime | None = None
+    ) -> TaskRecord:
+        task = task_store.lock(conn, ref)
+        db_now = task_store.clock(conn, now)
+        next_run_at, status = task.next_run_at, task.status
+        if task.parked_at is None and self._skip_past_due(conn, task, task.spec, db_now, "paused"):
+            next_run_at = task.spec.schedule().next_after(db_now)
+            if task.spec.schedule_kind == ScheduleKind.ONCE:
+                # its one firing was skipped, as the dispatcher does
+                status = TaskStatus.CANCELLED
+        return task_store.set_paused(
+            conn, task.id, paused=True, status=status, next_run_at=next_run_at, now=db_now
+        )
 
     def resume(self, ref: str | int, *, now: datetime | None = None) -> TaskRecord:
         """Unpauses; the next firing is computed from now, since paused firings are not owed.
         A task that is not paused is left as it is (its due firings are still owed)."""
         with self._tx() as conn:
-            task = task_store.lock(conn, ref)
-            if not task.spec.paused:
-                return task
-            db_now = task_store.clock(conn, now)
-            next_run_at = task.spec.schedule().next_after(db_now)
-            status, error = task.status, None
-            if (
-                task.spec.schedule_kind == ScheduleKind.ONCE
-                and task.status == TaskStatus.ENABLED
-                and next_run_at is None
-            ):
-                status = TaskStatus.CANCELLED
-                error = "its instant passed while the task was paused"
-            return task_store.set_paused(
-                conn,
-                task.id,
-                paused=False,
-                status=status,
-                next_run_at=next_run_at,
-                now=db_now,
-                last_error=error,
-            )
+            return self.resume_in(conn, ref, now=now)
+
+    def resume_in(
+        self, conn: psycopg.Connection[Any], ref: str | int, *, now: datetime | None = None
+    ) -> TaskRecord:
+        task = task_store.lock(conn, ref)
+        if not task.spec.paused:
+            return task
+        db_now = task_store.clock(conn, now)
+        next_run_at = task.spec.schedule().next_after(db_now)
+        status, error = task.status, None
+        if (
+            task.spec.schedule_kind == ScheduleKind.ONCE
+            and task.status == TaskStatus.ENABLED
+            and next_run_at is None
+        ):
+            status = TaskStatus.CANCELLED
+            error = "its instant passed while the task was paused"
+        return task_store.set_paused(
+            conn,
+            task.id,
+            paused=False,
+            status=status,
+            next_run_at=next_run_at,
+            now=db_now,
+            last_error=error,
+        )
 
     def next_fire_times(
         self, ref: str | int, count: int = 5, *, now: datetime | None = None
@@ -347,20 +384,31 @@ class Client:
         queued ones at once, running ones by a cancel request (each keeps its slot until its
         owner confirms the job is gone). Returns (id, occurrence_seq, status) of each."""
         with self._tx() as conn:
-            task = task_store.lock(conn, ref)
-            db_now = task_store.clock(conn, now)
-            active = occurrence_store.active_count(conn, task.id)
-            if active and not force:
-                raise Conflict(
-                    f"task '{task.name}' has {active} active occurrence(s); --force cancels them"
-                )
-            if task.parked_at is None:
-                self._skip_past_due(conn, task, task.spec, db_now, "deleted")
-            cancelled = occurrence_store.cancel_active(
-                conn, task.id, reason="task deleted", requested_by=requested_by, now=db_now
+            return self.delete_in(conn, ref, force=force, requested_by=requested_by, now=now)
+
+    def delete_in(
+        self,
+        conn: psycopg.Connection[Any],
+        ref: str | int,
+        *,
+        force: bool = False,
+        requested_by: str,
+        now: datetime | None = None,
+    ) -> list[dict[str, Any]]:
+        task = task_store.lock(conn, ref)
+        db_now = task_store.clock(conn, now)
+        active = occurrence_store.active_count(conn, task.id)
+        if active and not force:
+            raise Conflict(
+                f"task '{task.name}' has {active} active occurrence(s); --force cancels them"
             )
-            task_store.delete(conn, task.id, db_now)
-            return cancelled
+        if task.parked_at is None:
+            self._skip_past_due(conn, task, task.spec, db_now, "deleted")
+        cancelled = occurrence_store.cancel_active(
+            conn, task.id, reason="task deleted", requested_by=requested_by, now=db_now
+        )
+        task_store.delete(conn, task.id, db_now)
+        return cancelled
 
     # -- history ---------------------------------------------------------------------------------
     def list_runs(

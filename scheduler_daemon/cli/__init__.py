@@ -16,6 +16,7 @@ from scheduler_daemon.cli import (  # noqa: F401 - registers the commands
     retention,
     roles,
     runs,
+    task_file,
     tasks,
 )
 from scheduler_daemon.cli.base import (

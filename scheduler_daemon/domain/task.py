@@ -71,6 +71,9 @@ class TaskSpec:
     anchor: datetime | None = field(default=None, compare=False)
     headers: tuple[tuple[str, str], ...] = ()  # http only: (name, value) pairs sent as given
     history_retention: timedelta | None = None  # None: the fleet's history-retention
+    # `tasks apply`: the `${VAR}` template each header value was resolved from, so that
+    # `tasks export` writes the reference, not the secret.
+    header_refs: tuple[tuple[str, str], ...] = ()
 
     @property
     def schedule_kind(self) -> ScheduleKind:
@@ -81,9 +84,12 @@ class TaskSpec:
     @property
     def payload(self) -> dict[str, Any]:
         key = PAYLOAD_KEY[self.executor]
+        payload: dict[str, Any] = {key: self.target}
         if self.headers:
-            return {key: self.target, "headers": dict(self.headers)}
-        return {key: self.target}
+            payload["headers"] = dict(self.headers)
+        if self.header_refs:
+            payload["header_refs"] = dict(self.header_refs)
+        return payload
 
     def schedule(self) -> CronSchedule | IntervalSchedule | OneShotSchedule:
         """The schedule object that computes this task's fire times."""
@@ -108,6 +114,8 @@ class TaskSpec:
             and "headers" not in changes
         ):
             changes["headers"] = ()  # headers belong to the http target they were given with
+        if "headers" in changes and "header_refs" not in changes:
+            changes["header_refs"] = ()  # new values, given as they are
         return replace(self, **changes)
 
     def validate(self, now: datetime | None = None, *, new_instant: bool = True) -> None:

@@ -65,6 +65,7 @@ def record(row: dict[str, Any]) -> TaskRecord:
         anchor=row["anchor_at"],
         headers=tuple(row["payload"].get("headers", {}).items()),
         history_retention=row.get("history_retention"),
+        header_refs=tuple(row["payload"].get("header_refs", {}).items()),
     )
     return TaskRecord(
         id=row["id"],
