@@ -15,7 +15,8 @@ from typing import Any, Literal, TypeVar
 
 import psycopg
 
-from scheduler_daemon.domain import argument, control
+from scheduler_daemon.backfill import BackfillResult, queue_backfill
+from scheduler_daemon.domain import argument, backfill, control
 from scheduler_daemon.domain.instance import Instance
 from scheduler_daemon.domain.misfire import Firing
 from scheduler_daemon.domain.occurrence import Occurrence
@@ -128,11 +129,22 @@ class Client:
     def add_task(self, spec: TaskSpec, *, now: datetime | None = None) -> TaskRecord:
         spec.validate()  # the rules that need no database, before connecting
         with self._tx() as conn:
-            db_now = task_store.clock(conn, now)
-            spec = spec.with_changes(anchor=db_now)
-            spec.validate(db_now)
-            instance_store.notify_wakeup(conn, "task_added")
-            return task_store.insert(conn, spec, spec.schedule().next_after(db_now))
+            return self.add_in(conn, spec, now=now)
+
+    def add_in(
+        self,
+        conn: psycopg.Connection[Any],
+        spec: TaskSpec,
+        *,
+        now: datetime | None = None,
+        source: str | None = None,
+    ) -> TaskRecord:
+        """add_task inside the caller's transaction; `source` records a `tasks apply` source."""
+        db_now = task_store.clock(conn, now)
+        spec = spec.with_changes(anchor=db_now)
+        spec.validate(db_now)
+        instance_store.notify_wakeup(conn, "task_added")
+        return task_store.insert(conn, spec, spec.schedule().next_after(db_now), source=source)
 
     def add_tasks(
         self, specs: Iterable[TaskSpec], *, now: datetime | None = None
@@ -167,20 +179,34 @@ class Client:
         (domain.control.plan_update)."""
         control.check_update(changes)
         with self._tx() as conn:
-            task = task_store.lock(conn, ref)
-            db_now = task_store.clock(conn, now)
-            plan = _allowed(control.plan_update(task, changes, db_now))
-            self._record_owed(conn, task, plan.owed, db_now)
-            if plan.unpark:
-                task_store.unpark(conn, task.id)
-            return task_store.update(
-                conn,
-                task.id,
-                plan.spec,
-                status=plan.status,
-                next_run_at=plan.next_run_at,
-                now=db_now,
-            )
+            return self.update_in(conn, ref, now=now, **changes)
+
+    def update_in(
+        self,
+        conn: psycopg.Connection[Any],
+        ref: str | int,
+        *,
+        now: datetime | None = None,
+        source: str | None = None,
+        **changes: Any,
+    ) -> TaskRecord:
+        """update_task inside the caller's transaction; `source` makes an apply source own it."""
+        control.check_update(changes)
+        task = task_store.lock(conn, ref)
+        db_now = task_store.clock(conn, now)
+        plan = _allowed(control.plan_update(task, changes, db_now))
+        self._record_owed(conn, task, plan.owed, db_now)
+        if plan.unpark:
+            task_store.unpark(conn, task.id)
+        return task_store.update(
+            conn,
+            task.id,
+            plan.spec,
+            status=plan.status,
+            next_run_at=plan.next_run_at,
+            now=db_now,
+            source=source,
+        )
 
     @staticmethod
     def _record_owed(
@@ -245,37 +271,47 @@ class Client:
         """Stops firing. Firings already due and not yet dispatched are recorded as skipped
         (`paused`): nothing is owed while paused, and resume starts from its next firing."""
         with self._tx() as conn:
-            task = task_store.lock(conn, ref)
-            db_now = task_store.clock(conn, now)
-            plan = control.plan_pause(task, db_now)
-            self._record_owed(conn, task, plan.owed, db_now)
-            return task_store.set_paused(
-                conn,
-                task.id,
-                paused=True,
-                status=plan.status,
-                next_run_at=plan.next_run_at,
-                now=db_now,
-            )
+            return self.pause_in(conn, ref, now=now)
+
+    def pause_in(
+        self, conn: psycopg.Connection[Any], ref: str | int, *, now: datetime | None = None
+    ) -> TaskRecord:
+        task = task_store.lock(conn, ref)
+        db_now = task_store.clock(conn, now)
+        plan = control.plan_pause(task, db_now)
+        self._record_owed(conn, task, plan.owed, db_now)
+        return task_store.set_paused(
+            conn,
+            task.id,
+            paused=True,
+            status=plan.status,
+            next_run_at=plan.next_run_at,
+            now=db_now,
+        )
 
     def resume(self, ref: str | int, *, now: datetime | None = None) -> TaskRecord:
         """Unpauses; the next firing is computed from now, since paused firings are not owed.
         A task that is not paused is left as it is (its due firings are still owed)."""
         with self._tx() as conn:
-            task = task_store.lock(conn, ref)
-            db_now = task_store.clock(conn, now)
-            plan = control.plan_resume(task, db_now)
-            if plan is None:
-                return task
-            return task_store.set_paused(
-                conn,
-                task.id,
-                paused=False,
-                status=plan.status,
-                next_run_at=plan.next_run_at,
-                now=db_now,
-                last_error=plan.error,
-            )
+            return self.resume_in(conn, ref, now=now)
+
+    def resume_in(
+        self, conn: psycopg.Connection[Any], ref: str | int, *, now: datetime | None = None
+    ) -> TaskRecord:
+        task = task_store.lock(conn, ref)
+        db_now = task_store.clock(conn, now)
+        plan = control.plan_resume(task, db_now)
+        if plan is None:
+            return task
+        return task_store.set_paused(
+            conn,
+            task.id,
+            paused=False,
+            status=plan.status,
+            next_run_at=plan.next_run_at,
+            now=db_now,
+            last_error=plan.error,
+        )
 
     def next_fire_times(
         self, ref: str | int, count: int = 5, *, now: datetime | None = None
@@ -349,6 +385,34 @@ class Client:
                 task.id, task.name, OccurrenceStatus.QUEUED, len(rows), [row["id"] for row in rows]
             )
 
+    def backfill(
+        self,
+        ref: str | int,
+        *,
+        start: datetime,
+        end: datetime,
+        include: tuple[str, ...] = backfill.DEFAULT_INCLUDE,
+        max_firings: int = backfill.DEFAULT_MAX,
+        dry_run: bool = False,
+        requested_by: str,
+        progress: Callable[[int, int], None] | None = None,
+        now: datetime | None = None,
+    ) -> BackfillResult:
+        """Queues a `backfill` occurrence per firing of [start, end] whose latest outcome is in
+        `include` (scheduler_daemon/backfill.py says how)."""
+        return queue_backfill(
+            self._tx,
+            ref,
+            start=start,
+            end=end,
+            include=include,
+            max_firings=max_firings,
+            dry_run=dry_run,
+            requested_by=requested_by,
+            progress=progress,
+            now=now,
+        )
+
     def delete(
         self, ref: str | int, *, force: bool = False, requested_by: str, now: datetime | None = None
     ) -> list[Occurrence]:
@@ -356,16 +420,27 @@ class Client:
         queued ones at once, running ones by a cancel request (each keeps its slot until its
         owner confirms the job is gone). Returns each: `cancelled`, or `running` when requested."""
         with self._tx() as conn:
-            task = task_store.lock(conn, ref)
-            db_now = task_store.clock(conn, now)
-            active = occurrence_store.active_count(conn, task.id)
-            plan = _allowed(control.plan_delete(task, db_now, active=active, force=force))
-            self._record_owed(conn, task, plan.owed, db_now)
-            cancelled = occurrence_store.cancel_active(
-                conn, task.id, reason="task deleted", requested_by=requested_by, now=db_now
-            )
-            task_store.delete(conn, task.id, db_now)
-            return cancelled
+            return self.delete_in(conn, ref, force=force, requested_by=requested_by, now=now)
+
+    def delete_in(
+        self,
+        conn: psycopg.Connection[Any],
+        ref: str | int,
+        *,
+        force: bool = False,
+        requested_by: str,
+        now: datetime | None = None,
+    ) -> list[Occurrence]:
+        task = task_store.lock(conn, ref)
+        db_now = task_store.clock(conn, now)
+        active = occurrence_store.active_count(conn, task.id)
+        plan = _allowed(control.plan_delete(task, db_now, active=active, force=force))
+        self._record_owed(conn, task, plan.owed, db_now)
+        cancelled = occurrence_store.cancel_active(
+            conn, task.id, reason="task deleted", requested_by=requested_by, now=db_now
+        )
+        task_store.delete(conn, task.id, db_now)
+        return cancelled
 
     # -- history ---------------------------------------------------------------------------------
     def list_runs(
@@ -518,9 +593,9 @@ class Client:
             return {row["key"]: row["value"] for row in fleet_store.list_settings(conn)}
 
     def set_fleet_setting(self, name: str, value: str, *, updated_by: str) -> dict[str, Any]:
-        key, number = argument.fleet_setting(name, value)
+        key, stored = argument.fleet_setting(name, value)
         with self._tx() as conn:
-            return fleet_store.set_setting(conn, key, number, updated_by)
+            return fleet_store.set_setting(conn, key, stored, updated_by)
 
 
 def _allowed(plan: Plan | control.Refusal) -> Plan:

@@ -30,6 +30,7 @@ from scheduler_daemon.services.completer import Completer
 from scheduler_daemon.services.dispatcher import Dispatcher, DispatchResult
 from scheduler_daemon.services.launcher import Launcher
 from scheduler_daemon.services.lease_keeper import LeaseKeeper
+from scheduler_daemon.services.pruner import Pruner, PruneReport
 from scheduler_daemon.services.reconciler import Reconciler, ReconcileReport
 from scheduler_daemon.services.waker import Waker
 from scheduler_daemon.settings import DaemonSettings
@@ -82,6 +83,7 @@ class Daemon:
         self.wake = threading.Event()
         self.spool_dir = spool_dir
         self.clock_drift: timedelta | None = None
+        self.pruner: Pruner | None = None  # set by run(), on its pool
         self.draining = False
         self.log = log.bind(instance_id=self.instance_id)
         self.notifier = notifier or Notifier(None, None)
@@ -246,6 +248,7 @@ class Daemon:
             on_pass=self.metrics.record_renewal,
         )
         reconciler = make_reconciler(pool, self.instance_id, self.settings)
+        self.pruner = Pruner(pool, instance_id=self.instance_id)
         waker = Waker(self.url, self.wake, instance_id=self.instance_id)
         keeper.start()
         if self.settings.listen:
@@ -343,6 +346,8 @@ class Daemon:
         if self.refused is not None:
             return
         self.metrics.record_reconcile(reconciler.run_once())
+        if self.pruner is not None:  # bounded: a few short batches of history past retention
+            self.pruner.run_once()
         with pooled_transaction(pool) as conn:
             depth = occurrence_store.queue_depth(conn)
             executing = occurrence_store.executing_count(conn)
@@ -485,6 +490,18 @@ def default_wait(url: str, settings: DaemonSettings) -> timedelta:
         for i in instances
     ]
     return max(bounds, default=settings.takeover_bound + settings.reconcile_interval)
+
+
+def prune(url: str, *, dry_run: bool) -> PruneReport:
+    """Prunes all history past its retention, in the daemon's bounded batches (`prune`)."""
+    connect(url).close()  # one line when the database is unreachable, not pool warnings
+    pool = make_pool(url, max_size=1, name="scheduler-daemon prune")
+    pool.open(wait=True, timeout=10)
+    try:
+        pruner = Pruner(pool, instance_id=new_instance_id(f"prune@{socket.gethostname()}"))
+        return pruner.run_once(dry_run=dry_run, until_swept=True)
+    finally:
+        pool.close()
 
 
 def audit(

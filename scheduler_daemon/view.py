@@ -73,6 +73,8 @@ def task_fields(task: TaskRecord, *, show_secrets: bool = False) -> dict[str, An
         "timeout_seconds": seconds(spec.timeout),
         "max_attempts": spec.max_attempts,
         "backoff_seconds": seconds(spec.backoff),
+        "history_retention_seconds": seconds(spec.history_retention),
+        "source": task.source,
         "status": task.status,
         "paused": spec.paused,
         "next_run_at": iso(task.next_run_at),

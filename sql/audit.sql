@@ -3,13 +3,15 @@
 SELECT now()
 
 -- name: audit_firing_recorded_twice :many
--- Scheduled firings (task, scheduled_for) with more than one occurrence.
-SELECT task_id, scheduled_for, array_agg(id ORDER BY id) AS occurrence_ids
+-- Firings (task, scheduled_for) with more than one scheduled, or more than one backfill,
+-- occurrence.
+SELECT task_id, scheduled_for, trigger, array_agg(id ORDER BY id) AS occurrence_ids
 FROM occurrence
-WHERE trigger = 'schedule' AND scheduled_for >= coalesce(%(since)s::timestamptz, '-infinity')
-GROUP BY task_id, scheduled_for
+WHERE trigger <> 'manual'
+  AND scheduled_for >= coalesce(%(since)s::timestamptz, '-infinity')
+GROUP BY task_id, scheduled_for, trigger
 HAVING count(*) > 1
-ORDER BY task_id, scheduled_for
+ORDER BY task_id, scheduled_for, trigger
 
 -- name: audit_task_events :many
 -- Every task's definition history: schedule and active state, in the order they were written.
@@ -33,11 +35,12 @@ HAVING count(*) > 1
 ORDER BY task_id
 
 -- name: audit_exclusive_runs :many
--- Runs that must not overlap their group's: by task for `forbid` occurrences, by concurrency
--- key for keyed ones; only runs still executing at or after `since`.
+-- Runs that must not overlap their group's: by task for `forbid` occurrences and for backfill
+-- ones queued one at a time (a `forbid` task's backfill is recorded as `queue`), by
+-- concurrency key for keyed ones; only runs still executing at or after `since`.
 SELECT 'task' AS scope, o.task_id::text AS group_key, r.id, r.started_at, r.finished_at
 FROM run r JOIN occurrence o ON o.id = r.occurrence_id
-WHERE o.overlap = 'forbid'
+WHERE (o.overlap = 'forbid' OR (o.trigger = 'backfill' AND o.overlap = 'queue'))
   AND coalesce(r.finished_at, 'infinity') > coalesce(%(since)s::timestamptz, '-infinity')
 UNION ALL
 SELECT 'concurrency_key', o.concurrency_key, r.id, r.started_at, r.finished_at

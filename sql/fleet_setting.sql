@@ -19,3 +19,7 @@ SELECT pg_advisory_xact_lock(%(key)s)
 -- name: fleet_budget :scalar
 -- The fleet-wide budget of executing occurrences.
 SELECT (value::text)::int FROM fleet_setting WHERE key = 'max_concurrent_runs'
+
+-- name: fleet_history_retention :scalar
+-- The fleet's history retention as the duration text `config set` stored (NULL: keep all).
+SELECT jsonb_build_array(value) ->> 0 FROM fleet_setting WHERE key = 'history_retention'

@@ -154,12 +154,12 @@ WHERE id = %(id)s AND status = 'launching' AND lease_token = %(token)s
   AND claim_expires_at < clock_timestamp()
 
 -- name: occurrence_past_deadline :many
--- Queued occurrences past their start deadline (from scheduled_for, or for a retry from its
--- not-before time), a page at a time.
+-- Queued occurrences past their start deadline (from scheduled_for, or for a retry or a
+-- backfill from its not-before time, when it was queued), a page at a time.
 SELECT o.id, o.task_id FROM occurrence o JOIN task t ON t.id = o.task_id
 WHERE o.status = 'queued' AND t.start_deadline IS NOT NULL
-  AND clock_timestamp() > CASE WHEN o.attempts + o.interruptions > 0 THEN o.not_before
-                               ELSE o.scheduled_for END + t.start_deadline
+  AND clock_timestamp() > CASE WHEN o.attempts + o.interruptions > 0 OR o.trigger = 'backfill'
+                               THEN o.not_before ELSE o.scheduled_for END + t.start_deadline
   AND o.id > %(after)s
 ORDER BY o.id
 LIMIT %(limit)s
@@ -170,8 +170,8 @@ UPDATE occurrence o SET status = 'expired', reason = 'start_deadline',
     finished_at = clock_timestamp(), updated_at = clock_timestamp()
 FROM task t
 WHERE o.id = %(id)s AND t.id = o.task_id AND o.status = 'queued' AND t.start_deadline IS NOT NULL
-  AND clock_timestamp() > CASE WHEN o.attempts + o.interruptions > 0 THEN o.not_before
-                               ELSE o.scheduled_for END + t.start_deadline
+  AND clock_timestamp() > CASE WHEN o.attempts + o.interruptions > 0 OR o.trigger = 'backfill'
+                               THEN o.not_before ELSE o.scheduled_for END + t.start_deadline
 RETURNING o.*
 
 -- name: occurrence_latest :one
@@ -193,3 +193,27 @@ SELECT %(task_id)s, seq, %(now)s, %(trigger)s, %(overlap)s, %(concurrency_key)s,
 FROM generate_series(%(first_seq)s::bigint, %(last_seq)s::bigint) AS seq
 ORDER BY seq
 RETURNING id, occurrence_seq
+
+-- name: occurrence_firings :many
+-- The scheduled and backfill occurrences recorded for one task's firings in [low, high]: exact
+-- rows and the skipped summaries that reach into the range (each half served by its partial
+-- unique index).
+SELECT scheduled_for, last_scheduled_for, occurrence_seq, status, trigger FROM occurrence
+WHERE task_id = %(task_id)s AND trigger = 'schedule' AND scheduled_for <= %(high)s
+  AND (scheduled_for >= %(low)s OR (firing_count > 1 AND last_scheduled_for >= %(low)s))
+UNION ALL
+SELECT scheduled_for, last_scheduled_for, occurrence_seq, status, trigger FROM occurrence
+WHERE task_id = %(task_id)s AND trigger = 'backfill'
+  AND scheduled_for BETWEEN %(low)s AND %(high)s
+
+-- name: occurrence_insert_backfill :one
+-- Queues a backfill occurrence of a locked task for one firing, startable now; a firing that has
+-- one already is not inserted again (no row returned: occurrence_task_backfill_key).
+INSERT INTO occurrence (
+    task_id, occurrence_seq, scheduled_for, trigger, overlap, concurrency_key, status,
+    requested_by, not_before, created_at, updated_at)
+VALUES (
+    %(task_id)s, %(occurrence_seq)s, %(scheduled_for)s, 'backfill', %(overlap)s,
+    %(concurrency_key)s, 'queued', %(requested_by)s, %(now)s, %(now)s, %(now)s)
+ON CONFLICT (task_id, scheduled_for) WHERE trigger = 'backfill' DO NOTHING
+RETURNING id, scheduled_for

@@ -117,6 +117,8 @@ CREATE TABLE occurrence (
 
 CREATE INDEX occurrence_claim_expiry_idx ON public.occurrence USING btree (claim_expires_at) WHERE (status = 'launching'::text);
 
+CREATE INDEX occurrence_finished_idx ON public.occurrence USING btree (finished_at, id) WHERE (finished_at IS NOT NULL);
+
 CREATE UNIQUE INDEX occurrence_forbid_active_key ON public.occurrence USING btree (task_id) WHERE ((overlap = 'forbid'::text) AND (status = ANY (ARRAY['queued'::text, 'launching'::text, 'running'::text])));
 
 CREATE INDEX occurrence_key_active_idx ON public.occurrence USING btree (concurrency_key, scheduled_for, id) WHERE ((concurrency_key IS NOT NULL) AND (status = ANY (ARRAY['queued'::text, 'launching'::text, 'running'::text])));
@@ -130,6 +132,8 @@ CREATE UNIQUE INDEX occurrence_queue_executing_key ON public.occurrence USING bt
 CREATE INDEX occurrence_queue_idx ON public.occurrence USING btree (attempts, scheduled_for, id) WHERE (status = 'queued'::text);
 
 CREATE INDEX occurrence_task_active_idx ON public.occurrence USING btree (task_id, occurrence_seq) WHERE (status = ANY (ARRAY['queued'::text, 'launching'::text, 'running'::text]));
+
+CREATE UNIQUE INDEX occurrence_task_backfill_key ON public.occurrence USING btree (task_id, scheduled_for) WHERE (trigger = 'backfill'::text);
 
 CREATE INDEX occurrence_task_history_idx ON public.occurrence USING btree (task_id, id);
 
@@ -214,10 +218,13 @@ CREATE TABLE task (
     deleted_at timestamp with time zone,
     parked_at timestamp with time zone,
     park_error text,
+    history_retention interval,
+    source text,
     CONSTRAINT task_dst_gap_check CHECK ((dst_gap = ANY (ARRAY['shift'::text, 'skip'::text]))),
     CONSTRAINT task_dst_overlap_check CHECK ((dst_overlap = ANY (ARRAY['first'::text, 'second'::text, 'both'::text]))),
     CONSTRAINT task_durations_check CHECK (((misfire_grace >= '00:00:00'::interval) AND (backoff >= '00:00:00'::interval) AND ((catchup_window IS NULL) OR (catchup_window > '00:00:00'::interval)) AND ((start_deadline IS NULL) OR (start_deadline > '00:00:00'::interval)) AND ((run_timeout IS NULL) OR (run_timeout > '00:00:00'::interval)))),
     CONSTRAINT task_executor_check CHECK ((executor = ANY (ARRAY['shell'::text, 'http'::text, 'python'::text]))),
+    CONSTRAINT task_history_retention_check CHECK (((history_retention IS NULL) OR (history_retention > '00:00:00'::interval))),
     CONSTRAINT task_last_status_check CHECK (((last_status IS NULL) OR (last_status = ANY (ARRAY['success'::text, 'failed'::text, 'timeout'::text, 'interrupted'::text, 'cancelled'::text, 'skipped'::text, 'expired'::text])))),
     CONSTRAINT task_limits_check CHECK (((max_attempts >= 1) AND ((catchup_limit IS NULL) OR (catchup_limit >= 1)))),
     CONSTRAINT task_misfire_check CHECK ((misfire = ANY (ARRAY['skip'::text, 'run_once'::text, 'run_all'::text]))),
@@ -230,15 +237,20 @@ CREATE TABLE task (
     CONSTRAINT task_schedule_fields_check CHECK ((((schedule_kind = 'cron'::text) AND (cron_expr IS NOT NULL) AND (every IS NULL) AND (run_at IS NULL)) OR ((schedule_kind = 'interval'::text) AND (every > '00:00:00'::interval) AND (cron_expr IS NULL) AND (run_at IS NULL)) OR ((schedule_kind = 'once'::text) AND (run_at IS NOT NULL) AND (cron_expr IS NULL) AND (every IS NULL)))),
     CONSTRAINT task_schedule_kind_check CHECK ((schedule_kind = ANY (ARRAY['cron'::text, 'interval'::text, 'once'::text]))),
     CONSTRAINT task_sequence_check CHECK (((occurrence_seq >= 0) AND ((last_outcome_seq >= 0) AND (last_outcome_seq <= occurrence_seq)))),
+    CONSTRAINT task_source_check CHECK (((source IS NULL) OR ((length(source) >= 1) AND (length(source) <= 500)))),
     CONSTRAINT task_status_check CHECK ((status = ANY (ARRAY['enabled'::text, 'running'::text, 'completed'::text, 'failed'::text, 'cancelled'::text]))),
     CONSTRAINT task_status_kind_check CHECK (((schedule_kind = 'once'::text) OR (status = 'enabled'::text)))
 );
+
+CREATE INDEX task_deleted_idx ON public.task USING btree (deleted_at) WHERE (deleted_at IS NOT NULL);
 
 CREATE INDEX task_due_idx ON public.task USING btree (next_run_at) WHERE ((deleted_at IS NULL) AND (NOT paused) AND (status = 'enabled'::text) AND (parked_at IS NULL) AND (next_run_at IS NOT NULL));
 
 CREATE INDEX task_name_c_idx ON public.task USING btree (name COLLATE "C") WHERE (deleted_at IS NULL);
 
 CREATE UNIQUE INDEX task_name_key ON public.task USING btree (name) WHERE (deleted_at IS NULL);
+
+CREATE INDEX task_retention_idx ON public.task USING btree (history_retention) WHERE (history_retention IS NOT NULL);
 
 CREATE TRIGGER task_event_on_change AFTER UPDATE ON public.task FOR EACH ROW WHEN ((((((((((((old.schedule_kind IS DISTINCT FROM new.schedule_kind) OR (old.cron_expr IS DISTINCT FROM new.cron_expr)) OR (old.every IS DISTINCT FROM new.every)) OR (old.run_at IS DISTINCT FROM new.run_at)) OR (old.anchor_at IS DISTINCT FROM new.anchor_at)) OR (old.timezone IS DISTINCT FROM new.timezone)) OR (old.dst_gap IS DISTINCT FROM new.dst_gap)) OR (old.dst_overlap IS DISTINCT FROM new.dst_overlap)) OR (old.paused IS DISTINCT FROM new.paused)) OR ((old.parked_at IS NULL) IS DISTINCT FROM (new.parked_at IS NULL))) OR ((old.deleted_at IS NULL) IS DISTINCT FROM (new.deleted_at IS NULL)))) EXECUTE FUNCTION task_event_record();
 

@@ -4,13 +4,13 @@ INSERT INTO task (
     name, schedule_kind, cron_expr, every, run_at, anchor_at, timezone, dst_gap, dst_overlap,
     executor, payload, concurrency_key, overlap, misfire, misfire_grace, catchup_limit,
     catchup_window, start_deadline, run_timeout, max_attempts, backoff, paused, next_run_at,
-    created_at, updated_at)
+    history_retention, source, created_at, updated_at)
 VALUES (
     %(name)s, %(schedule_kind)s, %(cron_expr)s, %(every)s, %(run_at)s, %(anchor_at)s, %(timezone)s,
     %(dst_gap)s, %(dst_overlap)s, %(executor)s, %(payload)s, %(concurrency_key)s, %(overlap)s,
     %(misfire)s, %(misfire_grace)s, %(catchup_limit)s, %(catchup_window)s, %(start_deadline)s,
     %(run_timeout)s, %(max_attempts)s, %(backoff)s, %(paused)s, %(next_run_at)s,
-    %(anchor_at)s, %(anchor_at)s)
+    %(history_retention)s, %(source)s, %(anchor_at)s, %(anchor_at)s)
 RETURNING *
 
 -- name: task_find :one
@@ -55,6 +55,7 @@ UPDATE task SET
     catchup_window = %(catchup_window)s, start_deadline = %(start_deadline)s,
     run_timeout = %(run_timeout)s, max_attempts = %(max_attempts)s, backoff = %(backoff)s,
     paused = %(paused)s, next_run_at = %(next_run_at)s, status = %(status)s,
+    history_retention = %(history_retention)s, source = coalesce(%(source)s, source),
     updated_at = %(now)s
 WHERE id = %(id)s AND deleted_at IS NULL
 RETURNING *

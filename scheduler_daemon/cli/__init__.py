@@ -9,7 +9,16 @@ from typing import NoReturn
 import click
 import psycopg
 
-from scheduler_daemon.cli import audit, fleet, roles, runs, tasks  # noqa: F401 - registers the commands
+from scheduler_daemon.cli import (  # noqa: F401 - registers the commands
+    audit,
+    backfill,
+    fleet,
+    retention,
+    roles,
+    runs,
+    task_file,
+    tasks,
+)
 from scheduler_daemon.cli.base import (
     EXIT_BAD_INPUT,
     EXIT_CONTRACT_BLOCKED,

@@ -98,6 +98,12 @@ def task_options(*, adding: bool) -> Callable[[Callable[..., Any]], Callable[...
         click.option("--timeout", type=optional(DURATION)),
         click.option("--max-attempts", type=int, default=default("max_attempts")),
         click.option("--backoff", type=DURATION_OR_ZERO, default=default("backoff")),
+        click.option(
+            "--history-retention",
+            type=optional(DURATION),
+            help="Keep this task's finished history this long (default: the fleet's "
+            "history-retention)." + ("" if adding else "  `none` clears it."),
+        ),
     ]
     if adding:
         options.append(click.option("--paused", is_flag=True, help="Create it paused."))

@@ -1,12 +1,17 @@
 """Input errors that are not about one task (a count, a limit, a status filter, a fleet setting):
 InvalidArgument and the checks that raise it (pure)."""
 
+from scheduler_daemon.domain.duration import format_duration, parse_duration
 from scheduler_daemon.domain.status import OccurrenceStatus, TaskStatus
 
 OCCURRENCE_STATUSES = tuple(OccurrenceStatus)
 TASK_STATUSES = tuple(TaskStatus)
 # `config set` names and the fleet_setting keys they write.
-FLEET_SETTINGS = {"max-concurrent-runs": "max_concurrent_runs"}
+FLEET_SETTINGS = {
+    "max-concurrent-runs": "max_concurrent_runs",
+    "history-retention": "history_retention",
+}
+DURATION_SETTINGS = frozenset({"history-retention"})  # stored as duration text
 
 
 class InvalidArgument(ValueError):
@@ -55,12 +60,20 @@ def history_cursor(text: str) -> tuple[int, int | None]:
     )
 
 
-def fleet_setting(name: str, value: str) -> tuple[str, int]:
-    """A `config set NAME VALUE`: the stored key and its whole-number value."""
+def fleet_setting(name: str, value: str) -> tuple[str, int | str | None]:
+    """A `config set NAME VALUE`: the stored key and its value (a whole number, or for a
+    duration setting its duration text, None for `none`: keep everything)."""
     if name not in FLEET_SETTINGS:
         raise InvalidArgument(
             f"unknown setting '{name}': choose one of {', '.join(FLEET_SETTINGS)}"
         )
+    if name in DURATION_SETTINGS:
+        if value.strip().lower() == "none":
+            return FLEET_SETTINGS[name], None
+        try:
+            return FLEET_SETTINGS[name], format_duration(parse_duration(value))
+        except ValueError as exc:
+            raise InvalidArgument(f"{name}: {exc} (or `none` to keep all)") from exc
     if not value.isdigit() or int(value) < 1:
         raise InvalidArgument(f"{name} must be a whole number of at least 1, got '{value}'")
     return FLEET_SETTINGS[name], int(value)

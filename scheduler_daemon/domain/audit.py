@@ -9,7 +9,7 @@ from datetime import datetime, timedelta
 
 # Check name → the invariant it checks, one line, in the order the checks run.
 CHECKS: dict[str, str] = {
-    "firing_recorded_twice": "each scheduled (task, scheduled_for) has one occurrence",
+    "firing_recorded_twice": "a firing has at most one scheduled and one backfill occurrence",
     "firing_missing": "every firing the schedule called for while the task was active has a row",
     "forbid_active_twice": "a `forbid` task never has two active occurrences",
     "runs_overlap": "runs of one `forbid` task, or of one concurrency key, never overlap in time",

@@ -68,6 +68,10 @@ class TaskSpec:
     paused: bool = False
     anchor: datetime | None = field(default=None, compare=False)
     headers: tuple[tuple[str, str], ...] = ()  # http only: (name, value) pairs sent as given
+    history_retention: timedelta | None = None  # None: the fleet's history-retention
+    # `tasks apply`: the `${VAR}` template each header value was resolved from, so that
+    # `tasks export` writes the reference, not the secret.
+    header_refs: tuple[tuple[str, str], ...] = ()
 
     @property
     def schedule_kind(self) -> ScheduleKind:
@@ -78,9 +82,12 @@ class TaskSpec:
     @property
     def payload(self) -> dict[str, Any]:
         key = PAYLOAD_KEY[self.executor]
+        payload: dict[str, Any] = {key: self.target}
         if self.headers:
-            return {key: self.target, "headers": dict(self.headers)}
-        return {key: self.target}
+            payload["headers"] = dict(self.headers)
+        if self.header_refs:
+            payload["header_refs"] = dict(self.header_refs)
+        return payload
 
     def schedule(self) -> CronSchedule | IntervalSchedule | OneShotSchedule:
         """The schedule object that computes this task's fire times."""
@@ -105,6 +112,8 @@ class TaskSpec:
             and "headers" not in changes
         ):
             changes["headers"] = ()  # headers belong to the http target they were given with
+        if "headers" in changes and "header_refs" not in changes:
+            changes["header_refs"] = ()  # new values, given as they are
         return replace(self, **changes)
 
     def validate(self, now: datetime | None = None, *, new_instant: bool = True) -> None:
@@ -154,6 +163,7 @@ class TaskSpec:
             "--catchup-window": self.catchup_window,
             "--start-deadline": self.start_deadline,
             "--timeout": self.timeout,
+            "--history-retention": self.history_retention,
         }
 
     def _validate_target(self) -> None:
@@ -228,6 +238,7 @@ class TaskRecord:
     deleted_at: datetime | None
     parked_at: datetime | None = None  # set when the dispatcher could not plan it
     park_error: str | None = None
+    source: str | None = None  # the `tasks apply` source that defined it; None: made by hand
 
     @property
     def name(self) -> str:

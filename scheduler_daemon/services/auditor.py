@@ -38,7 +38,7 @@ from scheduler_daemon.domain.coverage import (
     owed_windows,
 )
 from scheduler_daemon.domain.outcome import LIFECYCLE
-from scheduler_daemon.domain.status import ACTIVE, OccurrenceStatus, TaskStatus
+from scheduler_daemon.domain.status import ACTIVE, OccurrenceStatus, TaskStatus, Trigger
 from scheduler_daemon.domain.sweep import (
     SettingHistory,
     Span,
@@ -130,11 +130,15 @@ class Auditor:
     def _window(self, since: TimeBound | None, until: TimeBound | None) -> AuditWindow:
         with snapshot_transaction(self.pool, LIMITS) as conn:
             now = audit_store.clock(conn)
+            retention = audit_store.shortest_retention(conn)
 
         def resolve(bound: TimeBound) -> datetime:
             return now - bound if isinstance(bound, timedelta) else bound
 
         since_at = None if since is None else resolve(since)
+        if retention is not None:  # older history may be pruned: only the kept window is checked
+            kept_from = now - retention
+            since_at = kept_from if since_at is None else max(since_at, kept_from)
         until_at = now if until is None else min(resolve(until), now)
         if since_at is not None and since_at >= until_at:
             raise InvalidWindow(
@@ -167,13 +171,16 @@ class Auditor:
                 Violation(
                     "firing_recorded_twice",
                     f"task {r.task_id}: firing {r.scheduled_for.isoformat()} has "
-                    f"{len(r.occurrence_ids)} scheduled occurrences {list(r.occurrence_ids)}",
+                    f"{len(r.occurrence_ids)} "
+                    f"{'scheduled' if r.trigger == Trigger.SCHEDULE else r.trigger} "
+                    f"occurrences {list(r.occurrence_ids)}",
                     {
                         "task_id": r.task_id,
                         "scheduled_for": r.scheduled_for,
+                        "trigger": r.trigger,
                         "occurrence_ids": r.occurrence_ids,
                     },
-                    identity=(r.task_id, r.scheduled_for, r.occurrence_ids),
+                    identity=(r.task_id, r.scheduled_for, r.trigger, r.occurrence_ids),
                 )
                 for r in audit_store.recorded_twice(conn, window.since)
             ]

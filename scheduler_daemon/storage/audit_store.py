@@ -12,7 +12,7 @@ import psycopg
 
 from scheduler_daemon.domain.coverage import DefinitionEvent
 from scheduler_daemon.domain.sweep import Change, Span
-from scheduler_daemon.storage import query
+from scheduler_daemon.storage import fleet_store, query, retention_store
 
 Conn = psycopg.Connection[Any]
 
@@ -21,6 +21,7 @@ Conn = psycopg.Connection[Any]
 class RecordedTwice:
     task_id: int
     scheduled_for: datetime
+    trigger: str  # schedule or backfill
     occurrence_ids: tuple[int, ...]
 
 
@@ -99,6 +100,13 @@ def _ids(row: dict[str, Any], *names: str) -> dict[str, Any]:
 
 def clock(conn: Conn) -> datetime:
     return query.run(conn, "audit_clock")
+
+
+def shortest_retention(conn: Conn) -> timedelta | None:
+    """The shortest history retention in force (the fleet's or a task's); None: keep all."""
+    bounds = (fleet_store.history_retention(conn), retention_store.min_override(conn))
+    kept = [b for b in bounds if b is not None]
+    return min(kept) if kept else None
 
 
 def recorded_twice(conn: Conn, since: datetime | None) -> list[RecordedTwice]:

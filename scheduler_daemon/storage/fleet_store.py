@@ -1,10 +1,12 @@
 """Reads and writes the fleet-wide settings every replica must agree on (sql/fleet_setting.sql)."""
 
+from datetime import timedelta
 from typing import Any
 
 import psycopg
 from psycopg.types.json import Jsonb
 
+from scheduler_daemon.domain.duration import parse_duration
 from scheduler_daemon.storage import query
 
 
@@ -32,3 +34,12 @@ def lock_budget(conn: psycopg.Connection[Any]) -> None:
 def budget(conn: psycopg.Connection[Any]) -> int:
     value = query.run(conn, "fleet_budget")
     return 0 if value is None else int(value)
+
+
+def history_retention(conn: psycopg.Connection[Any]) -> timedelta | None:
+    """The fleet's history retention; None when unset, `none`, or unreadable (keep all)."""
+    text = query.run(conn, "fleet_history_retention")
+    try:
+        return None if text is None else parse_duration(text)
+    except ValueError:
+        return None

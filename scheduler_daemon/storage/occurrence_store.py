@@ -5,6 +5,7 @@ from typing import Any, Literal
 
 import psycopg
 
+from scheduler_daemon.domain.backfill import Recorded
 from scheduler_daemon.domain.occurrence import ExpiredClaim, Occurrence, OccurrenceRef
 from scheduler_daemon.domain.outcome import Settlement
 from scheduler_daemon.domain.status import FINISHED, NOT_STARTED
@@ -279,3 +280,47 @@ def settle(
     task_store.record_outcome(conn, occurrence.task_id, settlement.outcome)
     instance_store.notify_wakeup(conn, settlement.wakeup)
     return "recorded"
+
+
+def firings(
+    conn: psycopg.Connection[Any], task_id: int, low: datetime, high: datetime
+) -> list[Recorded]:
+    """The scheduled and backfill rows recorded for one task's firings in [low, high]."""
+    rows = query.run(conn, "occurrence_firings", {"task_id": task_id, "low": low, "high": high})
+    return [
+        Recorded(
+            r["scheduled_for"],
+            r["last_scheduled_for"],
+            r["occurrence_seq"],
+            r["status"],
+            r["trigger"],
+        )
+        for r in rows
+    ]
+
+
+def insert_backfill(
+    conn: psycopg.Connection[Any],
+    *,
+    task_id: int,
+    occurrence_seq: int,
+    scheduled_for: datetime,
+    overlap: str,
+    concurrency_key: str | None,
+    requested_by: str,
+    now: datetime,
+) -> dict[str, Any] | None:
+    """Queues a backfill occurrence (task locked, seq allocated); None if the firing has one."""
+    return query.run(
+        conn,
+        "occurrence_insert_backfill",
+        {
+            "task_id": task_id,
+            "occurrence_seq": occurrence_seq,
+            "scheduled_for": scheduled_for,
+            "overlap": overlap,
+            "concurrency_key": concurrency_key,
+            "requested_by": requested_by,
+            "now": now,
+        },
+    )

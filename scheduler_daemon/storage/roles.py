@@ -33,8 +33,8 @@ WRITES: dict[str, dict[str, tuple[str, ...]]] = {
     "daemon": {
         "task": ("UPDATE",),  # next fire time, lifecycle, outcome
         "task_event": ("INSERT",),  # parking a task it cannot plan fires the history trigger
-        "occurrence": ("INSERT", "UPDATE"),
-        "run": ("INSERT", "UPDATE"),
+        "occurrence": ("INSERT", "UPDATE", "DELETE"),  # DELETE: history past the retention
+        "run": ("INSERT", "UPDATE", "DELETE"),
         "instance": ("INSERT", "UPDATE", "DELETE"),
     },
     "operator": {

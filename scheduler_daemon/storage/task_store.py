@@ -38,6 +38,7 @@ def _columns(spec: TaskSpec) -> dict[str, Any]:
         "max_attempts": spec.max_attempts,
         "backoff": spec.backoff,
         "paused": spec.paused,
+        "history_retention": spec.history_retention,
     }
 
 
@@ -66,6 +67,8 @@ def record(row: dict[str, Any]) -> TaskRecord:
         paused=row["paused"],
         anchor=row["anchor_at"],
         headers=tuple(row["payload"].get("headers", {}).items()),
+        history_retention=row.get("history_retention"),
+        header_refs=tuple(row["payload"].get("header_refs", {}).items()),
     )
     return TaskRecord(
         id=row["id"],
@@ -83,15 +86,24 @@ def record(row: dict[str, Any]) -> TaskRecord:
         deleted_at=row["deleted_at"],
         parked_at=row.get("parked_at"),
         park_error=row.get("park_error"),
+        source=row.get("source"),
     )
 
 
 def insert(
-    conn: psycopg.Connection[Any], spec: TaskSpec, next_run_at: datetime | None
+    conn: psycopg.Connection[Any],
+    spec: TaskSpec,
+    next_run_at: datetime | None,
+    *,
+    source: str | None = None,
 ) -> TaskRecord:
     try:
         with conn.transaction():  # a savepoint, so the caller's transaction survives the error
-            row = query.run(conn, "task_insert", {**_columns(spec), "next_run_at": next_run_at})
+            row = query.run(
+                conn,
+                "task_insert",
+                {**_columns(spec), "next_run_at": next_run_at, "source": source},
+            )
     except psycopg.errors.UniqueViolation as exc:
         raise Conflict(f"a task named '{spec.name}' already exists") from exc
     return record(row)
@@ -173,8 +185,11 @@ def update(
     status: str,
     next_run_at: datetime | None,
     now: datetime,
+    source: str | None = None,
 ) -> TaskRecord:
+    """Rewrites a locked task's definition; `source` (when given) makes an apply source own it."""
     params = {
+        "source": source,
         **_columns(spec),
         "id": task_id,
         "status": status,

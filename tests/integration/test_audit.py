@@ -644,7 +644,7 @@ def test_a_clean_database_reports_clean_with_the_documented_json_shape(cli, data
     [
         (("--since", "nonsense"), "--since"),
         (("--until", "yesterday"), "--until"),
-        (("--settle", "0s"), "--settle"),
+        (("--settle", "-1s"), "--settle"),
         (("--check", "everything"), "--check"),
         (("--since", "2030-01-02", "--until", "2030-01-01"), "is not before --until"),
     ],

@@ -36,12 +36,10 @@ def test_an_occurrence_requeued_after_a_failed_run_is_listed_as_queued(
     (run,) = replica.finished()
     assert replica.completer.complete(run) == "retry"
     queued = client.list_runs(status="queued")
-    assert [(r["occurrence_id"], r["id"], r["status"]) for r in queued] == [
-        (occurrence["id"], None, "queued")
-    ]
+    assert [(r.occurrence_id, r.id, r.status) for r in queued] == [(occurrence.id, None, "queued")]
     # The whole history: the waiting attempt above its failed run, each shown once.
     rows = client.list_runs(task=task.id)
-    assert [(r["id"], r["status"]) for r in rows] == [(None, "queued"), (run.run_id, "failed")]
+    assert [(r.id, r.status) for r in rows] == [(None, "queued"), (run.run_id, "failed")]
 
 
 def test_an_occurrence_requeued_by_a_takeover_is_listed_as_queued(
@@ -60,8 +58,8 @@ def test_an_occurrence_requeued_by_a_takeover_is_listed_as_queued(
     assert _reconciler(pool).run_once().ids["taken_over"] == [held.run_id]
     held.job.stop("test")
     queued = client.list_runs(status="queued")
-    assert [(r["occurrence_id"], r["id"]) for r in queued] == [(occurrence["id"], None)]
-    assert [r["status"] for r in client.list_runs(task=task.id)] == ["queued", "interrupted"]
+    assert [(r.occurrence_id, r.id) for r in queued] == [(occurrence.id, None)]
+    assert [r.status for r in client.list_runs(task=task.id)] == ["queued", "interrupted"]
 
 
 def test_a_finished_occurrence_shows_only_its_runs_and_a_running_one_only_its_run(
@@ -72,13 +70,9 @@ def test_a_finished_occurrence_shows_only_its_runs_and_a_running_one_only_its_ru
     replica = Replica(database_url, pool, executors, "a")
     replica.launcher.run_once()
     (run,) = replica.finished()
-    assert [(r["id"], r["status"]) for r in client.list_runs(task=task.id)] == [
-        (run.run_id, "running")
-    ]
+    assert [(r.id, r.status) for r in client.list_runs(task=task.id)] == [(run.run_id, "running")]
     assert replica.completer.complete(run) == "recorded"
-    assert [(r["id"], r["status"]) for r in client.list_runs(task=task.id)] == [
-        (run.run_id, "success")
-    ]
+    assert [(r.id, r.status) for r in client.list_runs(task=task.id)] == [(run.run_id, "success")]
 
 
 # -- paging over a planted history ---------------------------------------------------------------
@@ -148,7 +142,7 @@ def _all_pages(client: Any, limit: int, **kw: Any) -> list[list[Any]]:
     pages, after = [], None
     while True:
         page = client.runs_page(limit=limit, after=after, **kw)
-        pages.append([(r["occurrence_id"], r["id"]) for r in page.rows])
+        pages.append([(r.occurrence_id, r.id) for r in page.rows])
         if page.after is None:
             return pages
         after = page.after
@@ -191,7 +185,7 @@ def test_a_cursor_after_an_occurrence_row_continues_with_that_occurrences_runs(
     requeued = max(o for o, r in _expected(planted, status="queued"))
     before = history[history.index((requeued, None)) - 1]  # the last run of the next occurrence
     page = client.runs_page(limit=1, after=f"{before[0]}:{before[1]}")
-    assert [(r["occurrence_id"], r["id"]) for r in page.rows] == [(requeued, None)]
+    assert [(r.occurrence_id, r.id) for r in page.rows] == [(requeued, None)]
     assert page.after == str(requeued)
     (failed,) = client.runs_page(limit=1, after=page.after).rows
     assert (failed["occurrence_id"], failed["status"]) == (requeued, "failed")

@@ -70,7 +70,8 @@ def fleet(server_url: str) -> Iterator[Fleet]:
                     )
                 )
         fleet = Fleet(names, lambda role: _as_role(admin_url, role, password), admin_url)
-        migrated = _command(fleet.url(names.owner), "migrate")
+        # --contract: expand steps after the pending contract 0005 need it (no old build here).
+        migrated = _command(fleet.url(names.owner), "migrate", "--contract")
         assert migrated.returncode == 0, migrated.stderr
         granted = _command(fleet.url(names.owner), "db", "roles", *_name_options(names))
         assert granted.returncode == 0, granted.stderr
@@ -309,3 +310,35 @@ def test_the_history_triggers_write_as_the_writer_so_writers_need_insert_on_the_
         assert regrant.returncode == 0, regrant.stderr
     query(daemon, unpark)
     assert len(query(fleet.admin_url, events)) == 3
+
+
+def test_the_daemon_role_prunes_history_and_the_others_cannot_delete_it(fleet: Fleet, cli) -> None:
+    """The retention's DELETE (storage/roles.py): the daemon deletes finished occurrences and
+    their runs past the retention, as its reconcile step and `prune` do; the operator and the
+    reader delete no history, and nobody but the owner deletes a task or its definitions."""
+    operator, daemon = fleet.url(fleet.names.operator), fleet.url(fleet.names.daemon)
+    assert (
+        cli("tasks", "add", "pruned", "--every", "1h", "--command", "true", url=operator).code == 0
+    )
+    for _ in range(2):
+        assert cli("tasks", "trigger", "pruned", url=operator).code == 0
+    query(
+        fleet.admin_url,
+        "UPDATE occurrence SET status = 'cancelled', reason = 'test', "
+        "finished_at = now() - interval '40 days' "
+        "WHERE task_id = (SELECT id FROM task WHERE name = 'pruned')",
+    )
+    query(
+        fleet.admin_url, "UPDATE task SET last_outcome_seq = occurrence_seq WHERE name = 'pruned'"
+    )
+    assert cli("config", "set", "history-retention", "30d", url=operator).code == 0
+    result = cli("prune", "--json", url=daemon)
+    assert result.code == 0, result.err
+    assert result.json()["occurrences"] == 1  # the newer one is the task's latest outcome
+    for kind in ("operator", "reader"):
+        for table in ("occurrence", "run"):
+            with pytest.raises(psycopg.errors.InsufficientPrivilege):
+                query(fleet.url(getattr(fleet.names, kind)), f"DELETE FROM {table}")
+    for table in ("task", "task_event"):
+        with pytest.raises(psycopg.errors.InsufficientPrivilege):
+            query(daemon, f"DELETE FROM {table}")

@@ -1,0 +1,122 @@
+"""Backfill: queue the firings of a past range again, one `backfill` occurrence per firing.
+
+The firings come from the task's own schedule walk (zone and DST policies applied); the latest
+outcome of each (domain/backfill.py) decides. Firings at or after the task's next firing (still
+owed to the dispatcher) or after now are left out. A `forbid` task's backfill occurrences are
+recorded with overlap `queue`: they run one after another in firing order, after any active
+occurrence, and the task's own firings are skipped (`overlap`) meanwhile. Each batch of firings
+is one short transaction under the task lock; the unique index occurrence_task_backfill_key
+makes a second backfill, or one running beside it, queue nothing twice.
+"""
+
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+import psycopg
+
+from scheduler_daemon.domain import backfill
+from scheduler_daemon.domain.status import OverlapPolicy, ScheduleKind, TaskStatus
+from scheduler_daemon.storage import instance_store, occurrence_store, task_store
+from scheduler_daemon.storage.error import NotFound
+
+_MICROSECOND = timedelta(microseconds=1)
+
+
+@dataclass
+class BackfillResult:
+    """The firings of a backfill's range with their latest outcomes, the ones it wanted, and
+    the ids of the occurrences it queued (none with `dry_run`, or for a firing that had one)."""
+
+    task_id: int
+    task_name: str
+    dry_run: bool
+    firings: list[backfill.Firing]
+    occurrence_ids: list[int]
+    wanted: list[backfill.Firing] = field(default_factory=list)
+
+
+def queue_backfill(
+    tx: Callable[[], AbstractContextManager[psycopg.Connection[Any]]],
+    ref: str | int,
+    *,
+    start: datetime,
+    end: datetime,
+    include: tuple[str, ...] = backfill.DEFAULT_INCLUDE,
+    max_firings: int = backfill.DEFAULT_MAX,
+    dry_run: bool = False,
+    requested_by: str,
+    progress: Callable[[int, int], None] | None = None,
+    now: datetime | None = None,
+) -> BackfillResult:
+    """Queues one `backfill` occurrence per firing of [start, end] whose latest outcome is
+    in `include`, in firing order. Firings at or after the task's next firing (still owed
+    to the dispatcher) or after now are left out. A `forbid` task's backfill occurrences
+    are recorded with overlap `queue`: they run one after another in firing order, after
+    any active occurrence, and the task's own firings are skipped (`overlap`) meanwhile.
+    Each batch of firings is one transaction under the task lock; the unique index
+    occurrence_task_backfill_key makes a second backfill (or one running beside it) queue
+    nothing twice. `progress(done, total)` is called after each batch."""
+    if start > end:
+        raise backfill.InvalidBackfill(
+            f"--from {start.isoformat()} is after --to {end.isoformat()}"
+        )
+    if max_firings < 1:
+        raise backfill.InvalidBackfill("--max must be at least 1")
+    with tx() as conn:
+        task = task_store.find(conn, ref)
+        db_now = task_store.clock(conn, now)
+    if task.deleted_at is not None:
+        raise NotFound(f"task '{ref}' was deleted")
+    until = min(end, db_now)
+    if task.next_run_at is not None:
+        until = min(until, task.next_run_at - _MICROSECOND)
+    schedule = task.spec.schedule()
+    times = list(schedule.fire_times(start - _MICROSECOND, until=until, limit=max_firings + 1))
+    if len(times) > max_firings:
+        raise backfill.InvalidBackfill(
+            f"the range has more than {max_firings} firings of task '{task.name}'; "
+            "narrow --from/--to or raise --max"
+        )
+    result = BackfillResult(task.id, task.name, dry_run, [], [])
+    overlap = (
+        OverlapPolicy.QUEUE if task.spec.overlap == OverlapPolicy.FORBID else task.spec.overlap
+    )
+    for first in range(0, len(times), backfill.BATCH):
+        batch = times[first : first + backfill.BATCH]
+        with tx() as conn:
+            locked = task if dry_run else task_store.lock(conn, task.id)
+            recorded = occurrence_store.firings(conn, task.id, batch[0], batch[-1])
+            firings = backfill.classify(batch, recorded)
+            result.firings += firings
+            wanted = [f for f in firings if f.wanted(include)]
+            if not dry_run and wanted:
+                batch_now = task_store.clock(conn, now)
+                for firing in wanted:
+                    row = occurrence_store.insert_backfill(
+                        conn,
+                        task_id=task.id,
+                        occurrence_seq=task_store.next_seq(conn, task.id),
+                        scheduled_for=firing.scheduled_for,
+                        overlap=overlap,
+                        concurrency_key=locked.spec.concurrency_key,
+                        requested_by=requested_by,
+                        now=batch_now,
+                    )
+                    if row is not None:
+                        result.occurrence_ids.append(row["id"])
+                if locked.spec.schedule_kind == ScheduleKind.ONCE and locked.status in (
+                    TaskStatus.COMPLETED,
+                    TaskStatus.FAILED,
+                    TaskStatus.CANCELLED,
+                ):  # as a manual trigger: a finished one-shot follows its newest occurrence
+                    task_store.set_next_run(
+                        conn, task.id, next_run_at=None, status=TaskStatus.RUNNING
+                    )
+                instance_store.notify_wakeup(conn, "backfill")
+        if progress is not None:
+            progress(len(batch), len(times))
+    result.wanted = [f for f in result.firings if f.wanted(include)]
+    return result

@@ -1,0 +1,99 @@
+"""`scheduler-daemon tasks apply` and `tasks export`: tasks as a TOML file kept in git (parsing
+and printing only; domain/task_file.py reads and writes the format, declarative.py applies it)."""
+
+import os
+import sys
+from pathlib import Path
+
+import click
+
+from scheduler_daemon.cli.base import client_for, emit, json_option, who
+from scheduler_daemon.cli.tasks import tasks
+from scheduler_daemon.domain import task_file
+from scheduler_daemon.domain.task import InvalidTask
+
+
+@tasks.command("apply")
+@click.option(
+    "-f", "--file", "path", required=True, metavar="FILE", help="The task file (- : stdin)."
+)
+@click.option(
+    "--source",
+    help="The name recorded on the tasks this file creates. Default: the file's absolute path.",
+)
+@click.option("--prune", is_flag=True, help="Delete tasks of this source the file no longer names.")
+@click.option("--adopt", is_flag=True, help="Take over hand-made tasks the file names.")
+@click.option("--dry-run", is_flag=True, help="Print the diff only; change nothing.")
+@json_option
+@click.pass_context
+def tasks_apply(
+    ctx: click.Context, path: str, *, source: str | None, prune: bool, adopt: bool, dry_run: bool
+) -> None:
+    """Create and update tasks to match a TOML file (one table per task, the fields of `tasks
+    add`), in one transaction, and print the diff: `+ added`, `~ changed`, `- would delete`
+    (with --prune: `- deleted`). A bad file changes nothing. Header values may hold ${VAR}."""
+    from scheduler_daemon.declarative import apply
+
+    if path == "-":
+        if source is None:
+            raise InvalidTask("-f - (stdin) needs --source NAME")
+        text = sys.stdin.read()
+    else:
+        try:
+            text = Path(path).read_text(encoding="utf-8")
+        except OSError as exc:
+            raise InvalidTask(f"cannot read {path}: {exc.strerror}") from exc
+        source = source or str(Path(path).resolve())
+    specs = task_file.parse(text, os.environ)
+    changes = apply(
+        client_for(ctx),
+        specs,
+        source=source,
+        prune=prune,
+        adopt=adopt,
+        dry_run=dry_run,
+        requested_by=who(),
+    )
+    lines = [c.text() for c in changes]
+    summary = f"{len(specs)} task(s) in the file, {len(changes)} change(s)" + (
+        " (dry run: nothing written)" if dry_run else ""
+    )
+    emit(
+        ctx,
+        {
+            "source": source,
+            "dry_run": dry_run,
+            "changes": [
+                {"change": c.mark, "name": c.name, "fields": list(c.fields), "note": c.note}
+                for c in changes
+            ],
+        },
+        "\n".join([*lines, summary]),
+    )
+
+
+@tasks.command("export")
+@click.argument("names", nargs=-1, metavar="[TASK]...")
+@click.option("--source", help="Only the tasks an apply of this source created.")
+@click.option(
+    "--include-secrets",
+    is_flag=True,
+    help="Write secret header values and URL passwords instead of *** (or ${VAR} references).",
+)
+def tasks_export(names: tuple[str, ...], source: str | None, include_secrets: bool) -> None:
+    """Write live tasks in the format `tasks apply` reads, so `export | apply` changes nothing.
+    Secret header values are written as their ${VAR} reference, else as ***, which apply reads
+    as "keep the stored value"."""
+    ctx = click.get_current_context()
+    records = client_for(ctx).list_tasks()
+    if names:
+        known = {r.name for r in records}
+        missing = [n for n in names if n not in known]
+        if missing:
+            raise InvalidTask(f"unknown task '{missing[0]}'")
+        records = [r for r in records if r.name in names]
+    if source is not None:
+        records = [r for r in records if r.source == source]
+    click.echo(
+        task_file.render([r.spec for r in records], include_secrets=include_secrets), nl=False
+    )

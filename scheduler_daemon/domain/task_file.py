@@ -1,0 +1,217 @@
+"""Task files for `tasks apply` and `tasks export`: TOML, one table per task (pure).
+
+A table's keys are the options of `tasks add` without their dashes' leading `--`
+(`misfire-grace = "1m"`; underscores work too), `headers` is a table of header values, durations
+are strings (`"30s"`, `"PT1H"`) or numbers of seconds, and `at` is a TOML datetime or an ISO 8601
+string (without an offset: in the task's `timezone`). A header value may hold `${VAR}`
+references, resolved from the environment when the file is applied; `tasks export` writes the
+reference back, and a secret header value without one as `***`, which `apply` reads as "keep the
+value stored" (never a new value).
+"""
+
+import json
+import re
+import tomllib
+from collections.abc import Mapping
+from dataclasses import fields
+from datetime import datetime, timedelta
+from typing import Any
+
+from scheduler_daemon.domain.duration import format_duration, parse_duration
+from scheduler_daemon.domain.schedule.base import ScheduleError
+from scheduler_daemon.domain.schedule.zone import load_zone
+from scheduler_daemon.domain.secret import MASK, is_secret_header, redact
+from scheduler_daemon.domain.status import ExecutorKind
+from scheduler_daemon.domain.task import InvalidTask, TaskSpec
+
+_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+_TARGETS = {"command": ExecutorKind.SHELL, "http": ExecutorKind.HTTP, "call": ExecutorKind.PYTHON}
+_TARGET_OF = {kind: key for key, kind in _TARGETS.items()}
+_DURATIONS = {
+    "every": "every",
+    "misfire-grace": "misfire_grace",
+    "catchup-window": "catchup_window",
+    "start-deadline": "start_deadline",
+    "timeout": "timeout",
+    "backoff": "backoff",
+    "history-retention": "history_retention",
+}
+_TEXTS = {
+    "cron": "cron",
+    "timezone": "timezone",
+    "concurrency-key": "concurrency_key",
+    "overlap": "overlap",
+    "misfire": "misfire",
+    "dst-gap": "dst_gap",
+    "dst-overlap": "dst_overlap",
+}
+_INTS = {"catchup-limit": "catchup_limit", "max-attempts": "max_attempts"}
+FIELDS = (*_TEXTS, *_DURATIONS, *_INTS, "at", "paused", "headers", *_TARGETS)
+_DEFAULTS = {f.name: f.default for f in fields(TaskSpec)}
+
+
+def parse(text: str, env: Mapping[str, str]) -> dict[str, TaskSpec]:
+    """The tasks a file defines, validated as `tasks add` validates them (no database rules),
+    by name in file order; InvalidTask naming the task and the field at fault."""
+    try:
+        document = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise InvalidTask(f"not a valid TOML file: {exc}") from exc
+    specs = {}
+    for name, table in document.items():
+        if not isinstance(table, dict):
+            raise InvalidTask(f"'{name}': each task is a table ([{json.dumps(name)}])")
+        spec = _spec(name, table, env)
+        try:
+            spec.validate()
+        except InvalidTask as exc:
+            raise InvalidTask(f"task '{name}': {exc}") from exc
+        specs[name] = spec
+    return specs
+
+
+def _spec(  # noqa: PLR0912 - one branch per kind of field, in one place
+    name: str, table: dict[str, Any], env: Mapping[str, str]
+) -> TaskSpec:
+    values: dict[str, Any] = {"name": name}
+    table = {k.replace("_", "-"): v for k, v in table.items()}
+
+    def fail(key: str, message: str) -> InvalidTask:
+        return InvalidTask(f"task '{name}': field '{key}': {message}")
+
+    unknown = sorted(set(table) - set(FIELDS))
+    if unknown:
+        raise fail(unknown[0], f"unknown field; the fields are {', '.join(FIELDS)}")
+    targets = [k for k in _TARGETS if k in table]
+    if len(targets) != 1:
+        raise InvalidTask(f"task '{name}': give exactly one of command, http or call")
+    values["executor"] = _TARGETS[targets[0]]
+    for key, value in table.items():
+        if key in _TARGETS:
+            if not isinstance(value, str):
+                raise fail(key, "must be a string")
+            values["target"] = value
+        elif key in _TEXTS:
+            if not isinstance(value, str):
+                raise fail(key, "must be a string")
+            values[_TEXTS[key]] = value
+        elif key in _DURATIONS:
+            values[_DURATIONS[key]] = _duration(value, lambda m, k=key: fail(k, m))
+        elif key in _INTS:
+            if not isinstance(value, int) or isinstance(value, bool):
+                raise fail(key, "must be a whole number")
+            values[_INTS[key]] = value
+        elif key == "paused":
+            if not isinstance(value, bool):
+                raise fail(key, "must be true or false")
+            values["paused"] = value
+        elif key == "headers":
+            if not isinstance(value, dict) or not all(isinstance(v, str) for v in value.values()):
+                raise fail(key, "must be a table of strings")
+            values["headers"], values["header_refs"] = _headers(value, env, fail)
+    if "at" in table:
+        values["at"] = _at(table["at"], values.get("timezone", "UTC"), lambda m: fail("at", m))
+    return TaskSpec(**values)
+
+
+def _duration(value: Any, fail: Any) -> timedelta:
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        if value <= 0:
+            raise fail("must be positive")
+        return timedelta(seconds=value)
+    if not isinstance(value, str):
+        raise fail('must be a duration such as "30s"')
+    try:
+        return parse_duration(value)
+    except ValueError as exc:
+        raise fail(str(exc)) from exc
+
+
+def _at(value: Any, zone: str, fail: Any) -> datetime:
+    if isinstance(value, str):
+        try:
+            value = datetime.fromisoformat(value.replace("Z", "+00:00"))
+        except ValueError as exc:
+            raise fail("not an ISO 8601 instant such as 2030-01-01T09:00") from exc
+    if not isinstance(value, datetime):
+        raise fail("must be a date and time")
+    if value.tzinfo is None:
+        try:
+            value = value.replace(tzinfo=load_zone(zone))
+        except ScheduleError as exc:
+            raise fail(str(exc)) from exc
+    return value
+
+
+def _headers(
+    given: dict[str, str], env: Mapping[str, str], fail: Any
+) -> tuple[tuple[tuple[str, str], ...], tuple[tuple[str, str], ...]]:
+    """The header values with `${VAR}` resolved, and the templates of those that had any."""
+    values, refs = [], []
+    for header, template in given.items():
+        missing = [v for v in _REF.findall(template) if v not in env]
+        if missing:
+            raise fail(
+                "headers", f"header {header} needs the environment variable {missing[0]}, unset"
+            )
+        values.append((header, _REF.sub(lambda m: env[m.group(1)], template)))
+        if _REF.search(template):
+            refs.append((header, template))
+    return tuple(values), tuple(refs)
+
+
+def keep_masked(new: TaskSpec, old: TaskSpec | None, name: str) -> TaskSpec:
+    """`new` with every `***` that `export` wrote for a secret replaced by the stored value;
+    InvalidTask when there is no stored value to keep."""
+    headers, stored = [], dict(old.headers) if old is not None else {}
+    for header, given in new.headers:
+        value = given
+        if value == MASK and dict(new.header_refs).get(header) is None:
+            if header not in stored:
+                raise InvalidTask(
+                    f"task '{name}': field 'headers': header {header} is masked (***) with no "
+                    "stored value to keep; give it or a ${VAR} reference"
+                )
+            value = stored[header]
+        headers.append((header, value))
+    target = new.target
+    if old is not None and MASK in target and target == redact(old.target) != old.target:
+        target = old.target  # a URL exported with its password masked
+    return new.with_changes(headers=tuple(headers), header_refs=new.header_refs, target=target)
+
+
+def render(specs: list[TaskSpec], *, include_secrets: bool = False) -> str:
+    """The tasks as a file `parse` reads back to the same definitions (secrets masked unless
+    `include_secrets`, `${VAR}` references written back as they were given)."""
+    blocks = []
+    for spec in specs:
+        lines = [f"[{json.dumps(spec.name)}]"]
+        target = spec.target
+        if spec.executor == ExecutorKind.HTTP and not include_secrets:
+            target = redact(target)
+        lines.append(f"{_TARGET_OF[ExecutorKind(spec.executor)]} = {json.dumps(target)}")
+        if spec.cron is not None:
+            lines.append(f"cron = {json.dumps(spec.cron)}")
+        if spec.at is not None:
+            lines.append(f"at = {spec.at.isoformat()}")
+        for key, attr in {**_TEXTS, **_DURATIONS, **_INTS}.items():
+            value = getattr(spec, attr)
+            if key == "cron" or value == _DEFAULTS[attr]:
+                continue
+            if isinstance(value, timedelta):
+                value = format_duration(value)
+            lines.append(f"{key} = {json.dumps(value)}")
+        if spec.paused:
+            lines.append("paused = true")
+        if spec.headers:
+            refs = dict(spec.header_refs)
+            shown = {
+                h: refs.get(h) or (MASK if is_secret_header(h) and not include_secrets else v)
+                for h, v in spec.headers
+            }
+            if include_secrets:
+                shown = dict(spec.headers)
+            pairs = ", ".join(f"{json.dumps(h)} = {json.dumps(v)}" for h, v in shown.items())
+            lines.append(f"headers = {{ {pairs} }}")
+        blocks.append("\n".join(lines))
+    return "\n\n".join(blocks) + "\n" if blocks else ""

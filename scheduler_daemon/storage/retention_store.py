@@ -1,0 +1,59 @@
+"""Prunes history older than its retention through the named queries in sql/retention.sql."""
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+import psycopg
+
+from scheduler_daemon.storage import query
+
+# The cursor's start: before every finished occurrence.
+START = (datetime.min.replace(year=1), 0)
+
+
+@dataclass(frozen=True)
+class Batch:
+    """What one batch deleted (or would delete), how many rows it scanned, and the cursor to go
+    on from; `after` None: the scan reached the end."""
+
+    occurrences: int
+    runs: int
+    scanned: int
+    after: tuple[datetime, int] | None
+
+
+def min_override(conn: psycopg.Connection[Any]) -> timedelta | None:
+    return query.run(conn, "retention_min_override")
+
+
+def prune(
+    conn: psycopg.Connection[Any],
+    *,
+    retention: timedelta | None,
+    min_retention: timedelta,
+    after: tuple[datetime, int],
+    scan: int,
+    limit: int,
+    dry_run: bool = False,
+    now: datetime | None = None,
+) -> Batch:
+    """One batch: deletes at most `limit` occurrences (with their runs) of the at most `scan`
+    finished ones after `after`, oldest first; with `dry_run` only counts them."""
+    row = query.run(
+        conn,
+        "retention_preview" if dry_run else "retention_prune",
+        {
+            "retention": retention,
+            "min_retention": min_retention,
+            "after_at": after[0],
+            "after_id": after[1],
+            "scan": scan,
+            "limit": limit,
+            "now": now,
+        },
+    )
+    cursor = None
+    if row["scanned"] >= scan and row["after_at"] is not None:
+        cursor = (row["after_at"], row["after_id"])
+    return Batch(row["occurrences"], row["runs"], row["scanned"], cursor)

@@ -1,0 +1,66 @@
+-- name: retention_min_override :scalar
+-- The shortest history retention a task overrides the fleet's with (task_retention_idx).
+SELECT min(history_retention) FROM task WHERE history_retention IS NOT NULL
+
+-- name: retention_prune :one
+-- Deletes one batch of terminal occurrences, with their runs, older than their task's retention
+-- (its own, else `retention`, the fleet's; NULL: kept). The scan walks occurrence_finished_idx
+-- oldest first from the cursor (`after_at`, `after_id`), at most `scan` rows, below the oldest
+-- cutoff any task can have (`min_retention`). A live task keeps its latest outcome and every
+-- occurrence newer than it (one-shot status, `tasks show`); a deleted task keeps nothing. Rows another
+-- transaction holds are skipped, and nothing with a running run is touched. Returns the counts
+-- and the cursor to go on from (NULL when the scan reached the end).
+WITH scanned AS MATERIALIZED (
+    SELECT o.id, o.finished_at FROM occurrence o
+    WHERE o.finished_at < coalesce(%(now)s::timestamptz, now()) - %(min_retention)s
+      AND (o.finished_at, o.id) > (%(after_at)s::timestamptz, %(after_id)s::bigint)
+    ORDER BY o.finished_at, o.id
+    LIMIT %(scan)s
+), doomed AS MATERIALIZED (
+    SELECT o.id FROM occurrence o
+    JOIN scanned s ON s.id = o.id
+    JOIN task t ON t.id = o.task_id
+    WHERE o.finished_at < coalesce(%(now)s::timestamptz, now())
+                          - coalesce(t.history_retention, %(retention)s)
+      AND (t.deleted_at IS NOT NULL OR (
+            o.occurrence_seq < t.last_outcome_seq AND o.id IS DISTINCT FROM t.last_occurrence_id))
+      AND NOT EXISTS (SELECT 1 FROM run r WHERE r.occurrence_id = o.id AND r.status = 'running')
+    ORDER BY o.id
+    LIMIT %(limit)s
+    FOR UPDATE OF o SKIP LOCKED
+), runs AS (
+    DELETE FROM run r USING doomed WHERE r.occurrence_id = doomed.id RETURNING r.id
+), occurrences AS (
+    DELETE FROM occurrence o USING doomed WHERE o.id = doomed.id RETURNING o.id
+), last AS (
+    SELECT finished_at, id FROM scanned ORDER BY finished_at DESC, id DESC LIMIT 1
+)
+SELECT (SELECT count(*) FROM occurrences) AS occurrences, (SELECT count(*) FROM runs) AS runs,
+    (SELECT count(*) FROM scanned) AS scanned,
+    (SELECT finished_at FROM last) AS after_at, (SELECT id FROM last) AS after_id
+
+-- name: retention_preview :one
+-- What retention_prune would delete in the same scan, without locking or deleting anything.
+WITH scanned AS MATERIALIZED (
+    SELECT o.id, o.finished_at FROM occurrence o
+    WHERE o.finished_at < coalesce(%(now)s::timestamptz, now()) - %(min_retention)s
+      AND (o.finished_at, o.id) > (%(after_at)s::timestamptz, %(after_id)s::bigint)
+    ORDER BY o.finished_at, o.id
+    LIMIT %(scan)s
+), doomed AS MATERIALIZED (
+    SELECT o.id FROM occurrence o
+    JOIN scanned s ON s.id = o.id
+    JOIN task t ON t.id = o.task_id
+    WHERE o.finished_at < coalesce(%(now)s::timestamptz, now())
+                          - coalesce(t.history_retention, %(retention)s)
+      AND (t.deleted_at IS NOT NULL OR (
+            o.occurrence_seq < t.last_outcome_seq AND o.id IS DISTINCT FROM t.last_occurrence_id))
+      AND NOT EXISTS (SELECT 1 FROM run r WHERE r.occurrence_id = o.id AND r.status = 'running')
+), last AS (
+    SELECT finished_at, id FROM scanned ORDER BY finished_at DESC, id DESC LIMIT 1
+)
+SELECT (SELECT count(*) FROM doomed) AS occurrences,
+    (SELECT count(*) FROM run r JOIN doomed d ON d.id = r.occurrence_id) AS runs,
+    (SELECT count(*) FROM scanned) AS scanned,
+    (SELECT finished_at FROM last) AS after_at, (SELECT id FROM last) AS after_id
+
