@@ -73,6 +73,8 @@ def _plan(url: str, name: str, params: dict[str, Any]) -> str:
             "run_takeover_idx",
         ),
         ("occurrence_expired_claims", {"after": 0, "limit": 10}, ("occurrence_claim_expiry_idx",)),
+        # A sequential scan of every task in every reconcile pass before revision 0010.
+        ("task_unfinished_one_shots", {"after": 0, "limit": 10}, ("task_running_one_shot_idx",)),
     ],
 )
 def test_hot_statements_use_their_named_index_on_a_seeded_table(seeded, name, params, indexes):
