@@ -1,3 +1,12 @@
+-- fragment: run_row
+-- The run row of docs/cli.md (domain.run.HistoryRow; tests/unit/test_rows.py holds them equal),
+-- over `run r JOIN occurrence o JOIN task t`: run_history, run_get, run_list_for_occurrence.
+r.id, o.id AS occurrence_id, o.occurrence_seq, o.task_id, t.name AS task_name,
+    o.scheduled_for, o.trigger, r.attempt, r.status, o.reason, r.owner AS instance_id,
+    r.started_at, r.finished_at, r.exit_code, r.http_status, r.error, o.firing_count,
+    o.last_scheduled_for, r.lease_token,
+    CASE WHEN r.status = 'running' THEN o.cancel_requested_at END AS cancel_requested_at
+
 -- name: run_history :many
 -- One page of history, newest occurrence first: within an occurrence its own row first, then its
 -- runs, newest first. A run row per attempt, plus an occurrence row (id NULL) for an occurrence
@@ -8,14 +17,9 @@
 -- a status) backwards; the occurrence branch walks occurrence_own_row_idx (its statuses written
 -- out: OWN_HISTORY_ROW) backwards, no further down than the run branch's page reached when that
 -- page is full, so neither scans the whole history. Its columns are the run row of docs/cli.md
--- (domain.run.HistoryRow); run_get and run_list_for_occurrence select the same list
--- (tests/unit/test_rows.py holds them equal).
+-- (run_row below, domain.run.HistoryRow); run_get and run_list_for_occurrence select it too.
 WITH runs AS MATERIALIZED (
-    SELECT r.id, o.id AS occurrence_id, o.occurrence_seq, o.task_id, t.name AS task_name,
-        o.scheduled_for, o.trigger, r.attempt, r.status, o.reason, r.owner AS instance_id,
-        r.started_at, r.finished_at, r.exit_code, r.http_status, r.error, o.firing_count,
-        o.last_scheduled_for, r.lease_token,
-        CASE WHEN r.status = 'running' THEN o.cancel_requested_at END AS cancel_requested_at
+    SELECT {{run_row}}
     FROM run r JOIN occurrence o ON o.id = r.occurrence_id JOIN task t ON t.id = o.task_id
     WHERE (%(status)s::text IS NULL OR r.status = %(status)s)
       AND (%(status)s::text IS NULL OR %(status)s = ANY(%(run_statuses)s::text[]))
@@ -56,22 +60,14 @@ LIMIT %(limit)s
 
 -- name: run_get :one
 -- One run as a run row plus the run detail of docs/cli.md (domain.run.RunDetail).
-SELECT r.id, o.id AS occurrence_id, o.occurrence_seq, o.task_id, t.name AS task_name,
-    o.scheduled_for, o.trigger, r.attempt, r.status, o.reason, r.owner AS instance_id,
-    r.started_at, r.finished_at, r.exit_code, r.http_status, r.error, o.firing_count,
-    o.last_scheduled_for, r.lease_token,
-    CASE WHEN r.status = 'running' THEN o.cancel_requested_at END AS cancel_requested_at,
+SELECT {{run_row}},
     o.status AS occurrence_status, r.lease_expires_at, r.takeover_at, r.finished_by, r.output_tail
 FROM run r JOIN occurrence o ON o.id = r.occurrence_id JOIN task t ON t.id = o.task_id
 WHERE r.id = %(id)s
 
 -- name: run_list_for_occurrence :many
 -- The runs of one occurrence, oldest first, in run_get's shape.
-SELECT r.id, o.id AS occurrence_id, o.occurrence_seq, o.task_id, t.name AS task_name,
-    o.scheduled_for, o.trigger, r.attempt, r.status, o.reason, r.owner AS instance_id,
-    r.started_at, r.finished_at, r.exit_code, r.http_status, r.error, o.firing_count,
-    o.last_scheduled_for, r.lease_token,
-    CASE WHEN r.status = 'running' THEN o.cancel_requested_at END AS cancel_requested_at,
+SELECT {{run_row}},
     o.status AS occurrence_status, r.lease_expires_at, r.takeover_at, r.finished_by, r.output_tail
 FROM run r JOIN occurrence o ON o.id = r.occurrence_id JOIN task t ON t.id = o.task_id
 WHERE r.occurrence_id = %(occurrence_id)s

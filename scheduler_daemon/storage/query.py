@@ -8,6 +8,10 @@ A file holds blocks of the form::
 
 Cardinalities: `:one` (a row or None), `:many` (all rows), `:scalar` (first column of the first row
 or None), `:rowcount` (number of rows touched: a fenced write learns it lost from a 0).
+
+A block headed `-- fragment: run_row` is no statement: it is text that statements of any file
+include as `{{run_row}}` (one column list several statements select, written once). An unknown
+or unused fragment is an error.
 """
 
 import re
@@ -21,6 +25,9 @@ from scheduler_daemon.storage.resource import resource_dir
 
 CARDINALITIES = ("one", "many", "scalar", "rowcount")
 _HEADER = re.compile(r"^--\s*name:\s*(?P<name>[a-z][a-z0-9_]*)\s+:(?P<card>[a-z]+)\s*$")
+_FRAGMENT_HEADER = re.compile(r"^--\s*fragment:\s*(?P<name>[a-z][a-z0-9_]*)\s*$")
+_INCLUDE = re.compile(r"\{\{(?P<name>[a-z][a-z0-9_]*)\}\}")
+FRAGMENT = "fragment"  # the cardinality a fragment block is parsed with
 
 
 class QueryError(RuntimeError):
@@ -55,11 +62,16 @@ def parse(text: str, source: str) -> list[Query]:
 
     for line in text.splitlines():
         header = _HEADER.match(line.strip())
+        fragment = _FRAGMENT_HEADER.match(line.strip())
         if header:
             flush()
             name, card = header["name"], header["card"]
             if card not in CARDINALITIES:
                 raise QueryError(f"{source}: query {name} has unknown cardinality :{card}")
+            doc, body = [], []
+        elif fragment:
+            flush()
+            name, card = fragment["name"], FRAGMENT
             doc, body = [], []
         elif name is not None and not body and line.strip().startswith("--"):
             doc.append(line.strip()[2:].strip())
@@ -80,7 +92,23 @@ def load(directory: Path) -> dict[str, Query]:
                 first = found[query.name].source
                 raise QueryError(f"query {query.name} is defined in {first} and {query.source}")
             found[query.name] = query
-    return found
+    fragments = {n: q.sql for n, q in found.items() if q.cardinality == FRAGMENT}
+    used: set[str] = set()
+
+    def include(match: re.Match[str]) -> str:
+        if match["name"] not in fragments:
+            raise QueryError(f"unknown fragment {{{{{match['name']}}}}}")
+        used.add(match["name"])
+        return fragments[match["name"]]
+
+    statements = {
+        n: Query(q.name, q.cardinality, q.doc, _INCLUDE.sub(include, q.sql), q.source)
+        for n, q in found.items()
+        if q.cardinality != FRAGMENT
+    }
+    if unused := set(fragments) - used:
+        raise QueryError(f"fragment(s) {', '.join(sorted(unused))} included by no statement")
+    return statements
 
 
 QUERIES: dict[str, Query] = load(resource_dir("sql"))

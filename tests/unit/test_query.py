@@ -42,6 +42,33 @@ def test_a_name_defined_twice_is_refused(tmp_path: Path) -> None:
         load(tmp_path)
 
 
+def test_a_fragment_is_written_once_and_included_by_the_statements_of_any_file(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "a.sql").write_text("-- fragment: cols\n-- The columns.\nid, name\n")
+    (tmp_path / "b.sql").write_text(
+        "-- name: x_get :one\n-- One.\nSELECT {{cols}} FROM x\n\n"
+        "-- name: x_list :many\n-- All.\nSELECT {{cols}}, extra FROM x\n"
+    )
+    found = load(tmp_path)
+    assert set(found) == {"x_get", "x_list"}  # a fragment is no statement
+    assert found["x_get"].sql == "SELECT id, name FROM x"
+    assert found["x_list"].sql == "SELECT id, name, extra FROM x"
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("-- name: x_get :one\nSELECT {{nope}} FROM x\n", "unknown fragment {{nope}}"),
+        ("-- fragment: cols\nid\n\n-- name: x_get :one\nSELECT 1\n", "included by no statement"),
+    ],
+)
+def test_an_unknown_or_unused_fragment_is_refused(tmp_path: Path, text: str, message: str) -> None:
+    (tmp_path / "a.sql").write_text(text)
+    with pytest.raises(QueryError, match=re.escape(message)):
+        load(tmp_path)
+
+
 def test_every_query_is_run_by_exactly_one_place_in_the_package() -> None:
     source = "\n".join(p.read_text() for p in PACKAGE.rglob("*.py"))
     uses = {name: len(re.findall(rf'"{name}"', source)) for name in QUERIES}
