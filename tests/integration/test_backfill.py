@@ -10,6 +10,7 @@ from typing import Any
 import psycopg
 import pytest
 
+from scheduler_daemon.client import Client
 from scheduler_daemon.domain.status import OverlapPolicy
 from scheduler_daemon.domain.task import TaskSpec
 from scheduler_daemon.storage import occurrence_store
@@ -152,9 +153,10 @@ def test_two_backfills_at_once_queue_each_firing_once(client, database_url) -> N
     results: list[Any] = []
     errors: list[BaseException] = []
 
-    def backfill() -> None:
+    def backfill() -> None:  # each its own Client: one Client's calls take turns on its connection
         try:
-            results.append(client.backfill(task.id, start=start, end=end, requested_by="t"))
+            with Client(database_url) as own:
+                results.append(own.backfill(task.id, start=start, end=end, requested_by="t"))
         except BaseException as exc:  # reported by the main thread
             errors.append(exc)
 
@@ -232,7 +234,7 @@ def test_a_forbid_task_runs_its_backfill_one_after_another_in_firing_order(
     client.backfill(
         task.id, start=_utc("2026-06-05T00:00"), end=_utc("2026-06-05T12:00"), requested_by="test"
     )
-    assert client.trigger(task.id, requested_by="test")["status"] == "skipped"
+    assert client.trigger(task.id, requested_by="test").status == "skipped"
 
 
 def test_a_range_over_max_is_refused_in_one_line_and_a_dry_run_writes_nothing(

@@ -188,7 +188,7 @@ def test_a_cursor_after_an_occurrence_row_continues_with_that_occurrences_runs(
     assert [(r.occurrence_id, r.id) for r in page.rows] == [(requeued, None)]
     assert page.after == str(requeued)
     (failed,) = client.runs_page(limit=1, after=page.after).rows
-    assert (failed["occurrence_id"], failed["status"]) == (requeued, "failed")
+    assert (failed.occurrence_id, failed.status) == (requeued, "failed")
 
 
 @pytest.mark.parametrize("cursor", ["x", "12:", ":3", "1:2:3", "-4", "1.5"])
