@@ -252,6 +252,8 @@ CREATE UNIQUE INDEX task_name_key ON public.task USING btree (name) WHERE (delet
 
 CREATE INDEX task_retention_idx ON public.task USING btree (history_retention) WHERE (history_retention IS NOT NULL);
 
+CREATE INDEX task_running_one_shot_idx ON public.task USING btree (id) WHERE ((schedule_kind = 'once'::text) AND (status = 'running'::text) AND (deleted_at IS NULL));
+
 CREATE TRIGGER task_event_on_change AFTER UPDATE ON public.task FOR EACH ROW WHEN ((((((((((((old.schedule_kind IS DISTINCT FROM new.schedule_kind) OR (old.cron_expr IS DISTINCT FROM new.cron_expr)) OR (old.every IS DISTINCT FROM new.every)) OR (old.run_at IS DISTINCT FROM new.run_at)) OR (old.anchor_at IS DISTINCT FROM new.anchor_at)) OR (old.timezone IS DISTINCT FROM new.timezone)) OR (old.dst_gap IS DISTINCT FROM new.dst_gap)) OR (old.dst_overlap IS DISTINCT FROM new.dst_overlap)) OR (old.paused IS DISTINCT FROM new.paused)) OR ((old.parked_at IS NULL) IS DISTINCT FROM (new.parked_at IS NULL))) OR ((old.deleted_at IS NULL) IS DISTINCT FROM (new.deleted_at IS NULL)))) EXECUTE FUNCTION task_event_record();
 
 CREATE TRIGGER task_event_on_insert AFTER INSERT ON public.task FOR EACH ROW EXECUTE FUNCTION task_event_record();
