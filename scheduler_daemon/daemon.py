@@ -215,7 +215,7 @@ class Daemon:
         self._register()
         pool = make_pool(self.url, max_size=2, name=f"scheduler-daemon {self.instance_id}")
         pool.open(wait=False)
-        executors = make_executors(self.wake, self.spool_dir)
+        executors = make_executors(self.wake, self.spool_dir, concurrency=self.settings.concurrency)
         dispatcher = Dispatcher(
             pool, instance_id=self.instance_id, batch=self.settings.dispatch_batch
         )

@@ -1,10 +1,12 @@
 """Writes occurrence rows (and the runs they own) through sql/occurrence.sql and sql/run.sql."""
 
+from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
 import psycopg
 
+from scheduler_daemon.domain.claim import Claim, Launched
 from scheduler_daemon.domain.status import FINISHED, NOT_STARTED
 from scheduler_daemon.storage import query
 
@@ -76,24 +78,61 @@ def queue_depth(conn: psycopg.Connection[Any]) -> int:
     return int(query.run(conn, "occurrence_queue_depth"))
 
 
+def free_budget(conn: psycopg.Connection[Any]) -> int:
+    """The fleet budget's free slots; run after `fleet_store.lock_budget`, in its own statement."""
+    return int(query.run(conn, "occurrence_free_budget"))
+
+
 def claim(
-    conn: psycopg.Connection[Any], *, owner: str, limit: int, claim_ttl: timedelta
-) -> list[dict[str, Any]]:
+    conn: psycopg.Connection[Any],
+    *,
+    owner: str,
+    limit: int,
+    claim_ttl: timedelta,
+    now: datetime | None = None,
+) -> list[Claim]:
     """Claims up to `limit` startable occurrences (status launching, token raised)."""
     if limit <= 0:
         return []
-    return query.run(
-        conn, "occurrence_claim", {"owner": owner, "limit": limit, "claim_ttl": claim_ttl}
+    rows = query.run(
+        conn,
+        "occurrence_claim",
+        {"owner": owner, "limit": limit, "claim_ttl": claim_ttl, "now": now},
     )
+    return [Claim.from_row(row) for row in rows]
 
 
 def launch(
-    conn: psycopg.Connection[Any], occurrence_id: int, *, owner: str, token: int
-) -> dict[str, Any] | None:
-    """Moves our claim to running; None when it is no longer ours (fenced)."""
-    return query.run(
-        conn, "occurrence_launch", {"id": occurrence_id, "owner": owner, "token": token}
+    conn: psycopg.Connection[Any],
+    claims: Sequence[Claim],
+    *,
+    owner: str,
+    ttl: timedelta,
+    grace: timedelta,
+    now: datetime | None = None,
+) -> dict[int, Launched]:
+    """Moves our claims to running and creates their runs in one statement, leased on the
+    database clock until now + ttl (takeover after that + grace), naming this build (its schema
+    head). By occurrence id; a claim missing from the result is no longer ours (fenced)."""
+    from scheduler_daemon.storage.migration import head_revision  # alembic: load on first use
+
+    if not claims:
+        return {}
+    ordered = sorted(claims, key=lambda c: c.id)
+    rows = query.run(
+        conn,
+        "occurrence_launch",
+        {
+            "ids": [c.id for c in ordered],
+            "tokens": [c.lease_token for c in ordered],
+            "owner": owner,
+            "ttl": ttl,
+            "grace": grace,
+            "build_revision": head_revision(),
+            "now": now,
+        },
     )
+    return {row["occurrence_id"]: Launched.from_row(row) for row in rows}
 
 
 def release_claims(conn: psycopg.Connection[Any], owner: str) -> int:
@@ -102,6 +141,35 @@ def release_claims(conn: psycopg.Connection[Any], owner: str) -> int:
 
 def lock(conn: psycopg.Connection[Any], occurrence_id: int) -> dict[str, Any] | None:
     return query.run(conn, "occurrence_lock", {"id": occurrence_id})
+
+
+def lock_many(conn: psycopg.Connection[Any], ids: Sequence[int]) -> dict[int, dict[str, Any]]:
+    """Locks the occurrences `ids` in id order (after their tasks); by id."""
+    rows = query.run(conn, "occurrence_lock_many", {"ids": sorted(set(ids))})
+    return {row["id"]: row for row in rows}
+
+
+def finish_many(
+    conn: psycopg.Connection[Any], finals: Sequence[tuple[int, int, str, str | None, str | None]]
+) -> set[int]:
+    """Records (id, token, status, error, reason) final statuses in one fenced statement;
+    returns the ids written (a missing one was fenced)."""
+    if not finals:
+        return set()
+    ids, tokens, statuses, errors, reasons = zip(*sorted(finals), strict=True)
+    rows = query.run(
+        conn,
+        "occurrence_finish_many",
+        {
+            "ids": list(ids),
+            "tokens": list(tokens),
+            "statuses": list(statuses),
+            "errors": list(errors),
+            "reasons": list(reasons),
+            "now": None,
+        },
+    )
+    return {row["id"] for row in rows}
 
 
 def finish(

@@ -1,5 +1,6 @@
 """Reads and writes task rows through the named queries in sql/task.sql."""
 
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
@@ -223,6 +224,36 @@ def record_outcome(
     )
 
 
+def record_outcomes(conn: psycopg.Connection[Any], outcomes: Sequence[dict[str, Any]]) -> int:
+    """`record_outcome` for a batch of locked tasks in one statement. Each dict has the keys of
+    record_outcome's arguments (task_id, occurrence_id, occurrence_seq, scheduled_for, status,
+    error, lifecycle); per task only the newest (highest occurrence_seq) is sent."""
+    newest: dict[int, dict[str, Any]] = {}
+    for o in outcomes:
+        seen = newest.get(o["task_id"])
+        if seen is None or o["occurrence_seq"] > seen["occurrence_seq"]:
+            newest[o["task_id"]] = o
+    if not newest:
+        return 0
+    rows = [newest[task_id] for task_id in sorted(newest)]
+    return int(
+        query.run(
+            conn,
+            "task_record_outcome_many",
+            {
+                "task_ids": [o["task_id"] for o in rows],
+                "occurrence_ids": [o["occurrence_id"] for o in rows],
+                "seqs": [o["occurrence_seq"] for o in rows],
+                "scheduled_fors": [o["scheduled_for"] for o in rows],
+                "statuses": [o["status"] for o in rows],
+                "errors": [o["error"] for o in rows],
+                "lifecycles": [o["lifecycle"] for o in rows],
+                "now": None,
+            },
+        )
+    )
+
+
 def next_due(conn: psycopg.Connection[Any]) -> datetime | None:
     return query.run(conn, "task_next_due")
 
@@ -232,6 +263,12 @@ def lock_row(conn: psycopg.Connection[Any], task_id: int) -> TaskRecord | None:
     None when no such row exists."""
     row = query.run(conn, "task_lock", {"id": task_id})
     return None if row is None else record(row)
+
+
+def lock_many(conn: psycopg.Connection[Any], ids: Sequence[int]) -> dict[int, TaskRecord]:
+    """Locks the tasks `ids` in id order, deleted or not; by id (a missing id has no row)."""
+    rows = query.run(conn, "task_lock_many", {"ids": sorted(set(ids))})
+    return {row["id"]: record(row) for row in rows}
 
 
 def unfinished_one_shots(

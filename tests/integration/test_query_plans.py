@@ -64,8 +64,8 @@ def _plan(url: str, name: str, params: dict[str, Any]) -> str:
         ("task_claim_due", {"limit": 10, "now": None}, ("task_due_idx",)),
         (
             "occurrence_claim",
-            {"limit": 10, "owner": "o", "claim_ttl": timedelta(seconds=5)},
-            "occurrence_queue_idx",
+            {"limit": 10, "owner": "o", "claim_ttl": timedelta(seconds=5), "now": None},
+            ("occurrence_queue_idx",),
         ),
         (
             "run_takeover_candidates",
@@ -85,7 +85,7 @@ def test_the_claim_locks_no_more_rows_than_its_limit_on_a_large_queue(seeded) ->
     with psycopg.connect(seeded) as conn:
         rows = conn.execute(
             queries.QUERIES["occurrence_claim"].sql,
-            {"limit": 3, "owner": "o", "claim_ttl": timedelta(seconds=5)},
+            {"limit": 3, "owner": "o", "claim_ttl": timedelta(seconds=5), "now": None},
         )
         assert len(rows.fetchall()) == 3
         launching = conn.execute("SELECT count(*) FROM occurrence WHERE status = 'launching'")
