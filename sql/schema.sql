@@ -117,8 +117,6 @@ CREATE TABLE occurrence (
 
 CREATE INDEX occurrence_claim_expiry_idx ON public.occurrence USING btree (claim_expires_at) WHERE (status = 'launching'::text);
 
-CREATE INDEX occurrence_executing_idx ON public.occurrence USING btree (id) WHERE (status = ANY (ARRAY['launching'::text, 'running'::text]));
-
 CREATE UNIQUE INDEX occurrence_forbid_active_key ON public.occurrence USING btree (task_id) WHERE ((overlap = 'forbid'::text) AND (status = ANY (ARRAY['queued'::text, 'launching'::text, 'running'::text])));
 
 CREATE INDEX occurrence_key_active_idx ON public.occurrence USING btree (concurrency_key, scheduled_for, id) WHERE ((concurrency_key IS NOT NULL) AND (status = ANY (ARRAY['queued'::text, 'launching'::text, 'running'::text])));
