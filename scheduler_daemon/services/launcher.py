@@ -38,8 +38,8 @@ class LaunchResult:
 class Launcher:
     """Admission: under the budget's transaction-scoped advisory lock (one lock per batch, no
     counter row), count what executes fleet-wide and claim at most min(free budget, free local
-    slots) in one statement. Launch: one transaction, one statement, moves the whole batch to
-    running and creates its runs; then the jobs start."""
+    slots) in one statement. Launch, in the same transaction: one statement moves the whole
+    batch to running and creates its runs. Then, after the commit, the jobs start."""
 
     def __init__(
         self,
@@ -72,19 +72,9 @@ class Launcher:
                 claim_ttl=self.settings.claim_ttl,
                 now=now,
             )
-        result.claimed = len(claims)
-        if not claims:
-            return result
-        for claim in claims:
-            log.info(
-                "occurrence_claimed",
-                task_id=claim.task_id,
-                occurrence_id=claim.id,
-                instance_id=self.instance_id,
-                lease_token=claim.lease_token,
-            )
-        sent = time.monotonic()  # the leases start no earlier than this on the database clock
-        with pooled_transaction(self.pool) as conn:
+            # In the claim's transaction: the run exists before any job starts (KNOWN-FAILURES
+            # 7), and no claim is ever seen `launching` by others, so none expires unlaunched.
+            sent = time.monotonic()  # the leases start no earlier than this (database clock)
             launched = occurrence_store.launch(
                 conn,
                 claims,
@@ -92,6 +82,15 @@ class Launcher:
                 ttl=self.settings.lease_ttl,
                 grace=self.settings.lease_grace,
                 now=now,
+            )
+        result.claimed = len(claims)
+        for claim in claims:
+            log.info(
+                "occurrence_claimed",
+                task_id=claim.task_id,
+                occurrence_id=claim.id,
+                instance_id=self.instance_id,
+                lease_token=claim.lease_token,
             )
         deadline = self.settings.trust_deadline(sent)
         for claim in claims:

@@ -12,6 +12,8 @@ from scheduler_daemon.storage import query as queries
 from tests.support import query
 
 SEEDED = 20_000
+SECOND = timedelta(seconds=1)
+BATCH = {"ids": [1, 2], "tokens": [1, 1], "owner": "o", "build_revision": "x", "now": None}
 
 
 @pytest.fixture
@@ -73,6 +75,45 @@ def _plan(url: str, name: str, params: dict[str, Any]) -> str:
             "run_takeover_idx",
         ),
         ("occurrence_expired_claims", {"after": 0, "limit": 10}, ("occurrence_claim_expiry_idx",)),
+        # The batched hot path reaches each row of its batch through the primary key.
+        (
+            "occurrence_launch",
+            {**BATCH, "ttl": SECOND, "grace": SECOND},
+            ("occurrence_pkey",),
+        ),
+        ("occurrence_lock_many", {"ids": [1, 2]}, ("occurrence_pkey",)),
+        (
+            "occurrence_finish_many",
+            {**BATCH, "statuses": ["success"] * 2, "errors": [None] * 2, "reasons": [None] * 2},
+            ("occurrence_pkey",),
+        ),
+        (
+            "run_finish_many",
+            {
+                **BATCH,
+                "statuses": ["success"] * 2,
+                "exit_codes": [0, 0],
+                "http_statuses": [None] * 2,
+                "output_tails": [None] * 2,
+                "errors": [None] * 2,
+            },
+            ("run_pkey",),
+        ),
+        ("task_lock_many", {"ids": [1, 2]}, ("task_pkey",)),
+        (
+            "task_record_outcome_many",
+            {
+                "task_ids": [1, 2],
+                "occurrence_ids": [1, 2],
+                "seqs": [1, 2],
+                "scheduled_fors": [None] * 2,
+                "statuses": ["success"] * 2,
+                "errors": [None] * 2,
+                "lifecycles": ["completed"] * 2,
+                "now": None,
+            },
+            ("task_pkey",),
+        ),
     ],
 )
 def test_hot_statements_use_their_named_index_on_a_seeded_table(seeded, name, params, indexes):
