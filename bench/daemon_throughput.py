@@ -83,7 +83,9 @@ def start_daemons(url: str, count: int, record: Path, extra: list[str]) -> list[
             env=env,
             cwd=ROOT,
             stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
+            stderr=open(os.environ["BENCH_LOG_DIR"] + f"/bench{i}.log", "w")
+            if os.environ.get("BENCH_LOG_DIR")
+            else subprocess.DEVNULL,
         )
         for i in range(count)
     ]
@@ -143,7 +145,11 @@ def lag(rate: float, seconds: float, daemons: int, extra: list[str]) -> None:
                 "jsonb_build_object('target', %s::text), 'allow', %s) RETURNING id",
                 (f"lag{i}", at, TARGET, at),
             ).fetchone()
-            conn.execute("SELECT pg_notify('scheduler_daemon_wakeup', 'task')")
+            # What Client.add_task sends: the wake-up carries the due time.
+            conn.execute(
+                "SELECT pg_notify('scheduler_daemon_wakeup', 'task_added ' || %s::text)",
+                (at.isoformat(),),
+            )
             due[task_id] = at
             time.sleep(max(0.0, t0 + (i + 1) / rate - time.monotonic()))
     deadline = time.monotonic() + 30
@@ -159,6 +165,12 @@ def lag(rate: float, seconds: float, daemons: int, extra: list[str]) -> None:
     lags = sorted(
         (start - due[run_task[run_id]].timestamp()) * 1000 for run_id, start, _ in records(record)
     )
+    if os.environ.get("BENCH_LAG_TRACE"):
+        ordered = [
+            round((start - due[run_task[run_id]].timestamp()) * 1000)
+            for run_id, start, _ in sorted(records(record), key=lambda r: r[1])
+        ]
+        print("lags in start order (ms):", ordered[:: max(1, len(ordered) // 40)])
     q = statistics.quantiles(lags, n=100)
     print(
         f"lag daemons={daemons} rate={rate}/s firings={len(lags)}/{n}: "

@@ -64,8 +64,9 @@ class Client:
             db_now = task_store.clock(conn, now)
             spec = spec.with_changes(anchor=db_now)
             spec.validate(db_now)
-            instance_store.notify_wakeup(conn, "task_added")
-            return task_store.insert(conn, spec, spec.schedule().next_after(db_now))
+            added = task_store.insert(conn, spec, spec.schedule().next_after(db_now))
+            instance_store.notify_task_added(conn, added.next_run_at)
+            return added
 
     def update_task(
         self, ref: str | int, *, now: datetime | None = None, **changes: Any

@@ -33,6 +33,9 @@ class LaunchResult:
     launched: int = 0
     fenced: int = 0
     started: list[Started] = field(default_factory=list)
+    # The claim did not see the end of the queue (no free slot or budget, or a full batch): a
+    # claim may find more without any new wake-up.
+    more: bool = False
 
 
 class Launcher:
@@ -61,14 +64,15 @@ class Launcher:
         result = LaunchResult()
         free_slots = self.settings.concurrency - len(self.held)
         if free_slots <= 0:
+            result.more = True
             return result
         with pooled_transaction(self.pool) as conn:
             fleet_store.lock_budget(conn)  # its own statement: the count below sees every claim
-            free_budget = occurrence_store.free_budget(conn)
+            limit = min(occurrence_store.free_budget(conn), free_slots)
             claims = occurrence_store.claim(
                 conn,
                 owner=self.instance_id,
-                limit=min(free_budget, free_slots),
+                limit=limit,
                 claim_ttl=self.settings.claim_ttl,
                 now=now,
             )
@@ -84,6 +88,7 @@ class Launcher:
                 now=now,
             )
         result.claimed = len(claims)
+        result.more = len(claims) >= limit
         for claim in claims:
             log.info(
                 "occurrence_claimed",
