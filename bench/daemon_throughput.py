@@ -3,8 +3,8 @@
 Throughput: N manual occurrences of one `allow` python task (`bench.noop_job:noop`) are queued
 first, then W daemons start; jobs/s = N / (last job end - first job start), from the jobs' own
 records; transactions per occurrence from pg_stat_database.xact_commit before and after.
-Latency (--lag): one-shot tasks are added at R/s, each due 2 s later; lag = job start wall time
-minus due time (same host, so the same clock).
+Latency (--lag): after a warm-up burst of jobs, one-shot tasks are added at R/s, each due 2 s
+later; lag = job start wall time minus due time (same host, so the same clock).
 
     python bench/daemon_throughput.py --occurrences 3000 --daemons 1 3 [--lag --rate 50]
 """
@@ -132,7 +132,15 @@ def lag(rate: float, seconds: float, daemons: int, extra: list[str]) -> None:
     url = database("sd_bench_lag")
     record = Path(tempfile.mkdtemp()) / "jobs.txt"
     procs = start_daemons(url, daemons, record, extra)
-    time.sleep(3)  # let them register and start their workers
+    # Warm up as a long-running fleet is: run a burst of jobs first, so every daemon has started
+    # its python workers (cold starts take 0.3-1.5 s each on a busy host), then measure.
+    warm = 3 * daemons * int(extra[extra.index("--concurrency") + 1])
+    seed(url, warm)
+    deadline = time.monotonic() + 120
+    while len(records(record)) < warm and time.monotonic() < deadline:
+        time.sleep(0.2)
+    time.sleep(3)  # the workers started after the burst come up too
+    record.unlink()
     due: dict[str, datetime] = {}
     n = int(rate * seconds)
     with psycopg.connect(url, autocommit=True) as conn:
