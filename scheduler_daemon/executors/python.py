@@ -117,7 +117,6 @@ class PythonExecutor:
         os.set_blocking(self._wake_r, False)
         os.set_blocking(self._wake_w, False)
         self._monitor: threading.Thread | None = None
-        self._warmer: threading.Thread | None = None
 
     # -- the Executor protocol ------------------------------------------------------------------
 
@@ -138,11 +137,6 @@ class PythonExecutor:
                     target=self._watch, name="python-executor-monitor", daemon=True
                 )
                 self._monitor.start()
-            if self._warmer is None:  # once python jobs run here, keep workers ready for them
-                self._warmer = threading.Thread(
-                    target=self._warm, name="python-executor-warmer", daemon=True
-                )
-                self._warmer.start()
         try:
             worker = worker or _Worker()
         except OSError as exc:
@@ -170,8 +164,6 @@ class PythonExecutor:
         for job in jobs:
             self.stop_job(job, "executor closed")
         self._poke()  # an idle monitor learns it is closed
-        if self._warmer is not None:
-            self._warmer.join()  # it stops at the next worker; what it started is idle below
         if monitor is not None:
             # The stop grace kills what does not return; the monitor reaps it and then exits.
             monitor.join(STOP_GRACE_SECONDS + _CLOSE_MARGIN_SECONDS)
@@ -189,25 +181,6 @@ class PythonExecutor:
         os.close(self._wake_r)
         os.close(self._wake_w)
         self.spool.close()
-
-    def _warm(self) -> None:
-        """Starts idle workers in the background until `max_idle` exist, so a burst of jobs
-        after the first one does not wait for cold worker starts (0.3-1.5 s each on a busy
-        host)."""
-        while True:
-            with self._lock:
-                if self._closed or len(self._idle) + len(self._busy) >= self.max_idle:
-                    return
-            try:
-                worker = _Worker()
-            except OSError:
-                return
-            with self._lock:
-                if not self._closed:
-                    self._idle.append(worker)
-                    continue
-            worker.discard()
-            return
 
     # -- per-job requests -----------------------------------------------------------------------
 
