@@ -147,8 +147,8 @@ def main() -> None:
     tps = pgbench_tps(database("sd_bench_pgbench"), args.replicas, max(5, round(elapsed)))
     print(f"replicas={args.replicas} occurrences={completed} elapsed={elapsed:.2f}s")
     print(
-        f"scheduler-daemon: {per_second:,.0f} occurrences/s, each a share of a budgeted claim "
-        "transaction, a launch transaction and a fenced completion transaction"
+        f"scheduler-daemon: {per_second:,.0f} occurrences/s, each a share of a budgeted claim and "
+        "launch transaction and of a fenced completion transaction (batches)"
     )
     print(f"pgbench -N (simple update), same server, {args.replicas} clients: {tps:,.0f} tps")
     print(

@@ -143,8 +143,9 @@ class Client:
         db_now = task_store.clock(conn, now)
         spec = spec.with_changes(anchor=db_now)
         spec.validate(db_now)
-        instance_store.notify_wakeup(conn, "task_added")
-        return task_store.insert(conn, spec, spec.schedule().next_after(db_now), source=source)
+        added = task_store.insert(conn, spec, spec.schedule().next_after(db_now), source=source)
+        instance_store.notify_task_added(conn, added.next_run_at)
+        return added
 
     def add_tasks(
         self, specs: Iterable[TaskSpec], *, now: datetime | None = None
@@ -169,8 +170,10 @@ class Client:
                 if spec.at is not None:  # the one rule that needs the clock (validated above)
                     _named(spec, functools.partial(spec.validate, db_now))
                 ready.append((spec, spec.schedule().next_after(db_now)))
-            instance_store.notify_wakeup(conn, "task_added")
-            return task_store.insert_many(conn, ready)
+            added = task_store.insert_many(conn, ready)
+            due = [t.next_run_at for t in added if t.next_run_at is not None]
+            instance_store.notify_task_added(conn, min(due, default=None))
+            return added
 
     def update_task(
         self, ref: str | int, *, now: datetime | None = None, **changes: Any

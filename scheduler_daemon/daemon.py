@@ -81,6 +81,17 @@ class Daemon:
         self.instance_id = new_instance_id(settings.instance_prefix)
         self.held = HeldRuns()
         self.wake = threading.Event()
+        # When the loop dispatches next (monotonic): the earliest due time, at most a poll away.
+        # A new task's due time arrives with its wake-up (`_task_added`); a task added without
+        # one is dispatched at once.
+        self._next_dispatch = 0.0
+        self._due_hints: list[float] = []
+        self._hints_lock = threading.Lock()
+        # Whether claiming may find something: set by wake-ups that queue work or free budget,
+        # by a poll, by a dispatch that queued; cleared by a claim that saw the end of the queue.
+        self.launch_wanted = threading.Event()
+        self.launch_wanted.set()
+        self._next_launch = 0.0  # monotonic: the latest the next claim is tried
         self.spool_dir = spool_dir
         self.clock_drift: timedelta | None = None
         self.pruner: Pruner | None = None  # set by run(), on its pool
@@ -218,7 +229,7 @@ class Daemon:
         self._register()
         pool = make_pool(self.url, max_size=2, name=f"scheduler-daemon {self.instance_id}")
         pool.open(wait=False)
-        executors = make_executors(self.wake, self.spool_dir)
+        executors = make_executors(self.wake, self.spool_dir, concurrency=self.settings.concurrency)
         dispatcher = Dispatcher(
             pool, instance_id=self.instance_id, batch=self.settings.dispatch_batch
         )
@@ -249,7 +260,13 @@ class Daemon:
         )
         reconciler = make_reconciler(pool, self.instance_id, self.settings)
         self.pruner = Pruner(pool, instance_id=self.instance_id)
-        waker = Waker(self.url, self.wake, instance_id=self.instance_id)
+        waker = Waker(
+            self.url,
+            self.wake,
+            instance_id=self.instance_id,
+            on_task_added=self._task_added,
+            launch_wanted=self.launch_wanted,
+        )
         keeper.start()
         if self.settings.listen:
             waker.start()
@@ -301,7 +318,7 @@ class Daemon:
                 if self.refused is not None:
                     break
                 next_reconcile = time.monotonic() + self.settings.reconcile_interval.total_seconds()
-            timeout = self._pass(dispatcher, launcher, completer)
+            self._pass(dispatcher, launcher, completer)
             self.metrics.iteration.observe(time.monotonic() - began)
             self.metrics.slots_in_use.set(len(self.held))
             self.metrics.failed_passes.set(self.supervisor.consecutive)
@@ -310,8 +327,14 @@ class Daemon:
                 break
             if (step := self.supervisor.exhausted) is not None:
                 return self._give_up(step)
-            if self.wake.wait(timeout):  # a job finished, a NOTIFY, or a signal
+            # Cleared before the next pass, which sees whatever set it (a job's outcome and a
+            # wake-up's meaning are recorded before the wake): nothing landing meanwhile is lost.
+            self._take_due_hints()
+            if self.wake.wait(max(0.0, self._next_dispatch - time.monotonic())):
                 self.wake.clear()
+                self._take_due_hints()
+            else:  # a poll, or a due time: a retry's backoff may have passed too
+                self.launch_wanted.set()
         return 0
 
     def _step(self, step: str, work: Callable[[], T]) -> T | None:
@@ -358,23 +381,66 @@ class Daemon:
             f"{len(self.held)}/{self.settings.concurrency} slots here"
         )
 
-    def _pass(self, dispatcher: Dispatcher, launcher: Launcher, completer: Completer) -> float:
-        """One loop pass; returns how long to sleep (until the next due time, at most a poll)."""
-        timeout = self.settings.poll_interval.total_seconds()
+    def _task_added(self, due: datetime | None) -> None:
+        """The waker heard of a new task: its due time (database clock) becomes a monotonic
+        deadline through the measured drift; without one, dispatch at once."""
+        if due is None:
+            at = time.monotonic()
+        else:
+            drift = self.clock_drift.total_seconds() if self.clock_drift else 0.0
+            at = time.monotonic() + due.timestamp() - (time.time() + drift)
+        with self._hints_lock:
+            self._due_hints.append(at)
 
-        def work() -> DispatchResult:
-            self.metrics.record_completion(completer.run_once())
-            result = dispatcher.run_once()
-            self.metrics.record_dispatch(result)
-            self.metrics.record_launch(launcher.run_once())
-            return result
+    def _take_due_hints(self) -> None:
+        with self._hints_lock:
+            hints, self._due_hints = self._due_hints, []
+        if hints:
+            self._next_dispatch = min(self._next_dispatch, *hints)
 
-        result = self._step("pass", work)
-        if result is not None and result.next_due is not None and result.db_now is not None:
-            until_due = (result.next_due - result.db_now).total_seconds()
-            # Still due after dispatching means a peer holds that task: do not spin.
-            timeout = max(MIN_SLEEP_SECONDS, min(timeout, until_due))
-        return timeout
+    def _pass(self, dispatcher: Dispatcher, launcher: Launcher, completer: Completer) -> None:
+        """One loop pass: write finished outcomes; dispatch if a task is due (or a poll interval
+        passed); claim and launch if there may be something to claim. Sets when the next
+        dispatch is due: the earliest next_run_at, read on the database clock and turned into
+        this host's monotonic clock from the moment the dispatch began (so neither the pass's
+        own length nor the clock drift delays it), at most one poll interval away."""
+        poll = self.settings.poll_interval.total_seconds()
+
+        def work() -> None:
+            completed = completer.run_once()
+            self.metrics.record_completion(completed)
+            if completed.done:
+                self.launch_wanted.set()  # slots came free
+            if time.monotonic() >= self._next_dispatch:
+                began = time.monotonic()
+                self._next_dispatch = began + poll  # also if the dispatch fails
+                result = dispatcher.run_once()
+                self.metrics.record_dispatch(result)
+                self._next_dispatch = self._dispatch_due(result, began, poll)
+                if result.queued:
+                    self.launch_wanted.set()
+            # At least once a poll interval, whatever woke the loop: a retry's backoff ends
+            # without a wake-up.
+            if self.launch_wanted.is_set() or time.monotonic() >= self._next_launch:
+                self.launch_wanted.clear()
+                self._next_launch = time.monotonic() + poll
+                launched = launcher.run_once()
+                self.metrics.record_launch(launched)
+                if launched.more:
+                    self.launch_wanted.set()
+
+        if self._step("pass", work) is None and self.supervisor.consecutive:
+            self.launch_wanted.set()  # a failed pass tries again
+
+    @staticmethod
+    def _dispatch_due(result: DispatchResult, began: float, poll: float) -> float:
+        """The monotonic time of the next dispatch after one that began at `began`."""
+        if result.next_due is None or result.db_now is None:
+            return began + poll
+        until_due = (result.next_due - result.db_now).total_seconds()
+        if until_due <= 0:  # still due after dispatching: a peer holds that task, do not spin
+            return time.monotonic() + MIN_SLEEP_SECONDS
+        return began + min(poll, until_due)
 
     def _give_up(self, step: str) -> int:
         self.log.error(

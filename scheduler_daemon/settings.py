@@ -32,11 +32,14 @@ class DaemonSettings:
     instance_prefix: str = socket.gethostname()
     concurrency: int = 4
     poll_interval: timedelta = timedelta(seconds=1)
-    lease_ttl: timedelta = timedelta(seconds=15)
-    lease_grace: timedelta = timedelta(seconds=5)
+    # Takeover after a crash within TTL + grace + reconcile interval = 15 s; a job rides out a
+    # database outage of at least TTL - TTL/5 - TTL/3 = 4.2 s (docs/operations.md: the
+    # "resilient" profile, 15s/5s/5s, rides out 7 s and takes over within 25 s).
+    lease_ttl: timedelta = timedelta(seconds=9)
+    lease_grace: timedelta = timedelta(seconds=3)
     drain_timeout: timedelta = timedelta(seconds=20)
     stop_timeout: timedelta = DEFAULT_STOP_TIMEOUT
-    reconcile_interval: timedelta = timedelta(seconds=5)
+    reconcile_interval: timedelta = timedelta(seconds=3)
     max_interruptions: int = 3
     instance_expiry: timedelta = timedelta(minutes=10)
     dispatch_batch: int = 100

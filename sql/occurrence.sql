@@ -47,6 +47,13 @@ WHERE o.id = %(id)s
 -- Occurrences holding a slot of the fleet budget; run after the budget lock, in its own statement.
 SELECT count(*) FROM occurrence WHERE status IN ('launching', 'running')
 
+-- name: occurrence_free_budget :scalar
+-- Free slots of the fleet budget (budget minus the occurrences executing): run after the budget
+-- lock, in its own statement, so the count sees every claim committed before the lock.
+SELECT coalesce((SELECT (value::text)::int FROM fleet_setting WHERE key = 'max_concurrent_runs'),
+                0)
+     - (SELECT count(*) FROM occurrence WHERE status IN ('launching', 'running'))
+
 -- name: occurrence_claim :many
 -- Claims up to `limit` queued occurrences that may start now: fewest attempts first, then oldest.
 -- Exclusion looks at who is executing, not at logical time: never one whose concurrency key (or
@@ -55,9 +62,10 @@ SELECT count(*) FROM occurrence WHERE status IN ('launching', 'running')
 -- budget lock, so claims are serialized and occurrence_key_executing_key never fires.
 -- The locking select is a MATERIALIZED CTE so the planner cannot re-run it and claim more.
 -- The first claim records its snapshot: `audit` asks it which older occurrences were visible.
+-- Time is clock_timestamp() (read after the budget lock wait) unless a test pins `now`.
 WITH picked AS MATERIALIZED (
     SELECT o.id FROM occurrence o
-    WHERE o.status = 'queued' AND o.not_before <= clock_timestamp()
+    WHERE o.status = 'queued' AND o.not_before <= coalesce(%(now)s::timestamptz, clock_timestamp())
       AND (o.concurrency_key IS NULL OR NOT EXISTS (
             SELECT 1 FROM occurrence other
             WHERE other.concurrency_key = o.concurrency_key
@@ -74,21 +82,40 @@ WITH picked AS MATERIALIZED (
     FOR UPDATE SKIP LOCKED
 )
 UPDATE occurrence o SET status = 'launching', lease_token = o.lease_token + 1,
-    claim_owner = %(owner)s, claim_expires_at = clock_timestamp() + %(claim_ttl)s,
+    claim_owner = %(owner)s,
+    claim_expires_at = coalesce(%(now)s::timestamptz, clock_timestamp()) + %(claim_ttl)s,
     first_claim_snapshot = coalesce(o.first_claim_snapshot, pg_current_snapshot()),
-    updated_at = clock_timestamp()
+    updated_at = coalesce(%(now)s::timestamptz, clock_timestamp())
 FROM picked, task t
 WHERE o.id = picked.id AND t.id = o.task_id
 RETURNING o.id, o.task_id, o.occurrence_seq, o.scheduled_for, o.lease_token, o.attempts,
     t.name AS task_name, t.executor, t.payload, t.run_timeout
 
--- name: occurrence_launch :one
--- Moves a claimed occurrence to running and counts the attempt; fenced unless still ours.
-UPDATE occurrence SET status = 'running', attempts = attempts + 1, claim_expires_at = NULL,
-    updated_at = clock_timestamp()
-WHERE id = %(id)s AND status = 'launching' AND claim_owner = %(owner)s
-  AND lease_token = %(token)s
-RETURNING id, task_id, occurrence_seq, scheduled_for, attempts, lease_token
+-- name: occurrence_launch :many
+-- Launches this owner's claims, given as (occurrence id, token) pairs, in one statement: each
+-- still ours moves to running, counts its attempt and gets its run, leased on the database clock
+-- until now + ttl (takeover after that + grace), naming this build. In id order; a pair missing
+-- from the result is no longer ours (fenced: cancelled, or requeued after its claim expired).
+WITH mine AS MATERIALIZED (
+    SELECT o.id FROM occurrence o
+    JOIN unnest(%(ids)s::bigint[], %(tokens)s::bigint[]) AS c(id, token)
+      ON o.id = c.id AND o.lease_token = c.token
+    WHERE o.status = 'launching' AND o.claim_owner = %(owner)s
+    ORDER BY o.id FOR UPDATE OF o
+), launched AS (
+    UPDATE occurrence o SET status = 'running', attempts = o.attempts + 1, claim_expires_at = NULL,
+        updated_at = coalesce(%(now)s::timestamptz, clock_timestamp())
+    FROM mine WHERE o.id = mine.id
+    RETURNING o.id, o.attempts, o.lease_token
+)
+INSERT INTO run (occurrence_id, attempt, owner, lease_token, lease_expires_at, takeover_at,
+    started_at, build_revision)
+SELECT id, attempts, %(owner)s, lease_token,
+    coalesce(%(now)s::timestamptz, clock_timestamp()) + %(ttl)s,
+    coalesce(%(now)s::timestamptz, clock_timestamp()) + %(ttl)s + %(grace)s,
+    coalesce(%(now)s::timestamptz, clock_timestamp()), %(build_revision)s
+FROM launched ORDER BY id
+RETURNING id, occurrence_id, attempt, lease_token, started_at
 
 -- name: occurrence_release_claims :rowcount
 -- Gives back this instance's claims that never launched (shutdown).
@@ -100,6 +127,21 @@ WHERE id IN (SELECT id FROM occurrence WHERE status = 'launching' AND claim_owne
 -- name: occurrence_lock :one
 -- Locks one occurrence (after its task: the one lock order).
 SELECT * FROM occurrence WHERE id = %(id)s FOR UPDATE
+
+-- name: occurrence_lock_many :many
+-- Locks a batch of occurrences in id order (after their tasks: the one lock order).
+SELECT * FROM occurrence WHERE id = ANY(%(ids)s::bigint[]) ORDER BY id FOR UPDATE
+
+-- name: occurrence_finish_many :many
+-- Records the final status of a batch of occurrences, each fenced on the token its finishing
+-- run holds; returns the ids written (a missing one was fenced).
+UPDATE occurrence o SET status = f.status, error = f.error, reason = f.reason,
+    finished_at = coalesce(%(now)s::timestamptz, clock_timestamp()),
+    updated_at = coalesce(%(now)s::timestamptz, clock_timestamp()), claim_owner = NULL
+FROM unnest(%(ids)s::bigint[], %(tokens)s::bigint[], %(statuses)s::text[], %(errors)s::text[],
+            %(reasons)s::text[]) AS f(id, token, status, error, reason)
+WHERE o.id = f.id AND o.status = 'running' AND o.lease_token = f.token
+RETURNING o.id
 
 -- name: occurrence_finish :rowcount
 -- Records an occurrence's final status, fenced on the token the finishing run holds.

@@ -73,14 +73,6 @@ FROM run r JOIN occurrence o ON o.id = r.occurrence_id JOIN task t ON t.id = o.t
 WHERE r.occurrence_id = %(occurrence_id)s
 ORDER BY r.id
 
--- name: run_insert :one
--- Creates the run of a just-launched occurrence; the lease and takeover point use the database clock.
-INSERT INTO run (occurrence_id, attempt, owner, lease_token, lease_expires_at, takeover_at, started_at,
-    build_revision)
-VALUES (%(occurrence_id)s, %(attempt)s, %(owner)s, %(token)s, clock_timestamp() + %(ttl)s,
-        clock_timestamp() + %(ttl)s + %(grace)s, clock_timestamp(), %(build_revision)s)
-RETURNING id, lease_expires_at, takeover_at, started_at
-
 -- name: run_renew :many
 -- Renews exactly the (run, token) pairs this process holds, in id order, touching only run rows;
 -- a pair missing from the result was taken over or cancelled: its holder is fenced. A renewed
@@ -108,6 +100,25 @@ UPDATE run SET status = %(status)s, exit_code = %(exit_code)s, http_status = %(h
     output_tail = %(output_tail)s, error = %(error)s, finished_at = clock_timestamp(),
     finished_by = %(owner)s
 WHERE id = %(id)s AND owner = %(owner)s AND lease_token = %(token)s AND status = 'running'
+
+-- name: run_finish_many :many
+-- Records the outcomes of a batch of runs in id order; each is fenced: only the owner holding
+-- the current token may write it. Returns the ids written; a missing one was fenced.
+WITH mine AS MATERIALIZED (
+    SELECT r.id FROM run r
+    JOIN unnest(%(ids)s::bigint[], %(tokens)s::bigint[]) AS h(id, token)
+      ON r.id = h.id AND r.lease_token = h.token
+    WHERE r.owner = %(owner)s AND r.status = 'running'
+    ORDER BY r.id FOR UPDATE OF r
+)
+UPDATE run SET status = f.status, exit_code = f.exit_code, http_status = f.http_status,
+    output_tail = f.output_tail, error = f.error,
+    finished_at = coalesce(%(now)s::timestamptz, clock_timestamp()), finished_by = %(owner)s
+FROM mine, unnest(%(ids)s::bigint[], %(statuses)s::text[], %(exit_codes)s::int[],
+                  %(http_statuses)s::int[], %(output_tails)s::text[], %(errors)s::text[])
+         AS f(id, status, exit_code, http_status, output_tail, error)
+WHERE run.id = mine.id AND f.id = mine.id
+RETURNING run.id
 
 -- name: run_takeover_candidates :many
 -- Runs past their takeover point (database clock), a page at a time in id order; none while the

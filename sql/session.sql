@@ -9,7 +9,18 @@ SELECT set_config('lock_timeout', %(lock_timeout)s, true),
        set_config('statement_timeout', %(statement_timeout)s, true),
        set_config('idle_in_transaction_session_timeout', %(idle_timeout)s, true)
 
--- name: session_snapshot :rowcount
--- Makes the open transaction one read-only snapshot (first statement of the transaction): every
--- statement in it sees the same moment, and nothing in it can write.
-SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY
+-- name: session_begin :rowcount
+-- Begins a transaction with the per-transaction limits of session_limits, in one round trip (a
+-- simple query of two statements, parameters bound client-side; fine through PgBouncer).
+BEGIN;
+SELECT set_config('lock_timeout', %(lock_timeout)s, true),
+       set_config('statement_timeout', %(statement_timeout)s, true),
+       set_config('idle_in_transaction_session_timeout', %(idle_timeout)s, true)
+
+-- name: session_begin_snapshot :rowcount
+-- Begins one read-only snapshot transaction (every statement in it sees the same moment, and
+-- nothing in it can write) with the limits of session_limits, in one round trip.
+BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY;
+SELECT set_config('lock_timeout', %(lock_timeout)s, true),
+       set_config('statement_timeout', %(statement_timeout)s, true),
+       set_config('idle_in_transaction_session_timeout', %(idle_timeout)s, true)

@@ -31,6 +31,11 @@ FOR UPDATE
 -- outcome of a job of a task deleted while it ran is still recorded).
 SELECT * FROM task WHERE id = %(id)s FOR UPDATE
 
+-- name: task_lock_many :many
+-- Locks a batch of task rows in id order, deleted or not: the parent locks a batch of
+-- completions takes first.
+SELECT * FROM task WHERE id = ANY(%(ids)s::bigint[]) ORDER BY id FOR UPDATE
+
 -- name: task_list :many
 -- Live tasks, a page at a time in the byte order of their names (task_name_c_idx, whatever the
 -- database's collation), after the name `after`; optionally only the names matching `pattern`
@@ -104,6 +109,25 @@ UPDATE task SET last_outcome_seq = %(occurrence_seq)s, last_occurrence_id = %(oc
                   THEN %(lifecycle)s ELSE status END,
     updated_at = clock_timestamp()
 WHERE id = %(id)s AND last_outcome_seq < %(occurrence_seq)s
+
+-- name: task_record_outcome_many :rowcount
+-- task_record_outcome for a batch of locked tasks, each task once (its newest outcome of the
+-- batch): shown only if newer than the one shown; a one-shot task's lifecycle follows it only
+-- when no newer occurrence exists (manual triggers skipped at creation aside).
+UPDATE task SET last_outcome_seq = o.occurrence_seq, last_occurrence_id = o.occurrence_id,
+    last_scheduled_for = o.scheduled_for, last_status = o.status,
+    last_finished_at = coalesce(%(now)s::timestamptz, clock_timestamp()), last_error = o.error,
+    status = CASE WHEN task.schedule_kind = 'once' AND task.status = 'running' AND NOT EXISTS (
+                      SELECT 1 FROM occurrence newer
+                      WHERE newer.task_id = task.id AND newer.occurrence_seq > o.occurrence_seq
+                        AND NOT (newer.trigger = 'manual' AND newer.status = 'skipped'))
+                  THEN o.lifecycle ELSE task.status END,
+    updated_at = coalesce(%(now)s::timestamptz, clock_timestamp())
+FROM unnest(%(task_ids)s::bigint[], %(occurrence_ids)s::bigint[], %(seqs)s::bigint[],
+            %(scheduled_fors)s::timestamptz[], %(statuses)s::text[], %(errors)s::text[],
+            %(lifecycles)s::text[])
+     AS o(task_id, occurrence_id, occurrence_seq, scheduled_for, status, error, lifecycle)
+WHERE task.id = o.task_id AND task.last_outcome_seq < o.occurrence_seq
 
 -- name: task_next_due :scalar
 -- When the earliest enabled task falls due, for the loop's sleep.

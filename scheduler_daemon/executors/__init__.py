@@ -19,9 +19,12 @@ if TYPE_CHECKING:
 
 
 def make_executors(
-    wake: "threading.Event", spool_dir: "Path | None" = None
+    wake: "threading.Event", spool_dir: "Path | None" = None, *, concurrency: int = 4
 ) -> "dict[str, Executor]":
     """One executor of each kind, by kind. `wake` is set whenever any job finishes.
+
+    The python executor keeps up to `concurrency` idle workers (the daemon's --concurrency), so
+    a full load reuses workers instead of starting a process per job.
 
     Job output is spooled under `spool_dir` (created if missing), or under private temporary
     directories that each executor's close() removes.
@@ -33,6 +36,6 @@ def make_executors(
     executors: list[Executor] = [
         ShellExecutor(wake, spool_dir),
         HttpExecutor(wake),
-        PythonExecutor(wake, spool_dir),
+        PythonExecutor(wake, spool_dir, max_idle=concurrency),
     ]
     return {executor.kind: executor for executor in executors}

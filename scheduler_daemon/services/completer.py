@@ -1,5 +1,5 @@
-"""Completer: writes each finished job's outcome in one fenced transaction (task, occurrence,
-run)."""
+"""Completer: writes the finished jobs' outcomes, a batch per fenced transaction (task,
+occurrence, run), one unit per run when a batch meets a locked row."""
 
 import time
 from dataclasses import dataclass, field
@@ -9,7 +9,8 @@ import structlog
 from psycopg_pool import ConnectionPool
 
 from scheduler_daemon.domain.held import HeldRun, HeldRuns
-from scheduler_daemon.domain.outcome import decide, settlement
+from scheduler_daemon.domain.occurrence import Occurrence
+from scheduler_daemon.domain.outcome import Decision, decide, settlement
 from scheduler_daemon.domain.status import OccurrenceStatus
 from scheduler_daemon.storage import occurrence_store, run_store, task_store
 from scheduler_daemon.storage.database import (
@@ -20,6 +21,7 @@ from scheduler_daemon.storage.database import (
     pooled_transaction,
 )
 from scheduler_daemon.storage.error import LOCK_ERRORS, DatabaseUnavailable
+from scheduler_daemon.storage.run_store import RunEnd
 
 log = structlog.get_logger()
 Completion = Literal["recorded", "retry", "fenced"]
@@ -63,10 +65,14 @@ class Completer:
 
     def run_once(self) -> CompleteResult:
         """Writes every finished job's outcome; `done` counts the runs that left the held set.
-        Each run is its own unit. Its first try waits briefly for its rows; the ones locked by
-        someone else are tried again after all the others with the full unit wait, and deferred
-        (kept, retried after DEFER_SECONDS) if still locked: a held row delays only its own."""
+        The finished runs are written together: one transaction, one fenced multi-row statement
+        per table, which still tells per run whether it was fenced. A batch whose rows are
+        locked by someone else past a short wait falls back to one unit per run: each unit's
+        first try waits briefly for its rows; the ones still locked are tried again after all
+        the others with the full unit wait, and deferred (kept, retried after DEFER_SECONDS) if
+        still locked: a held row delays only its own."""
         result = CompleteResult()
+        ready: list[HeldRun] = []
         locked: list[HeldRun] = []
         for run in self.held:
             if run.outcome is None:
@@ -79,11 +85,130 @@ class Completer:
                 self.held.remove(run.run_id)
                 result.done += 1
                 continue
-            if run.retry_at > 0 or not self._attempt(run, FIRST_TRY_LIMITS, result):
-                locked.append(run)  # a deferred one waits its full unit wait after the others
+            # A deferred one waits its full unit wait after the others.
+            (locked if run.retry_at > 0 else ready).append(run)
+        if len(ready) < 2 or not self._attempt_batch(ready, result):
+            for run in ready:
+                if not self._attempt(run, FIRST_TRY_LIMITS, result):
+                    locked.append(run)
         for run in locked:
             self._attempt(run, UNIT_LIMITS, result)
         return result
+
+    def _attempt_batch(self, runs: list[HeldRun], result: CompleteResult) -> bool:
+        """One try at writing every run of `runs` in one transaction; False when some row was
+        locked past FIRST_TRY_LIMITS (nothing was written: the caller goes unit by unit)."""
+        for run in runs:
+            run.completing = True  # the lease keeper neither renews nor fences them meanwhile
+        try:
+            with pooled_transaction(self.pool, FIRST_TRY_LIMITS) as conn:
+                completions = self._write_batch(conn, runs)
+        except DatabaseUnavailable as exc:
+            for run in runs:
+                log.warning(
+                    "outcome_kept_for_later",
+                    run_id=run.run_id,
+                    error=str(exc),
+                    occurrence_id=run.occurrence_id,
+                    instance_id=self.instance_id,
+                )
+            result.kept += len(runs)
+            return True
+        except LOCK_ERRORS:
+            return False
+        finally:
+            for run in runs:
+                run.completing = False
+        for run in runs:
+            completion = completions[run.run_id]
+            self.held.remove(run.run_id)
+            result.done += 1
+            self._log(run, completion)
+            if completion == "fenced":
+                result.fenced += 1
+            else:
+                result.finished.append(
+                    Finished(run.recorded_status, run.executor, run.finished_after)
+                )
+        return True
+
+    def _write_batch(self, conn: Any, runs: list[HeldRun]) -> dict[int, Completion]:
+        """Locks task → occurrence → run for the whole batch (each table in id order), decides
+        each outcome, and writes them with one fenced statement per table."""
+        tasks = task_store.lock_many(conn, [run.task_id for run in runs])
+        occurrences = occurrence_store.lock_many(conn, [run.occurrence_id for run in runs])
+        completions: dict[int, Completion] = {}
+        decided: list[tuple[HeldRun, Occurrence, Decision]] = []
+        for run in runs:
+            task, occ = tasks.get(run.task_id), occurrences.get(run.occurrence_id)
+            if (
+                task is None
+                or occ is None
+                or occ.lease_token != run.token
+                or occ.status != OccurrenceStatus.RUNNING
+            ):
+                completions[run.run_id] = "fenced"
+                continue
+            decided.append((run, occ, self._decide(run, occ, task.spec)))
+        written = run_store.finish_many(
+            conn,
+            [
+                RunEnd(
+                    run_id=run.run_id,
+                    token=run.token,
+                    status=decision.run_status,
+                    exit_code=run.outcome.exit_code,
+                    http_status=run.outcome.http_status,
+                    output_tail=run.outcome.output_tail or None,
+                    error=run.outcome.error,
+                )
+                for run, _, decision in decided
+            ],
+            owner=self.instance_id,
+        )
+        settled: list[tuple[Occurrence, int, Any]] = []
+        for run, occ, decision in decided:
+            if run.run_id not in written:  # the run row moved on: write nothing for it
+                completions[run.run_id] = "fenced"
+                continue
+            run.recorded_status = decision.run_status
+            settled.append((occ, run.token, settlement(occ, decision, run.outcome.error)))
+            completions[run.run_id] = "recorded" if decision.final else "retry"
+        occurrence_store.settle_many(conn, settled)
+        return completions
+
+    def _decide(self, run: HeldRun, occ: Occurrence, spec: Any) -> Decision:
+        assert run.outcome is not None  # only finished runs are written
+        return decide(
+            run.outcome.status,
+            attempts=occ.attempts,
+            max_attempts=spec.max_attempts,
+            interruptions=occ.interruptions,
+            max_interruptions=self.max_interruptions,
+            backoff=spec.backoff,
+            cancel_reason=occ.cancel_reason,
+        )
+
+    def _log(self, run: HeldRun, completion: Completion) -> None:
+        ids = {
+            "run_id": run.run_id,
+            "occurrence_id": run.occurrence_id,
+            "task_id": run.task_id,
+            "instance_id": self.instance_id,
+        }
+        if completion == "fenced":
+            log.warning("run_fenced", stage="completion", **ids)
+            return
+        outcome = run.outcome
+        log.info(
+            "run_finished",
+            status=outcome.status,
+            exit_code=outcome.exit_code,
+            http_status=outcome.http_status,
+            error=outcome.error,
+            result=completion,
+            **ids,
+        )
 
     def _attempt(self, run: HeldRun, limits: Limits, result: CompleteResult) -> bool:
         """One try at writing `run`'s outcome; False when its rows were locked past `limits`."""
@@ -133,31 +258,16 @@ class Completer:
             run.completing = False
 
     def _complete(self, run: HeldRun, limits: Limits) -> Completion:
-        ids = {
-            "run_id": run.run_id,
-            "occurrence_id": run.occurrence_id,
-            "task_id": run.task_id,
-            "instance_id": self.instance_id,
-        }
-        outcome = run.outcome
         try:
             with pooled_transaction(self.pool, limits) as conn:
-                result = self._write(conn, run, outcome)
+                result = self._write(conn, run)
         except Fenced:
-            log.warning("run_fenced", stage="completion", **ids)
+            self._log(run, "fenced")
             return "fenced"
-        log.info(
-            "run_finished",
-            status=outcome.status,
-            exit_code=outcome.exit_code,
-            http_status=outcome.http_status,
-            error=outcome.error,
-            result=result,
-            **ids,
-        )
+        self._log(run, result)
         return result
 
-    def _write(self, conn: Any, run: HeldRun, outcome: Any) -> Completion:
+    def _write(self, conn: Any, run: HeldRun) -> Completion:
         task = task_store.lock_row(conn, run.task_id)  # parent first: task → occurrence → run
         occ = occurrence_store.lock(conn, run.occurrence_id)
         row = run_store.lock(conn, run.run_id)
@@ -169,15 +279,8 @@ class Completer:
             or occ.status != OccurrenceStatus.RUNNING
         ):
             raise Fenced
-        decision = decide(
-            outcome.status,
-            attempts=occ.attempts,
-            max_attempts=task.spec.max_attempts,
-            interruptions=occ.interruptions,
-            max_interruptions=self.max_interruptions,
-            backoff=task.spec.backoff,
-            cancel_reason=occ.cancel_reason,
-        )
+        decision = self._decide(run, occ, task.spec)
+        outcome = run.outcome
         if not run_store.finish(
             conn,
             run.run_id,

@@ -3,15 +3,16 @@
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from datetime import datetime
 
 import structlog
 from psycopg_pool import ConnectionPool
 
+from scheduler_daemon.domain.claim import Claim, Launched
 from scheduler_daemon.domain.held import HeldRun, HeldRuns
 from scheduler_daemon.executors.base import Executor, JobContext
 from scheduler_daemon.settings import DaemonSettings
-from scheduler_daemon.storage import fleet_store, occurrence_store, run_store
+from scheduler_daemon.storage import fleet_store, occurrence_store
 from scheduler_daemon.storage.database import pooled_transaction
 
 log = structlog.get_logger()
@@ -32,12 +33,16 @@ class LaunchResult:
     launched: int = 0
     fenced: int = 0
     started: list[Started] = field(default_factory=list)
+    # The claim did not see the end of the queue (no free slot or budget, or a full batch): a
+    # claim may find more without any new wake-up.
+    more: bool = False
 
 
 class Launcher:
-    """Admission: under the budget's transaction-scoped advisory lock, count what executes
-    fleet-wide and claim at most min(free budget, free local slots). Launch: per claim, one
-    transaction creates the run and marks the occurrence running; then the job starts."""
+    """Admission: under the budget's transaction-scoped advisory lock (one lock per batch, no
+    counter row), count what executes fleet-wide and claim at most min(free budget, free local
+    slots) in one statement. Launch, in the same transaction: one statement moves the whole
+    batch to running and creates its runs. Then, after the commit, the jobs start."""
 
     def __init__(
         self,
@@ -54,85 +59,94 @@ class Launcher:
         self.held = held
         self.executors = executors
 
-    def run_once(self) -> LaunchResult:
+    def run_once(self, now: datetime | None = None) -> LaunchResult:
+        """One batch: claim, launch, start. `now` pins the database clock (tests)."""
         result = LaunchResult()
         free_slots = self.settings.concurrency - len(self.held)
         if free_slots <= 0:
+            result.more = True
             return result
         with pooled_transaction(self.pool) as conn:
             fleet_store.lock_budget(conn)  # its own statement: the count below sees every claim
-            free_budget = fleet_store.budget(conn) - occurrence_store.executing_count(conn)
+            limit = min(occurrence_store.free_budget(conn), free_slots)
             claims = occurrence_store.claim(
                 conn,
                 owner=self.instance_id,
-                limit=min(free_budget, free_slots),
+                limit=limit,
                 claim_ttl=self.settings.claim_ttl,
+                now=now,
+            )
+            # In the claim's transaction: the run exists before any job starts (KNOWN-FAILURES
+            # 7), and no claim is ever seen `launching` by others, so none expires unlaunched.
+            sent = time.monotonic()  # the leases start no earlier than this (database clock)
+            launched = occurrence_store.launch(
+                conn,
+                claims,
+                owner=self.instance_id,
+                ttl=self.settings.lease_ttl,
+                grace=self.settings.lease_grace,
+                now=now,
             )
         result.claimed = len(claims)
+        result.more = len(claims) >= limit
         for claim in claims:
             log.info(
                 "occurrence_claimed",
-                task_id=claim["task_id"],
-                occurrence_id=claim["id"],
+                task_id=claim.task_id,
+                occurrence_id=claim.id,
                 instance_id=self.instance_id,
-                lease_token=claim["lease_token"],
+                lease_token=claim.lease_token,
             )
-            started = self._launch(claim)
-            if started is not None:
-                result.launched += 1
-                result.started.append(started)
-            else:
+        deadline = self.settings.trust_deadline(sent)
+        for claim in claims:
+            run = launched.get(claim.id)
+            if run is None:
+                log.warning(
+                    "launch_fenced",
+                    task_id=claim.task_id,
+                    occurrence_id=claim.id,
+                    instance_id=self.instance_id,
+                )
                 result.fenced += 1
+                continue
+            result.launched += 1
+            result.started.append(self._start(claim, run, deadline))
         return result
 
-    def _launch(self, claim: dict[str, Any]) -> Started | None:
-        ids = {
-            "task_id": claim["task_id"],
-            "occurrence_id": claim["id"],
-            "instance_id": self.instance_id,
-        }
-        token = claim["lease_token"]
-        sent = time.monotonic()  # the lease starts no earlier than this on the database clock
-        with pooled_transaction(self.pool) as conn:
-            occ = occurrence_store.launch(conn, claim["id"], owner=self.instance_id, token=token)
-            if occ is None:
-                log.warning("launch_fenced", **ids)
-                return None
-            run = run_store.insert(
-                conn,
-                occurrence_id=claim["id"],
-                attempt=occ["attempts"],
-                owner=self.instance_id,
-                token=token,
-                ttl=self.settings.lease_ttl,
-                grace=self.settings.lease_grace,
-            )
-        timeout = claim["run_timeout"].total_seconds() if claim["run_timeout"] else None
+    def _start(self, claim: Claim, run: Launched, deadline: float) -> Started:
+        timeout = claim.run_timeout.total_seconds() if claim.run_timeout else None
         ctx = JobContext(
-            task_id=claim["task_id"],
-            task_name=claim["task_name"],
-            occurrence_id=claim["id"],
-            run_id=run["id"],
-            scheduled_for=claim["scheduled_for"],
-            attempt=occ["attempts"],
-            lease_token=token,
-            idempotency_key=f"scheduler-daemon-occurrence-{claim['id']}",
+            task_id=claim.task_id,
+            task_name=claim.task_name,
+            occurrence_id=claim.id,
+            run_id=run.run_id,
+            scheduled_for=claim.scheduled_for,
+            attempt=run.attempt,
+            lease_token=run.lease_token,
+            idempotency_key=f"scheduler-daemon-occurrence-{claim.id}",
             timeout=timeout,
-            deadline=self.settings.trust_deadline(sent),
+            deadline=deadline,
         )
-        job = self.executors[claim["executor"]].start(ctx, claim["payload"])
+        job = self.executors[claim.executor].start(ctx, claim.payload)
         self.held.add(
             HeldRun(
-                run_id=run["id"],
-                token=token,
-                occurrence_id=claim["id"],
-                occurrence_seq=claim["occurrence_seq"],
-                task_id=claim["task_id"],
+                run_id=run.run_id,
+                token=run.lease_token,
+                occurrence_id=claim.id,
+                occurrence_seq=claim.occurrence_seq,
+                task_id=claim.task_id,
                 job=job,
-                executor=claim["executor"],
+                executor=claim.executor,
                 launched_at=time.monotonic(),
             )
         )
-        log.info("run_started", run_id=run["id"], attempt=occ["attempts"], **ids)
-        lag = (run["started_at"] - claim["scheduled_for"]).total_seconds()
-        return Started(claim["executor"], lag, occ["attempts"])
+        log.info(
+            "run_started",
+            run_id=run.run_id,
+            attempt=run.attempt,
+            task_id=claim.task_id,
+            occurrence_id=claim.id,
+            instance_id=self.instance_id,
+        )
+        lag = (run.started_at - claim.scheduled_for).total_seconds()
+        return Started(claim.executor, lag, run.attempt)

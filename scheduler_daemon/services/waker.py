@@ -1,6 +1,8 @@
 """Waker: LISTENs for wake-up notifications on a direct connection and sets the loop's event."""
 
 import threading
+from collections.abc import Callable
+from datetime import datetime
 from typing import Any
 
 import psycopg
@@ -17,9 +19,22 @@ class Waker:
     still covers everything, so behind PgBouncer in transaction mode (`--no-listen`) only the
     latency changes."""
 
-    def __init__(self, url: str, wake: threading.Event, *, instance_id: str) -> None:
+    def __init__(
+        self,
+        url: str,
+        wake: threading.Event,
+        *,
+        instance_id: str,
+        on_task_added: Callable[[datetime | None], None] | None = None,
+        launch_wanted: threading.Event | None = None,
+    ) -> None:
         self.url = url
         self.wake = wake
+        # A new task: its due time (or None when the wake-up carries none) goes to the loop,
+        # which sleeps until then. Any other wake-up (queued, retry, finished, triggered,
+        # cancelled) means there may be something to claim.
+        self.on_task_added = on_task_added
+        self.launch_wanted = launch_wanted
         self.instance_id = instance_id
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="waker", daemon=True)
@@ -45,5 +60,15 @@ class Waker:
 
     def _listen(self, conn: psycopg.Connection[Any]) -> None:
         while not self._stop.is_set():
-            for _ in conn.notifies(timeout=1.0, stop_after=1):
-                self.wake.set()
+            for notify in conn.notifies(timeout=1.0, stop_after=1):
+                self.heard(notify.payload)
+
+    def heard(self, payload: str) -> None:
+        """One wake-up: what it says is recorded before the loop is woken, so the woken pass
+        sees it."""
+        if payload.partition(" ")[0] == instance_store.TASK_ADDED:
+            if self.on_task_added is not None:
+                self.on_task_added(instance_store.task_added_due(payload))
+        elif self.launch_wanted is not None:
+            self.launch_wanted.set()
+        self.wake.set()

@@ -190,7 +190,8 @@ def make_pool(url: str, *, max_size: int, name: str) -> ConnectionPool:
         kwargs={
             "row_factory": dict_row,
             "prepare_threshold": None,
-            "autocommit": False,
+            # Transactions are begun by `_pooled` itself: BEGIN and the limits in one round trip.
+            "autocommit": True,
             "connect_timeout": CONNECT_TIMEOUT_SECONDS,
             "application_name": name,
             **KEEPALIVES,
@@ -217,10 +218,7 @@ def snapshot_transaction(pool: ConnectionPool, limits: Limits | None = None) -> 
 @contextmanager
 def _pooled(pool: ConnectionPool, limits: Limits | None, *, snapshot: bool) -> Iterator[Any]:
     try:
-        with pool.connection() as conn, conn.transaction():
-            if snapshot:
-                query.run(conn, "session_snapshot")  # before any other statement, or refused
-            apply_limits(conn, limits or Limits())
+        with pool.connection() as conn, _begun(conn, limits or Limits(), snapshot=snapshot):
             yield conn
     except PoolTimeout as exc:
         raise DatabaseUnavailable(f"database unavailable: {first_line(exc)}") from exc
@@ -228,6 +226,23 @@ def _pooled(pool: ConnectionPool, limits: Limits | None, *, snapshot: bool) -> I
         if not is_connection_error(exc):
             raise
         raise DatabaseUnavailable(f"database unavailable: {first_line(exc)}") from exc
+
+
+@contextmanager
+def _begun(conn: psycopg.Connection[Any], limits: Limits, *, snapshot: bool) -> Iterator[None]:
+    """One transaction on an autocommit connection whose BEGIN carries the limits: one round
+    trip (`session_begin`, sent with client-side binding so the two statements go as one simple
+    query) where `conn.transaction()` plus `apply_limits` took two. A `conn.transaction()` inside
+    is a savepoint, as before; committed on success, rolled back on any error."""
+    name = "session_begin_snapshot" if snapshot else "session_begin"
+    psycopg.ClientCursor(conn).execute(query.QUERIES[name].sql, _limit_params(limits))
+    try:
+        yield
+    except BaseException:
+        if not conn.closed and not conn.broken:
+            conn.rollback()
+        raise
+    conn.commit()
 
 
 # SQLSTATEs that mean the server went away: admin/crash shutdown, cannot connect now.
@@ -247,14 +262,14 @@ def first_line(exc: BaseException) -> str:
     return redact(lines[0] if lines else type(exc).__name__)
 
 
+def _limit_params(limits: Limits) -> dict[str, str]:
+    return {
+        "lock_timeout": limits.lock_timeout,
+        "statement_timeout": limits.statement_timeout,
+        "idle_timeout": limits.idle_timeout,
+    }
+
+
 def apply_limits(conn: psycopg.Connection[Any], limits: Limits) -> None:
     """Sets the per-transaction limits (SET LOCAL semantics) in the open transaction."""
-    query.run(
-        conn,
-        "session_limits",
-        {
-            "lock_timeout": limits.lock_timeout,
-            "statement_timeout": limits.statement_timeout,
-            "idle_timeout": limits.idle_timeout,
-        },
-    )
+    query.run(conn, "session_limits", _limit_params(limits))

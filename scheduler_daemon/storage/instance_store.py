@@ -11,6 +11,7 @@ from scheduler_daemon.storage import query
 
 # The one NOTIFY channel: wakeup_notify sends on it, the waker's connection LISTENs on it.
 WAKEUP_CHANNEL = "scheduler_daemon_wakeup"
+TASK_ADDED = "task_added"  # the wake-up reason that makes a woken daemon dispatch at once
 
 
 def register(conn: psycopg.Connection[Any], **fields: Any) -> Instance:
@@ -54,6 +55,24 @@ def database_clock(conn: psycopg.Connection[Any]) -> datetime:
 def notify_wakeup(conn: psycopg.Connection[Any], reason: str) -> None:
     """Wakes idle daemons when this transaction commits."""
     query.run(conn, "wakeup_notify", {"channel": WAKEUP_CHANNEL, "reason": reason})
+
+
+def notify_task_added(conn: psycopg.Connection[Any], next_run_at: datetime | None) -> None:
+    """Wakes idle daemons for a new task and tells them when it falls due (database clock), so
+    they can sleep until then without a round trip of their own."""
+    due = "" if next_run_at is None else f" {next_run_at.isoformat()}"
+    notify_wakeup(conn, f"{TASK_ADDED}{due}")
+
+
+def task_added_due(payload: str) -> datetime | None:
+    """The due time a `notify_task_added` payload carries; None when it carries none."""
+    reason, _, due = payload.partition(" ")
+    if reason != TASK_ADDED or not due:
+        return None
+    try:
+        return datetime.fromisoformat(due)
+    except ValueError:
+        return None
 
 
 def listen_wakeups(conn: psycopg.Connection[Any]) -> None:

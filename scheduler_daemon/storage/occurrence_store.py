@@ -1,11 +1,13 @@
 """Writes occurrence rows (and the runs they own) through sql/occurrence.sql and sql/run.sql."""
 
+from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any, Literal
 
 import psycopg
 
 from scheduler_daemon.domain.backfill import Recorded
+from scheduler_daemon.domain.claim import Claim, Launched
 from scheduler_daemon.domain.occurrence import ExpiredClaim, Occurrence, OccurrenceRef
 from scheduler_daemon.domain.outcome import Settlement
 from scheduler_daemon.domain.status import FINISHED, NOT_STARTED
@@ -119,24 +121,61 @@ def queue_depth(conn: psycopg.Connection[Any]) -> int:
     return int(query.run(conn, "occurrence_queue_depth"))
 
 
+def free_budget(conn: psycopg.Connection[Any]) -> int:
+    """The fleet budget's free slots; run after `fleet_store.lock_budget`, in its own statement."""
+    return int(query.run(conn, "occurrence_free_budget"))
+
+
 def claim(
-    conn: psycopg.Connection[Any], *, owner: str, limit: int, claim_ttl: timedelta
-) -> list[dict[str, Any]]:
+    conn: psycopg.Connection[Any],
+    *,
+    owner: str,
+    limit: int,
+    claim_ttl: timedelta,
+    now: datetime | None = None,
+) -> list[Claim]:
     """Claims up to `limit` startable occurrences (status launching, token raised)."""
     if limit <= 0:
         return []
-    return query.run(
-        conn, "occurrence_claim", {"owner": owner, "limit": limit, "claim_ttl": claim_ttl}
+    rows = query.run(
+        conn,
+        "occurrence_claim",
+        {"owner": owner, "limit": limit, "claim_ttl": claim_ttl, "now": now},
     )
+    return [Claim.from_row(row) for row in rows]
 
 
 def launch(
-    conn: psycopg.Connection[Any], occurrence_id: int, *, owner: str, token: int
-) -> dict[str, Any] | None:
-    """Moves our claim to running; None when it is no longer ours (fenced)."""
-    return query.run(
-        conn, "occurrence_launch", {"id": occurrence_id, "owner": owner, "token": token}
+    conn: psycopg.Connection[Any],
+    claims: Sequence[Claim],
+    *,
+    owner: str,
+    ttl: timedelta,
+    grace: timedelta,
+    now: datetime | None = None,
+) -> dict[int, Launched]:
+    """Moves our claims to running and creates their runs in one statement, leased on the
+    database clock until now + ttl (takeover after that + grace), naming this build (its schema
+    head). By occurrence id; a claim missing from the result is no longer ours (fenced)."""
+    from scheduler_daemon.storage.migration import head_revision  # alembic: load on first use
+
+    if not claims:
+        return {}
+    ordered = sorted(claims, key=lambda c: c.id)
+    rows = query.run(
+        conn,
+        "occurrence_launch",
+        {
+            "ids": [c.id for c in ordered],
+            "tokens": [c.lease_token for c in ordered],
+            "owner": owner,
+            "ttl": ttl,
+            "grace": grace,
+            "build_revision": head_revision(),
+            "now": now,
+        },
     )
+    return {row["occurrence_id"]: Launched.from_row(row) for row in rows}
 
 
 def release_claims(conn: psycopg.Connection[Any], owner: str) -> int:
@@ -145,6 +184,35 @@ def release_claims(conn: psycopg.Connection[Any], owner: str) -> int:
 
 def lock(conn: psycopg.Connection[Any], occurrence_id: int) -> Occurrence | None:
     return _one(query.run(conn, "occurrence_lock", {"id": occurrence_id}))
+
+
+def lock_many(conn: psycopg.Connection[Any], ids: Sequence[int]) -> dict[int, Occurrence]:
+    """Locks the occurrences `ids` in id order (after their tasks); by id."""
+    rows = query.run(conn, "occurrence_lock_many", {"ids": sorted(set(ids))})
+    return {row["id"]: Occurrence.from_row(row) for row in rows}
+
+
+def finish_many(
+    conn: psycopg.Connection[Any], finals: Sequence[tuple[int, int, str, str | None, str | None]]
+) -> set[int]:
+    """Records (id, token, status, error, reason) final statuses in one fenced statement;
+    returns the ids written (a missing one was fenced)."""
+    if not finals:
+        return set()
+    ids, tokens, statuses, errors, reasons = zip(*sorted(finals), strict=True)
+    rows = query.run(
+        conn,
+        "occurrence_finish_many",
+        {
+            "ids": list(ids),
+            "tokens": list(tokens),
+            "statuses": list(statuses),
+            "errors": list(errors),
+            "reasons": list(reasons),
+            "now": None,
+        },
+    )
+    return {row["id"] for row in rows}
 
 
 def finish(
@@ -280,6 +348,40 @@ def settle(
     task_store.record_outcome(conn, occurrence.task_id, settlement.outcome)
     instance_store.notify_wakeup(conn, settlement.wakeup)
     return "recorded"
+
+
+def settle_many(
+    conn: psycopg.Connection[Any], batch: Sequence[tuple[Occurrence, int, Settlement]]
+) -> None:
+    """`settle` for a batch (occurrence, token, settlement) whose tasks and occurrences the
+    caller locked and whose runs it ended: the retries one by one (rare), the final ones in one
+    fenced statement per table, each task shown its newest outcome; one wake-up per kind."""
+    retries = sorted((b for b in batch if b[2].outcome is None), key=lambda b: b[0].id)
+    finals = [b for b in batch if b[2].outcome is not None]
+    for occurrence, token, settled in retries:
+        retry(
+            conn,
+            occurrence.id,
+            token=token,
+            delay=settled.decision.delay,
+            error=settled.error,
+            refund=settled.decision.refund,
+        )
+    if retries:
+        instance_store.notify_wakeup(conn, "retry")
+    if not finals:
+        return
+    finish_many(
+        conn,
+        [
+            (o.id, token, s.decision.occurrence_status, s.error, s.decision.reason)
+            for o, token, s in finals
+        ],
+    )
+    task_store.record_outcomes(
+        conn, [(o.task_id, s.outcome) for o, _, s in finals if s.outcome is not None]
+    )
+    instance_store.notify_wakeup(conn, "finished")
 
 
 def firings(

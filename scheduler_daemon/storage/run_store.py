@@ -1,5 +1,7 @@
 """Writes run rows: create at launch, renew leases, lock and finish (sql/run.sql)."""
 
+from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
@@ -7,35 +9,6 @@ import psycopg
 
 from scheduler_daemon.domain.run import Run, TakeoverCandidate
 from scheduler_daemon.storage import query
-
-
-def insert(
-    conn: psycopg.Connection[Any],
-    *,
-    occurrence_id: int,
-    attempt: int,
-    owner: str,
-    token: int,
-    ttl: timedelta,
-    grace: timedelta,
-) -> dict[str, Any]:
-    """The run of a just-launched occurrence, leased on the database clock until now + ttl;
-    others may take it over after that + grace. It names this build (its schema head)."""
-    from scheduler_daemon.storage.migration import head_revision  # alembic: load on first use
-
-    return query.run(
-        conn,
-        "run_insert",
-        {
-            "occurrence_id": occurrence_id,
-            "attempt": attempt,
-            "owner": owner,
-            "token": token,
-            "ttl": ttl,
-            "grace": grace,
-            "build_revision": head_revision(),
-        },
-    )
 
 
 def running_by_build(conn: psycopg.Connection[Any]) -> dict[str, int]:
@@ -102,6 +75,43 @@ def finish(
         )
         == 1
     )
+
+
+@dataclass(frozen=True)
+class RunEnd:
+    """One run's outcome to record (`finish_many`)."""
+
+    run_id: int
+    token: int
+    status: str
+    exit_code: int | None
+    http_status: int | None
+    output_tail: str | None
+    error: str | None
+
+
+def finish_many(conn: psycopg.Connection[Any], ends: Sequence[RunEnd], *, owner: str) -> set[int]:
+    """Records a batch of outcomes in one statement, each fenced on `owner` and its token;
+    returns the run ids written (a missing one was fenced)."""
+    if not ends:
+        return set()
+    ordered = sorted(ends, key=lambda e: e.run_id)
+    rows = query.run(
+        conn,
+        "run_finish_many",
+        {
+            "ids": [e.run_id for e in ordered],
+            "tokens": [e.token for e in ordered],
+            "statuses": [e.status for e in ordered],
+            "exit_codes": [e.exit_code for e in ordered],
+            "http_statuses": [e.http_status for e in ordered],
+            "output_tails": [e.output_tail for e in ordered],
+            "errors": [e.error for e in ordered],
+            "owner": owner,
+            "now": None,
+        },
+    )
+    return {row["id"] for row in rows}
 
 
 def takeover_candidates(

@@ -284,6 +284,38 @@ def record_outcome(conn: psycopg.Connection[Any], task_id: int, outcome: TaskOut
     )
 
 
+def record_outcomes(
+    conn: psycopg.Connection[Any], outcomes: Sequence[tuple[int, TaskOutcome]]
+) -> int:
+    """`record_outcome` for a batch of (task_id, outcome) of locked tasks in one statement; per
+    task only the newest (highest occurrence_seq) is sent."""
+    newest: dict[int, TaskOutcome] = {}
+    for task_id, outcome in outcomes:
+        seen = newest.get(task_id)
+        if seen is None or outcome.occurrence_seq > seen.occurrence_seq:
+            newest[task_id] = outcome
+    if not newest:
+        return 0
+    task_ids = sorted(newest)
+    rows = [newest[task_id] for task_id in task_ids]
+    return int(
+        query.run(
+            conn,
+            "task_record_outcome_many",
+            {
+                "task_ids": task_ids,
+                "occurrence_ids": [o.occurrence_id for o in rows],
+                "seqs": [o.occurrence_seq for o in rows],
+                "scheduled_fors": [o.scheduled_for for o in rows],
+                "statuses": [o.status for o in rows],
+                "errors": [o.error for o in rows],
+                "lifecycles": [o.lifecycle for o in rows],
+                "now": None,
+            },
+        )
+    )
+
+
 def next_due(conn: psycopg.Connection[Any]) -> datetime | None:
     return query.run(conn, "task_next_due")
 
@@ -293,6 +325,12 @@ def lock_row(conn: psycopg.Connection[Any], task_id: int) -> TaskRecord | None:
     None when no such row exists."""
     row = query.run(conn, "task_lock", {"id": task_id})
     return None if row is None else record(row)
+
+
+def lock_many(conn: psycopg.Connection[Any], ids: Sequence[int]) -> dict[int, TaskRecord]:
+    """Locks the tasks `ids` in id order, deleted or not; by id (a missing id has no row)."""
+    rows = query.run(conn, "task_lock_many", {"ids": sorted(set(ids))})
+    return {row["id"]: record(row) for row in rows}
 
 
 def unfinished_one_shots(conn: psycopg.Connection[Any], *, after: int, limit: int) -> list[TaskRef]:

@@ -231,20 +231,27 @@ def _quoted_defaults() -> list[tuple[str, tuple[float, ...]]]:
             tuple(map(sec, (ttl, s.lease_grace, s.reconcile_interval, s.takeover_bound))),
         ),
         (r"renewed every TTL/3 \((\d+) s\)", (sec(s.renew_interval),)),
-        (r"TTL \N{MINUS SIGN} TTL/5 \((\d+) s", (sec(trust),)),
+        (r"TTL \N{MINUS SIGN} TTL/5 \((\d+(?:\.\d+)?) s", (sec(trust),)),
         (
             r"TTL \+ grace \+ reconcile interval(?: of its last renewal)? \((\d+) s",
             (sec(s.takeover_bound),),
         ),
         (r"\| every TTL/3 \| (\d+) s \|", (sec(s.renew_interval),)),
-        (r"\| last renewal sent \+ TTL \N{MINUS SIGN} TTL/5 \| (\d+) s \|", (sec(trust),)),
+        (
+            r"\| last renewal sent \+ TTL \N{MINUS SIGN} TTL/5 \| (\d+(?:\.\d+)?) s \|",
+            (sec(trust),),
+        ),
+        (
+            r"rides out a database outage of at least (\d+(?:\.\d+)?) s",
+            (sec(trust - s.renew_interval),),
+        ),
         (r"\| TTL \| (\d+) s \|", (sec(s.claim_ttl),)),
         (r"\| TTL \+ grace \| (\d+) s \|", (sec(s.restart_quiet),)),
         (r"\| TTL \+ grace \+ reconcile interval \| (\d+) s \|", (sec(s.takeover_bound),)),
         (
-            r"With the defaults: renewals every (\d+) s, a job killed (\d+) s after the last good "
-            r"renewal was sent, a lease that ends (\d+) s or more after it, a takeover no sooner "
-            r"than (\d+) s after it",
+            r"With the defaults: renewals every (\d+) s, a job killed (\d+(?:\.\d+)?) s after "
+            r"the last good renewal was sent, a lease that ends (\d+) s or more after it, a "
+            r"takeover no sooner than (\d+) s after it",
             tuple(map(sec, (s.renew_interval, trust, ttl, s.restart_quiet))),
         ),
         (r"`--lease-ttl` above (\d+\.\d+) \N{MULTIPLICATION SIGN} D", (stall_factor,)),

@@ -12,6 +12,8 @@ from scheduler_daemon.storage import query as queries
 from tests.support import query
 
 SEEDED = 20_000
+SECOND = timedelta(seconds=1)
+BATCH = {"ids": [1, 2], "tokens": [1, 1], "owner": "o", "build_revision": "x", "now": None}
 
 
 @pytest.fixture
@@ -64,8 +66,8 @@ def _plan(url: str, name: str, params: dict[str, Any]) -> str:
         ("task_claim_due", {"limit": 10, "now": None}, ("task_due_idx",)),
         (
             "occurrence_claim",
-            {"limit": 10, "owner": "o", "claim_ttl": timedelta(seconds=5)},
-            "occurrence_queue_idx",
+            {"limit": 10, "owner": "o", "claim_ttl": timedelta(seconds=5), "now": None},
+            ("occurrence_queue_idx",),
         ),
         (
             "run_takeover_candidates",
@@ -75,6 +77,45 @@ def _plan(url: str, name: str, params: dict[str, Any]) -> str:
         ("occurrence_expired_claims", {"after": 0, "limit": 10}, ("occurrence_claim_expiry_idx",)),
         # A sequential scan of every task in every reconcile pass before revision 0010.
         ("task_unfinished_one_shots", {"after": 0, "limit": 10}, ("task_running_one_shot_idx",)),
+        # The batched hot path reaches each row of its batch through the primary key.
+        (
+            "occurrence_launch",
+            {**BATCH, "ttl": SECOND, "grace": SECOND},
+            ("occurrence_pkey",),
+        ),
+        ("occurrence_lock_many", {"ids": [1, 2]}, ("occurrence_pkey",)),
+        (
+            "occurrence_finish_many",
+            {**BATCH, "statuses": ["success"] * 2, "errors": [None] * 2, "reasons": [None] * 2},
+            ("occurrence_pkey",),
+        ),
+        (
+            "run_finish_many",
+            {
+                **BATCH,
+                "statuses": ["success"] * 2,
+                "exit_codes": [0, 0],
+                "http_statuses": [None] * 2,
+                "output_tails": [None] * 2,
+                "errors": [None] * 2,
+            },
+            ("run_pkey",),
+        ),
+        ("task_lock_many", {"ids": [1, 2]}, ("task_pkey",)),
+        (
+            "task_record_outcome_many",
+            {
+                "task_ids": [1, 2],
+                "occurrence_ids": [1, 2],
+                "seqs": [1, 2],
+                "scheduled_fors": [None] * 2,
+                "statuses": ["success"] * 2,
+                "errors": [None] * 2,
+                "lifecycles": ["completed"] * 2,
+                "now": None,
+            },
+            ("task_pkey",),
+        ),
     ],
 )
 def test_hot_statements_use_their_named_index_on_a_seeded_table(seeded, name, params, indexes):
@@ -87,7 +128,7 @@ def test_the_claim_locks_no_more_rows_than_its_limit_on_a_large_queue(seeded) ->
     with psycopg.connect(seeded) as conn:
         rows = conn.execute(
             queries.QUERIES["occurrence_claim"].sql,
-            {"limit": 3, "owner": "o", "claim_ttl": timedelta(seconds=5)},
+            {"limit": 3, "owner": "o", "claim_ttl": timedelta(seconds=5), "now": None},
         )
         assert len(rows.fetchall()) == 3
         launching = conn.execute("SELECT count(*) FROM occurrence WHERE status = 'launching'")

@@ -222,14 +222,14 @@ def test_an_expired_claim_goes_back_to_the_queue_and_its_late_launch_is_fenced(
         "UPDATE occurrence SET claim_expires_at = now() - interval '1 second' RETURNING id",
     )
     report = reconciler(pool).run_once()
-    assert report.ids["requeued_claims"] == [claim["id"]]
+    assert report.ids["requeued_claims"] == [claim.id]
     (occ,) = query(database_url, "SELECT status, claim_owner FROM occurrence")
     assert occ == {"status": "queued", "claim_owner": None}
     with pooled_transaction(pool) as conn:
-        assert (
-            occurrence_store.launch(conn, claim["id"], owner="slow", token=claim["lease_token"])
-            is None
+        launched = occurrence_store.launch(
+            conn, [claim], owner="slow", ttl=timedelta(seconds=30), grace=timedelta(seconds=5)
         )
+    assert launched == {}
 
 
 def test_a_queued_occurrence_past_its_start_deadline_expires_with_its_task_in_one_step(

@@ -1,0 +1,207 @@
+"""Throughput and start lag of real `scheduler-daemon run` processes with no-op python jobs.
+
+Throughput: N manual occurrences of one `allow` python task (`bench.noop_job:noop`) are queued
+first, then W daemons start; jobs/s = N / (last job end - first job start), from the jobs' own
+records; transactions per occurrence from pg_stat_database.xact_commit before and after.
+Latency (--lag): after a warm-up burst of jobs, one-shot tasks are added at R/s, each due 2 s
+later; lag = job start wall time minus due time (same host, so the same clock).
+
+    python bench/daemon_throughput.py --occurrences 3000 --daemons 1 3 [--lag --rate 50]
+"""
+
+import argparse
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
+
+import psycopg
+
+from scheduler_daemon.storage import migration
+
+SERVER = os.environ.get(
+    "SCHEDULER_BENCH_DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/postgres"
+)
+ROOT = Path(__file__).resolve().parent.parent
+TARGET = "bench.noop_job:noop"
+
+
+def database(name: str) -> str:
+    with psycopg.connect(SERVER, autocommit=True) as conn:
+        conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+        conn.execute(f"CREATE DATABASE {name}")
+    url = urlunsplit(urlsplit(SERVER)._replace(path="/" + name))
+    migration.upgrade(url)
+    with psycopg.connect(url) as conn:
+        conn.execute("UPDATE fleet_setting SET value = '100000' WHERE key = 'max_concurrent_runs'")
+    return url
+
+
+def seed(url: str, count: int) -> None:
+    with psycopg.connect(url) as conn:
+        (task,) = conn.execute(
+            "INSERT INTO task (name, schedule_kind, every, anchor_at, executor, payload, overlap, "
+            "next_run_at) VALUES ('bench', 'interval', '1 hour', now(), 'python', "
+            "jsonb_build_object('target', %s::text), 'allow', now() + interval '1 hour') "
+            "RETURNING id",
+            (TARGET,),
+        ).fetchone()
+        conn.execute(
+            "INSERT INTO occurrence (task_id, occurrence_seq, scheduled_for, trigger, overlap, "
+            "status, not_before) SELECT %s, g, now(), 'manual', 'allow', 'queued', now() "
+            "FROM generate_series(1, %s) g",
+            (task, count),
+        )
+        conn.execute("UPDATE task SET occurrence_seq = %s", (count,))
+
+
+def xact_commit(url: str) -> int:
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("SELECT pg_stat_clear_snapshot()")
+        return conn.execute(
+            "SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()"
+        ).fetchone()[0]
+
+
+def start_daemons(url: str, count: int, record: Path, extra: list[str]) -> list[subprocess.Popen]:
+    env = {
+        **os.environ,
+        "SCHEDULER_DATABASE_URL": url,
+        "SCHEDULER_BENCH_RECORD": str(record),
+        "PYTHONPATH": str(ROOT),
+    }
+    argv = [sys.executable, "-m", "scheduler_daemon", "--log-format", "json", "run"]
+    return [
+        subprocess.Popen(
+            [*argv, "--instance-id", f"bench{i}", *extra],
+            env=env,
+            cwd=ROOT,
+            stdout=subprocess.DEVNULL,
+            stderr=open(os.environ["BENCH_LOG_DIR"] + f"/bench{i}.log", "w")
+            if os.environ.get("BENCH_LOG_DIR")
+            else subprocess.DEVNULL,
+        )
+        for i in range(count)
+    ]
+
+
+def stop(procs: list[subprocess.Popen]) -> None:
+    for p in procs:
+        p.send_signal(signal.SIGTERM)
+    for p in procs:
+        p.wait(60)
+
+
+def records(path: Path) -> list[tuple[int, float, float]]:
+    if not path.exists():
+        return []
+    return [
+        (int(a), float(b), float(c))
+        for a, b, c in (line.split() for line in path.read_text().splitlines() if line)
+    ]
+
+
+def throughput(count: int, daemons: int, extra: list[str]) -> None:
+    url = database("sd_bench_daemon")
+    seed(url, count)
+    record = Path(tempfile.mkdtemp()) / "jobs.txt"
+    before = xact_commit(url)
+    procs = start_daemons(url, daemons, record, extra)
+    deadline = time.monotonic() + 600
+    while len(records(record)) < count and time.monotonic() < deadline:
+        time.sleep(0.2)
+    stop(procs)
+    after = xact_commit(url)
+    rows = records(record)
+    assert len(rows) == count, (len(rows), count)
+    first = min(r[1] for r in rows)
+    last = max(r[2] for r in rows)
+    print(
+        f"daemons={daemons} occurrences={count} jobs/s={count / (last - first):,.0f} "
+        f"xact_commit/occurrence={(after - before) / count:.2f} (incl. start/stop)"
+    )
+
+
+def lag(rate: float, seconds: float, daemons: int, extra: list[str]) -> None:
+    url = database("sd_bench_lag")
+    record = Path(tempfile.mkdtemp()) / "jobs.txt"
+    procs = start_daemons(url, daemons, record, extra)
+    # Warm up as a long-running fleet is: run a burst of jobs first, so every daemon has started
+    # its python workers (cold starts take 0.3-1.5 s each on a busy host), then measure.
+    warm = 3 * daemons * int(extra[extra.index("--concurrency") + 1])
+    seed(url, warm)
+    deadline = time.monotonic() + 120
+    while len(records(record)) < warm and time.monotonic() < deadline:
+        time.sleep(0.2)
+    time.sleep(3)  # the workers started after the burst come up too
+    record.unlink()
+    due: dict[str, datetime] = {}
+    n = int(rate * seconds)
+    with psycopg.connect(url, autocommit=True) as conn:
+        t0 = time.monotonic()
+        for i in range(n):
+            at = datetime.now(UTC) + timedelta(seconds=2)
+            (task_id,) = conn.execute(
+                "INSERT INTO task (name, schedule_kind, run_at, anchor_at, executor, payload, "
+                "overlap, next_run_at) VALUES (%s, 'once', %s, now(), 'python', "
+                "jsonb_build_object('target', %s::text), 'allow', %s) RETURNING id",
+                (f"lag{i}", at, TARGET, at),
+            ).fetchone()
+            # What Client.add_task sends: the wake-up carries the due time.
+            conn.execute(
+                "SELECT pg_notify('scheduler_daemon_wakeup', 'task_added ' || %s::text)",
+                (at.isoformat(),),
+            )
+            due[task_id] = at
+            time.sleep(max(0.0, t0 + (i + 1) / rate - time.monotonic()))
+    deadline = time.monotonic() + 30
+    while len(records(record)) < n and time.monotonic() < deadline:
+        time.sleep(0.2)
+    stop(procs)
+    with psycopg.connect(url) as conn:
+        run_task = dict(
+            conn.execute(
+                "SELECT r.id, o.task_id FROM run r JOIN occurrence o ON o.id = r.occurrence_id"
+            ).fetchall()
+        )
+    lags = sorted(
+        (start - due[run_task[run_id]].timestamp()) * 1000 for run_id, start, _ in records(record)
+    )
+    if os.environ.get("BENCH_LAG_TRACE"):
+        ordered = [
+            round((start - due[run_task[run_id]].timestamp()) * 1000)
+            for run_id, start, _ in sorted(records(record), key=lambda r: r[1])
+        ]
+        print("lags in start order (ms):", ordered[:: max(1, len(ordered) // 40)])
+    q = statistics.quantiles(lags, n=100)
+    print(
+        f"lag daemons={daemons} rate={rate}/s firings={len(lags)}/{n}: "
+        f"p50={q[49]:.1f} ms p99={q[98]:.1f} ms max={lags[-1]:.1f} ms"
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--occurrences", type=int, default=3000)
+    parser.add_argument("--daemons", type=int, nargs="+", default=[1, 3])
+    parser.add_argument("--lag", action="store_true")
+    parser.add_argument("--rate", type=float, default=50)
+    parser.add_argument("--seconds", type=float, default=10)
+    parser.add_argument("--concurrency", default="10")
+    args = parser.parse_args()
+    extra = ["--concurrency", args.concurrency]
+    for daemons in args.daemons:
+        if args.lag:
+            lag(args.rate, args.seconds, daemons, extra)
+        else:
+            throughput(args.occurrences, daemons, extra)
+
+
+if __name__ == "__main__":
+    main()
