@@ -11,20 +11,9 @@ SELECT min(history_retention) FROM task WHERE history_retention IS NOT NULL
 -- transaction holds are skipped, and nothing with a running run is touched. Returns the counts
 -- and the cursor to go on from (NULL when the scan reached the end).
 WITH scanned AS MATERIALIZED (
-    SELECT o.id, o.finished_at FROM occurrence o
-    WHERE o.finished_at < coalesce(%(now)s::timestamptz, now()) - %(min_retention)s
-      AND (o.finished_at, o.id) > (%(after_at)s::timestamptz, %(after_id)s::bigint)
-    ORDER BY o.finished_at, o.id
-    LIMIT %(scan)s
+    {{retention_scanned}}
 ), doomed AS MATERIALIZED (
-    SELECT o.id FROM occurrence o
-    JOIN scanned s ON s.id = o.id
-    JOIN task t ON t.id = o.task_id
-    WHERE o.finished_at < coalesce(%(now)s::timestamptz, now())
-                          - coalesce(t.history_retention, %(retention)s)
-      AND (t.deleted_at IS NOT NULL OR (
-            o.occurrence_seq < t.last_outcome_seq AND o.id IS DISTINCT FROM t.last_occurrence_id))
-      AND NOT EXISTS (SELECT 1 FROM run r WHERE r.occurrence_id = o.id AND r.status = 'running')
+    {{retention_doomed}}
     ORDER BY o.id
     LIMIT %(limit)s
     FOR UPDATE OF o SKIP LOCKED
@@ -42,20 +31,9 @@ SELECT (SELECT count(*) FROM occurrences) AS occurrences, (SELECT count(*) FROM 
 -- name: retention_preview :one
 -- What retention_prune would delete in the same scan, without locking or deleting anything.
 WITH scanned AS MATERIALIZED (
-    SELECT o.id, o.finished_at FROM occurrence o
-    WHERE o.finished_at < coalesce(%(now)s::timestamptz, now()) - %(min_retention)s
-      AND (o.finished_at, o.id) > (%(after_at)s::timestamptz, %(after_id)s::bigint)
-    ORDER BY o.finished_at, o.id
-    LIMIT %(scan)s
+    {{retention_scanned}}
 ), doomed AS MATERIALIZED (
-    SELECT o.id FROM occurrence o
-    JOIN scanned s ON s.id = o.id
-    JOIN task t ON t.id = o.task_id
-    WHERE o.finished_at < coalesce(%(now)s::timestamptz, now())
-                          - coalesce(t.history_retention, %(retention)s)
-      AND (t.deleted_at IS NOT NULL OR (
-            o.occurrence_seq < t.last_outcome_seq AND o.id IS DISTINCT FROM t.last_occurrence_id))
-      AND NOT EXISTS (SELECT 1 FROM run r WHERE r.occurrence_id = o.id AND r.status = 'running')
+    {{retention_doomed}}
 ), last AS (
     SELECT finished_at, id FROM scanned ORDER BY finished_at DESC, id DESC LIMIT 1
 )
@@ -64,3 +42,24 @@ SELECT (SELECT count(*) FROM doomed) AS occurrences,
     (SELECT count(*) FROM scanned) AS scanned,
     (SELECT finished_at FROM last) AS after_at, (SELECT id FROM last) AS after_id
 
+-- fragment: retention_scanned
+-- One bounded step of the scan retention_prune and retention_preview share: up to `scan`
+-- finished occurrences older than the shortest retention, after the cursor, in
+-- occurrence_finished_idx order.
+SELECT o.id, o.finished_at FROM occurrence o
+    WHERE o.finished_at < coalesce(%(now)s::timestamptz, now()) - %(min_retention)s
+      AND (o.finished_at, o.id) > (%(after_at)s::timestamptz, %(after_id)s::bigint)
+    ORDER BY o.finished_at, o.id
+    LIMIT %(scan)s
+
+-- fragment: retention_doomed
+-- Of the scanned, those past their task's retention (or the fleet's) that are neither the
+-- task's latest outcome nor newer, and have no running run; a deleted task keeps nothing.
+SELECT o.id FROM occurrence o
+    JOIN scanned s ON s.id = o.id
+    JOIN task t ON t.id = o.task_id
+    WHERE o.finished_at < coalesce(%(now)s::timestamptz, now())
+                          - coalesce(t.history_retention, %(retention)s)
+      AND (t.deleted_at IS NOT NULL OR (
+            o.occurrence_seq < t.last_outcome_seq AND o.id IS DISTINCT FROM t.last_occurrence_id))
+      AND NOT EXISTS (SELECT 1 FROM run r WHERE r.occurrence_id = o.id AND r.status = 'running')

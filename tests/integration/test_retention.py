@@ -164,7 +164,7 @@ def _indexes(plan: str) -> set[str]:
 
 
 HOT = {
-    "occurrence_claim": {"limit": 10, "owner": "o", "claim_ttl": timedelta(seconds=5)},
+    "occurrence_claim": {"limit": 10, "owner": "o", "claim_ttl": timedelta(seconds=5), "now": None},
     "task_claim_due": {"limit": 10, "now": None},
 }
 # The indexes each hot statement may use: partial indexes over the active rows (and primary keys
