@@ -214,7 +214,7 @@ def test_a_forbid_task_runs_its_backfill_one_after_another_in_firing_order(
     def claim() -> list[int]:
         with pooled_transaction(pool) as conn:
             claimed = occurrence_store.claim(conn, owner="t", limit=10, claim_ttl=HOUR)
-        return [c["id"] for c in claimed]
+        return [c.id for c in claimed]
 
     assert claim() == []  # the task's running occurrence holds it
     query(
