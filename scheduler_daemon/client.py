@@ -24,6 +24,7 @@ from scheduler_daemon.domain.outcome import task_outcome
 from scheduler_daemon.domain.run import HistoryRow, RunDetail
 from scheduler_daemon.domain.status import (
     OccurrenceStatus,
+    OverlapPolicy,
     RunStatus,
     TaskStatus,
     Trigger,
@@ -180,7 +181,6 @@ class Client:
     ) -> TaskRecord:
         """Changes a task's definition; it takes effect from the next firing
         (domain.control.plan_update)."""
-        control.check_update(changes)
         with self._tx() as conn:
             return self.update_in(conn, ref, now=now, **changes)
 
@@ -342,7 +342,10 @@ class Client:
         with self._tx() as conn:
             task = task_store.lock(conn, ref)
             db_now = task_store.clock(conn, now)
-            plan = control.plan_trigger(task, active=occurrence_store.active_count(conn, task.id))
+            # Only a `forbid` task's rule reads its active occurrences (at most one, by index).
+            forbid = task.spec.overlap == OverlapPolicy.FORBID
+            active = occurrence_store.active_count(conn, task.id) if forbid else 0
+            plan = control.plan_trigger(task, active=active)
             instance_store.notify_wakeup(conn, "triggered")
             occurrence = occurrence_store.insert(
                 conn,

@@ -104,15 +104,7 @@ class Completer:
             with pooled_transaction(self.pool, FIRST_TRY_LIMITS) as conn:
                 completions = self._write_batch(conn, runs)
         except DatabaseUnavailable as exc:
-            for run in runs:
-                log.warning(
-                    "outcome_kept_for_later",
-                    run_id=run.run_id,
-                    error=str(exc),
-                    occurrence_id=run.occurrence_id,
-                    instance_id=self.instance_id,
-                )
-            result.kept += len(runs)
+            self._keep(runs, exc, result)
             return True
         except LOCK_ERRORS:
             return False
@@ -210,11 +202,10 @@ class Completer:
             **ids,
         )
 
-    def _attempt(self, run: HeldRun, limits: Limits, result: CompleteResult) -> bool:
-        """One try at writing `run`'s outcome; False when its rows were locked past `limits`."""
-        try:
-            completion = self.complete(run, limits)
-        except DatabaseUnavailable as exc:
+    def _keep(self, runs: list[HeldRun], exc: Exception, result: CompleteResult) -> None:
+        """The database is unreachable: the outcomes stay held (their leases renewed) and are
+        written on a later pass."""
+        for run in runs:
             log.warning(
                 "outcome_kept_for_later",
                 run_id=run.run_id,
@@ -222,7 +213,14 @@ class Completer:
                 occurrence_id=run.occurrence_id,
                 instance_id=self.instance_id,
             )
-            result.kept += 1
+        result.kept += len(runs)
+
+    def _attempt(self, run: HeldRun, limits: Limits, result: CompleteResult) -> bool:
+        """One try at writing `run`'s outcome; False when its rows were locked past `limits`."""
+        try:
+            completion = self.complete(run, limits)
+        except DatabaseUnavailable as exc:
+            self._keep([run], exc, result)
             return True
         except LOCK_ERRORS as exc:
             if limits is FIRST_TRY_LIMITS:
