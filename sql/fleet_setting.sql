@@ -11,11 +11,6 @@ ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value, updated_at = EXCLUDED.up
     updated_by = EXCLUDED.updated_by
 RETURNING key, value, updated_at, updated_by
 
--- name: fleet_budget_lock :scalar
--- Serialises admission fleet-wide for this transaction only (safe behind PgBouncer); the count
--- that follows runs in its own statement so it sees every claim committed before the lock.
-SELECT pg_advisory_xact_lock(%(key)s)
-
 -- name: fleet_budget :scalar
 -- The fleet-wide budget of executing occurrences.
 SELECT (value::text)::int FROM fleet_setting WHERE key = 'max_concurrent_runs'

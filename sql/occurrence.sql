@@ -47,9 +47,20 @@ WHERE o.id = %(id)s
 -- Occurrences holding a slot of the fleet budget; run after the budget lock, in its own statement.
 SELECT count(*) FROM occurrence WHERE status IN ('launching', 'running')
 
--- name: occurrence_free_budget :scalar
--- Free slots of the fleet budget (budget minus the occurrences executing): run after the budget
--- lock, in its own statement, so the count sees every claim committed before the lock.
+-- name: occurrence_claim_begin :scalar
+-- Begins a claim's transaction in one round trip (a simple query, parameters bound client-side,
+-- each statement with its own snapshot): the per-transaction limits; a claim plan that does not
+-- depend on fresh statistics (a queue that grew since the last ANALYZE was otherwise read and
+-- sorted whole by every claim: the ordered walk of occurrence_queue_idx is the only plan left;
+-- no JIT, which the disabled plans' costs would otherwise trigger at ~100 ms a statement);
+-- the fleet budget's advisory lock (transaction-scoped: safe behind PgBouncer); then, after it,
+-- the budget's free slots: the budget minus the occurrences executing, counted on
+-- occurrence_executing_idx (a scan of every occurrence ever kept before revision 0011).
+BEGIN;
+{{transaction_limits}};
+SELECT set_config('enable_bitmapscan', 'off', true), set_config('enable_sort', 'off', true),
+       set_config('jit', 'off', true);
+SELECT pg_advisory_xact_lock(%(key)s);
 SELECT coalesce((SELECT (value::text)::int FROM fleet_setting WHERE key = 'max_concurrent_runs'),
                 0)
      - (SELECT count(*) FROM occurrence WHERE status IN ('launching', 'running'))
@@ -96,12 +107,16 @@ RETURNING o.id, o.task_id, o.occurrence_seq, o.scheduled_for, o.lease_token, o.a
 -- still ours moves to running, counts its attempt and gets its run, leased on the database clock
 -- until now + ttl (takeover after that + grace), naming this build. In id order; a pair missing
 -- from the result is no longer ours (fenced: cancelled, or requeued after its claim expired).
+-- Each row is looked up by its id (a LATERAL subquery the planner cannot flatten), in the order
+-- of `ids` (the caller sorts them), whatever the statistics say about the status indexes.
 WITH mine AS MATERIALIZED (
-    SELECT o.id FROM occurrence o
-    JOIN unnest(%(ids)s::bigint[], %(tokens)s::bigint[]) AS c(id, token)
-      ON o.id = c.id AND o.lease_token = c.token
-    WHERE o.status = 'launching' AND o.claim_owner = %(owner)s
-    ORDER BY o.id FOR UPDATE OF o
+    SELECT o.id FROM unnest(%(ids)s::bigint[], %(tokens)s::bigint[]) AS c(id, token)
+    CROSS JOIN LATERAL (
+        SELECT o.id FROM occurrence o
+        WHERE o.id = c.id AND o.lease_token = c.token
+          AND o.status = 'launching' AND o.claim_owner = %(owner)s
+        OFFSET 0 FOR UPDATE
+    ) o
 ), launched AS (
     UPDATE occurrence o SET status = 'running', attempts = o.attempts + 1, claim_expires_at = NULL,
         updated_at = coalesce(%(now)s::timestamptz, clock_timestamp())

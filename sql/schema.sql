@@ -117,6 +117,8 @@ CREATE TABLE occurrence (
 
 CREATE INDEX occurrence_claim_expiry_idx ON public.occurrence USING btree (claim_expires_at) WHERE (status = 'launching'::text);
 
+CREATE INDEX occurrence_executing_idx ON public.occurrence USING btree (id) WHERE (status = ANY (ARRAY['launching'::text, 'running'::text]));
+
 CREATE INDEX occurrence_finished_idx ON public.occurrence USING btree (finished_at, id) WHERE (finished_at IS NOT NULL);
 
 CREATE UNIQUE INDEX occurrence_forbid_active_key ON public.occurrence USING btree (task_id) WHERE ((overlap = 'forbid'::text) AND (status = ANY (ARRAY['queued'::text, 'launching'::text, 'running'::text])));

@@ -2,25 +2,24 @@
 -- The database clock, or the pinned time a test passes; the only clock coordination reads.
 SELECT coalesce(%(now)s::timestamptz, now())
 
--- name: session_limits :one
--- Per-transaction limits (SET LOCAL semantics, so they pass PgBouncer in transaction mode): a lock
--- wait, a statement or an idle transaction cannot hold the daemon or the server for long.
+-- fragment: transaction_limits
 SELECT set_config('lock_timeout', %(lock_timeout)s, true),
        set_config('statement_timeout', %(statement_timeout)s, true),
        set_config('idle_in_transaction_session_timeout', %(idle_timeout)s, true)
+
+-- name: session_limits :one
+-- Per-transaction limits (SET LOCAL semantics, so they pass PgBouncer in transaction mode): a lock
+-- wait, a statement or an idle transaction cannot hold the daemon or the server for long.
+{{transaction_limits}}
 
 -- name: session_begin :rowcount
 -- Begins a transaction with the per-transaction limits of session_limits, in one round trip (a
 -- simple query of two statements, parameters bound client-side; fine through PgBouncer).
 BEGIN;
-SELECT set_config('lock_timeout', %(lock_timeout)s, true),
-       set_config('statement_timeout', %(statement_timeout)s, true),
-       set_config('idle_in_transaction_session_timeout', %(idle_timeout)s, true)
+{{transaction_limits}}
 
 -- name: session_begin_snapshot :rowcount
 -- Begins one read-only snapshot transaction (every statement in it sees the same moment, and
 -- nothing in it can write) with the limits of session_limits, in one round trip.
 BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY;
-SELECT set_config('lock_timeout', %(lock_timeout)s, true),
-       set_config('statement_timeout', %(statement_timeout)s, true),
-       set_config('idle_in_transaction_session_timeout', %(idle_timeout)s, true)
+{{transaction_limits}}

@@ -12,8 +12,7 @@ from scheduler_daemon.domain.claim import Claim, Launched
 from scheduler_daemon.domain.held import HeldRun, HeldRuns
 from scheduler_daemon.executors.base import Executor, JobContext
 from scheduler_daemon.settings import DaemonSettings
-from scheduler_daemon.storage import fleet_store, occurrence_store
-from scheduler_daemon.storage.database import pooled_transaction
+from scheduler_daemon.storage import occurrence_store
 
 log = structlog.get_logger()
 
@@ -66,9 +65,13 @@ class Launcher:
         if free_slots <= 0:
             result.more = True
             return result
-        with pooled_transaction(self.pool) as conn:
-            fleet_store.lock_budget(conn)  # its own statement: the count below sees every claim
-            limit = min(occurrence_store.free_budget(conn), free_slots)
+        # BEGIN, the budget lock and then the free budget in one round trip (each statement
+        # with its own snapshot: the count sees every claim committed before the lock).
+        with occurrence_store.claim_transaction(self.pool) as (
+            conn,
+            free_budget,
+        ):
+            limit = min(free_budget, free_slots)
             claims = occurrence_store.claim(
                 conn,
                 owner=self.instance_id,

@@ -216,10 +216,29 @@ def snapshot_transaction(pool: ConnectionPool, limits: Limits | None = None) -> 
 
 
 @contextmanager
-def _pooled(pool: ConnectionPool, limits: Limits | None, *, snapshot: bool) -> Iterator[Any]:
+def pooled_transaction_begun_by(
+    pool: ConnectionPool, begin: str, params: dict[str, Any], limits: Limits | None = None
+) -> Iterator[tuple[Any, Any]]:
+    """`pooled_transaction` whose first round trip is the named statements `begin` (BEGIN, the
+    limits, and what the transaction does first); yields the connection and the first column of
+    the last statement's first row."""
+    with _pooled(pool, limits, begin=begin, params=params) as begun:
+        yield begun
+
+
+@contextmanager
+def _pooled(
+    pool: ConnectionPool,
+    limits: Limits | None,
+    *,
+    snapshot: bool = False,
+    begin: str | None = None,
+    params: dict[str, Any] | None = None,
+) -> Iterator[Any]:
+    name = begin or ("session_begin_snapshot" if snapshot else "session_begin")
     try:
-        with pool.connection() as conn, _begun(conn, limits or Limits(), snapshot=snapshot):
-            yield conn
+        with pool.connection() as conn, _begun(conn, limits or Limits(), name, params) as first:
+            yield conn if begin is None else (conn, first)
     except PoolTimeout as exc:
         raise DatabaseUnavailable(f"database unavailable: {first_line(exc)}") from exc
     except psycopg.OperationalError as exc:
@@ -229,15 +248,21 @@ def _pooled(pool: ConnectionPool, limits: Limits | None, *, snapshot: bool) -> I
 
 
 @contextmanager
-def _begun(conn: psycopg.Connection[Any], limits: Limits, *, snapshot: bool) -> Iterator[None]:
+def _begun(
+    conn: psycopg.Connection[Any], limits: Limits, name: str, params: dict[str, Any] | None
+) -> Iterator[Any]:
     """One transaction on an autocommit connection whose BEGIN carries the limits: one round
-    trip (`session_begin`, sent with client-side binding so the two statements go as one simple
-    query) where `conn.transaction()` plus `apply_limits` took two. A `conn.transaction()` inside
-    is a savepoint, as before; committed on success, rolled back on any error."""
-    name = "session_begin_snapshot" if snapshot else "session_begin"
-    psycopg.ClientCursor(conn).execute(query.QUERIES[name].sql, _limit_params(limits))
+    trip (`name`, e.g. `session_begin`, sent with client-side binding so its statements go as
+    one simple query) where `conn.transaction()` plus `apply_limits` took two. Yields the first
+    column of the last statement's first row. A `conn.transaction()` inside is a savepoint, as
+    before; committed on success, rolled back on any error."""
+    cursor = psycopg.ClientCursor(conn)
+    cursor.execute(query.QUERIES[name].sql, {**_limit_params(limits), **(params or {})})
+    while cursor.nextset():
+        pass
+    row = cursor.fetchone() if cursor.description else None
     try:
-        yield
+        yield None if row is None else next(iter(row.values() if isinstance(row, dict) else row))
     except BaseException:
         if not conn.closed and not conn.broken:
             conn.rollback()

@@ -26,11 +26,6 @@ def set_setting(
 BUDGET_LOCK_KEY = 0x7363686564627564
 
 
-def lock_budget(conn: psycopg.Connection[Any]) -> None:
-    """Takes the fleet budget's transaction-scoped advisory lock, in its own statement."""
-    query.run(conn, "fleet_budget_lock", {"key": BUDGET_LOCK_KEY})
-
-
 def budget(conn: psycopg.Connection[Any]) -> int:
     value = query.run(conn, "fleet_budget")
     return 0 if value is None else int(value)

@@ -1,10 +1,12 @@
 """Writes occurrence rows (and the runs they own) through sql/occurrence.sql and sql/run.sql."""
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from datetime import datetime, timedelta
 from typing import Any, Literal
 
 import psycopg
+from psycopg_pool import ConnectionPool
 
 from scheduler_daemon.domain.backfill import Recorded
 from scheduler_daemon.domain.claim import Claim, Launched
@@ -12,6 +14,8 @@ from scheduler_daemon.domain.occurrence import ExpiredClaim, Occurrence, Occurre
 from scheduler_daemon.domain.outcome import Settlement
 from scheduler_daemon.domain.status import FINISHED, NOT_STARTED
 from scheduler_daemon.storage import instance_store, query, task_store
+from scheduler_daemon.storage.database import pooled_transaction_begun_by
+from scheduler_daemon.storage.fleet_store import BUDGET_LOCK_KEY
 
 
 def _one(row: dict[str, Any] | None) -> Occurrence | None:
@@ -121,9 +125,16 @@ def queue_depth(conn: psycopg.Connection[Any]) -> int:
     return int(query.run(conn, "occurrence_queue_depth"))
 
 
-def free_budget(conn: psycopg.Connection[Any]) -> int:
-    """The fleet budget's free slots; run after `fleet_store.lock_budget`, in its own statement."""
-    return int(query.run(conn, "occurrence_free_budget"))
+@contextmanager
+def claim_transaction(pool: ConnectionPool) -> Iterator[tuple[Any, int]]:
+    """A claim's transaction, begun in one round trip with the fleet budget's advisory lock
+    taken and a claim plan pinned to the queue index; yields the connection and
+    the budget's free slots, counted after the lock."""
+    with pooled_transaction_begun_by(pool, "occurrence_claim_begin", {"key": BUDGET_LOCK_KEY}) as (
+        conn,
+        free,
+    ):
+        yield conn, int(free)
 
 
 def claim(

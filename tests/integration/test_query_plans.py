@@ -74,7 +74,14 @@ def _plan(url: str, name: str, params: dict[str, Any]) -> str:
             {"after": 0, "limit": 10, "restart_quiet": timedelta(seconds=5)},
             "run_takeover_idx",
         ),
-        ("occurrence_expired_claims", {"after": 0, "limit": 10}, ("occurrence_claim_expiry_idx",)),
+        # Either index holds only the executing rows (launching ones in the first).
+        (
+            "occurrence_expired_claims",
+            {"after": 0, "limit": 10},
+            ("occurrence_claim_expiry_idx", "occurrence_executing_idx"),
+        ),
+        # A sequential scan of every occurrence ever kept, in every claim, before revision 0011.
+        ("occurrence_executing_count", {}, ("occurrence_executing_idx",)),
         # A sequential scan of every task in every reconcile pass before revision 0010.
         ("task_unfinished_one_shots", {"after": 0, "limit": 10}, ("task_running_one_shot_idx",)),
         # The batched hot path reaches each row of its batch through the primary key.
@@ -87,7 +94,7 @@ def _plan(url: str, name: str, params: dict[str, Any]) -> str:
         (
             "occurrence_finish_many",
             {**BATCH, "statuses": ["success"] * 2, "errors": [None] * 2, "reasons": [None] * 2},
-            ("occurrence_pkey",),
+            ("occurrence_pkey", "occurrence_executing_idx"),  # the running rows only
         ),
         (
             "run_finish_many",
@@ -133,3 +140,46 @@ def test_the_claim_locks_no_more_rows_than_its_limit_on_a_large_queue(seeded) ->
         assert len(rows.fetchall()) == 3
         launching = conn.execute("SELECT count(*) FROM occurrence WHERE status = 'launching'")
         assert launching.fetchone()[0] == 3
+
+
+def _claim_plan(url: str, name: str, params: dict[str, Any]) -> str:
+    """The plan of `name` inside a claim's transaction, begun as the launcher begins it (the
+    planner settings of occurrence_claim_begin), with the server's real costs otherwise."""
+    with psycopg.connect(url) as conn:
+        cursor = psycopg.ClientCursor(conn)
+        begin = queries.QUERIES["occurrence_claim_begin"].sql.removeprefix("BEGIN;")
+        limits = {"lock_timeout": "5s", "statement_timeout": "30s", "idle_timeout": "60s"}
+        cursor.execute(begin, {**limits, "key": 1})
+        rows = conn.execute(f"EXPLAIN {queries.QUERIES[name].sql}", params).fetchall()
+        conn.rollback()
+    return "\n".join(r[0] for r in rows)
+
+
+def test_the_claim_walks_the_queue_index_when_the_statistics_are_stale(database_url) -> None:
+    # The queue grew from empty since the last ANALYZE (a burst of triggers, a backfill): the
+    # planner believes the table is small. Before occurrence_claim_begin pinned the plan, every
+    # claim then read all 20,000 queued rows through a BitmapAnd and sorted them (7 ms a claim,
+    # growing with the queue); this asserts the ordered walk of the queue index with no Sort.
+    query(
+        database_url,
+        """INSERT INTO task (name, schedule_kind, every, anchor_at, executor, payload, overlap)
+           VALUES ('t', 'interval', '1 hour', now(), 'shell', '{"command": "true"}', 'allow')""",
+    )
+    query(database_url, "ANALYZE occurrence")  # statistics of an empty queue
+    query(
+        database_url,
+        """INSERT INTO occurrence (task_id, occurrence_seq, scheduled_for, trigger, overlap, status,
+                                   not_before)
+           SELECT 1, g, now(), 'manual', 'allow', 'queued', now()
+           FROM generate_series(1, 20000) g RETURNING 1""",
+    )
+    params = {"limit": 10, "owner": "o", "claim_ttl": timedelta(seconds=5), "now": None}
+    plan = _claim_plan(database_url, "occurrence_claim", params)
+    assert "Index Scan using occurrence_queue_idx" in plan, plan
+    assert "Sort" not in plan.split("SubPlan")[0], plan
+    assert "Bitmap" not in plan, plan
+    # The launch reaches each claimed row by its id, whatever the status indexes look like.
+    launch = _claim_plan(
+        database_url, "occurrence_launch", {**BATCH, "ttl": SECOND, "grace": SECOND}
+    )
+    assert "Index Cond: (id = c.id)" in launch, launch
