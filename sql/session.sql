@@ -24,3 +24,13 @@ BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY;
 SELECT set_config('lock_timeout', %(lock_timeout)s, true),
        set_config('statement_timeout', %(statement_timeout)s, true),
        set_config('idle_in_transaction_session_timeout', %(idle_timeout)s, true)
+
+-- name: session_begin_clock :rowcount
+-- Begins a transaction with the limits of session_limits and reads its clock (now(), fixed for
+-- the whole transaction, or the pinned time a test passes), in one round trip; the Client's
+-- Session may append the transaction's first statement to the same simple query.
+BEGIN;
+SELECT set_config('lock_timeout', %(lock_timeout)s, true),
+       set_config('statement_timeout', %(statement_timeout)s, true),
+       set_config('idle_in_transaction_session_timeout', %(idle_timeout)s, true),
+       coalesce(%(now)s::timestamptz, now()) AS db_now
