@@ -144,8 +144,18 @@ def find(conn: psycopg.Connection[Any], ref: str | int) -> TaskRecord:
 def lock(conn: psycopg.Connection[Any], ref: str | int) -> TaskRecord:
     """Finds a live task and takes its row lock (the parent lock, always first), in one
     statement."""
+    name, params = lock_statement(ref)
+    return locked(ref, query.run(conn, name, params))
+
+
+def lock_statement(ref: str | int) -> tuple[str, dict[str, Any]]:
+    """`lock` as a statement to send with others (Session.begin's `then`); `locked` reads it."""
     task_id = int(ref) if isinstance(ref, int) or str(ref).isdigit() else None
-    row = query.run(conn, "task_lock_ref", {"id": task_id, "name": str(ref)})
+    return "task_lock_ref", {"id": task_id, "name": str(ref)}
+
+
+def locked(ref: str | int, row: dict[str, Any] | None) -> TaskRecord:
+    """The live task `lock_statement(ref)` locked; NotFound if none."""
     if row is None:
         raise NotFound(f"unknown task '{ref}'")
     if row["deleted_at"] is not None:

@@ -44,3 +44,30 @@ def test_the_bulk_occurrence_insert_scans_no_table(seeded) -> None:  # noqa: F81
     assert "Function Scan on generate_series" in plan, plan
     assert "Seq Scan" not in plan, plan
     assert "Index" not in plan, plan
+
+
+def test_the_one_statement_trigger_reaches_its_task_by_primary_key_and_scans_nothing(
+    seeded,  # noqa: F811
+) -> None:
+    from datetime import UTC, datetime
+
+    from scheduler_daemon.domain.status import FINISHED
+
+    params = {
+        "task_id": 5,
+        "rerun": False,
+        "rerun_status": None,
+        "channel": "test",
+        "reason_woken": "triggered",
+        "now": datetime.now(UTC),
+        "overlap": "allow",
+        "concurrency_key": None,
+        "status": "queued",
+        "reason": None,
+        "requested_by": "test",
+        "finished": list(FINISHED),
+    }
+    plan = _plan(seeded, "occurrence_trigger", params)
+    assert "Index Scan using task_pkey on task" in plan, plan
+    assert "Seq Scan" not in plan, plan
+    assert "on occurrence" not in plan.replace("Insert on occurrence", ""), plan
