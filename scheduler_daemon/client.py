@@ -129,8 +129,10 @@ class Client:
     # -- tasks -----------------------------------------------------------------------------------
     def add_task(self, spec: TaskSpec, *, now: datetime | None = None) -> TaskRecord:
         spec.validate()  # the rules that need no database, before connecting
-        with self._tx() as conn:
-            return self.add_in(conn, spec, now=now)
+        # One round trip begins the transaction and reads the clock, one inserts (and wakes the
+        # daemons), then COMMIT.
+        with self._session.begin(now=now) as begun:
+            return self._add(begun.conn, spec, begun.now, source=None)
 
     def add_in(
         self,
@@ -141,12 +143,15 @@ class Client:
         source: str | None = None,
     ) -> TaskRecord:
         """add_task inside the caller's transaction; `source` records a `tasks apply` source."""
-        db_now = task_store.clock(conn, now)
+        return self._add(conn, spec, task_store.clock(conn, now), source=source)
+
+    @staticmethod
+    def _add(
+        conn: psycopg.Connection[Any], spec: TaskSpec, db_now: datetime, *, source: str | None
+    ) -> TaskRecord:
         spec = spec.with_changes(anchor=db_now)
         spec.validate(db_now)
-        added = task_store.insert(conn, spec, spec.schedule().next_after(db_now), source=source)
-        instance_store.notify_task_added(conn, added.next_run_at)
-        return added
+        return task_store.insert(conn, spec, spec.schedule().next_after(db_now), source=source)
 
     def add_tasks(
         self, specs: Iterable[TaskSpec], *, now: datetime | None = None

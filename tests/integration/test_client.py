@@ -420,3 +420,39 @@ def test_a_trigger_waiting_for_the_task_lock_sees_what_its_holder_committed(
     seqs = [r["occurrence_seq"] for r in db.execute("SELECT occurrence_seq FROM occurrence")]
     assert sorted(seqs) == [1, 2]
     assert client.get_task("a").occurrence_seq == 2
+
+
+# -- one add_task: insert and wake-up in one statement, no savepoint ------------------------------
+def _wakeups(listener: psycopg.Connection[Any]) -> list[str]:
+    return [n.payload for n in listener.notifies(timeout=0.2, stop_after=10)]
+
+
+def test_add_task_wakes_the_daemons_with_its_due_time_and_a_taken_name_wakes_nobody(
+    client, database_url, counts
+) -> None:
+    from scheduler_daemon.storage import instance_store
+
+    with psycopg.connect(database_url, autocommit=True) as listener:
+        instance_store.listen_wakeups(listener)
+        # A timezone of its own: the payload still reads the due time as the database returns it.
+        task = client.add_task(_spec("a", every=None, cron="0 9 * * *", timezone="Europe/Paris"))
+        assert task.next_run_at is not None
+        assert _wakeups(listener) == [f"task_added {task.next_run_at.isoformat()}"]
+        before = counts()
+        with pytest.raises(Conflict, match=r"^a task named 'a' already exists$"):
+            client.add_task(_spec("a"))
+        assert counts() == before
+        assert _wakeups(listener) == []
+        assert client.add_task(_spec("b", paused=True)).name == "b"
+        assert len(_wakeups(listener)) == 1
+
+
+def test_a_taken_name_leaves_the_callers_transaction_usable(client) -> None:
+    # `tasks apply` adds inside its own transaction: the refusal must not abort it (it was a
+    # savepoint; now the insert does nothing on the taken name and no error reaches the server).
+    client.add_task(_spec("a"))
+    with client._tx() as conn:
+        with pytest.raises(Conflict):
+            client.add_in(conn, _spec("a"))
+        assert client.add_in(conn, _spec("b")).name == "b"
+    assert [t.name for t in client.list_tasks()] == ["a", "b"]

@@ -71,3 +71,28 @@ def test_the_one_statement_trigger_reaches_its_task_by_primary_key_and_scans_not
     assert "Index Scan using task_pkey on task" in plan, plan
     assert "Seq Scan" not in plan, plan
     assert "on occurrence" not in plan.replace("Insert on occurrence", ""), plan
+
+
+def test_the_task_insert_arbitrates_on_the_live_name_index_and_scans_nothing(
+    seeded,  # noqa: F811
+) -> None:
+    from datetime import UTC, datetime, timedelta
+
+    from psycopg.types.json import Jsonb
+
+    from scheduler_daemon.domain.task import TaskSpec
+    from scheduler_daemon.storage.task_store import _columns
+
+    now = datetime.now(UTC)
+    spec = TaskSpec(name="t5", executor="shell", target="true", every=timedelta(hours=1))
+    params = {
+        **_columns(spec.with_changes(anchor=now)),
+        "payload": Jsonb({"command": "true"}),
+        "next_run_at": now,
+        "source": None,
+        "channel": "test",
+        "reason_woken": "task_added",
+    }
+    plan = _plan(seeded, "task_insert", params)
+    assert "Conflict Arbiter Indexes: task_name_key" in plan, plan
+    assert "Seq Scan" not in plan, plan
