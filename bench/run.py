@@ -204,7 +204,7 @@ def summary(f: dict[str, Any], size: dict[str, Any]) -> str:
         )
         lines.append(
             f"| Client add_task p50 / p99 (ms) | {c['add_task_p50_ms']:.2f} / "
-            f"{c['add_task_p99_ms']:.2f} | | | | |"
+            f"{c['add_task_p99_ms']:.2f} ({c['add_task_round_trips']:.0f} round trips) | | | | |"
         )
     return "\n".join(lines)
 

@@ -418,7 +418,9 @@ def client_figures(server: str, bulk: int, calls: int, counter: dict[str, int]) 
             before = counter["statements"] + counter["commands"]
             trigger = [timed(lambda: client.trigger("t", requested_by="b")) for _ in range(calls)]
             trips = (counter["statements"] + counter["commands"] - before) / calls
+            before = counter["statements"] + counter["commands"]
             add = [timed(lambda i=i: client.add_task(spec(f"one-{i}"))) for i in range(calls)]
+            add_trips = (counter["statements"] + counter["commands"] - before) / calls
         return {
             "bulk_occurrences_s": bulk / bulk_s,
             "add_tasks_s": len(tasks) / add_many_s,
@@ -427,6 +429,7 @@ def client_figures(server: str, bulk: int, calls: int, counter: dict[str, int]) 
             "trigger_round_trips": trips,
             "add_task_p50_ms": percentile(add, 50) * 1000,
             "add_task_p99_ms": percentile(add, 99) * 1000,
+            "add_task_round_trips": add_trips,
         }
     finally:
         drop_database(server, "sd_bench_client")

@@ -129,8 +129,10 @@ class Client:
     # -- tasks -----------------------------------------------------------------------------------
     def add_task(self, spec: TaskSpec, *, now: datetime | None = None) -> TaskRecord:
         spec.validate()  # the rules that need no database, before connecting
-        with self._tx() as conn:
-            return self.add_in(conn, spec, now=now)
+        # One round trip begins the transaction and reads the clock, one inserts (and wakes the
+        # daemons), then COMMIT.
+        with self._session.begin(now=now) as begun:
+            return self._add(begun.conn, spec, begun.now, source=None)
 
     def add_in(
         self,
@@ -141,12 +143,15 @@ class Client:
         source: str | None = None,
     ) -> TaskRecord:
         """add_task inside the caller's transaction; `source` records a `tasks apply` source."""
-        db_now = task_store.clock(conn, now)
+        return self._add(conn, spec, task_store.clock(conn, now), source=source)
+
+    @staticmethod
+    def _add(
+        conn: psycopg.Connection[Any], spec: TaskSpec, db_now: datetime, *, source: str | None
+    ) -> TaskRecord:
         spec = spec.with_changes(anchor=db_now)
         spec.validate(db_now)
-        added = task_store.insert(conn, spec, spec.schedule().next_after(db_now), source=source)
-        instance_store.notify_task_added(conn, added.next_run_at)
-        return added
+        return task_store.insert(conn, spec, spec.schedule().next_after(db_now), source=source)
 
     def add_tasks(
         self, specs: Iterable[TaskSpec], *, now: datetime | None = None
@@ -339,30 +344,27 @@ class Client:
         by side; a `forbid` task is refused): a TriggerBatch instead of one Occurrence."""
         if count != 1:
             return self._trigger_many(ref, count, requested_by=requested_by, now=now)
-        with self._tx() as conn:
-            task = task_store.lock(conn, ref)
-            db_now = task_store.clock(conn, now)
-            # Only a `forbid` task's rule reads its active occurrences (at most one, by index).
+        # One round trip begins the transaction, reads the clock and takes the parent lock;
+        # one more inserts the occurrence (with its sequence number and the wake-up); COMMIT.
+        with self._session.begin(now=now, then=task_store.lock_statement(ref)) as begun:
+            conn, db_now = begun.conn, begun.now
+            task = task_store.locked(ref, begun.result)
+            # Only a `forbid` task's rule reads its active occurrences (at most one, by index),
+            # in a statement of its own: after the lock, so it sees every committed trigger.
             forbid = task.spec.overlap == OverlapPolicy.FORBID
             active = occurrence_store.active_count(conn, task.id) if forbid else 0
             plan = control.plan_trigger(task, active=active)
-            instance_store.notify_wakeup(conn, "triggered")
-            occurrence = occurrence_store.insert(
+            occurrence = occurrence_store.insert_trigger(
                 conn,
                 task_id=task.id,
-                occurrence_seq=task_store.next_seq(conn, task.id),
-                scheduled_for=db_now,
-                trigger=Trigger.MANUAL,
                 overlap=task.spec.overlap,
                 concurrency_key=task.spec.concurrency_key,
                 status=plan.status,
                 reason=plan.reason,
                 requested_by=requested_by,
                 now=db_now,
+                rerun_status=TaskStatus.RUNNING if plan.rerun else None,
             )
-            if plan.rerun:
-                task_store.set_next_run(conn, task.id, next_run_at=None, status=TaskStatus.RUNNING)
-            assert occurrence is not None  # only a scheduled firing can be recorded twice
             return replace(occurrence, task_name=task.name)
 
     def _trigger_many(

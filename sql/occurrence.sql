@@ -274,3 +274,26 @@ VALUES (
     %(concurrency_key)s, 'queued', %(requested_by)s, %(now)s, %(now)s, %(now)s)
 ON CONFLICT (task_id, scheduled_for) WHERE trigger = 'backfill' DO NOTHING
 RETURNING id, scheduled_for
+
+-- name: occurrence_trigger :one
+-- A manual occurrence of a task whose row lock the caller holds, due at `now`, in one statement:
+-- allocates its sequence number on the task row (and `rerun`: a finished one-shot task run again
+-- moves to `rerun_status` with no next firing), inserts it (finished if its status is one of
+-- `finished`), and wakes idle daemons on `channel` when the transaction commits.
+WITH bumped AS (
+    UPDATE task SET occurrence_seq = occurrence_seq + 1,
+        next_run_at = CASE WHEN %(rerun)s THEN NULL ELSE next_run_at END,
+        status = CASE WHEN %(rerun)s THEN %(rerun_status)s ELSE status END
+    WHERE id = %(task_id)s
+    RETURNING id, occurrence_seq
+), wake AS (
+    SELECT pg_notify(%(channel)s, %(reason_woken)s) FROM bumped
+)
+INSERT INTO occurrence (
+    task_id, occurrence_seq, scheduled_for, trigger, overlap, concurrency_key, status, reason,
+    requested_by, not_before, created_at, updated_at, finished_at)
+SELECT bumped.id, bumped.occurrence_seq, %(now)s, 'manual', %(overlap)s, %(concurrency_key)s,
+    %(status)s, %(reason)s, %(requested_by)s, %(now)s, %(now)s, %(now)s,
+    CASE WHEN %(status)s = ANY(%(finished)s::text[]) THEN %(now)s::timestamptz END
+FROM bumped CROSS JOIN wake
+RETURNING *

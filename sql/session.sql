@@ -23,3 +23,11 @@ BEGIN;
 -- nothing in it can write) with the limits of session_limits, in one round trip.
 BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY;
 {{transaction_limits}}
+
+-- name: session_begin_clock :rowcount
+-- Begins a transaction with the limits of session_limits and reads its clock (now(), fixed for
+-- the whole transaction, or the pinned time a test passes), in one round trip; the Client's
+-- Session may append the transaction's first statement to the same simple query.
+BEGIN;
+{{transaction_limits}},
+       coalesce(%(now)s::timestamptz, now()) AS db_now

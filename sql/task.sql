@@ -1,17 +1,27 @@
 -- name: task_insert :one
--- Inserts a task; next_run_at was computed from the database clock by the caller.
-INSERT INTO task (
-    name, schedule_kind, cron_expr, every, run_at, anchor_at, timezone, dst_gap, dst_overlap,
-    executor, payload, concurrency_key, overlap, misfire, misfire_grace, catchup_limit,
-    catchup_window, start_deadline, run_timeout, max_attempts, backoff, paused, next_run_at,
-    history_retention, source, created_at, updated_at)
-VALUES (
-    %(name)s, %(schedule_kind)s, %(cron_expr)s, %(every)s, %(run_at)s, %(anchor_at)s, %(timezone)s,
-    %(dst_gap)s, %(dst_overlap)s, %(executor)s, %(payload)s, %(concurrency_key)s, %(overlap)s,
-    %(misfire)s, %(misfire_grace)s, %(catchup_limit)s, %(catchup_window)s, %(start_deadline)s,
-    %(run_timeout)s, %(max_attempts)s, %(backoff)s, %(paused)s, %(next_run_at)s,
-    %(history_retention)s, %(source)s, %(anchor_at)s, %(anchor_at)s)
-RETURNING *
+-- Inserts a task, unless a live task has its name (then no row: the caller's Conflict, and its
+-- transaction goes on, with no savepoint to pay for); next_run_at was computed from the database
+-- clock by the caller. Only if it inserted, idle daemons are woken on `channel` with
+-- `reason_woken` (the new task's due time) when the transaction commits: one round trip for both.
+WITH added AS (
+    INSERT INTO task (
+        name, schedule_kind, cron_expr, every, run_at, anchor_at, timezone, dst_gap, dst_overlap,
+        executor, payload, concurrency_key, overlap, misfire, misfire_grace, catchup_limit,
+        catchup_window, start_deadline, run_timeout, max_attempts, backoff, paused, next_run_at,
+        history_retention, source, created_at, updated_at)
+    VALUES (
+        %(name)s, %(schedule_kind)s, %(cron_expr)s, %(every)s, %(run_at)s, %(anchor_at)s,
+        %(timezone)s, %(dst_gap)s, %(dst_overlap)s, %(executor)s, %(payload)s,
+        %(concurrency_key)s, %(overlap)s, %(misfire)s, %(misfire_grace)s, %(catchup_limit)s,
+        %(catchup_window)s, %(start_deadline)s, %(run_timeout)s, %(max_attempts)s, %(backoff)s,
+        %(paused)s, %(next_run_at)s, %(history_retention)s, %(source)s, %(anchor_at)s,
+        %(anchor_at)s)
+    ON CONFLICT (name) WHERE deleted_at IS NULL DO NOTHING
+    RETURNING *
+), wake AS (
+    SELECT pg_notify(%(channel)s, %(reason_woken)s) FROM added
+)
+SELECT added.* FROM added CROSS JOIN wake
 
 -- name: task_find :one
 -- A task by id (deleted ones too, for history) or by the name of a live task.

@@ -6,6 +6,7 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 import psycopg
@@ -92,15 +93,31 @@ class Session:
     @contextmanager
     def transaction(self, limits: "Limits | None" = None) -> Iterator[psycopg.Connection[Any]]:
         """One short transaction on the reused connection, with the per-transaction limits set:
-        committed on success, rolled back on error. A connection found dead by the transaction's
-        first statement (a server restart while it sat idle) is replaced once, since nothing
-        was written yet; a connection lost later is DatabaseUnavailable, and the next
-        transaction opens a new one."""
+        committed on success, rolled back on error (`begin` without its extras)."""
+        with self.begin(limits) as begun:
+            yield begun.conn
+
+    @contextmanager
+    def begin(
+        self,
+        limits: "Limits | None" = None,
+        *,
+        now: datetime | None = None,
+        then: "tuple[str, dict[str, Any]] | None" = None,
+    ) -> Iterator["Begun"]:
+        """One short transaction on the reused connection, begun in one round trip that also
+        sets the per-transaction limits, reads the database clock (`now` pins it: a test's time)
+        and runs `then`, a named statement with its parameters (the first statement of the
+        transaction, e.g. the parent lock; its result as its cardinality says): committed on
+        success, rolled back on error. A connection found dead by that round trip (a server
+        restart while it sat idle) is replaced once, since nothing was written yet; a connection
+        lost later is DatabaseUnavailable, and the next transaction opens a new one."""
         self._forked()
         with self._lock:
-            conn = self._begin(limits or Limits())
+            begun = self._begin(limits or Limits(), now, then)
+            conn = begun.conn
             try:
-                yield conn
+                yield begun
             except psycopg.OperationalError as exc:
                 self._end(conn, commit=False)
                 if not is_connection_error(exc):
@@ -113,23 +130,35 @@ class Session:
                 raise
             self._end(conn, commit=True)
 
-    def _begin(self, limits: "Limits") -> psycopg.Connection[Any]:
+    def _begin(
+        self,
+        limits: "Limits",
+        now: datetime | None,
+        then: "tuple[str, dict[str, Any]] | None",
+    ) -> "Begun":
         reused = self._conn is not None and not self._conn.closed
         if not reused:
-            self._conn = connect(self.url)
-        assert self._conn is not None
+            # autocommit: the transaction is begun by `begin_statement` itself, so BEGIN costs no
+            # round trip of its own (psycopg's implicit BEGIN would).
+            self._conn = connect(self.url, autocommit=True)
+        conn = self._conn
+        assert conn is not None
         try:
-            apply_limits(self._conn, limits)  # opens the transaction (no autocommit)
+            db_now, result = begin_statement(conn, limits, now, then)
         except psycopg.OperationalError as exc:
-            self._discard()
-            if not is_connection_error(exc):
+            if not is_connection_error(exc):  # a lock or statement timeout in `then`
+                self._end(conn, commit=False)
                 raise
+            self._discard()
             if not reused:
                 raise DatabaseUnavailable(
                     f"lost the database connection: {first_line(exc)}"
                 ) from exc
-            return self._begin(limits)  # the idle connection had died: one fresh try
-        return self._conn
+            return self._begin(limits, now, then)  # the idle connection had died: one fresh try
+        except BaseException:
+            self._end(conn, commit=False)
+            raise
+        return Begun(conn, db_now, result)
 
     def _end(self, conn: psycopg.Connection[Any], *, commit: bool) -> None:
         try:
@@ -156,6 +185,46 @@ class Session:
         self._forked()
         with self._lock:
             self._discard()
+
+
+@dataclass(frozen=True)
+class Begun:
+    """A transaction `Session.begin` opened: its connection, its clock (the database's `now()`,
+    or the pinned time) and the result of the statement sent with its BEGIN (None: none sent)."""
+
+    conn: psycopg.Connection[Any]
+    now: datetime
+    result: Any = None
+
+
+def begin_statement(
+    conn: psycopg.Connection[Any],
+    limits: "Limits",
+    now: datetime | None,
+    then: tuple[str, dict[str, Any]] | None,
+) -> tuple[datetime, Any]:
+    """Begins a transaction on the autocommit `conn` with the limits set and the clock read
+    (`session_begin_clock`), and `then` after them, in one round trip: one simple query of all
+    the statements, parameters bound client-side (fine through PgBouncer: nothing is prepared).
+    Returns the clock and what `then`'s cardinality promises."""
+    sql = query.QUERIES["session_begin_clock"].sql
+    params: dict[str, Any] = {**_limit_params(limits), "now": now}
+    if then is not None:
+        name, then_params = then
+        overlap = set(then_params) & set(params)
+        assert not overlap, f"{name} takes parameters the BEGIN uses: {overlap}"
+        sql = f"{sql};\n{query.QUERIES[name].sql}"
+        params.update(then_params)
+    cursor = psycopg.ClientCursor(conn)
+    cursor.execute(sql, params)
+    cursor.nextset()  # past BEGIN's command status, to the limits and the clock
+    row = cursor.fetchone()
+    assert row is not None
+    db_now = row["db_now"]
+    if then is None:
+        return db_now, None
+    cursor.nextset()
+    return db_now, query.result(cursor, query.QUERIES[then[0]].cardinality)
 
 
 @dataclass(frozen=True)

@@ -60,8 +60,13 @@ def notify_wakeup(conn: psycopg.Connection[Any], reason: str) -> None:
 def notify_task_added(conn: psycopg.Connection[Any], next_run_at: datetime | None) -> None:
     """Wakes idle daemons for a new task and tells them when it falls due (database clock), so
     they can sleep until then without a round trip of their own."""
+    notify_wakeup(conn, task_added_reason(next_run_at))
+
+
+def task_added_reason(next_run_at: datetime | None) -> str:
+    """The wake-up payload of a new task that falls due at `next_run_at` (None: never)."""
     due = "" if next_run_at is None else f" {next_run_at.isoformat()}"
-    notify_wakeup(conn, f"{TASK_ADDED}{due}")
+    return f"{TASK_ADDED}{due}"
 
 
 def task_added_due(payload: str) -> datetime | None:

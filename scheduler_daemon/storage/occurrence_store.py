@@ -94,6 +94,43 @@ def insert_many(
     )
 
 
+def insert_trigger(
+    conn: psycopg.Connection[Any],
+    *,
+    task_id: int,
+    overlap: str,
+    concurrency_key: str | None,
+    status: str,
+    reason: str | None,
+    requested_by: str,
+    now: datetime,
+    rerun_status: str | None,
+) -> Occurrence:
+    """A manual occurrence of a locked task due at `now`, in one statement: its sequence
+    number allocated, the task moved to `rerun_status` (a finished one-shot run again; None:
+    left as it is), and idle daemons woken (`triggered`) at commit."""
+    row = query.run(
+        conn,
+        "occurrence_trigger",
+        {
+            "task_id": task_id,
+            "rerun": rerun_status is not None,
+            "rerun_status": rerun_status,
+            "channel": instance_store.WAKEUP_CHANNEL,
+            "reason_woken": "triggered",
+            "now": now,
+            "overlap": overlap,
+            "concurrency_key": concurrency_key,
+            "status": status,
+            "reason": reason,
+            "requested_by": requested_by,
+            "finished": list(FINISHED),
+        },
+    )
+    assert row is not None  # the caller holds the task's lock: its row exists
+    return Occurrence.from_row(row)
+
+
 def active_count(conn: psycopg.Connection[Any], task_id: int) -> int:
     return int(query.run(conn, "occurrence_active_count", {"task_id": task_id}))
 

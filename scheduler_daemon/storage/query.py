@@ -117,13 +117,17 @@ QUERIES: dict[str, Query] = load(resource_dir("sql"))
 def run(conn: psycopg.Connection[Any], name: str, params: dict[str, Any] | None = None) -> Any:
     """Executes the query `name` on `conn` and returns what its cardinality promises."""
     query = QUERIES[name]
-    cursor = conn.execute(query.sql, params or {})
-    if query.cardinality == "rowcount":
+    return result(conn.execute(query.sql, params or {}), query.cardinality)
+
+
+def result(cursor: Any, cardinality: str) -> Any:
+    """What a statement's `cardinality` promises, from the cursor that ran it."""
+    if cardinality == "rowcount":
         return cursor.rowcount
-    if query.cardinality == "many":
+    if cardinality == "many":
         return cursor.fetchall()
     row = cursor.fetchone()
-    if query.cardinality == "one":
+    if cardinality == "one":
         return row
     if row is None:
         return None

@@ -10,7 +10,7 @@ from psycopg.types.json import Jsonb
 
 from scheduler_daemon.domain.outcome import TaskOutcome
 from scheduler_daemon.domain.task import PAYLOAD_KEY, TaskRecord, TaskRef, TaskSpec
-from scheduler_daemon.storage import query
+from scheduler_daemon.storage import instance_store, query
 from scheduler_daemon.storage.error import Conflict, NotFound
 
 
@@ -97,15 +97,24 @@ def insert(
     *,
     source: str | None = None,
 ) -> TaskRecord:
-    try:
-        with conn.transaction():  # a savepoint, so the caller's transaction survives the error
-            row = query.run(
-                conn,
-                "task_insert",
-                {**_columns(spec), "next_run_at": next_run_at, "source": source},
-            )
-    except psycopg.errors.UniqueViolation as exc:
-        raise Conflict(f"a task named '{spec.name}' already exists") from exc
+    """Inserts a task and wakes idle daemons for it at commit (instance_store's `task_added`
+    with its due time), in one statement. Conflict if a live task has its name: nothing is
+    inserted, and the caller's transaction goes on."""
+    if next_run_at is not None:  # as the database returns it, so the payload reads the same
+        next_run_at = next_run_at.astimezone(conn.info.timezone)
+    row = query.run(
+        conn,
+        "task_insert",
+        {
+            **_columns(spec),
+            "next_run_at": next_run_at,
+            "source": source,
+            "channel": instance_store.WAKEUP_CHANNEL,
+            "reason_woken": instance_store.task_added_reason(next_run_at),
+        },
+    )
+    if row is None:
+        raise Conflict(f"a task named '{spec.name}' already exists")
     return record(row)
 
 
@@ -144,8 +153,18 @@ def find(conn: psycopg.Connection[Any], ref: str | int) -> TaskRecord:
 def lock(conn: psycopg.Connection[Any], ref: str | int) -> TaskRecord:
     """Finds a live task and takes its row lock (the parent lock, always first), in one
     statement."""
+    name, params = lock_statement(ref)
+    return locked(ref, query.run(conn, name, params))
+
+
+def lock_statement(ref: str | int) -> tuple[str, dict[str, Any]]:
+    """`lock` as a statement to send with others (Session.begin's `then`); `locked` reads it."""
     task_id = int(ref) if isinstance(ref, int) or str(ref).isdigit() else None
-    row = query.run(conn, "task_lock_ref", {"id": task_id, "name": str(ref)})
+    return "task_lock_ref", {"id": task_id, "name": str(ref)}
+
+
+def locked(ref: str | int, row: dict[str, Any] | None) -> TaskRecord:
+    """The live task `lock_statement(ref)` locked; NotFound if none."""
     if row is None:
         raise NotFound(f"unknown task '{ref}'")
     if row["deleted_at"] is not None:

@@ -326,3 +326,133 @@ def test_the_cli_triggers_a_count_and_refuses_one_on_a_forbid_task(cli, counts) 
     assert refused.err.startswith("error: task 'one' has --overlap forbid")
     assert refused.err.count("\n") == 1
     assert counts() == before
+
+
+# -- one trigger: lock, sequence number, insert and wake-up in few round trips --------------------
+def test_a_trigger_at_a_pinned_now_records_that_time_and_the_next_sequence_number(client, db):
+    from datetime import UTC, datetime
+
+    pinned = datetime(2030, 5, 6, 7, 8, 9, 123456, tzinfo=UTC)
+    task = client.add_task(_spec("a"), now=pinned)
+    first = client.trigger("a", requested_by="test", now=pinned)
+    later = pinned + timedelta(minutes=1)
+    second = client.trigger(str(task.id), requested_by="someone", now=later)
+    # The clock is read with the BEGIN, before the lock: the pinned time, not the server's.
+    rows = db.execute(
+        "SELECT id, occurrence_seq, scheduled_for, not_before, created_at, updated_at, trigger, "
+        "requested_by, finished_at FROM occurrence ORDER BY id"
+    ).fetchall()
+    assert rows == [
+        {
+            "id": o.id,
+            "occurrence_seq": seq,
+            "scheduled_for": at,
+            "not_before": at,
+            "created_at": at,
+            "updated_at": at,
+            "trigger": "manual",
+            "requested_by": by,
+            "finished_at": None,
+        }
+        for o, seq, at, by in ((first, 1, pinned, "test"), (second, 2, later, "someone"))
+    ]
+    assert (first.task_name, first.scheduled_for, first.occurrence_seq) == ("a", pinned, 1)
+    assert client.get_task("a").occurrence_seq == 2
+
+
+def test_a_trigger_of_a_finished_one_shot_runs_it_again(client) -> None:
+    from datetime import UTC, datetime
+
+    client.add_task(_spec("once", every=None, at=datetime(2099, 1, 1, tzinfo=UTC)))
+    with psycopg.connect(client.database_url, autocommit=True) as conn:
+        conn.execute("UPDATE task SET status = 'completed', next_run_at = NULL")
+    assert client.trigger("once", requested_by="test").status == "queued"
+    task = client.get_task("once")
+    assert (task.status, task.next_run_at, task.occurrence_seq) == ("running", None, 1)
+
+
+def _waiting_for_a_lock(db: psycopg.Connection[Any]) -> bool:
+    row = db.execute(
+        "SELECT count(*) AS n FROM pg_stat_activity WHERE datname = current_database() "
+        "AND application_name = 'scheduler-daemon' AND wait_event_type = 'Lock'"
+    ).fetchone()
+    return bool(row and row["n"])
+
+
+@pytest.mark.parametrize(("overlap", "status"), [("allow", "queued"), ("forbid", "skipped")])
+def test_a_trigger_waiting_for_the_task_lock_sees_what_its_holder_committed(
+    client, db, database_url, overlap, status
+) -> None:
+    """The interleaving of two triggers, forced: a holder (standing in for the other trigger)
+    locks the task, takes sequence number 1 and queues its occurrence; our trigger waits for
+    the lock meanwhile. Everything it reads to decide must be read after the lock: a version
+    that allocated the number from a row read before the lock (or with the BEGIN's snapshot)
+    would reuse 1 (occurrence_task_seq_key refuses it: the call fails), and one that counted a
+    `forbid` task's active occurrences in the locking statement (its snapshot predates the
+    holder's commit) would queue a second one (occurrence_forbid_active_key refuses it)."""
+    client.add_task(_spec("a", overlap=overlap))
+    result: list[Any] = []
+    with psycopg.connect(database_url) as holder:
+        holder.execute("SELECT id FROM task WHERE name = 'a' FOR UPDATE")
+        holder.execute(
+            "INSERT INTO occurrence (task_id, occurrence_seq, scheduled_for, trigger, overlap, "
+            "status, requested_by, not_before) SELECT id, 1, now(), 'manual', overlap, 'queued', "
+            "'holder', now() FROM task WHERE name = 'a'"
+        )
+        holder.execute("UPDATE task SET occurrence_seq = 1 WHERE name = 'a'")
+
+        def trigger() -> None:
+            try:
+                result.append(client.trigger("a", requested_by="waiter"))
+            except BaseException as exc:
+                result.append(exc)
+
+        waiter = threading.Thread(target=trigger)
+        waiter.start()
+        wait_for(lambda: _waiting_for_a_lock(db), message="the trigger to wait for the lock")
+        holder.commit()
+    waiter.join(timeout=30)
+    (occurrence,) = result
+    assert not isinstance(occurrence, BaseException), occurrence
+    assert (occurrence.occurrence_seq, occurrence.status) == (2, status)
+    if status == "skipped":
+        assert occurrence.reason == "overlap"
+    seqs = [r["occurrence_seq"] for r in db.execute("SELECT occurrence_seq FROM occurrence")]
+    assert sorted(seqs) == [1, 2]
+    assert client.get_task("a").occurrence_seq == 2
+
+
+# -- one add_task: insert and wake-up in one statement, no savepoint ------------------------------
+def _wakeups(listener: psycopg.Connection[Any]) -> list[str]:
+    return [n.payload for n in listener.notifies(timeout=0.2, stop_after=10)]
+
+
+def test_add_task_wakes_the_daemons_with_its_due_time_and_a_taken_name_wakes_nobody(
+    client, database_url, counts
+) -> None:
+    from scheduler_daemon.storage import instance_store
+
+    with psycopg.connect(database_url, autocommit=True) as listener:
+        instance_store.listen_wakeups(listener)
+        # A timezone of its own: the payload still reads the due time as the database returns it.
+        task = client.add_task(_spec("a", every=None, cron="0 9 * * *", timezone="Europe/Paris"))
+        assert task.next_run_at is not None
+        assert _wakeups(listener) == [f"task_added {task.next_run_at.isoformat()}"]
+        before = counts()
+        with pytest.raises(Conflict, match=r"^a task named 'a' already exists$"):
+            client.add_task(_spec("a"))
+        assert counts() == before
+        assert _wakeups(listener) == []
+        assert client.add_task(_spec("b", paused=True)).name == "b"
+        assert len(_wakeups(listener)) == 1
+
+
+def test_a_taken_name_leaves_the_callers_transaction_usable(client) -> None:
+    # `tasks apply` adds inside its own transaction: the refusal must not abort it (it was a
+    # savepoint; now the insert does nothing on the taken name and no error reaches the server).
+    client.add_task(_spec("a"))
+    with client._tx() as conn:
+        with pytest.raises(Conflict):
+            client.add_in(conn, _spec("a"))
+        assert client.add_in(conn, _spec("b")).name == "b"
+    assert [t.name for t in client.list_tasks()] == ["a", "b"]

@@ -44,3 +44,55 @@ def test_the_bulk_occurrence_insert_scans_no_table(seeded) -> None:  # noqa: F81
     assert "Function Scan on generate_series" in plan, plan
     assert "Seq Scan" not in plan, plan
     assert "Index" not in plan, plan
+
+
+def test_the_one_statement_trigger_reaches_its_task_by_primary_key_and_scans_nothing(
+    seeded,  # noqa: F811
+) -> None:
+    from datetime import UTC, datetime
+
+    from scheduler_daemon.domain.status import FINISHED
+
+    params = {
+        "task_id": 5,
+        "rerun": False,
+        "rerun_status": None,
+        "channel": "test",
+        "reason_woken": "triggered",
+        "now": datetime.now(UTC),
+        "overlap": "allow",
+        "concurrency_key": None,
+        "status": "queued",
+        "reason": None,
+        "requested_by": "test",
+        "finished": list(FINISHED),
+    }
+    plan = _plan(seeded, "occurrence_trigger", params)
+    assert "Index Scan using task_pkey on task" in plan, plan
+    assert "Seq Scan" not in plan, plan
+    assert "on occurrence" not in plan.replace("Insert on occurrence", ""), plan
+
+
+def test_the_task_insert_arbitrates_on_the_live_name_index_and_scans_nothing(
+    seeded,  # noqa: F811
+) -> None:
+    from datetime import UTC, datetime, timedelta
+
+    from psycopg.types.json import Jsonb
+
+    from scheduler_daemon.domain.task import TaskSpec
+    from scheduler_daemon.storage.task_store import _columns
+
+    now = datetime.now(UTC)
+    spec = TaskSpec(name="t5", executor="shell", target="true", every=timedelta(hours=1))
+    params = {
+        **_columns(spec.with_changes(anchor=now)),
+        "payload": Jsonb({"command": "true"}),
+        "next_run_at": now,
+        "source": None,
+        "channel": "test",
+        "reason_woken": "task_added",
+    }
+    plan = _plan(seeded, "task_insert", params)
+    assert "Conflict Arbiter Indexes: task_name_key" in plan, plan
+    assert "Seq Scan" not in plan, plan
