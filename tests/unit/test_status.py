@@ -61,6 +61,7 @@ INDEXES = {
     "occurrence_task_active_idx": ACTIVE,
     "occurrence_key_executing_key": EXECUTING,
     "occurrence_queue_executing_key": EXECUTING,
+    "occurrence_executing_idx": EXECUTING,
     "occurrence_own_row_idx": OWN_HISTORY_ROW,
 }
 NAMED_SETS = {"ACTIVE": ACTIVE, "EXECUTING": EXECUTING, "OWN_HISTORY_ROW": OWN_HISTORY_ROW}
