@@ -47,17 +47,15 @@ WHERE o.id = %(id)s
 -- Occurrences holding a slot of the fleet budget; run after the budget lock, in its own statement.
 SELECT count(*) FROM occurrence WHERE status IN ('launching', 'running')
 
--- name: occurrence_claim_begin :scalar
--- Begins a claim's transaction in one round trip (a simple query, parameters bound client-side,
--- each statement with its own snapshot): the per-transaction limits; a claim plan that does not
+-- name: occurrence_claim_start :scalar
+-- A claim transaction's first statements, sent with its BEGIN in one round trip (a simple query,
+-- each statement with its own snapshot): a claim plan that does not
 -- depend on fresh statistics (a queue that grew since the last ANALYZE was otherwise read and
 -- sorted whole by every claim: the ordered walk of occurrence_queue_idx is the only plan left;
 -- no JIT, which the disabled plans' costs would otherwise trigger at ~100 ms a statement);
 -- the fleet budget's advisory lock (transaction-scoped: safe behind PgBouncer); then, after it,
 -- the budget's free slots: the budget minus the occurrences executing, counted on
 -- occurrence_executing_idx (a scan of every occurrence ever kept before revision 0011).
-BEGIN;
-{{transaction_limits}};
 SELECT set_config('enable_bitmapscan', 'off', true), set_config('enable_sort', 'off', true),
        set_config('jit', 'off', true);
 SELECT pg_advisory_xact_lock(%(key)s);

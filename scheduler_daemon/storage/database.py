@@ -197,34 +197,48 @@ class Begun:
     result: Any = None
 
 
+Then = tuple[str, dict[str, Any]]
+"""A named statement and its parameters, sent with a transaction's BEGIN (its first statement)."""
+
+
 def begin_statement(
-    conn: psycopg.Connection[Any],
-    limits: "Limits",
-    now: datetime | None,
-    then: tuple[str, dict[str, Any]] | None,
+    conn: psycopg.Connection[Any], limits: "Limits", now: datetime | None, then: Then | None
 ) -> tuple[datetime, Any]:
     """Begins a transaction on the autocommit `conn` with the limits set and the clock read
-    (`session_begin_clock`), and `then` after them, in one round trip: one simple query of all
-    the statements, parameters bound client-side (fine through PgBouncer: nothing is prepared).
+    (`session_begin_clock`), and `then` after them, in one round trip (`_send_begin`).
     Returns the clock and what `then`'s cardinality promises."""
-    sql = query.QUERIES["session_begin_clock"].sql
-    params: dict[str, Any] = {**_limit_params(limits), "now": now}
+    cursor = _send_begin(conn, "session_begin_clock", {**_limit_params(limits), "now": now}, then)
+    row = cursor.fetchone()
+    assert row is not None
+    return row["db_now"], _then_result(cursor, then)
+
+
+def _send_begin(
+    conn: psycopg.Connection[Any], begin: str, params: dict[str, Any], then: Then | None
+) -> psycopg.ClientCursor[Any]:
+    """Sends the named BEGIN statements `begin` and `then` after them as one simple query (one
+    round trip, parameters bound client-side: fine through PgBouncer, nothing is prepared);
+    returns the cursor at the result of the BEGIN's last statement."""
+    sql = query.QUERIES[begin].sql
     if then is not None:
         name, then_params = then
         overlap = set(then_params) & set(params)
         assert not overlap, f"{name} takes parameters the BEGIN uses: {overlap}"
         sql = f"{sql};\n{query.QUERIES[name].sql}"
-        params.update(then_params)
+        params = {**params, **then_params}
     cursor = psycopg.ClientCursor(conn)
     cursor.execute(sql, params)
-    cursor.nextset()  # past BEGIN's command status, to the limits and the clock
-    row = cursor.fetchone()
-    assert row is not None
-    db_now = row["db_now"]
+    cursor.nextset()  # past BEGIN's command status, to the limits (and the clock)
+    return cursor
+
+
+def _then_result(cursor: psycopg.ClientCursor[Any], then: Then | None) -> Any:
+    """What `then`'s cardinality promises, from its last statement (it may hold several)."""
     if then is None:
-        return db_now, None
-    cursor.nextset()
-    return db_now, query.result(cursor, query.QUERIES[then[0]].cardinality)
+        return None
+    while cursor.nextset():
+        pass
+    return query.result(cursor, query.QUERIES[then[0]].cardinality)
 
 
 @dataclass(frozen=True)
@@ -285,29 +299,25 @@ def snapshot_transaction(pool: ConnectionPool, limits: Limits | None = None) -> 
 
 
 @contextmanager
-def pooled_transaction_begun_by(
-    pool: ConnectionPool, begin: str, params: dict[str, Any], limits: Limits | None = None
+def pooled_transaction_then(
+    pool: ConnectionPool, then: Then, limits: Limits | None = None
 ) -> Iterator[tuple[Any, Any]]:
-    """`pooled_transaction` whose first round trip is the named statements `begin` (BEGIN, the
-    limits, and what the transaction does first); yields the connection and the first column of
-    the last statement's first row."""
-    with _pooled(pool, limits, begin=begin, params=params) as begun:
+    """`pooled_transaction` whose BEGIN round trip also runs `then`, the transaction's first
+    statement(s); yields the connection and what `then`'s cardinality promises."""
+    with _pooled(pool, limits, then=then) as begun:
         yield begun
 
 
 @contextmanager
 def _pooled(
-    pool: ConnectionPool,
-    limits: Limits | None,
-    *,
-    snapshot: bool = False,
-    begin: str | None = None,
-    params: dict[str, Any] | None = None,
+    pool: ConnectionPool, limits: Limits | None, *, snapshot: bool = False, then: Then | None = None
 ) -> Iterator[Any]:
-    name = begin or ("session_begin_snapshot" if snapshot else "session_begin")
     try:
-        with pool.connection() as conn, _begun(conn, limits or Limits(), name, params) as first:
-            yield conn if begin is None else (conn, first)
+        with (
+            pool.connection() as conn,
+            _begun(conn, limits or Limits(), snapshot=snapshot, then=then) as result,
+        ):
+            yield conn if then is None else (conn, result)
     except PoolTimeout as exc:
         raise DatabaseUnavailable(f"database unavailable: {first_line(exc)}") from exc
     except psycopg.OperationalError as exc:
@@ -318,20 +328,21 @@ def _pooled(
 
 @contextmanager
 def _begun(
-    conn: psycopg.Connection[Any], limits: Limits, name: str, params: dict[str, Any] | None
+    conn: psycopg.Connection[Any], limits: Limits, *, snapshot: bool, then: Then | None
 ) -> Iterator[Any]:
-    """One transaction on an autocommit connection whose BEGIN carries the limits: one round
-    trip (`name`, e.g. `session_begin`, sent with client-side binding so its statements go as
-    one simple query) where `conn.transaction()` plus `apply_limits` took two. Yields the first
-    column of the last statement's first row. A `conn.transaction()` inside is a savepoint, as
-    before; committed on success, rolled back on any error."""
-    cursor = psycopg.ClientCursor(conn)
-    cursor.execute(query.QUERIES[name].sql, {**_limit_params(limits), **(params or {})})
-    while cursor.nextset():
-        pass
-    row = cursor.fetchone() if cursor.description else None
+    """One transaction on an autocommit connection whose BEGIN carries the limits (and `then`):
+    one round trip (`_send_begin`) where `conn.transaction()` plus `apply_limits` took two.
+    Yields `then`'s result. A `conn.transaction()` inside is a savepoint, as before; committed
+    on success, rolled back on any error."""
+    name = "session_begin_snapshot" if snapshot else "session_begin"
     try:
-        yield None if row is None else next(iter(row.values() if isinstance(row, dict) else row))
+        result = _then_result(_send_begin(conn, name, _limit_params(limits), then), then)
+    except BaseException:
+        if not conn.closed and not conn.broken:
+            conn.rollback()
+        raise
+    try:
+        yield result
     except BaseException:
         if not conn.closed and not conn.broken:
             conn.rollback()

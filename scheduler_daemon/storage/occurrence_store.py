@@ -14,7 +14,7 @@ from scheduler_daemon.domain.occurrence import ExpiredClaim, Occurrence, Occurre
 from scheduler_daemon.domain.outcome import Settlement
 from scheduler_daemon.domain.status import FINISHED, NOT_STARTED
 from scheduler_daemon.storage import instance_store, query, task_store
-from scheduler_daemon.storage.database import pooled_transaction_begun_by
+from scheduler_daemon.storage.database import pooled_transaction_then
 from scheduler_daemon.storage.fleet_store import BUDGET_LOCK_KEY
 
 
@@ -167,7 +167,7 @@ def claim_transaction(pool: ConnectionPool) -> Iterator[tuple[Any, int]]:
     """A claim's transaction, begun in one round trip with the fleet budget's advisory lock
     taken and a claim plan pinned to the queue index; yields the connection and
     the budget's free slots, counted after the lock."""
-    with pooled_transaction_begun_by(pool, "occurrence_claim_begin", {"key": BUDGET_LOCK_KEY}) as (
+    with pooled_transaction_then(pool, ("occurrence_claim_start", {"key": BUDGET_LOCK_KEY})) as (
         conn,
         free,
     ):

@@ -144,12 +144,10 @@ def test_the_claim_locks_no_more_rows_than_its_limit_on_a_large_queue(seeded) ->
 
 def _claim_plan(url: str, name: str, params: dict[str, Any]) -> str:
     """The plan of `name` inside a claim's transaction, begun as the launcher begins it (the
-    planner settings of occurrence_claim_begin), with the server's real costs otherwise."""
+    planner settings of occurrence_claim_start), with the server's real costs otherwise."""
     with psycopg.connect(url) as conn:
         cursor = psycopg.ClientCursor(conn)
-        begin = queries.QUERIES["occurrence_claim_begin"].sql.removeprefix("BEGIN;")
-        limits = {"lock_timeout": "5s", "statement_timeout": "30s", "idle_timeout": "60s"}
-        cursor.execute(begin, {**limits, "key": 1})
+        cursor.execute(queries.QUERIES["occurrence_claim_start"].sql, {"key": 1})
         rows = conn.execute(f"EXPLAIN {queries.QUERIES[name].sql}", params).fetchall()
         conn.rollback()
     return "\n".join(r[0] for r in rows)
@@ -157,7 +155,7 @@ def _claim_plan(url: str, name: str, params: dict[str, Any]) -> str:
 
 def test_the_claim_walks_the_queue_index_when_the_statistics_are_stale(database_url) -> None:
     # The queue grew from empty since the last ANALYZE (a burst of triggers, a backfill): the
-    # planner believes the table is small. Before occurrence_claim_begin pinned the plan, every
+    # planner believes the table is small. Before occurrence_claim_start pinned the plan, every
     # claim then read all 20,000 queued rows through a BitmapAnd and sorted them (7 ms a claim,
     # growing with the queue); this asserts the ordered walk of the queue index with no Sort.
     query(
