@@ -2,7 +2,7 @@
 services' `run_once` results report (services never import this module).
 
 Labels are bounded: `status` (run statuses, dispatch statuses), `executor` (shell, http, python),
-`stage` (launch, completion, renewal), `kind` (of database error), `step`. Task, occurrence and
+`stage` (completion, renewal), `kind` (of database error), `step`. Task, occurrence and
 run ids never become labels. The instance id is a label of `scheduler_daemon_info` only: the
 scrape adds its own `instance` label (host:port) to every series, and a per-start id on each
 series would start a new series at every restart.
@@ -93,8 +93,8 @@ class Metrics:
         )
         self.fenced = Counter(
             "fenced_writes",
-            "Writes refused because the lease token moved on, by stage (launch, completion, "
-            "renewal): expected after a takeover or a cancel.",
+            "Writes refused because the lease token moved on, by stage (completion, renewal): "
+            "expected after a takeover or a cancel.",
             ["stage"],
             **ns,
         )
@@ -139,7 +139,7 @@ class Metrics:
             **ns,
         ).set_function(self._sample_age)
         self.draining = Gauge("draining", "1 while the daemon drains.", **ns)
-        for stage in ("launch", "completion", "renewal"):  # every series exists from the start
+        for stage in ("completion", "renewal"):  # every series exists from the start
             self.fenced.labels(stage)
         for kind in ("unavailable", "contention", "other"):
             self.database_errors.labels(kind)
@@ -154,7 +154,6 @@ class Metrics:
 
     def record_launch(self, result: LaunchResult) -> None:
         self.claimed.inc(result.claimed)
-        self.fenced.labels("launch").inc(result.fenced)
         for run in result.started:
             self.started.labels(run.executor).inc()
             if run.attempt == 1:

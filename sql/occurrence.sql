@@ -47,32 +47,40 @@ WHERE o.id = %(id)s
 -- Occurrences holding a slot of the fleet budget; run after the budget lock, in its own statement.
 SELECT count(*) FROM occurrence WHERE status IN ('launching', 'running')
 
--- name: occurrence_claim_start :scalar
--- A claim transaction's first statements, sent with its BEGIN in one round trip (a simple query,
--- each statement with its own snapshot): a claim plan that does not
--- depend on fresh statistics (a queue that grew since the last ANALYZE was otherwise read and
--- sorted whole by every claim: the ordered walk of occurrence_queue_idx is the only plan left;
--- no JIT, which the disabled plans' costs would otherwise trigger at ~100 ms a statement);
--- the fleet budget's advisory lock (transaction-scoped: safe behind PgBouncer); then, after it,
--- the budget's free slots: the budget minus the occurrences executing, counted on
--- occurrence_executing_idx (a scan of every occurrence ever kept before revision 0011).
-SELECT set_config('enable_bitmapscan', 'off', true), set_config('enable_sort', 'off', true),
-       set_config('jit', 'off', true);
-SELECT pg_advisory_xact_lock(%(key)s);
-SELECT coalesce((SELECT (value::text)::int FROM fleet_setting WHERE key = 'max_concurrent_runs'),
-                0)
-     - (SELECT count(*) FROM occurrence WHERE status IN ('launching', 'running'))
-
--- name: occurrence_claim :many
--- Claims up to `limit` queued occurrences that may start now: fewest attempts first, then oldest.
+-- name: occurrence_claim_launch :many
+-- A whole claim, sent with its BEGIN and COMMIT as one simple query (one round trip; each
+-- statement with its own snapshot), so the fleet budget's lock is held for the server's work
+-- alone, never across a round trip:
+-- 1. A claim plan that does not depend on fresh statistics (a queue that grew since the last
+--    ANALYZE was otherwise read and sorted whole by every claim: the ordered walk of
+--    occurrence_queue_idx is the only plan left; no JIT, which the disabled plans' costs would
+--    otherwise trigger at ~100 ms a statement).
+-- 2. The fleet budget's advisory lock (transaction-scoped: safe behind PgBouncer).
+-- 3. In the next statement, so its snapshot sees every claim committed before the lock: the free
+--    slots, least(`slots` here, the budget minus the occurrences executing, counted on
+--    occurrence_executing_idx); up to that many queued occurrences that may start now, fewest
+--    attempts first, then oldest; each moves straight to running (token raised, attempt
+--    counted) and gets its run, leased on the database clock until now + ttl (takeover after
+--    that + grace), naming this build. No claim is ever committed `launching`, so none can
+--    expire unlaunched, and the run exists before any job starts (KNOWN-FAILURES 7).
 -- Exclusion looks at who is executing, not at logical time: never one whose concurrency key (or
 -- whose `queue` task) has any launching or running occurrence, whatever its age, nor one with an
--- older queued occurrence of that key or task (FIFO among the waiting). The caller holds the
--- budget lock, so claims are serialized and occurrence_key_executing_key never fires.
+-- older queued occurrence of that key or task (FIFO among the waiting). Claims are serialized by
+-- the budget lock, so occurrence_key_executing_key never fires.
 -- The locking select is a MATERIALIZED CTE so the planner cannot re-run it and claim more.
 -- The first claim records its snapshot: `audit` asks it which older occurrences were visible.
 -- Time is clock_timestamp() (read after the budget lock wait) unless a test pins `now`.
-WITH picked AS MATERIALIZED (
+-- Always one row at least: `free` is the number of slots the claim could fill; a row with a
+-- NULL id means nothing was claimed.
+SELECT set_config('enable_bitmapscan', 'off', true), set_config('enable_sort', 'off', true),
+       set_config('jit', 'off', true);
+SELECT pg_advisory_xact_lock(%(key)s);
+WITH free AS MATERIALIZED (
+    SELECT greatest(0, least(%(slots)s::int,
+        coalesce((SELECT (value::text)::int FROM fleet_setting
+                  WHERE key = 'max_concurrent_runs'), 0)
+        - (SELECT count(*) FROM occurrence WHERE status IN ('launching', 'running')))) AS n
+), picked AS MATERIALIZED (
     SELECT o.id FROM occurrence o
     WHERE o.status = 'queued' AND o.not_before <= coalesce(%(now)s::timestamptz, clock_timestamp())
       AND (o.concurrency_key IS NULL OR NOT EXISTS (
@@ -87,48 +95,31 @@ WITH picked AS MATERIALIZED (
               AND other.status IN ('queued', 'launching', 'running')
               AND (other.status <> 'queued' OR other.occurrence_seq < o.occurrence_seq)))
     ORDER BY o.attempts, o.scheduled_for, o.id
-    LIMIT %(limit)s
+    LIMIT (SELECT n FROM free)
     FOR UPDATE SKIP LOCKED
-)
-UPDATE occurrence o SET status = 'launching', lease_token = o.lease_token + 1,
-    claim_owner = %(owner)s,
-    claim_expires_at = coalesce(%(now)s::timestamptz, clock_timestamp()) + %(claim_ttl)s,
-    first_claim_snapshot = coalesce(o.first_claim_snapshot, pg_current_snapshot()),
-    updated_at = coalesce(%(now)s::timestamptz, clock_timestamp())
-FROM picked, task t
-WHERE o.id = picked.id AND t.id = o.task_id
-RETURNING o.id, o.task_id, o.occurrence_seq, o.scheduled_for, o.lease_token, o.attempts,
-    t.name AS task_name, t.executor, t.payload, t.run_timeout
-
--- name: occurrence_launch :many
--- Launches this owner's claims, given as (occurrence id, token) pairs, in one statement: each
--- still ours moves to running, counts its attempt and gets its run, leased on the database clock
--- until now + ttl (takeover after that + grace), naming this build. In id order; a pair missing
--- from the result is no longer ours (fenced: cancelled, or requeued after its claim expired).
--- Each row is looked up by its id (a LATERAL subquery the planner cannot flatten), in the order
--- of `ids` (the caller sorts them), whatever the statistics say about the status indexes.
-WITH mine AS MATERIALIZED (
-    SELECT o.id FROM unnest(%(ids)s::bigint[], %(tokens)s::bigint[]) AS c(id, token)
-    CROSS JOIN LATERAL (
-        SELECT o.id FROM occurrence o
-        WHERE o.id = c.id AND o.lease_token = c.token
-          AND o.status = 'launching' AND o.claim_owner = %(owner)s
-        OFFSET 0 FOR UPDATE
-    ) o
 ), launched AS (
-    UPDATE occurrence o SET status = 'running', attempts = o.attempts + 1, claim_expires_at = NULL,
+    UPDATE occurrence o SET status = 'running', lease_token = o.lease_token + 1,
+        attempts = o.attempts + 1, claim_owner = %(owner)s, claim_expires_at = NULL,
+        first_claim_snapshot = coalesce(o.first_claim_snapshot, pg_current_snapshot()),
         updated_at = coalesce(%(now)s::timestamptz, clock_timestamp())
-    FROM mine WHERE o.id = mine.id
-    RETURNING o.id, o.attempts, o.lease_token
+    FROM picked WHERE o.id = picked.id
+    RETURNING o.id, o.task_id, o.occurrence_seq, o.scheduled_for, o.lease_token, o.attempts
+), runs AS (
+    INSERT INTO run (occurrence_id, attempt, owner, lease_token, lease_expires_at, takeover_at,
+        started_at, build_revision)
+    SELECT id, attempts, %(owner)s, lease_token,
+        coalesce(%(now)s::timestamptz, clock_timestamp()) + %(ttl)s,
+        coalesce(%(now)s::timestamptz, clock_timestamp()) + %(ttl)s + %(grace)s,
+        coalesce(%(now)s::timestamptz, clock_timestamp()), %(build_revision)s
+    FROM launched
+    RETURNING id, occurrence_id, attempt, started_at
 )
-INSERT INTO run (occurrence_id, attempt, owner, lease_token, lease_expires_at, takeover_at,
-    started_at, build_revision)
-SELECT id, attempts, %(owner)s, lease_token,
-    coalesce(%(now)s::timestamptz, clock_timestamp()) + %(ttl)s,
-    coalesce(%(now)s::timestamptz, clock_timestamp()) + %(ttl)s + %(grace)s,
-    coalesce(%(now)s::timestamptz, clock_timestamp()), %(build_revision)s
-FROM launched ORDER BY id
-RETURNING id, occurrence_id, attempt, lease_token, started_at
+SELECT f.n AS free, l.id, l.task_id, l.occurrence_seq, l.scheduled_for, l.lease_token,
+    t.name AS task_name, t.executor, t.payload, t.run_timeout,
+    r.id AS run_id, r.attempt, r.started_at
+FROM free f
+LEFT JOIN (launched l JOIN runs r ON r.occurrence_id = l.id JOIN task t ON t.id = l.task_id)
+    ON true
 
 -- name: occurrence_release_claims :rowcount
 -- Gives back this instance's claims that never launched (shutdown).

@@ -30,7 +30,6 @@ class Started:
 class LaunchResult:
     claimed: int = 0
     launched: int = 0
-    fenced: int = 0
     started: list[Started] = field(default_factory=list)
     # The claim did not see the end of the queue (no free slot or budget, or a full batch): a
     # claim may find more without any new wake-up.
@@ -38,10 +37,10 @@ class LaunchResult:
 
 
 class Launcher:
-    """Admission: under the budget's transaction-scoped advisory lock (one lock per batch, no
-    counter row), count what executes fleet-wide and claim at most min(free budget, free local
-    slots) in one statement. Launch, in the same transaction: one statement moves the whole
-    batch to running and creates its runs. Then, after the commit, the jobs start."""
+    """Admission: in one transaction sent in one round trip, under the budget's
+    transaction-scoped advisory lock (one lock per batch, no counter row), count what executes
+    fleet-wide and claim at most min(free budget, free local slots), moving them straight to
+    running with their runs. Then, after the commit, the jobs start."""
 
     def __init__(
         self,
@@ -65,54 +64,19 @@ class Launcher:
         if free_slots <= 0:
             result.more = True
             return result
-        # BEGIN, the budget lock and then the free budget in one round trip (each statement
-        # with its own snapshot: the count sees every claim committed before the lock).
-        with occurrence_store.claim_transaction(self.pool) as (
-            conn,
-            free_budget,
-        ):
-            limit = min(free_budget, free_slots)
-            claims = occurrence_store.claim(
-                conn,
-                owner=self.instance_id,
-                limit=limit,
-                claim_ttl=self.settings.claim_ttl,
-                now=now,
-            )
-            # In the claim's transaction: the run exists before any job starts (KNOWN-FAILURES
-            # 7), and no claim is ever seen `launching` by others, so none expires unlaunched.
-            sent = time.monotonic()  # the leases start no earlier than this (database clock)
-            launched = occurrence_store.launch(
-                conn,
-                claims,
-                owner=self.instance_id,
-                ttl=self.settings.lease_ttl,
-                grace=self.settings.lease_grace,
-                now=now,
-            )
-        result.claimed = len(claims)
-        result.more = len(claims) >= limit
-        for claim in claims:
-            log.info(
-                "occurrence_claimed",
-                task_id=claim.task_id,
-                occurrence_id=claim.id,
-                instance_id=self.instance_id,
-                lease_token=claim.lease_token,
-            )
+        sent = time.monotonic()  # the leases start no earlier than this (database clock)
+        limit, launched = occurrence_store.claim_launch(
+            self.pool,
+            owner=self.instance_id,
+            slots=free_slots,
+            ttl=self.settings.lease_ttl,
+            grace=self.settings.lease_grace,
+            now=now,
+        )
+        result.claimed = result.launched = len(launched)
+        result.more = len(launched) >= limit
         deadline = self.settings.trust_deadline(sent)
-        for claim in claims:
-            run = launched.get(claim.id)
-            if run is None:
-                log.warning(
-                    "launch_fenced",
-                    task_id=claim.task_id,
-                    occurrence_id=claim.id,
-                    instance_id=self.instance_id,
-                )
-                result.fenced += 1
-                continue
-            result.launched += 1
+        for claim, run in launched:
             result.started.append(self._start(claim, run, deadline))
         return result
 
@@ -147,6 +111,7 @@ class Launcher:
             "run_started",
             run_id=run.run_id,
             attempt=run.attempt,
+            lease_token=run.lease_token,
             task_id=claim.task_id,
             occurrence_id=claim.id,
             instance_id=self.instance_id,

@@ -298,26 +298,44 @@ def snapshot_transaction(pool: ConnectionPool, limits: Limits | None = None) -> 
         yield conn
 
 
-@contextmanager
-def pooled_transaction_then(
-    pool: ConnectionPool, then: Then, limits: Limits | None = None
-) -> Iterator[tuple[Any, Any]]:
-    """`pooled_transaction` whose BEGIN round trip also runs `then`, the transaction's first
-    statement(s); yields the connection and what `then`'s cardinality promises."""
-    with _pooled(pool, limits, then=then) as begun:
-        yield begun
+def pooled_single_trip(pool: ConnectionPool, then: Then, limits: Limits | None = None) -> Any:
+    """A whole short transaction in one round trip: BEGIN with the limits, `then`'s statements
+    and COMMIT as one simple query (parameters bound client-side: fine through PgBouncer), so
+    no lock it takes is held across a round trip. Returns what `then`'s cardinality promises,
+    from its last statement. Errors as for `pooled_transaction`; on any error nothing is
+    committed."""
+    name, params = then
+    sql = f"{query.QUERIES['session_begin'].sql};\n{query.QUERIES[name].sql};\nCOMMIT"
+    with _connection(pool) as conn:
+        try:
+            cursor = psycopg.ClientCursor(conn)
+            cursor.execute(sql, {**_limit_params(limits or Limits()), **params})
+            found = None
+            while True:  # past BEGIN, the limits and the first statements, to the last result
+                if cursor.description is not None:
+                    found = query.result(cursor, query.QUERIES[name].cardinality)
+                if not cursor.nextset():
+                    return found
+        except BaseException:
+            if not conn.closed and not conn.broken:
+                conn.rollback()
+            raise
 
 
 @contextmanager
 def _pooled(
-    pool: ConnectionPool, limits: Limits | None, *, snapshot: bool = False, then: Then | None = None
+    pool: ConnectionPool, limits: Limits | None, *, snapshot: bool = False
 ) -> Iterator[Any]:
+    with _connection(pool) as conn, _begun(conn, limits or Limits(), snapshot=snapshot):
+        yield conn
+
+
+@contextmanager
+def _connection(pool: ConnectionPool) -> Iterator[psycopg.Connection[Any]]:
+    """A pooled connection; DatabaseUnavailable when the database cannot be reached."""
     try:
-        with (
-            pool.connection() as conn,
-            _begun(conn, limits or Limits(), snapshot=snapshot, then=then) as result,
-        ):
-            yield conn if then is None else (conn, result)
+        with pool.connection() as conn:
+            yield conn
     except PoolTimeout as exc:
         raise DatabaseUnavailable(f"database unavailable: {first_line(exc)}") from exc
     except psycopg.OperationalError as exc:
@@ -327,22 +345,20 @@ def _pooled(
 
 
 @contextmanager
-def _begun(
-    conn: psycopg.Connection[Any], limits: Limits, *, snapshot: bool, then: Then | None
-) -> Iterator[Any]:
-    """One transaction on an autocommit connection whose BEGIN carries the limits (and `then`):
-    one round trip (`_send_begin`) where `conn.transaction()` plus `apply_limits` took two.
-    Yields `then`'s result. A `conn.transaction()` inside is a savepoint, as before; committed
-    on success, rolled back on any error."""
+def _begun(conn: psycopg.Connection[Any], limits: Limits, *, snapshot: bool) -> Iterator[None]:
+    """One transaction on an autocommit connection whose BEGIN carries the limits: one round
+    trip (`_send_begin`) where `conn.transaction()` plus `apply_limits` took two. A
+    `conn.transaction()` inside is a savepoint, as before; committed on success, rolled back on
+    any error."""
     name = "session_begin_snapshot" if snapshot else "session_begin"
     try:
-        result = _then_result(_send_begin(conn, name, _limit_params(limits), then), then)
+        _send_begin(conn, name, _limit_params(limits), None)
     except BaseException:
         if not conn.closed and not conn.broken:
             conn.rollback()
         raise
     try:
-        yield result
+        yield
     except BaseException:
         if not conn.closed and not conn.broken:
             conn.rollback()

@@ -1,7 +1,6 @@
 """Writes occurrence rows (and the runs they own) through sql/occurrence.sql and sql/run.sql."""
 
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any, Literal
 
@@ -14,7 +13,7 @@ from scheduler_daemon.domain.occurrence import ExpiredClaim, Occurrence, Occurre
 from scheduler_daemon.domain.outcome import Settlement
 from scheduler_daemon.domain.status import FINISHED, NOT_STARTED
 from scheduler_daemon.storage import instance_store, query, task_store
-from scheduler_daemon.storage.database import pooled_transaction_then
+from scheduler_daemon.storage.database import pooled_single_trip
 from scheduler_daemon.storage.fleet_store import BUDGET_LOCK_KEY
 
 
@@ -162,68 +161,52 @@ def queue_depth(conn: psycopg.Connection[Any]) -> int:
     return int(query.run(conn, "occurrence_queue_depth"))
 
 
-@contextmanager
-def claim_transaction(pool: ConnectionPool) -> Iterator[tuple[Any, int]]:
-    """A claim's transaction, begun in one round trip with the fleet budget's advisory lock
-    taken and a claim plan pinned to the queue index; yields the connection and
-    the budget's free slots, counted after the lock."""
-    with pooled_transaction_then(pool, ("occurrence_claim_start", {"key": BUDGET_LOCK_KEY})) as (
-        conn,
-        free,
-    ):
-        yield conn, int(free)
-
-
-def claim(
-    conn: psycopg.Connection[Any],
+def claim_launch(
+    pool: ConnectionPool,
     *,
     owner: str,
-    limit: int,
-    claim_ttl: timedelta,
-    now: datetime | None = None,
-) -> list[Claim]:
-    """Claims up to `limit` startable occurrences (status launching, token raised)."""
-    if limit <= 0:
-        return []
-    rows = query.run(
-        conn,
-        "occurrence_claim",
-        {"owner": owner, "limit": limit, "claim_ttl": claim_ttl, "now": now},
-    )
-    return [Claim.from_row(row) for row in rows]
-
-
-def launch(
-    conn: psycopg.Connection[Any],
-    claims: Sequence[Claim],
-    *,
-    owner: str,
+    slots: int,
     ttl: timedelta,
     grace: timedelta,
     now: datetime | None = None,
-) -> dict[int, Launched]:
-    """Moves our claims to running and creates their runs in one statement, leased on the
-    database clock until now + ttl (takeover after that + grace), naming this build (its schema
-    head). By occurrence id; a claim missing from the result is no longer ours (fenced)."""
+) -> tuple[int, list[tuple[Claim, Launched]]]:
+    """Claims and launches up to `slots` startable occurrences under the fleet budget, in one
+    transaction sent in one round trip (`occurrence_claim_launch`): each claimed occurrence is
+    running with its run, leased on the database clock until now + ttl (takeover after that +
+    grace), naming this build (its schema head). Returns the slots the claim could fill
+    (least of `slots` and the free budget) and the launched claims."""
     from scheduler_daemon.storage.migration import head_revision  # alembic: load on first use
 
-    if not claims:
-        return {}
-    ordered = sorted(claims, key=lambda c: c.id)
-    rows = query.run(
-        conn,
-        "occurrence_launch",
-        {
-            "ids": [c.id for c in ordered],
-            "tokens": [c.lease_token for c in ordered],
-            "owner": owner,
-            "ttl": ttl,
-            "grace": grace,
-            "build_revision": head_revision(),
-            "now": now,
-        },
+    rows = pooled_single_trip(
+        pool,
+        (
+            "occurrence_claim_launch",
+            {
+                "key": BUDGET_LOCK_KEY,
+                "slots": slots,
+                "owner": owner,
+                "ttl": ttl,
+                "grace": grace,
+                "build_revision": head_revision(),
+                "now": now,
+            },
+        ),
     )
-    return {row["occurrence_id"]: Launched.from_row(row) for row in rows}
+    launched = [
+        (
+            Claim.from_row(row),
+            Launched(
+                run_id=row["run_id"],
+                occurrence_id=row["id"],
+                attempt=row["attempt"],
+                lease_token=row["lease_token"],
+                started_at=row["started_at"],
+            ),
+        )
+        for row in rows
+        if row["id"] is not None
+    ]
+    return int(rows[0]["free"]), launched
 
 
 def release_claims(conn: psycopg.Connection[Any], owner: str) -> int:

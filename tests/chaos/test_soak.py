@@ -474,8 +474,7 @@ def _figures(url: str, events: list[dict[str, Any]], driver: Driver) -> dict[str
         (TTL, TTL + GRACE, [e["run_id"] for e in taken], sorted(driver.held_tasks)),
     )
     fenced = sum(
-        e.get("event") in ("run_fenced", "launch_fenced", "renewal_fenced")
-        or "fenced" in str(e.get("result", ""))
+        e.get("event") in ("run_fenced", "renewal_fenced") or "fenced" in str(e.get("result", ""))
         for e in events
     )
     return {

@@ -14,7 +14,6 @@ from scheduler_daemon.client import Client
 from scheduler_daemon.domain.status import OverlapPolicy
 from scheduler_daemon.domain.task import TaskSpec
 from scheduler_daemon.storage import occurrence_store
-from scheduler_daemon.storage.database import pooled_transaction
 from tests.support import query, shell_task, wait_for
 
 HOUR = timedelta(hours=1)
@@ -212,9 +211,8 @@ def test_a_forbid_task_runs_its_backfill_one_after_another_in_firing_order(
     assert len(result.occurrence_ids) == 3
 
     def claim() -> list[int]:
-        with pooled_transaction(pool) as conn:
-            claimed = occurrence_store.claim(conn, owner="t", limit=10, claim_ttl=HOUR)
-        return [c.id for c in claimed]
+        _, launched = occurrence_store.claim_launch(pool, owner="t", slots=10, ttl=HOUR, grace=HOUR)
+        return [claim.id for claim, _ in launched]
 
     assert claim() == []  # the task's running occurrence holds it
     query(

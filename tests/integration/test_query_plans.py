@@ -14,6 +14,13 @@ from tests.support import query
 SEEDED = 20_000
 SECOND = timedelta(seconds=1)
 BATCH = {"ids": [1, 2], "tokens": [1, 1], "owner": "o", "build_revision": "x", "now": None}
+CLAIM = {"key": 1, "slots": 10, "owner": "o", "ttl": SECOND, "grace": SECOND}
+CLAIM |= {"build_revision": "x", "now": None}
+
+
+def _statement(name: str) -> str:
+    """The last statement of a named query (the one its cardinality speaks of)."""
+    return queries.QUERIES[name].sql.rsplit(";\n", 1)[-1]
 
 
 @pytest.fixture
@@ -55,7 +62,7 @@ def seeded(database_url: str) -> str:
 def _plan(url: str, name: str, params: dict[str, Any]) -> str:
     with psycopg.connect(url) as conn:
         conn.execute("SET enable_seqscan = off")  # what matters is that an index can serve it
-        rows = conn.execute(f"EXPLAIN {queries.QUERIES[name].sql}", params).fetchall()
+        rows = conn.execute(f"EXPLAIN {_statement(name)}", params).fetchall()
         conn.rollback()
     return "\n".join(r[0] for r in rows)
 
@@ -64,11 +71,7 @@ def _plan(url: str, name: str, params: dict[str, Any]) -> str:
     ("name", "params", "indexes"),
     [
         ("task_claim_due", {"limit": 10, "now": None}, ("task_due_idx",)),
-        (
-            "occurrence_claim",
-            {"limit": 10, "owner": "o", "claim_ttl": timedelta(seconds=5), "now": None},
-            ("occurrence_queue_idx",),
-        ),
+        ("occurrence_claim_launch", CLAIM, ("occurrence_queue_idx",)),
         (
             "run_takeover_candidates",
             {"after": 0, "limit": 10, "restart_quiet": timedelta(seconds=5)},
@@ -85,11 +88,6 @@ def _plan(url: str, name: str, params: dict[str, Any]) -> str:
         # A sequential scan of every task in every reconcile pass before revision 0010.
         ("task_unfinished_one_shots", {"after": 0, "limit": 10}, ("task_running_one_shot_idx",)),
         # The batched hot path reaches each row of its batch through the primary key.
-        (
-            "occurrence_launch",
-            {**BATCH, "ttl": SECOND, "grace": SECOND},
-            ("occurrence_pkey",),
-        ),
         ("occurrence_lock_many", {"ids": [1, 2]}, ("occurrence_pkey",)),
         (
             "occurrence_finish_many",
@@ -133,31 +131,44 @@ def test_hot_statements_use_their_named_index_on_a_seeded_table(seeded, name, pa
 
 def test_the_claim_locks_no_more_rows_than_its_limit_on_a_large_queue(seeded) -> None:
     with psycopg.connect(seeded) as conn:
-        rows = conn.execute(
-            queries.QUERIES["occurrence_claim"].sql,
-            {"limit": 3, "owner": "o", "claim_ttl": timedelta(seconds=5), "now": None},
-        )
-        assert len(rows.fetchall()) == 3
-        launching = conn.execute("SELECT count(*) FROM occurrence WHERE status = 'launching'")
-        assert launching.fetchone()[0] == 3
+        cursor = psycopg.ClientCursor(conn)
+        cursor.execute(queries.QUERIES["occurrence_claim_launch"].sql, {**CLAIM, "slots": 3})
+        while cursor.nextset():  # past the settings and the lock, to the claim's rows
+            pass
+        assert [row[0] for row in cursor.fetchall()] == [3, 3, 3]  # free slots, per claimed row
+        runs = conn.execute("SELECT count(*) FROM run WHERE owner = 'o'")
+        assert runs.fetchone()[0] == 3
 
 
-def _claim_plan(url: str, name: str, params: dict[str, Any]) -> str:
-    """The plan of `name` inside a claim's transaction, begun as the launcher begins it (the
-    planner settings of occurrence_claim_start), with the server's real costs otherwise."""
+def test_a_claim_with_no_free_slot_claims_nothing_and_says_so(seeded) -> None:
+    with psycopg.connect(seeded) as conn:
+        conn.execute("UPDATE fleet_setting SET value = '0' WHERE key = 'max_concurrent_runs'")
+        cursor = psycopg.ClientCursor(conn)
+        cursor.execute(queries.QUERIES["occurrence_claim_launch"].sql, CLAIM)
+        while cursor.nextset():
+            pass
+        assert cursor.fetchall() == [(0, *[None] * 12)]  # one row: no slot, nothing claimed
+        runs = conn.execute("SELECT count(*) FROM run WHERE owner = 'o'")
+        assert runs.fetchone()[0] == 0
+
+
+def _claim_plan(url: str, params: dict[str, Any]) -> str:
+    """The plan of the claim inside its transaction, begun as the launcher begins it (the
+    planner settings and the lock of occurrence_claim_launch), with the server's real costs."""
+    first = queries.QUERIES["occurrence_claim_launch"].sql.rsplit(";\n", 1)[0]
     with psycopg.connect(url) as conn:
         cursor = psycopg.ClientCursor(conn)
-        cursor.execute(queries.QUERIES["occurrence_claim_start"].sql, {"key": 1})
-        rows = conn.execute(f"EXPLAIN {queries.QUERIES[name].sql}", params).fetchall()
+        cursor.execute(first, params)
+        rows = conn.execute(f"EXPLAIN {_statement('occurrence_claim_launch')}", params).fetchall()
         conn.rollback()
     return "\n".join(r[0] for r in rows)
 
 
 def test_the_claim_walks_the_queue_index_when_the_statistics_are_stale(database_url) -> None:
     # The queue grew from empty since the last ANALYZE (a burst of triggers, a backfill): the
-    # planner believes the table is small. Before occurrence_claim_start pinned the plan, every
-    # claim then read all 20,000 queued rows through a BitmapAnd and sorted them (7 ms a claim,
-    # growing with the queue); this asserts the ordered walk of the queue index with no Sort.
+    # planner believes the table is small. Before the claim pinned its plan, every claim then
+    # read all 20,000 queued rows through a BitmapAnd and sorted them (7 ms a claim, growing
+    # with the queue); this asserts the ordered walk of the queue index with no Sort.
     query(
         database_url,
         """INSERT INTO task (name, schedule_kind, every, anchor_at, executor, payload, overlap)
@@ -171,13 +182,10 @@ def test_the_claim_walks_the_queue_index_when_the_statistics_are_stale(database_
            SELECT 1, g, now(), 'manual', 'allow', 'queued', now()
            FROM generate_series(1, 20000) g RETURNING 1""",
     )
-    params = {"limit": 10, "owner": "o", "claim_ttl": timedelta(seconds=5), "now": None}
-    plan = _claim_plan(database_url, "occurrence_claim", params)
+    plan = _claim_plan(database_url, CLAIM)
     assert "Index Scan using occurrence_queue_idx" in plan, plan
     assert "Sort" not in plan.split("SubPlan")[0], plan
     assert "Bitmap" not in plan, plan
-    # The launch reaches each claimed row by its id, whatever the status indexes look like.
-    launch = _claim_plan(
-        database_url, "occurrence_launch", {**BATCH, "ttl": SECOND, "grace": SECOND}
-    )
-    assert "Index Cond: (id = c.id)" in launch, launch
+    # The budget's count reads only the executing rows; the launch finds each claimed row by id.
+    assert "occurrence_executing_idx" in plan, plan
+    assert "Index Scan using occurrence_pkey on occurrence o" in plan, plan
