@@ -2,6 +2,7 @@
 occurrence, run), one unit per run when a batch meets a locked row."""
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -11,7 +12,7 @@ from psycopg_pool import ConnectionPool
 from scheduler_daemon.domain.held import HeldRun, HeldRuns
 from scheduler_daemon.domain.occurrence import Occurrence
 from scheduler_daemon.domain.outcome import Decision, decide, settlement
-from scheduler_daemon.domain.status import OccurrenceStatus
+from scheduler_daemon.domain.status import OccurrenceStatus, RunStatus
 from scheduler_daemon.storage import occurrence_store, run_store, task_store
 from scheduler_daemon.storage.database import (
     FIRST_TRY_LIMITS,
@@ -21,7 +22,7 @@ from scheduler_daemon.storage.database import (
     pooled_transaction,
 )
 from scheduler_daemon.storage.error import LOCK_ERRORS, DatabaseUnavailable
-from scheduler_daemon.storage.run_store import RunEnd
+from scheduler_daemon.storage.run_store import RunEnd, Success
 
 log = structlog.get_logger()
 Completion = Literal["recorded", "retry", "fenced"]
@@ -87,22 +88,31 @@ class Completer:
                 continue
             # A deferred one waits its full unit wait after the others.
             (locked if run.retry_at > 0 else ready).append(run)
-        if len(ready) < 2 or not self._attempt_batch(ready, result):
-            for run in ready:
+        successes = [run for run in ready if run.outcome.status == "success"]
+        others = [run for run in ready if run.outcome.status != "success"]
+        if successes and not self._attempt_batch(successes, result, self._write_successes):
+            others += successes  # a row was locked: each on its own
+        if len(others) < 2 or not self._attempt_batch(others, result, self._write_batch):
+            for run in others:
                 if not self._attempt(run, FIRST_TRY_LIMITS, result):
                     locked.append(run)
         for run in locked:
             self._attempt(run, UNIT_LIMITS, result)
         return result
 
-    def _attempt_batch(self, runs: list[HeldRun], result: CompleteResult) -> bool:
-        """One try at writing every run of `runs` in one transaction; False when some row was
-        locked past FIRST_TRY_LIMITS (nothing was written: the caller goes unit by unit)."""
+    def _attempt_batch(
+        self,
+        runs: list[HeldRun],
+        result: CompleteResult,
+        write: Callable[[list[HeldRun]], dict[int, Completion]],
+    ) -> bool:
+        """One try at writing every run of `runs` in one transaction (`write`); False when some
+        row was locked past FIRST_TRY_LIMITS (nothing was written: the caller goes unit by
+        unit)."""
         for run in runs:
             run.completing = True  # the lease keeper neither renews nor fences them meanwhile
         try:
-            with pooled_transaction(self.pool, FIRST_TRY_LIMITS) as conn:
-                completions = self._write_batch(conn, runs)
+            completions = write(runs)
         except DatabaseUnavailable as exc:
             self._keep(runs, exc, result)
             return True
@@ -124,7 +134,41 @@ class Completer:
                 )
         return True
 
-    def _write_batch(self, conn: Any, runs: list[HeldRun]) -> dict[int, Completion]:
+    def _write_successes(self, runs: list[HeldRun]) -> dict[int, Completion]:
+        """Successes need no decision from the locked rows (success is final whatever the
+        attempts or a cancel request): the whole batch in one round trip."""
+        written = run_store.succeed_many(
+            self.pool,
+            [
+                Success(
+                    run_id=run.run_id,
+                    token=run.token,
+                    occurrence_id=run.occurrence_id,
+                    task_id=run.task_id,
+                    exit_code=run.outcome.exit_code,
+                    http_status=run.outcome.http_status,
+                    output_tail=run.outcome.output_tail or None,
+                    error=run.outcome.error,
+                )
+                for run in runs
+            ],
+            owner=self.instance_id,
+            limits=FIRST_TRY_LIMITS,
+        )
+        completions: dict[int, Completion] = {}
+        for run in runs:
+            if run.run_id in written:
+                run.recorded_status = RunStatus.SUCCESS
+                completions[run.run_id] = "recorded"
+            else:
+                completions[run.run_id] = "fenced"
+        return completions
+
+    def _write_batch(self, runs: list[HeldRun]) -> dict[int, Completion]:
+        with pooled_transaction(self.pool, FIRST_TRY_LIMITS) as conn:
+            return self._write_locked(conn, runs)
+
+    def _write_locked(self, conn: Any, runs: list[HeldRun]) -> dict[int, Completion]:
         """Locks task → occurrence → run for the whole batch (each table in id order), decides
         each outcome, and writes them with one fenced statement per table."""
         tasks = task_store.lock_many(conn, [run.task_id for run in runs])

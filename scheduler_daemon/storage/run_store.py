@@ -6,9 +6,12 @@ from datetime import timedelta
 from typing import Any
 
 import psycopg
+from psycopg_pool import ConnectionPool
 
 from scheduler_daemon.domain.run import Run, TakeoverCandidate
 from scheduler_daemon.storage import query
+from scheduler_daemon.storage.database import Limits, pooled_single_trip
+from scheduler_daemon.storage.instance_store import WAKEUP_CHANNEL
 
 
 def running_by_build(conn: psycopg.Connection[Any]) -> dict[str, int]:
@@ -110,6 +113,51 @@ def finish_many(conn: psycopg.Connection[Any], ends: Sequence[RunEnd], *, owner:
             "owner": owner,
             "now": None,
         },
+    )
+    return {row["id"] for row in rows}
+
+
+@dataclass(frozen=True)
+class Success:
+    """One successful run to record (`succeed_many`), with the parents it locks."""
+
+    run_id: int
+    token: int
+    occurrence_id: int
+    task_id: int
+    exit_code: int | None
+    http_status: int | None
+    output_tail: str | None
+    error: str | None
+
+
+def succeed_many(
+    pool: ConnectionPool, successes: Sequence[Success], *, owner: str, limits: Limits
+) -> set[int]:
+    """Records a batch of successful runs, their occurrences and their tasks' newest outcome in
+    one transaction sent in one round trip (`run_succeed_many`), each run fenced on `owner` and
+    its token, and its occurrence on that token too; returns the run ids written (a missing one
+    was fenced, and nothing was written for it)."""
+    ordered = sorted(successes, key=lambda s: s.run_id)
+    rows = pooled_single_trip(
+        pool,
+        (
+            "run_succeed_many",
+            {
+                "ids": [s.run_id for s in ordered],
+                "tokens": [s.token for s in ordered],
+                "occurrence_ids": [s.occurrence_id for s in ordered],
+                "task_ids": sorted({s.task_id for s in ordered}),
+                "exit_codes": [s.exit_code for s in ordered],
+                "http_statuses": [s.http_status for s in ordered],
+                "output_tails": [s.output_tail for s in ordered],
+                "errors": [s.error for s in ordered],
+                "owner": owner,
+                "channel": WAKEUP_CHANNEL,
+                "now": None,
+            },
+        ),
+        limits,
     )
     return {row["id"] for row in rows}
 

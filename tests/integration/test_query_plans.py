@@ -107,6 +107,21 @@ def _plan(url: str, name: str, params: dict[str, Any]) -> str:
             ("run_pkey",),
         ),
         ("task_lock_many", {"ids": [1, 2]}, ("task_pkey",)),
+        # A batch of successes: each run by its primary key or the index of running runs only.
+        (
+            "run_succeed_many",
+            {
+                **BATCH,
+                "occurrence_ids": [1, 2],
+                "task_ids": [1, 2],
+                "exit_codes": [0, 0],
+                "http_statuses": [None] * 2,
+                "output_tails": [None] * 2,
+                "errors": [None] * 2,
+                "channel": "c",
+            },
+            ("run_pkey", "run_occurrence_running_key"),
+        ),
         (
             "task_record_outcome_many",
             {
