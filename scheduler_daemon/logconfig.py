@@ -2,6 +2,7 @@
 database passwords and secret HTTP headers (domain.secret), in every string of an event, in
 nested mappings, and in rendered tracebacks."""
 
+import functools
 import logging
 import sys
 from collections.abc import MutableMapping
@@ -29,6 +30,7 @@ def _scrub(value: Any) -> Any:
     return value
 
 
+@functools.lru_cache(maxsize=4096)  # log field names are few; a header map's keys are bounded
 def _secret_key(key: str) -> bool:
     """A secret header's name. Log fields are snake_case: one with an underscore is a secret
     only when it spells a known header (`x_api_key`), so `lease_token` is not one."""
@@ -64,9 +66,9 @@ def configure(level: str = "info", fmt: str = "auto") -> None:
         processors=[
             structlog.contextvars.merge_contextvars,
             structlog.processors.add_log_level,
-            structlog.processors.TimeStamper(fmt="iso", utc=True),
             structlog.processors.format_exc_info,  # before _redact: tracebacks are text too
             _redact,
+            structlog.processors.TimeStamper(fmt="iso", utc=True),  # ours: nothing to redact
             renderer,
         ],
         wrapper_class=structlog.make_filtering_bound_logger(getattr(logging, level.upper())),
