@@ -43,14 +43,14 @@ def database(name: str) -> str:
     return url
 
 
-def seed(url: str, count: int) -> None:
+def seed(url: str, count: int, name: str = "bench") -> None:
     with psycopg.connect(url) as conn:
         (task,) = conn.execute(
             "INSERT INTO task (name, schedule_kind, every, anchor_at, executor, payload, overlap, "
-            "next_run_at) VALUES ('bench', 'interval', '1 hour', now(), 'python', "
+            "next_run_at) VALUES (%s, 'interval', '1 hour', now(), 'python', "
             "jsonb_build_object('target', %s::text), 'allow', now() + interval '1 hour') "
             "RETURNING id",
-            (TARGET,),
+            (name, TARGET),
         ).fetchone()
         conn.execute(
             "INSERT INTO occurrence (task_id, occurrence_seq, scheduled_for, trigger, overlap, "
@@ -58,7 +58,7 @@ def seed(url: str, count: int) -> None:
             "FROM generate_series(1, %s) g",
             (task, count),
         )
-        conn.execute("UPDATE task SET occurrence_seq = %s", (count,))
+        conn.execute("UPDATE task SET occurrence_seq = %s WHERE id = %s", (count, task))
 
 
 def xact_commit(url: str) -> int:
@@ -134,11 +134,23 @@ def lag(rate: float, seconds: float, daemons: int, extra: list[str]) -> None:
     procs = start_daemons(url, daemons, record, extra)
     # Warm up as a long-running fleet is: run a burst of jobs first, so every daemon has started
     # its python workers (cold starts take 0.3-1.5 s each on a busy host), then measure.
-    warm = 3 * daemons * int(extra[extra.index("--concurrency") + 1])
-    seed(url, warm)
-    deadline = time.monotonic() + 120
-    while len(records(record)) < warm and time.monotonic() < deadline:
-        time.sleep(0.2)
+    # The burst is announced as the Client announces a trigger, so every daemon wakes and takes
+    # a share; rounds repeat until each daemon ran at least --concurrency jobs (one that started
+    # late, or was left out, would start cold workers in the measurement).
+    concurrency = int(extra[extra.index("--concurrency") + 1])
+    done = 0
+    for round_ in range(10):
+        seed(url, 3 * daemons * concurrency, f"warm{round_}")
+        done += 3 * daemons * concurrency
+        with psycopg.connect(url, autocommit=True) as conn:
+            conn.execute("SELECT pg_notify('scheduler_daemon_wakeup', 'triggered')")
+        deadline = time.monotonic() + 120
+        while len(records(record)) < done and time.monotonic() < deadline:
+            time.sleep(0.2)
+        with psycopg.connect(url) as conn:
+            shares = [n for _, n in conn.execute("SELECT owner, count(*) FROM run GROUP BY owner")]
+        if len(shares) == daemons and min(shares) >= concurrency:
+            break
     time.sleep(3)  # the workers started after the burst come up too
     record.unlink()
     due: dict[str, datetime] = {}

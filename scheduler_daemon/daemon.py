@@ -407,14 +407,16 @@ class Daemon:
         poll = self.settings.poll_interval.total_seconds()
 
         def work() -> None:
-            completed = completer.run_once()
+            # This pass claims right after: its freed slots take what the outcomes unblock.
+            completed = completer.run_once(wake_peers=False)
             self.metrics.record_completion(completed)
             if completed.done:
                 self.launch_wanted.set()  # slots came free
             if time.monotonic() >= self._next_dispatch:
                 began = time.monotonic()
                 self._next_dispatch = began + poll  # also if the dispatch fails
-                result = dispatcher.run_once()
+                free = self.settings.concurrency - len(self.held)
+                result = dispatcher.run_once(claims_after=free)
                 self.metrics.record_dispatch(result)
                 self._next_dispatch = self._dispatch_due(result, began, poll)
                 if result.queued:

@@ -167,14 +167,15 @@ GROUP BY build_revision ORDER BY build_revision NULLS FIRST
 -- then one statement ends each run still ours at its token whose occurrence is still running at
 -- that token, finishes those occurrences, shows each task its newest outcome (a one-shot task
 -- completes when nothing newer exists), and returns the run ids written (a missing one was
--- fenced: nothing was written for it); idle daemons are woken (a slot came free).
+-- fenced: nothing was written for it). Idle daemons are woken (a slot came free) when `wake`:
+-- the writer's own loop claims right after, so its peers are needed only when it will not.
 SELECT count(*) FROM (SELECT 1 FROM task WHERE id = ANY(%(task_ids)s::bigint[])
                       ORDER BY id FOR UPDATE) t;
 SELECT count(*) FROM (SELECT 1 FROM occurrence WHERE id = ANY(%(occurrence_ids)s::bigint[])
                       ORDER BY id FOR UPDATE) o;
 SELECT count(*) FROM (SELECT 1 FROM run WHERE id = ANY(%(ids)s::bigint[])
                       ORDER BY id FOR UPDATE) r;
-SELECT pg_notify(%(channel)s, 'finished');
+SELECT pg_notify(%(channel)s, 'finished') WHERE %(wake)s;
 WITH ended AS MATERIALIZED (
     UPDATE run r SET status = 'success', exit_code = f.exit_code, http_status = f.http_status,
         output_tail = f.output_tail, error = f.error,

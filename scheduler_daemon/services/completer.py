@@ -1,6 +1,7 @@
 """Completer: writes the finished jobs' outcomes, a batch per fenced transaction (task,
 occurrence, run), one unit per run when a batch meets a locked row."""
 
+import functools
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -64,8 +65,10 @@ class Completer:
         self.held = held
         self.max_interruptions = max_interruptions
 
-    def run_once(self) -> CompleteResult:
+    def run_once(self, *, wake_peers: bool = True) -> CompleteResult:
         """Writes every finished job's outcome; `done` counts the runs that left the held set.
+        `wake_peers=False` when this loop claims right after (its freed slots take what the
+        outcomes unblock): the successes then wake no other daemon.
         The finished runs are written together: one transaction, one fenced multi-row statement
         per table, which still tells per run whether it was fenced. A batch whose rows are
         locked by someone else past a short wait falls back to one unit per run: each unit's
@@ -90,7 +93,8 @@ class Completer:
             (locked if run.retry_at > 0 else ready).append(run)
         successes = [run for run in ready if run.outcome.status == "success"]
         others = [run for run in ready if run.outcome.status != "success"]
-        if successes and not self._attempt_batch(successes, result, self._write_successes):
+        write_successes = functools.partial(self._write_successes, wake_peers=wake_peers)
+        if successes and not self._attempt_batch(successes, result, write_successes):
             others += successes  # a row was locked: each on its own
         if len(others) < 2 or not self._attempt_batch(others, result, self._write_batch):
             for run in others:
@@ -134,7 +138,7 @@ class Completer:
                 )
         return True
 
-    def _write_successes(self, runs: list[HeldRun]) -> dict[int, Completion]:
+    def _write_successes(self, runs: list[HeldRun], *, wake_peers: bool) -> dict[int, Completion]:
         """Successes need no decision from the locked rows (success is final whatever the
         attempts or a cancel request): the whole batch in one round trip."""
         written = run_store.succeed_many(
@@ -154,6 +158,7 @@ class Completer:
             ],
             owner=self.instance_id,
             limits=FIRST_TRY_LIMITS,
+            wake_peers=wake_peers,
         )
         completions: dict[int, Completion] = {}
         for run in runs:

@@ -9,10 +9,16 @@ import structlog
 from psycopg_pool import ConnectionPool
 
 from scheduler_daemon.domain.misfire import plan_dispatch
-from scheduler_daemon.domain.status import OccurrenceStatus, ScheduleKind, TaskStatus, Trigger
+from scheduler_daemon.domain.status import (
+    OccurrenceStatus,
+    OverlapPolicy,
+    ScheduleKind,
+    TaskStatus,
+    Trigger,
+)
 from scheduler_daemon.domain.task import TaskRecord
 from scheduler_daemon.storage import instance_store, occurrence_store, task_store
-from scheduler_daemon.storage.database import first_line, pooled_transaction
+from scheduler_daemon.storage.database import clock_transaction, first_line
 
 log = structlog.get_logger()
 
@@ -35,15 +41,17 @@ class Dispatcher:
         self.instance_id = instance_id
         self.batch = batch
 
-    def run_once(self, now: datetime | None = None) -> DispatchResult:
+    def run_once(self, now: datetime | None = None, *, claims_after: int = 0) -> DispatchResult:
+        """Dispatches every due task, a batch per transaction. `claims_after`: how many
+        occurrences this daemon's own claim, right after, can start; only the ones queued beyond
+        that wake the idle daemons (each woken peer takes the budget lock to claim nothing)."""
         result = DispatchResult()
         while True:
-            with pooled_transaction(self.pool) as conn:
-                db_now = task_store.clock(conn, now)
+            with clock_transaction(self.pool, now) as (conn, db_now):
                 tasks = task_store.claim_due(conn, self.batch, now)
                 # A parked row is progress too: it left the due scan, so the next batch differs.
                 dispatched = sum(self._dispatch_one(conn, row, db_now, result) for row in tasks)
-                if result.queued:
+                if result.queued > claims_after:
                     instance_store.notify_wakeup(conn, "queued")
                 result.tasks += len(tasks)
                 result.db_now = db_now
@@ -91,7 +99,9 @@ class Dispatcher:
             catchup_limit=spec.catchup_limit,
             catchup_window=spec.catchup_window,
             overlap=spec.overlap,
-            active=occurrence_store.active_count(conn, task.id) > 0,
+            # Only `forbid` looks at what is active: the others skip the count's round trip.
+            active=spec.overlap == OverlapPolicy.FORBID
+            and occurrence_store.active_count(conn, task.id) > 0,
         )
         queued = 0
         for firing in plan.firings:

@@ -323,10 +323,24 @@ def pooled_single_trip(pool: ConnectionPool, then: Then, limits: Limits | None =
 
 
 @contextmanager
+def clock_transaction(
+    pool: ConnectionPool, now: datetime | None = None, limits: Limits | None = None
+) -> Iterator[tuple[Any, datetime]]:
+    """`pooled_transaction` whose BEGIN round trip also reads the transaction's clock (now(),
+    or the time a test pinned); yields the connection and that clock."""
+    with (
+        _connection(pool) as conn,
+        _begun(conn, limits or Limits(), begin="session_begin_clock", now=now) as db_now,
+    ):
+        yield conn, db_now
+
+
+@contextmanager
 def _pooled(
     pool: ConnectionPool, limits: Limits | None, *, snapshot: bool = False
 ) -> Iterator[Any]:
-    with _connection(pool) as conn, _begun(conn, limits or Limits(), snapshot=snapshot):
+    begin = "session_begin_snapshot" if snapshot else "session_begin"
+    with _connection(pool) as conn, _begun(conn, limits or Limits(), begin=begin):
         yield conn
 
 
@@ -345,20 +359,26 @@ def _connection(pool: ConnectionPool) -> Iterator[psycopg.Connection[Any]]:
 
 
 @contextmanager
-def _begun(conn: psycopg.Connection[Any], limits: Limits, *, snapshot: bool) -> Iterator[None]:
-    """One transaction on an autocommit connection whose BEGIN carries the limits: one round
-    trip (`_send_begin`) where `conn.transaction()` plus `apply_limits` took two. A
-    `conn.transaction()` inside is a savepoint, as before; committed on success, rolled back on
-    any error."""
-    name = "session_begin_snapshot" if snapshot else "session_begin"
+def _begun(
+    conn: psycopg.Connection[Any], limits: Limits, *, begin: str, now: datetime | None = None
+) -> Iterator[Any]:
+    """One transaction on an autocommit connection whose BEGIN (the named statements `begin`)
+    carries the limits: one round trip (`_send_begin`) where `conn.transaction()` plus
+    `apply_limits` took two. Yields the clock `session_begin_clock` reads, else None. A
+    `conn.transaction()` inside is a savepoint, as before; committed on success, rolled back
+    on any error."""
+    params: dict[str, Any] = _limit_params(limits)
+    if begin == "session_begin_clock":
+        params["now"] = now
     try:
-        _send_begin(conn, name, _limit_params(limits), None)
+        cursor = _send_begin(conn, begin, params, None)
+        row = cursor.fetchone() if begin == "session_begin_clock" else None
     except BaseException:
         if not conn.closed and not conn.broken:
             conn.rollback()
         raise
     try:
-        yield
+        yield None if row is None else row["db_now"]
     except BaseException:
         if not conn.closed and not conn.broken:
             conn.rollback()

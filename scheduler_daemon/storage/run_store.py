@@ -132,12 +132,17 @@ class Success:
 
 
 def succeed_many(
-    pool: ConnectionPool, successes: Sequence[Success], *, owner: str, limits: Limits
+    pool: ConnectionPool,
+    successes: Sequence[Success],
+    *,
+    owner: str,
+    limits: Limits,
+    wake_peers: bool = True,
 ) -> set[int]:
     """Records a batch of successful runs, their occurrences and their tasks' newest outcome in
     one transaction sent in one round trip (`run_succeed_many`), each run fenced on `owner` and
     its token, and its occurrence on that token too; returns the run ids written (a missing one
-    was fenced, and nothing was written for it)."""
+    was fenced, and nothing was written for it). `wake_peers`: NOTIFY the idle daemons."""
     ordered = sorted(successes, key=lambda s: s.run_id)
     rows = pooled_single_trip(
         pool,
@@ -154,6 +159,7 @@ def succeed_many(
                 "errors": [s.error for s in ordered],
                 "owner": owner,
                 "channel": WAKEUP_CHANNEL,
+                "wake": wake_peers,
                 "now": None,
             },
         ),
