@@ -1,6 +1,7 @@
 """Opens connections to PostgreSQL with the settings every connection needs; its messages hide
 passwords (`redact`, from domain.secret)."""
 
+import functools
 import os
 import threading
 from collections.abc import Iterator
@@ -310,16 +311,20 @@ def pooled_single_trip(pool: ConnectionPool, then: Then, limits: Limits | None =
         try:
             cursor = psycopg.ClientCursor(conn)
             cursor.execute(sql, {**_limit_params(limits or Limits()), **params})
-            found = None
-            while True:  # past BEGIN, the limits and the first statements, to the last result
-                if cursor.description is not None:
-                    found = query.result(cursor, query.QUERIES[name].cardinality)
-                if not cursor.nextset():
-                    return found
+            # Past BEGIN, the limits and `then`'s first statements, to its last result.
+            for _ in range(_statements("session_begin") + _statements(name) - 1):
+                cursor.nextset()
+            return query.result(cursor, query.QUERIES[name].cardinality)
         except BaseException:
             if not conn.closed and not conn.broken:
                 conn.rollback()
             raise
+
+
+@functools.cache
+def _statements(name: str) -> int:
+    """How many statements the named query holds (they are separated by ';' and a newline)."""
+    return query.QUERIES[name].sql.count(";\n") + 1
 
 
 @contextmanager
