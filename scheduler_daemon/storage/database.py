@@ -201,6 +201,11 @@ class Begun:
 Then = tuple[str, dict[str, Any]]
 """A named statement and its parameters, sent with a transaction's BEGIN (its first statement)."""
 
+# The named BEGIN statements: with the limits; also reading the clock; a read-only snapshot.
+_BEGIN = "session_begin"
+_BEGIN_CLOCK = "session_begin_clock"
+_BEGIN_SNAPSHOT = "session_begin_snapshot"
+
 
 def begin_statement(
     conn: psycopg.Connection[Any], limits: "Limits", now: datetime | None, then: Then | None
@@ -208,7 +213,7 @@ def begin_statement(
     """Begins a transaction on the autocommit `conn` with the limits set and the clock read
     (`session_begin_clock`), and `then` after them, in one round trip (`_send_begin`).
     Returns the clock and what `then`'s cardinality promises."""
-    cursor = _send_begin(conn, "session_begin_clock", {**_limit_params(limits), "now": now}, then)
+    cursor = _send_begin(conn, _BEGIN_CLOCK, {**_limit_params(limits), "now": now}, then)
     row = cursor.fetchone()
     assert row is not None
     return row["db_now"], _then_result(cursor, then)
@@ -306,13 +311,13 @@ def pooled_single_trip(pool: ConnectionPool, then: Then, limits: Limits | None =
     from its last statement. Errors as for `pooled_transaction`; on any error nothing is
     committed."""
     name, params = then
-    sql = f"{query.QUERIES['session_begin'].sql};\n{query.QUERIES[name].sql};\nCOMMIT"
+    sql = f"{query.QUERIES[_BEGIN].sql};\n{query.QUERIES[name].sql};\nCOMMIT"
     with _connection(pool) as conn:
         try:
             cursor = psycopg.ClientCursor(conn)
             cursor.execute(sql, {**_limit_params(limits or Limits()), **params})
             # Past BEGIN, the limits and `then`'s first statements, to its last result.
-            for _ in range(_statements("session_begin") + _statements(name) - 1):
+            for _ in range(_statements(_BEGIN) + _statements(name) - 1):
                 cursor.nextset()
             return query.result(cursor, query.QUERIES[name].cardinality)
         except BaseException:
@@ -335,7 +340,7 @@ def clock_transaction(
     or the time a test pinned); yields the connection and that clock."""
     with (
         _connection(pool) as conn,
-        _begun(conn, limits or Limits(), begin="session_begin_clock", now=now) as db_now,
+        _begun(conn, limits or Limits(), begin=_BEGIN_CLOCK, now=now) as db_now,
     ):
         yield conn, db_now
 
@@ -344,7 +349,7 @@ def clock_transaction(
 def _pooled(
     pool: ConnectionPool, limits: Limits | None, *, snapshot: bool = False
 ) -> Iterator[Any]:
-    begin = "session_begin_snapshot" if snapshot else "session_begin"
+    begin = _BEGIN_SNAPSHOT if snapshot else _BEGIN
     with _connection(pool) as conn, _begun(conn, limits or Limits(), begin=begin):
         yield conn
 
@@ -373,11 +378,11 @@ def _begun(
     `conn.transaction()` inside is a savepoint, as before; committed on success, rolled back
     on any error."""
     params: dict[str, Any] = _limit_params(limits)
-    if begin == "session_begin_clock":
+    if begin == _BEGIN_CLOCK:
         params["now"] = now
     try:
         cursor = _send_begin(conn, begin, params, None)
-        row = cursor.fetchone() if begin == "session_begin_clock" else None
+        row = cursor.fetchone() if begin == _BEGIN_CLOCK else None
     except BaseException:
         if not conn.closed and not conn.broken:
             conn.rollback()
