@@ -177,11 +177,12 @@ def lag(rate: float, seconds: float, daemons: int, extra: list[str]) -> None:
         time.sleep(0.2)
     stop(procs)
     with psycopg.connect(url) as conn:
-        run_task = dict(
-            conn.execute(
-                "SELECT r.id, o.task_id FROM run r JOIN occurrence o ON o.id = r.occurrence_id"
-            ).fetchall()
-        )
+        rows = conn.execute(
+            "SELECT r.id, o.task_id, extract(epoch FROM o.created_at)::float8, "
+            "extract(epoch FROM r.started_at)::float8 "
+            "FROM run r JOIN occurrence o ON o.id = r.occurrence_id"
+        ).fetchall()
+    run_task = {run_id: task_id for run_id, task_id, _, _ in rows}
     lags = sorted(
         (start - due[run_task[run_id]].timestamp()) * 1000 for run_id, start, _ in records(record)
     )
@@ -196,6 +197,30 @@ def lag(rate: float, seconds: float, daemons: int, extra: list[str]) -> None:
         f"lag daemons={daemons} rate={rate}/s firings={len(lags)}/{n}: "
         f"p50={q[49]:.1f} ms p99={q[98]:.1f} ms max={lags[-1]:.1f} ms"
     )
+    print_stages(rows, due, records(record))
+
+
+def print_stages(
+    rows: list[tuple[int, int, float, float]],
+    due: dict[int, datetime],
+    jobs: list[tuple[int, float, float]],
+) -> None:
+    """Where the lag goes, per firing: the dispatch's transaction began (the occurrence's
+    created_at is its now()), the claim's began (the run's started_at), the job started (its
+    own record). `rows`: (run id, task id, created_at, started_at) as epoch seconds."""
+    began = {row[0]: row[1:] for row in rows}
+    stages: dict[str, list[float]] = {"due→dispatch": [], "dispatch→claim": [], "claim→job": []}
+    for run_id, start, _ in jobs:
+        if run_id not in began:
+            continue
+        task_id, dispatched, claimed = began[run_id]
+        stages["due→dispatch"].append((dispatched - due[task_id].timestamp()) * 1000)
+        stages["dispatch→claim"].append((claimed - dispatched) * 1000)
+        stages["claim→job"].append((start - claimed) * 1000)
+    for stage, values in stages.items():
+        if len(values) >= 2:
+            q = statistics.quantiles(values, n=100)
+            print(f"  {stage}: p50={q[49]:.1f} ms p99={q[98]:.1f} ms max={max(values):.1f} ms")
 
 
 def main() -> None:

@@ -13,11 +13,13 @@ from bench.harness import drop_database, fresh_database, seed_tasks
 # query whose name starts with one of these (the rebuilt hot path's new names included).
 HOT = (
     "occurrence_claim_launch",
+    "occurrence_dispatch",
     "occurrence_finish",
     "occurrence_insert_many",
     "run_insert",
     "run_launch",
     "run_renew",
+    "run_succeed_many",
     "run_finish",
     "run_complete",
     "task_claim_due",
@@ -27,7 +29,10 @@ HOT = (
 )
 
 # Where one statement needs a value the superset gives another one.
-OVERRIDES = {"occurrence_insert_many": {"status": "queued"}}
+OVERRIDES: dict[str, dict[str, Any]] = {
+    "occurrence_insert_many": {"status": "queued"},
+    "occurrence_dispatch": {"statuses": ["queued"]},
+}
 
 SEED_OCCURRENCES = """
 INSERT INTO occurrence (task_id, occurrence_seq, scheduled_for, trigger, overlap, status,
@@ -85,6 +90,10 @@ def _params(conn: psycopg.Connection[Any]) -> dict[str, Any]:
         "statuses": ["success"] * len(ids),
         "error": None,
         "errors": [None] * len(ids),
+        "exit_codes": [0] * len(ids),
+        "http_statuses": [None] * len(ids),
+        "output_tails": [None] * len(ids),
+        "task_ids": [1] * len(ids),
         "reason": None,
         "exit_code": 0,
         "output_tail": None,
@@ -103,6 +112,14 @@ def _params(conn: psycopg.Connection[Any]) -> dict[str, Any]:
         "budget_key": 0,
         "key": 0,
         "slots": 10,
+        "channel": "explain",
+        "wake": False,
+        "scheduled_fors": [datetime.now(UTC) + timedelta(days=1)],  # a firing not yet recorded
+        "last_scheduled_fors": [None],
+        "firing_counts": [1],
+        "reasons": [None],
+        "next_run_at": None,
+        "once_fired": False,
     }
 
 

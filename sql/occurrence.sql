@@ -12,6 +12,43 @@ VALUES (
 ON CONFLICT (task_id, scheduled_for) WHERE trigger = 'schedule' DO NOTHING
 RETURNING *
 
+-- name: occurrence_dispatch :many
+-- Records the planned firings of a task whose row lock the caller holds and moves the task on,
+-- in one statement: each firing takes the task's next sequence number (in plan order), one
+-- recorded already is left out (no row for it: the unique scheduled firing), finished if its
+-- status is one of `finished`; the task gets its next firing and, when `once_fired`, the status
+-- `running` if a queued firing went in, else `cancelled`. Returns the occurrences inserted.
+WITH firing AS (
+    SELECT * FROM unnest(
+        %(scheduled_fors)s::timestamptz[], %(last_scheduled_fors)s::timestamptz[],
+        %(firing_counts)s::integer[], %(statuses)s::text[], %(reasons)s::text[])
+        WITH ORDINALITY AS f(scheduled_for, last_scheduled_for, firing_count, status, reason, ord)
+), inserted AS (
+    INSERT INTO occurrence (
+        task_id, occurrence_seq, scheduled_for, last_scheduled_for, firing_count, trigger,
+        overlap, concurrency_key, status, reason, not_before, created_at, updated_at,
+        finished_at)
+    SELECT %(task_id)s, t.occurrence_seq + f.ord, f.scheduled_for, f.last_scheduled_for,
+        f.firing_count, 'schedule', %(overlap)s, %(concurrency_key)s, f.status, f.reason,
+        f.scheduled_for, %(now)s, %(now)s,
+        CASE WHEN f.status = ANY(%(finished)s::text[]) THEN %(now)s::timestamptz END
+    FROM firing f CROSS JOIN (SELECT occurrence_seq FROM task WHERE id = %(task_id)s) t
+    ORDER BY f.ord
+    ON CONFLICT (task_id, scheduled_for) WHERE trigger = 'schedule' DO NOTHING
+    RETURNING id, status, reason, scheduled_for
+), moved AS (
+    UPDATE task SET
+        occurrence_seq = occurrence_seq + cardinality(%(scheduled_fors)s::timestamptz[]),
+        next_run_at = %(next_run_at)s,
+        status = CASE
+            WHEN NOT %(once_fired)s THEN task.status
+            WHEN EXISTS (SELECT FROM inserted i WHERE i.status = 'queued') THEN 'running'
+            ELSE 'cancelled' END,
+        updated_at = %(now)s
+    WHERE id = %(task_id)s
+)
+SELECT * FROM inserted
+
 -- name: occurrence_active_count :scalar
 -- How many occurrences of a task are queued, launching or running.
 SELECT count(*) FROM occurrence

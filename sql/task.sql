@@ -100,11 +100,6 @@ ORDER BY next_run_at, id
 LIMIT %(limit)s
 FOR UPDATE SKIP LOCKED
 
--- name: task_advance :rowcount
--- Moves a dispatched task to its next firing (and a fired one-shot task to running).
-UPDATE task SET next_run_at = %(next_run_at)s, status = %(status)s, updated_at = %(now)s
-WHERE id = %(id)s
-
 -- name: task_record_outcome :rowcount
 -- Shows an occurrence's final outcome on its task, only if it is newer than the one shown; a
 -- one-shot task's lifecycle follows it only when no newer occurrence exists (manual triggers
@@ -139,8 +134,10 @@ FROM unnest(%(task_ids)s::bigint[], %(occurrence_ids)s::bigint[], %(seqs)s::bigi
      AS o(task_id, occurrence_id, occurrence_seq, scheduled_for, status, error, lifecycle)
 WHERE task.id = o.task_id AND task.last_outcome_seq < o.occurrence_seq
 
--- name: task_next_due :scalar
--- When the earliest enabled task falls due, for the loop's sleep.
+-- name: task_next_due_wake :scalar
+-- When the earliest enabled task falls due, for the loop's sleep; when `wake`, also wakes the
+-- idle daemons at commit (a dispatch queued more than its own claim can start).
+SELECT pg_notify(%(channel)s, 'queued') WHERE %(wake)s;
 SELECT min(next_run_at) FROM task
 WHERE deleted_at IS NULL AND NOT paused AND status = 'enabled' AND parked_at IS NULL
 

@@ -9,15 +9,9 @@ import structlog
 from psycopg_pool import ConnectionPool
 
 from scheduler_daemon.domain.misfire import plan_dispatch
-from scheduler_daemon.domain.status import (
-    OccurrenceStatus,
-    OverlapPolicy,
-    ScheduleKind,
-    TaskStatus,
-    Trigger,
-)
+from scheduler_daemon.domain.status import OccurrenceStatus, OverlapPolicy, ScheduleKind
 from scheduler_daemon.domain.task import TaskRecord
-from scheduler_daemon.storage import instance_store, occurrence_store, task_store
+from scheduler_daemon.storage import occurrence_store, task_store
 from scheduler_daemon.storage.database import clock_transaction, first_line
 
 log = structlog.get_logger()
@@ -34,7 +28,8 @@ class DispatchResult:
 
 class Dispatcher:
     """Claims due tasks with SKIP LOCKED in batches; for each, in the same transaction, inserts
-    its occurrences (sequence allocated under the task lock) and advances `next_run_at`."""
+    its occurrences (sequence allocated under the task lock) and advances `next_run_at`, in one
+    statement (`occurrence_dispatch`)."""
 
     def __init__(self, pool: ConnectionPool, *, instance_id: str, batch: int) -> None:
         self.pool = pool
@@ -42,33 +37,35 @@ class Dispatcher:
         self.batch = batch
 
     def run_once(self, now: datetime | None = None, *, claims_after: int = 0) -> DispatchResult:
-        """Dispatches every due task, a batch per transaction. `claims_after`: how many
-        occurrences this daemon's own claim, right after, can start; only the ones queued beyond
-        that wake the idle daemons (each woken peer takes the budget lock to claim nothing)."""
+        """Dispatches every due task, a batch per transaction: the due scan goes with its BEGIN,
+        each task is one round trip, and the next due time with its COMMIT. `claims_after`: how
+        many occurrences this daemon's own claim, right after, can start; only the ones queued
+        beyond that wake the idle daemons (each woken peer takes the budget lock to claim
+        nothing)."""
         result = DispatchResult()
         while True:
-            with clock_transaction(self.pool, now) as (conn, db_now):
-                tasks = task_store.claim_due(conn, self.batch, now)
+            with clock_transaction(self.pool, task_store.claim_due(self.batch, now), now) as begun:
+                tasks = begun.result
                 # A parked row is progress too: it left the due scan, so the next batch differs.
-                dispatched = sum(self._dispatch_one(conn, row, db_now, result) for row in tasks)
-                if result.queued > claims_after:
-                    instance_store.notify_wakeup(conn, "queued")
+                dispatched = sum(
+                    self._dispatch_one(begun.conn, row, begun.now, result) for row in tasks
+                )
                 result.tasks += len(tasks)
-                result.db_now = db_now
-                result.next_due = task_store.next_due(conn)
+                result.db_now = begun.now
+                wake = result.queued > claims_after
+                result.next_due = task_store.commit_next_due(begun.conn, wake=wake)
             if len(tasks) < self.batch or not dispatched:
                 return result
 
     def _dispatch_one(
         self, conn: Any, row: dict[str, Any], db_now: datetime, result: DispatchResult
     ) -> bool:
-        """One task in a savepoint. A task whose row cannot be read or planned (a cron
-        expression or zone this build rejects) is parked with its error, out of the due scan
-        until a `tasks update` fixes it, so it costs nothing and never stops the others."""
-        part = DispatchResult()
+        """One task, its writes in a savepoint. A task whose row cannot be read or planned (a
+        cron expression or zone this build rejects), or whose writes fail, is parked with its
+        error, out of the due scan until a `tasks update` fixes it, so it costs nothing and
+        never stops the others."""
         try:
-            with conn.transaction():
-                self._dispatch(conn, task_store.record(row), db_now, part)
+            self._dispatch(conn, task_store.record(row), db_now, result)
         except psycopg.OperationalError:
             raise  # lock timeouts, lost connections: the whole pass is retried
         except Exception as exc:  # a poison row: park it, every other task must still fire
@@ -80,9 +77,6 @@ class Dispatcher:
                 error=error,
                 instance_id=self.instance_id,
             )
-            return True
-        result.queued += part.queued
-        result.skipped += part.skipped
         return True
 
     def _dispatch(
@@ -103,44 +97,28 @@ class Dispatcher:
             active=spec.overlap == OverlapPolicy.FORBID
             and occurrence_store.active_count(conn, task.id) > 0,
         )
-        queued = 0
+        once_fired = spec.schedule_kind == ScheduleKind.ONCE and bool(plan.firings)
+        rows = occurrence_store.dispatch(conn, task, plan, once_fired=once_fired, now=db_now)
+        planned = {firing.scheduled_for: firing for firing in plan.firings}
+        inserted = {row["scheduled_for"] for row in rows}
         for firing in plan.firings:
-            row = occurrence_store.insert(
-                conn,
-                task_id=task.id,
-                occurrence_seq=task_store.next_seq(conn, task.id),
-                scheduled_for=firing.scheduled_for,
-                trigger=Trigger.SCHEDULE,
-                overlap=spec.overlap,
-                concurrency_key=spec.concurrency_key,
-                status=firing.status,
-                reason=firing.reason,
-                now=db_now,
-                firing_count=firing.firing_count,
-                last_scheduled_for=firing.last_scheduled_for,
-            )
-            if row is None:  # the unique scheduled firing: someone recorded it already
+            if firing.scheduled_for not in inserted:  # the unique scheduled firing: recorded
                 log.warning(
                     "firing_already_recorded",
                     task_id=task.id,
                     scheduled_for=firing.scheduled_for.isoformat(),
                     instance_id=self.instance_id,
                 )
-                continue
-            if firing.status == OccurrenceStatus.QUEUED:
-                queued += 1
+        for row in rows:
+            if row["status"] == OccurrenceStatus.QUEUED:
+                result.queued += 1
             else:
-                result.skipped += firing.firing_count
+                result.skipped += planned[row["scheduled_for"]].firing_count
             log.debug(
                 "occurrence_created",
                 task_id=task.id,
-                occurrence_id=row.id,
-                status=firing.status,
-                reason=firing.reason,
+                occurrence_id=row["id"],
+                status=row["status"],
+                reason=row["reason"],
                 instance_id=self.instance_id,
             )
-        result.queued += queued
-        status = task.status
-        if spec.schedule_kind == ScheduleKind.ONCE and plan.firings:
-            status = TaskStatus.RUNNING if queued else TaskStatus.CANCELLED
-        task_store.advance(conn, task.id, next_run_at=plan.next_run_at, status=status, now=db_now)

@@ -228,8 +228,8 @@ def _send_begin(
     sql = query.QUERIES[begin].sql
     if then is not None:
         name, then_params = then
-        overlap = set(then_params) & set(params)
-        assert not overlap, f"{name} takes parameters the BEGIN uses: {overlap}"
+        overlap = {k for k in set(then_params) & set(params) if then_params[k] != params[k]}
+        assert not overlap, f"{name} gives parameters of the BEGIN other values: {overlap}"
         sql = f"{sql};\n{query.QUERIES[name].sql}"
         params = {**params, **then_params}
     cursor = psycopg.ClientCursor(conn)
@@ -317,9 +317,7 @@ def pooled_single_trip(pool: ConnectionPool, then: Then, limits: Limits | None =
             cursor = psycopg.ClientCursor(conn)
             cursor.execute(sql, {**_limit_params(limits or Limits()), **params})
             # Past BEGIN, the limits and `then`'s first statements, to its last result.
-            for _ in range(_statements(_BEGIN) + _statements(name) - 1):
-                cursor.nextset()
-            return query.result(cursor, query.QUERIES[name].cardinality)
+            return _last_result(cursor, name, before=_statements(_BEGIN))
         except BaseException:
             if not conn.closed and not conn.broken:
                 conn.rollback()
@@ -332,17 +330,60 @@ def _statements(name: str) -> int:
     return query.QUERIES[name].sql.count(";\n") + 1
 
 
+def _last_result(cursor: psycopg.ClientCursor[Any], name: str, *, before: int) -> Any:
+    """What the named query's cardinality promises, from its last statement, on a cursor at
+    the first result of a simple query that sent `before` statements ahead of it."""
+    for _ in range(before + _statements(name) - 1):
+        cursor.nextset()
+    return query.result(cursor, query.QUERIES[name].cardinality)
+
+
 @contextmanager
 def clock_transaction(
-    pool: ConnectionPool, now: datetime | None = None, limits: Limits | None = None
-) -> Iterator[tuple[Any, datetime]]:
-    """`pooled_transaction` whose BEGIN round trip also reads the transaction's clock (now(),
-    or the time a test pinned); yields the connection and that clock."""
-    with (
-        _connection(pool) as conn,
-        _begun(conn, limits or Limits(), begin=_BEGIN_CLOCK, now=now) as db_now,
-    ):
-        yield conn, db_now
+    pool: ConnectionPool, then: Then, now: datetime | None = None, limits: Limits | None = None
+) -> Iterator[Begun]:
+    """One short transaction on a pooled connection whose BEGIN round trip also reads its
+    clock (now(), or the time a test pinned) and runs `then`; yields them as a `Begun`. It is
+    committed on exit unless `commit_with` ended it already; rolled back on any error. Errors
+    as for `pooled_transaction`."""
+    with _connection(pool) as conn:
+        try:
+            db_now, result = begin_statement(conn, limits or Limits(), now, then)
+            yield Begun(conn, db_now, result)
+        except BaseException:
+            if not conn.closed and not conn.broken:
+                conn.rollback()
+            raise
+        if conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+            conn.commit()
+
+
+_UNIT_SAVEPOINT = "unit"
+
+
+def unit_statement(conn: psycopg.Connection[Any], then: Then) -> Any:
+    """Runs `then` in a savepoint of its own sent with it (one round trip, where psycopg's
+    `conn.transaction()` takes three), inside an open transaction. On an error the server
+    reported, the transaction is rolled back to that savepoint, so it goes on without `then`'s
+    writes, and the error is raised. The savepoint is released when the transaction ends."""
+    name, params = then
+    cursor = psycopg.ClientCursor(conn)
+    try:
+        cursor.execute(f"SAVEPOINT {_UNIT_SAVEPOINT};\n{query.QUERIES[name].sql}", params)
+    except psycopg.Error:
+        if conn.info.transaction_status == psycopg.pq.TransactionStatus.INERROR:
+            conn.execute(f"ROLLBACK TO SAVEPOINT {_UNIT_SAVEPOINT}")
+        raise
+    return _last_result(cursor, name, before=1)
+
+
+def commit_with(conn: psycopg.Connection[Any], then: Then) -> Any:
+    """Sends `then` and COMMIT as one simple query (one round trip) on a connection inside a
+    transaction; returns what `then`'s cardinality promises."""
+    name, params = then
+    cursor = psycopg.ClientCursor(conn)
+    cursor.execute(f"{query.QUERIES[name].sql};\nCOMMIT", params)
+    return _last_result(cursor, name, before=0)
 
 
 @contextmanager
@@ -369,26 +410,14 @@ def _connection(pool: ConnectionPool) -> Iterator[psycopg.Connection[Any]]:
 
 
 @contextmanager
-def _begun(
-    conn: psycopg.Connection[Any], limits: Limits, *, begin: str, now: datetime | None = None
-) -> Iterator[Any]:
+def _begun(conn: psycopg.Connection[Any], limits: Limits, *, begin: str) -> Iterator[None]:
     """One transaction on an autocommit connection whose BEGIN (the named statements `begin`)
     carries the limits: one round trip (`_send_begin`) where `conn.transaction()` plus
-    `apply_limits` took two. Yields the clock `session_begin_clock` reads, else None. A
-    `conn.transaction()` inside is a savepoint, as before; committed on success, rolled back
-    on any error."""
-    params: dict[str, Any] = _limit_params(limits)
-    if begin == _BEGIN_CLOCK:
-        params["now"] = now
+    `apply_limits` took two. A `conn.transaction()` inside is a savepoint, as before; committed
+    on success, rolled back on any error."""
     try:
-        cursor = _send_begin(conn, begin, params, None)
-        row = cursor.fetchone() if begin == _BEGIN_CLOCK else None
-    except BaseException:
-        if not conn.closed and not conn.broken:
-            conn.rollback()
-        raise
-    try:
-        yield None if row is None else row["db_now"]
+        _send_begin(conn, begin, _limit_params(limits), None)
+        yield
     except BaseException:
         if not conn.closed and not conn.broken:
             conn.rollback()

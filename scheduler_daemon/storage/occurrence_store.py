@@ -9,11 +9,13 @@ from psycopg_pool import ConnectionPool
 
 from scheduler_daemon.domain.backfill import Recorded
 from scheduler_daemon.domain.claim import Claim, Launched
+from scheduler_daemon.domain.misfire import DispatchPlan
 from scheduler_daemon.domain.occurrence import ExpiredClaim, Occurrence, OccurrenceRef
 from scheduler_daemon.domain.outcome import Settlement
 from scheduler_daemon.domain.status import FINISHED, NOT_STARTED
+from scheduler_daemon.domain.task import TaskRecord
 from scheduler_daemon.storage import instance_store, query, task_store
-from scheduler_daemon.storage.database import pooled_single_trip
+from scheduler_daemon.storage.database import pooled_single_trip, unit_statement
 from scheduler_daemon.storage.fleet_store import BUDGET_LOCK_KEY
 
 
@@ -60,6 +62,36 @@ def insert(
             },
         )
     )
+
+
+def dispatch(
+    conn: psycopg.Connection[Any],
+    task: TaskRecord,
+    plan: DispatchPlan,
+    *,
+    once_fired: bool,
+    now: datetime,
+) -> list[dict[str, Any]]:
+    """Records `plan`'s firings of the locked `task` and moves it on (`occurrence_dispatch`),
+    in a savepoint of its own: on an error the transaction goes on without them (the error is
+    raised). Returns the occurrences inserted (id, status, reason, scheduled_for); a firing
+    recorded already has none."""
+    firings = plan.firings
+    params = {
+        "task_id": task.id,
+        "scheduled_fors": [f.scheduled_for for f in firings],
+        "last_scheduled_fors": [f.last_scheduled_for for f in firings],
+        "firing_counts": [f.firing_count for f in firings],
+        "statuses": [str(f.status) for f in firings],
+        "reasons": [f.reason for f in firings],
+        "overlap": task.spec.overlap,
+        "concurrency_key": task.spec.concurrency_key,
+        "next_run_at": plan.next_run_at,
+        "once_fired": once_fired,
+        "now": now,
+        "finished": list(FINISHED),
+    }
+    return unit_statement(conn, ("occurrence_dispatch", params))
 
 
 def insert_many(

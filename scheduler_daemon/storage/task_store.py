@@ -11,6 +11,7 @@ from psycopg.types.json import Jsonb
 from scheduler_daemon.domain.outcome import TaskOutcome
 from scheduler_daemon.domain.task import PAYLOAD_KEY, TaskRecord, TaskRef, TaskSpec
 from scheduler_daemon.storage import instance_store, query
+from scheduler_daemon.storage.database import Then, commit_with
 from scheduler_daemon.storage.error import Conflict, NotFound
 
 
@@ -259,28 +260,12 @@ def clock(conn: psycopg.Connection[Any], now: datetime | None = None) -> datetim
     return query.run(conn, "clock_now", {"now": now})
 
 
-def claim_due(
-    conn: psycopg.Connection[Any], limit: int, now: datetime | None = None
-) -> list[dict[str, Any]]:
-    """Locks up to `limit` due tasks, skipping those another dispatcher holds. Raw rows: the
-    caller turns each into a TaskRecord on its own, so one row that cannot be read is parked
-    instead of failing the batch."""
-    return query.run(conn, "task_claim_due", {"limit": limit, "now": now})
-
-
-def advance(
-    conn: psycopg.Connection[Any],
-    task_id: int,
-    *,
-    next_run_at: datetime | None,
-    status: str,
-    now: datetime,
-) -> None:
-    query.run(
-        conn,
-        "task_advance",
-        {"id": task_id, "next_run_at": next_run_at, "status": status, "now": now},
-    )
+def claim_due(limit: int, now: datetime | None = None) -> Then:
+    """The statement, sent with its transaction's BEGIN, that locks up to `limit` due tasks,
+    skipping those another dispatcher holds. Its rows are raw: the caller turns each into a
+    TaskRecord on its own, so one row that cannot be read is parked instead of failing the
+    batch."""
+    return "task_claim_due", {"limit": limit, "now": now}
 
 
 def record_outcome(conn: psycopg.Connection[Any], task_id: int, outcome: TaskOutcome) -> bool:
@@ -335,8 +320,11 @@ def record_outcomes(
     )
 
 
-def next_due(conn: psycopg.Connection[Any]) -> datetime | None:
-    return query.run(conn, "task_next_due")
+def commit_next_due(conn: psycopg.Connection[Any], *, wake: bool) -> datetime | None:
+    """Commits the open transaction in the round trip that reads when the earliest enabled task
+    falls due; with `wake`, the idle daemons are woken for what it queued."""
+    params = {"channel": instance_store.WAKEUP_CHANNEL, "wake": wake}
+    return commit_with(conn, ("task_next_due_wake", params))
 
 
 def lock_row(conn: psycopg.Connection[Any], task_id: int) -> TaskRecord | None:

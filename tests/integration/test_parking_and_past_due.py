@@ -75,6 +75,45 @@ def test_an_unplannable_task_is_parked_once_and_costs_nothing_after(
     assert missed == {"status": "skipped", "reason": "parked", "firing_count": 3}
 
 
+def test_a_task_whose_writes_the_database_refuses_is_parked_and_the_batch_goes_on(
+    client, pool, executors, database_url
+) -> None:
+    # The injection point is a trigger that refuses the poison's occurrence insert, so the
+    # error comes from the server in the middle of the dispatch transaction. Would fail against
+    # a dispatch that sent a task's writes without a savepoint of their own (or did not roll
+    # back to it): the transaction is aborted, parking fails, and the good task in the same
+    # batch never fires.
+    poison, _ = _hourly(client, database_url, "refused", hours_ago=3)  # sorts first: older
+    good, _ = _hourly(client, database_url, "good", hours_ago=1.5)
+    query(
+        database_url,
+        f"""
+        CREATE FUNCTION refuse_poison() RETURNS trigger LANGUAGE plpgsql AS $$
+        BEGIN
+            IF NEW.task_id = {poison.id} THEN RAISE EXCEPTION 'refused by the test'; END IF;
+            RETURN NEW;
+        END $$;
+        CREATE TRIGGER refuse_poison BEFORE INSERT ON occurrence
+            FOR EACH ROW EXECUTE FUNCTION refuse_poison()""",
+    )
+    replica = Replica(database_url, pool, executors, "a")
+    with structlog.testing.capture_logs() as logs:
+        result = replica.dispatcher.run_once()
+    assert result.queued == 1
+    assert [o["task_id"] for o in query(database_url, "SELECT task_id FROM occurrence")] == [
+        good.id
+    ]
+    (parked,) = [e for e in logs if e["event"] == "task_parked"]
+    assert (parked["task_id"], parked["error"]) == (poison.id, "refused by the test")
+    (row,) = query(
+        database_url,
+        "SELECT parked_at, occurrence_seq FROM task WHERE id = %s",
+        (poison.id,),
+    )
+    assert row["parked_at"] is not None
+    assert row["occurrence_seq"] == 0  # its rolled-back writes left nothing behind
+
+
 def test_resume_on_a_task_that_is_not_paused_keeps_its_due_firings(
     client, pool, executors, database_url
 ) -> None:

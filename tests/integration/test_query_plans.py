@@ -71,6 +71,26 @@ def _plan(url: str, name: str, params: dict[str, Any]) -> str:
     ("name", "params", "indexes"),
     [
         ("task_claim_due", {"limit": 10, "now": None}, ("task_due_idx",)),
+        # The dispatch reads and moves its task by the primary key.
+        (
+            "occurrence_dispatch",
+            {
+                "task_id": 1,
+                "scheduled_fors": ["2030-01-01T00:00:00Z"],
+                "last_scheduled_fors": [None],
+                "firing_counts": [1],
+                "statuses": ["queued"],
+                "reasons": [None],
+                "overlap": "allow",
+                "concurrency_key": None,
+                "next_run_at": None,
+                "once_fired": False,
+                "now": None,
+                "finished": ["success"],
+            },
+            ("task_pkey",),
+        ),
+        ("task_next_due_wake", {"channel": "c", "wake": False}, ("task_due_idx",)),
         ("occurrence_claim_launch", CLAIM, ("occurrence_queue_idx",)),
         (
             "run_takeover_candidates",
