@@ -99,26 +99,26 @@ class Dispatcher:
         )
         once_fired = spec.schedule_kind == ScheduleKind.ONCE and bool(plan.firings)
         rows = occurrence_store.dispatch(conn, task, plan, once_fired=once_fired, now=db_now)
-        planned = {firing.scheduled_for: firing for firing in plan.firings}
-        inserted = {row["scheduled_for"] for row in rows}
+        inserted = {row["scheduled_for"]: row for row in rows}
         for firing in plan.firings:
-            if firing.scheduled_for not in inserted:  # the unique scheduled firing: recorded
+            row = inserted.get(firing.scheduled_for)
+            if row is None:  # the unique scheduled firing: someone recorded it already
                 log.warning(
                     "firing_already_recorded",
                     task_id=task.id,
                     scheduled_for=firing.scheduled_for.isoformat(),
                     instance_id=self.instance_id,
                 )
-        for row in rows:
-            if row["status"] == OccurrenceStatus.QUEUED:
+                continue
+            if firing.status == OccurrenceStatus.QUEUED:
                 result.queued += 1
             else:
-                result.skipped += planned[row["scheduled_for"]].firing_count
+                result.skipped += firing.firing_count
             log.debug(
                 "occurrence_created",
                 task_id=task.id,
                 occurrence_id=row["id"],
-                status=row["status"],
-                reason=row["reason"],
+                status=firing.status,
+                reason=firing.reason,
                 instance_id=self.instance_id,
             )
