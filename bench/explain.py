@@ -123,6 +123,36 @@ def _params(conn: psycopg.Connection[Any]) -> dict[str, Any]:
     }
 
 
+def _nested(conn: psycopg.Connection[Any], call: str, values: dict[str, Any]) -> list[str]:
+    """The analyzed plans of the statements a hot-path function runs (migration 0012), from
+    auto_explain (an EXPLAIN of the call shows only its Function Scan); rolled back."""
+    plans: list[str] = []
+
+    def keep(diagnostic: psycopg.errors.Diagnostic) -> None:
+        text = diagnostic.message_primary or ""
+        if "plan:" in text:
+            plans.extend(text.split("plan:\n", 1)[1].splitlines())
+
+    conn.execute("LOAD 'auto_explain'")
+    for setting in (
+        "log_min_duration = 0",
+        "log_nested_statements = on",
+        "log_analyze = on",
+        "log_buffers = on",
+        "log_timing = off",
+        "log_level = notice",
+    ):
+        conn.execute(f"SET auto_explain.{setting}")
+    conn.add_notice_handler(keep)
+    try:
+        with conn.transaction(force_rollback=True):
+            psycopg.ClientCursor(conn).execute(call, values)
+    finally:
+        conn.remove_notice_handler(keep)
+        conn.execute("RESET auto_explain.log_min_duration")
+    return plans
+
+
 def explain(server: str, tasks: int, occurrences: int) -> str:
     from scheduler_daemon.storage.query import QUERIES
 
@@ -148,6 +178,9 @@ def explain(server: str, tasks: int, occurrences: int) -> str:
                     # budget lock first) runs them in the transaction and explains the last.
                     *first, last = QUERIES[name].sql.split(";\n")
                     values = {**params, **OVERRIDES.get(name, {})}
+                    if "FROM sd_" in last:  # a function's statements: auto_explain shows them
+                        out.extend(_nested(conn, last, values))
+                        continue
                     with conn.transaction(force_rollback=True):
                         if first:
                             psycopg.ClientCursor(conn).execute(";\n".join(first), values)
@@ -157,7 +190,8 @@ def explain(server: str, tasks: int, occurrences: int) -> str:
                     out.extend(r["QUERY PLAN"] for r in rows)
                 except (psycopg.Error, KeyError) as exc:
                     out.append(f"(not explained: {type(exc).__name__}: {exc})".splitlines()[0])
-                out.append("```")
+                finally:
+                    out.append("```")
     finally:
         drop_database(server, "sd_bench_explain")
     return "\n".join(out)

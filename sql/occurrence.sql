@@ -85,14 +85,16 @@ WHERE o.id = %(id)s
 SELECT count(*) FROM occurrence WHERE status IN ('launching', 'running')
 
 -- name: occurrence_claim_launch :many
--- A whole claim, sent with its BEGIN and COMMIT as one simple query (one round trip; each
--- statement with its own snapshot), so the fleet budget's lock is held for the server's work
--- alone, never across a round trip:
--- 1. A claim plan that does not depend on fresh statistics (a queue that grew since the last
---    ANALYZE was otherwise read and sorted whole by every claim: the ordered walk of
---    occurrence_queue_idx is the only plan left; no JIT, which the disabled plans' costs would
---    otherwise trigger at ~100 ms a statement).
--- 2. The fleet budget's advisory lock (transaction-scoped: safe behind PgBouncer).
+-- A whole claim in one round trip and one transaction (sent after the per-transaction limits
+-- as one simple query, no BEGIN or COMMIT: `pooled_single_trip`), so the fleet budget's lock is
+-- held for the server's work alone, never across a round trip: sd_claim_launch_v1 (migration
+-- 0012), whose statements are planned once per server process (a simple query's are parsed and
+-- planned on every call). The function:
+-- 1. Plans without sequential or bitmap scans, sorts or JIT (its SET clauses), so the plan does
+--    not depend on fresh statistics (a queue that grew since the last ANALYZE, or since the
+--    function first planned on an empty table, was otherwise read and sorted whole by every
+--    claim: the ordered walk of occurrence_queue_idx is the only plan left).
+-- 2. Takes the fleet budget's advisory lock (transaction-scoped: safe behind PgBouncer).
 -- 3. In the next statement, so its snapshot sees every claim committed before the lock: the free
 --    slots, least(`slots` here, the budget minus the occurrences executing, counted on
 --    occurrence_executing_idx); up to that many queued occurrences that may start now, fewest
@@ -109,54 +111,8 @@ SELECT count(*) FROM occurrence WHERE status IN ('launching', 'running')
 -- Time is clock_timestamp() (read after the budget lock wait) unless a test pins `now`.
 -- Always one row at least: `free` is the number of slots the claim could fill; a row with a
 -- NULL id means nothing was claimed.
-SELECT set_config('enable_bitmapscan', 'off', true), set_config('enable_sort', 'off', true),
-       set_config('jit', 'off', true);
-SELECT pg_advisory_xact_lock(%(key)s);
-WITH free AS MATERIALIZED (
-    SELECT greatest(0, least(%(slots)s::int,
-        coalesce((SELECT (value::text)::int FROM fleet_setting
-                  WHERE key = 'max_concurrent_runs'), 0)
-        - (SELECT count(*) FROM occurrence WHERE status IN ('launching', 'running')))) AS n
-), picked AS MATERIALIZED (
-    SELECT o.id FROM occurrence o
-    WHERE o.status = 'queued' AND o.not_before <= coalesce(%(now)s::timestamptz, clock_timestamp())
-      AND (o.concurrency_key IS NULL OR NOT EXISTS (
-            SELECT 1 FROM occurrence other
-            WHERE other.concurrency_key = o.concurrency_key
-              AND other.status IN ('queued', 'launching', 'running')
-              AND (other.status <> 'queued'
-                   OR (other.scheduled_for, other.id) < (o.scheduled_for, o.id))))
-      AND (o.overlap <> 'queue' OR NOT EXISTS (
-            SELECT 1 FROM occurrence other
-            WHERE other.task_id = o.task_id
-              AND other.status IN ('queued', 'launching', 'running')
-              AND (other.status <> 'queued' OR other.occurrence_seq < o.occurrence_seq)))
-    ORDER BY o.attempts, o.scheduled_for, o.id
-    LIMIT (SELECT n FROM free)
-    FOR UPDATE SKIP LOCKED
-), launched AS (
-    UPDATE occurrence o SET status = 'running', lease_token = o.lease_token + 1,
-        attempts = o.attempts + 1, claim_owner = %(owner)s, claim_expires_at = NULL,
-        first_claim_snapshot = coalesce(o.first_claim_snapshot, pg_current_snapshot()),
-        updated_at = coalesce(%(now)s::timestamptz, clock_timestamp())
-    FROM picked WHERE o.id = picked.id
-    RETURNING o.id, o.task_id, o.occurrence_seq, o.scheduled_for, o.lease_token, o.attempts
-), runs AS (
-    INSERT INTO run (occurrence_id, attempt, owner, lease_token, lease_expires_at, takeover_at,
-        started_at, build_revision)
-    SELECT id, attempts, %(owner)s, lease_token,
-        coalesce(%(now)s::timestamptz, clock_timestamp()) + %(ttl)s,
-        coalesce(%(now)s::timestamptz, clock_timestamp()) + %(ttl)s + %(grace)s,
-        coalesce(%(now)s::timestamptz, clock_timestamp()), %(build_revision)s
-    FROM launched
-    RETURNING id, occurrence_id, attempt, started_at
-)
-SELECT f.n AS free, l.id, l.task_id, l.occurrence_seq, l.scheduled_for, l.lease_token,
-    t.name AS task_name, t.executor, t.payload, t.run_timeout,
-    r.id AS run_id, r.attempt, r.started_at
-FROM free f
-LEFT JOIN (launched l JOIN runs r ON r.occurrence_id = l.id JOIN task t ON t.id = l.task_id)
-    ON true
+SELECT * FROM sd_claim_launch_v1(%(key)s::bigint, %(slots)s::int, %(owner)s::text,
+    %(ttl)s::interval, %(grace)s::interval, %(build_revision)s::text, %(now)s::timestamptz)
 
 -- name: occurrence_release_claims :rowcount
 -- Gives back this instance's claims that never launched (shutdown).

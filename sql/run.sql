@@ -161,53 +161,18 @@ SELECT build_revision, count(*) AS runs FROM run WHERE status = 'running'
 GROUP BY build_revision ORDER BY build_revision NULLS FIRST
 
 -- name: run_succeed_many :many
--- Records a batch of successful runs, sent with its BEGIN and COMMIT as one simple query (one
--- round trip): no decision needs the locked rows, since success is final whatever the attempts
--- or a cancel request. Locks task → occurrence → run (each in id order, the one lock order);
--- then one statement ends each run still ours at its token whose occurrence is still running at
--- that token, finishes those occurrences, shows each task its newest outcome (a one-shot task
--- completes when nothing newer exists), and returns the run ids written (a missing one was
--- fenced: nothing was written for it). Idle daemons are woken (a slot came free) when `wake`:
--- the writer's own loop claims right after, so its peers are needed only when it will not.
-SELECT count(*) FROM (SELECT 1 FROM task WHERE id = ANY(%(task_ids)s::bigint[])
-                      ORDER BY id FOR UPDATE) t;
-SELECT count(*) FROM (SELECT 1 FROM occurrence WHERE id = ANY(%(occurrence_ids)s::bigint[])
-                      ORDER BY id FOR UPDATE) o;
-SELECT count(*) FROM (SELECT 1 FROM run WHERE id = ANY(%(ids)s::bigint[])
-                      ORDER BY id FOR UPDATE) r;
-SELECT pg_notify(%(channel)s, 'finished') WHERE %(wake)s;
-WITH ended AS MATERIALIZED (
-    UPDATE run r SET status = 'success', exit_code = f.exit_code, http_status = f.http_status,
-        output_tail = f.output_tail, error = f.error,
-        finished_at = coalesce(%(now)s::timestamptz, clock_timestamp()), finished_by = %(owner)s
-    FROM unnest(%(ids)s::bigint[], %(tokens)s::bigint[], %(occurrence_ids)s::bigint[],
-                %(exit_codes)s::int[], %(http_statuses)s::int[], %(output_tails)s::text[],
-                %(errors)s::text[])
-             AS f(id, token, occurrence_id, exit_code, http_status, output_tail, error)
-    JOIN occurrence o ON o.id = f.occurrence_id AND o.status = 'running'
-                     AND o.lease_token = f.token
-    WHERE r.id = f.id AND r.occurrence_id = f.occurrence_id AND r.lease_token = f.token
-      AND r.owner = %(owner)s AND r.status = 'running'
-    RETURNING r.id, r.occurrence_id, f.error
-), finished AS (
-    UPDATE occurrence o SET status = 'success', error = ended.error, reason = NULL,
-        finished_at = coalesce(%(now)s::timestamptz, clock_timestamp()),
-        updated_at = coalesce(%(now)s::timestamptz, clock_timestamp()), claim_owner = NULL
-    FROM ended WHERE o.id = ended.occurrence_id
-    RETURNING o.id, o.task_id, o.occurrence_seq, o.scheduled_for, ended.error
-), newest AS (
-    SELECT DISTINCT ON (task_id) * FROM finished ORDER BY task_id, occurrence_seq DESC
-), shown AS (
-    UPDATE task SET last_outcome_seq = n.occurrence_seq, last_occurrence_id = n.id,
-        last_scheduled_for = n.scheduled_for, last_status = 'success',
-        last_finished_at = coalesce(%(now)s::timestamptz, clock_timestamp()), last_error = n.error,
-        status = CASE WHEN task.schedule_kind = 'once' AND task.status = 'running' AND NOT EXISTS (
-                          SELECT 1 FROM occurrence newer
-                          WHERE newer.task_id = task.id AND newer.occurrence_seq > n.occurrence_seq
-                            AND NOT (newer.trigger = 'manual' AND newer.status = 'skipped'))
-                      THEN 'completed' ELSE task.status END,
-        updated_at = coalesce(%(now)s::timestamptz, clock_timestamp())
-    FROM newest n WHERE task.id = n.task_id AND task.last_outcome_seq < n.occurrence_seq
-    RETURNING task.id
-)
-SELECT id FROM ended
+-- Records a batch of successful runs in one round trip and one transaction (sent after the
+-- limits as one simple query: `pooled_single_trip`), in sd_succeed_runs_v1 (migration 0012: its
+-- plans are made once per server process, without sequential scans, so a plan made on the empty
+-- tables of a new fleet still reads rows by key once they grow): no decision needs the locked
+-- rows, since success is final whatever the attempts or a cancel request. Locks task →
+-- occurrence → run (each in id order, the one lock order); then one statement ends each run
+-- still ours at its token whose occurrence is still running at that token, finishes those
+-- occurrences, shows each task its newest outcome (a one-shot task completes when nothing newer
+-- exists), and returns the run ids written (a missing one was fenced: nothing was written for
+-- it). Idle daemons are woken (a slot came free) when `wake`: the writer's own loop claims right
+-- after, so its peers are needed only when it will not.
+SELECT id FROM sd_succeed_runs_v1(%(ids)s::bigint[], %(tokens)s::bigint[],
+    %(occurrence_ids)s::bigint[], %(task_ids)s::bigint[], %(exit_codes)s::int[],
+    %(http_statuses)s::int[], %(output_tails)s::text[], %(errors)s::text[], %(owner)s::text,
+    %(channel)s::text, %(wake)s::boolean, %(now)s::timestamptz) AS written(id)

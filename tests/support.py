@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, NamedTuple, TypeVar
 
 import psycopg
+import pytest
 from psycopg.rows import dict_row
 
 from scheduler_daemon.domain.held import HeldRun, HeldRuns
@@ -84,6 +85,45 @@ def query(url: str, sql: str, params: Any = None) -> list[dict[str, Any]]:
     with psycopg.connect(url, autocommit=True, row_factory=dict_row) as conn:
         cursor = conn.execute(sql, params)
         return cursor.fetchall() if cursor.description is not None else []
+
+
+def nested_plans(
+    url: str, sql: str, params: Any, *settings: str, between: Callable[[], object] | None = None
+) -> str:
+    """The plans of every statement `sql` runs, those inside the functions it calls included
+    (the hot path's PL/pgSQL functions: EXPLAIN of the call shows only a Function Scan), as
+    auto_explain reports them, with `settings` (SET statements) first; in a transaction rolled
+    back afterwards. A function plans on its first call in a session and keeps the plans: with
+    `between`, `sql` runs once first, then `between`, then the run whose plans are returned."""
+    plans: list[str] = []
+
+    def keep(diagnostic: psycopg.errors.Diagnostic) -> None:
+        if "plan:" in (diagnostic.message_primary or ""):
+            plans.append(diagnostic.message_primary or "")
+
+    with psycopg.connect(url) as conn:
+        try:
+            conn.execute("LOAD 'auto_explain'")
+        except psycopg.errors.UndefinedFile:  # the embedded wheel's server ships no contrib
+            pytest.skip("auto_explain is not installed on this server: no plans inside functions")
+        for setting in (
+            *settings,
+            "SET auto_explain.log_min_duration = 0",
+            "SET auto_explain.log_nested_statements = on",
+            "SET auto_explain.log_level = notice",
+            "SET client_min_messages = notice",
+        ):
+            conn.execute(setting)
+        conn.commit()
+        if between is not None:
+            psycopg.ClientCursor(conn).execute(sql, params)
+            conn.rollback()
+            between()
+        conn.add_notice_handler(keep)
+        psycopg.ClientCursor(conn).execute(sql, params)
+        conn.rollback()
+    assert plans, f"auto_explain reported no plan for {sql[:80]}"
+    return "\n".join(plans)
 
 
 def snapshot(url: str) -> dict[str, list[dict[str, Any]]]:

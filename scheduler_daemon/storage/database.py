@@ -201,10 +201,12 @@ class Begun:
 Then = tuple[str, dict[str, Any]]
 """A named statement and its parameters, sent with a transaction's BEGIN (its first statement)."""
 
-# The named BEGIN statements: with the limits; also reading the clock; a read-only snapshot.
+# The named BEGIN statements: with the limits; also reading the clock; a read-only snapshot;
+# and the limits alone (an implicit transaction's first statement, or inside a transaction).
 _BEGIN = "session_begin"
 _BEGIN_CLOCK = "session_begin_clock"
 _BEGIN_SNAPSHOT = "session_begin_snapshot"
+_LIMITS = "session_limits"
 
 
 def begin_statement(
@@ -305,23 +307,19 @@ def snapshot_transaction(pool: ConnectionPool, limits: Limits | None = None) -> 
 
 
 def pooled_single_trip(pool: ConnectionPool, then: Then, limits: Limits | None = None) -> Any:
-    """A whole short transaction in one round trip: BEGIN with the limits, `then`'s statements
-    and COMMIT as one simple query (parameters bound client-side: fine through PgBouncer), so
-    no lock it takes is held across a round trip. Returns what `then`'s cardinality promises,
-    from its last statement. Errors as for `pooled_transaction`; on any error nothing is
-    committed."""
+    """A whole short transaction in one round trip: the per-transaction limits and `then`'s
+    statements as one simple query (parameters bound client-side: fine through PgBouncer), with
+    no BEGIN or COMMIT: the server runs a simple query of several statements as one implicit
+    transaction, so no lock it takes is held across a round trip. Returns what `then`'s
+    cardinality promises, from its last statement. Errors as for `pooled_transaction`; on any
+    error nothing is committed."""
     name, params = then
-    sql = f"{query.QUERIES[_BEGIN].sql};\n{query.QUERIES[name].sql};\nCOMMIT"
+    sql = f"{query.QUERIES[_LIMITS].sql};\n{query.QUERIES[name].sql}"
     with _connection(pool) as conn:
-        try:
-            cursor = psycopg.ClientCursor(conn)
-            cursor.execute(sql, {**_limit_params(limits or Limits()), **params})
-            # Past BEGIN, the limits and `then`'s first statements, to its last result.
-            return _last_result(cursor, name, before=_statements(_BEGIN))
-        except BaseException:
-            if not conn.closed and not conn.broken:
-                conn.rollback()
-            raise
+        cursor = psycopg.ClientCursor(conn)
+        cursor.execute(sql, {**_limit_params(limits or Limits()), **params})
+        # Past the limits and `then`'s first statements, to its last result.
+        return _last_result(cursor, name, before=_statements(_LIMITS))
 
 
 @functools.cache
@@ -452,4 +450,4 @@ def _limit_params(limits: Limits) -> dict[str, str]:
 
 def apply_limits(conn: psycopg.Connection[Any], limits: Limits) -> None:
     """Sets the per-transaction limits (SET LOCAL semantics) in the open transaction."""
-    query.run(conn, "session_limits", _limit_params(limits))
+    query.run(conn, _LIMITS, _limit_params(limits))

@@ -13,7 +13,7 @@ import pytest
 from scheduler_daemon.domain.task import TaskSpec
 from scheduler_daemon.services.pruner import Pruner
 from scheduler_daemon.storage import query as queries
-from tests.support import query, shell_task
+from tests.support import nested_plans, query, shell_task
 
 DAY = timedelta(days=1)
 
@@ -148,9 +148,12 @@ def test_a_one_shot_keeps_the_occurrence_its_status_follows(cli, client, databas
 
 
 def _shape(url: str, name: str, params: dict[str, Any]) -> str:
+    seqscan_off = "SET enable_seqscan = off"  # what matters is that an index can serve it
+    statement = queries.QUERIES[name].sql.rsplit(";\n", 1)[-1]
+    if "FROM sd_" in statement:  # a function's statements (the claim): as it plans them
+        return nested_plans(url, statement, params, seqscan_off)
     with psycopg.connect(url) as conn:
-        conn.execute("SET enable_seqscan = off")  # what matters is that an index can serve it
-        statement = queries.QUERIES[name].sql.rsplit(";\n", 1)[-1]  # the claim's, past its lock
+        conn.execute(seqscan_off)
         rows = conn.execute(f"EXPLAIN (COSTS OFF) {statement}", params).fetchall()
         conn.rollback()
     return "\n".join(r[0] for r in rows)
