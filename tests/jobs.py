@@ -2,6 +2,7 @@
 
 import json
 import os
+import subprocess
 import sys
 import time
 from typing import Any
@@ -68,3 +69,15 @@ def identify(ctx: Any) -> None:
 def pid(ctx: Any) -> int:
     """Return the worker's pid, so a test can tell whether a worker was reused."""
     return os.getpid()
+
+
+def leaves_a_writer(ctx: Any) -> str:
+    """Return at once, leaving a child process that writes to the job's output 0.5 s later."""
+    subprocess.Popen(["sh", "-c", "sleep 0.5; echo late"])  # not waited for
+    return str(os.getpid())
+
+
+def lingers(ctx: Any) -> str:
+    """Run for 1.5 s (while another job's leftover child writes), then return."""
+    time.sleep(1.5)
+    return str(os.getpid())

@@ -5,6 +5,8 @@ talking multiprocessing Connection messages over a socketpair; they are started 
 idle for reuse (at most `max_idle`). A job that raised leaves its worker in the pool; a job that
 must be stopped (stop, timeout, trust deadline) takes its worker's process group down with it. One
 monitor thread waits on every busy worker's socket (EOF means it died) and runs the timers.
+Each worker has a spool file of its own, reused from job to job; the worker sends the end of
+the output with the result, and the file is read here only when the worker died.
 """
 
 import contextlib
@@ -31,6 +33,7 @@ from scheduler_daemon.executors.base import (
     JobContext,
     Outcome,
     SpoolDir,
+    decode_tail,
     job_environment,
     take_spool_tail,
 )
@@ -43,9 +46,9 @@ _CLOSE_MARGIN_SECONDS = 2.0
 
 
 class _Worker:
-    """One worker process, in its own session, and our end of its socket."""
+    """One worker process, in its own session, our end of its socket, and its spool file."""
 
-    def __init__(self) -> None:
+    def __init__(self, spool: SpoolDir, serial: int) -> None:
         ours, theirs = socket.socketpair()
         with theirs:
             self.process = subprocess.Popen(
@@ -57,7 +60,18 @@ class _Worker:
             )
         self.conn = multiprocessing.connection.Connection(ours.detach())
         self.send_lock = threading.Lock()
+        self._spool = spool
+        self._serial = serial
+        self._generation = 0
+        self.spool = spool.file(f"python-{serial}-0.out")
         self.send(("hello", sys.path))
+
+    def new_spool(self) -> None:
+        """Gives the next job a new spool file: a process the last job started may still write
+        to this one (it keeps writing to the deleted file, as to any job's)."""
+        self.spool.unlink(missing_ok=True)
+        self._generation += 1
+        self.spool = self._spool.file(f"python-{self._serial}-{self._generation}.out")
 
     def send(self, message: tuple[Any, ...]) -> None:
         with self.send_lock, contextlib.suppress(OSError):
@@ -67,12 +81,14 @@ class _Worker:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(self.process.pid, signal.SIGKILL)
 
-    def discard(self) -> None:
-        """Kill (if needed) and reap."""
+    def discard(self, *, keep_spool: bool = False) -> None:
+        """Kill (if needed), reap, and delete the spool file unless the caller reads it."""
         self.conn.close()
         if self.process.poll() is None:
             self.kill()
         self.process.wait()
+        if not keep_spool:
+            self.spool.unlink(missing_ok=True)
 
 
 @dataclass(eq=False)
@@ -112,6 +128,7 @@ class PythonExecutor:
         self._idle: list[_Worker] = []
         self._busy: dict[int, PythonJob] = {}  # by job id
         self._ids = itertools.count(1)
+        self._serials = itertools.count(1)
         self._closed = False
         self._wake_r, self._wake_w = os.pipe()
         os.set_blocking(self._wake_r, False)
@@ -138,7 +155,7 @@ class PythonExecutor:
                 )
                 self._monitor.start()
         try:
-            worker = worker or _Worker()
+            worker = worker or _Worker(self.spool, next(self._serials))
         except OSError as exc:
             return FinishedJob(ctx.run_id, Outcome("failed", error=f"cannot start worker: {exc}"))
         job_id = next(self._ids)
@@ -147,7 +164,7 @@ class PythonExecutor:
             job_id=job_id,
             executor=self,
             worker=worker,
-            spool=self.spool.file(f"python-{ctx.run_id}-{job_id}.out"),
+            spool=worker.spool,
             timers=JobTimers(time.monotonic(), deadline=ctx.deadline, timeout=ctx.timeout),
         )
         with self._lock:
@@ -254,7 +271,9 @@ class PythonExecutor:
         except (EOFError, OSError):
             self._worker_died(job)
             return
-        _, _, status, error = message
+        _, _, status, error, tail, lingering = message
+        if lingering:
+            job.worker.new_spool()
         with self._lock:
             reason = job.timers.reason
             worker, job.worker = job.worker, None
@@ -266,11 +285,11 @@ class PythonExecutor:
             worker.discard()
         if reason is not None:
             status, error = reason
-        self._finish(job, Outcome(status, output_tail=take_spool_tail(job.spool), error=error))
+        self._finish(job, Outcome(status, output_tail=decode_tail(tail), error=error))
 
     def _worker_died(self, job: PythonJob) -> None:
         assert job.worker is not None
-        job.worker.discard()
+        job.worker.discard(keep_spool=True)  # its job's output, read below
         code = job.worker.process.returncode
         with self._lock:
             reason = job.timers.reason

@@ -2,9 +2,15 @@
 
 Started as `python -m scheduler_daemon.executors.python_worker FD`, FD being its end of a socketpair
 that carries multiprocessing Connection messages. The main thread runs the jobs with fd 1 and 2
-pointed at the job's spool file. A control thread is the only reader of the socket: it queues `run`
-messages, applies `extend` and `cancel`, and `os._exit()`s the worker when the running job's trust
-deadline passes or the daemon's end closes, so a frozen or dead daemon cannot let a job run on.
+pointed at the job's spool file, and sends back the end of it with the result. A control thread is
+the only reader of the socket: it queues `run` messages, applies `extend` and `cancel`, and
+`os._exit()`s the worker when the running job's trust deadline passes or the daemon's end closes, so
+a frozen or dead daemon cannot let a job run on.
+
+A worker's spool file is reused from job to job (emptied after each): creating and deleting a file
+per job cost the file system more than the rest of a no-op job (ext4 inode allocation, measured in
+bench/run.py section a). The done message says when the job left a child process behind, which may
+still write to the file: the daemon then gives the next job a new one.
 """
 
 import importlib
@@ -15,7 +21,7 @@ import sys
 import threading
 import time
 import traceback
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Any
 
@@ -57,11 +63,16 @@ def main(fd: int) -> None:
     control.start()
     while True:
         _, job_id, target, ctx, spool = jobs.get()
-        job_ctx = PythonJobContext(**_fields(ctx), cancelled=deadline.cancelled)
-        status, error = _run(target, job_ctx, spool)
+        job_ctx = PythonJobContext(**vars(ctx), cancelled=deadline.cancelled)
+        out = os.open(spool, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o600)
+        try:
+            status, error = _run(target, job_ctx, out)
+            tail = _take_tail(out)
+        finally:
+            os.close(out)
         with deadline.lock:
             deadline.value = None
-        conn.send(("done", job_id, status, error))
+        conn.send(("done", job_id, status, error, tail, _has_children()))
 
 
 def _control(
@@ -94,8 +105,22 @@ def _control(
                     deadline.value = message[1]
 
 
-def _fields(ctx: JobContext) -> dict[str, Any]:
-    return {field.name: getattr(ctx, field.name) for field in fields(JobContext)}
+def _take_tail(out: int) -> bytes:
+    """The last OUTPUT_TAIL_BYTES of the spool file `out`, which is emptied for the next job."""
+    size = os.fstat(out).st_size
+    tail = os.pread(out, OUTPUT_TAIL_BYTES, max(0, size - OUTPUT_TAIL_BYTES))
+    os.ftruncate(out, 0)
+    return tail
+
+
+def _has_children() -> bool:
+    """Whether a process the job started is still there (running, or exited and not reaped):
+    it holds the spool file open and may write to it after the job."""
+    try:
+        os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+    except ChildProcessError:
+        return False
+    return True
 
 
 def _resolve(target: str) -> Any:
@@ -106,15 +131,14 @@ def _resolve(target: str) -> Any:
     return found
 
 
-def _run(target: str, ctx: PythonJobContext, spool: str) -> tuple[str, str | None]:
-    """Run one job with its output in `spool`; ("success", None) or ("failed", error line)."""
+def _run(target: str, ctx: PythonJobContext, out: int) -> tuple[str, str | None]:
+    """Run one job with its output in the file `out`; ("success", None) or ("failed", error
+    line)."""
     sys.stdout.flush()
     sys.stderr.flush()
     saved = os.dup(1), os.dup(2)
-    out = os.open(spool, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     os.dup2(out, 1)
     os.dup2(out, 2)
-    os.close(out)
     try:
         result = _resolve(target)(ctx)
         if result is not None:

@@ -156,7 +156,24 @@ def test_the_output_tail_is_bounded_for_megabytes_of_output(
     assert outcome.status == "success"
     assert len(outcome.output_tail.encode()) <= OUTPUT_TAIL_BYTES
     assert outcome.output_tail.endswith("x\nthe end\n")
-    assert list((tmp_path / "spool").iterdir()) == []
+    # Only the idle worker's spool file is left, emptied for its next job.
+    assert [f.stat().st_size for f in (tmp_path / "spool").iterdir()] == [0]
+
+
+def test_a_child_a_job_left_behind_never_writes_into_the_next_jobs_output(
+    python: PythonExecutor, wake: threading.Event, tmp_path: Path
+) -> None:
+    # A worker reuses its spool file from job to job. The first job returns at once and leaves a
+    # child that writes "late" half a second later, while the second job runs on the same worker
+    # (the race window, entered by the sleeps): with the file reused regardless, "late" landed in
+    # the second job's output. The worker reports the child, so the second job gets a new file.
+    first = run(python, wake, "tests.jobs:leaves_a_writer")
+    second = run(python, wake, "tests.jobs:lingers")
+
+    assert first.output_tail == second.output_tail  # one worker ran both (its pid)
+    assert "late" not in second.output_tail
+    # The file the child writes to was deleted, as a job's file always was after its job.
+    assert not (tmp_path / "spool" / "python-1-0.out").exists()
 
 
 def test_the_run_identifiers_and_cancelled_are_in_ctx(
