@@ -160,6 +160,19 @@ def test_the_output_tail_is_bounded_for_megabytes_of_output(
     assert [f.stat().st_size for f in (tmp_path / "spool").iterdir()] == [0]
 
 
+def test_a_jobs_output_never_carries_the_previous_jobs_on_the_same_worker(
+    python: PythonExecutor, wake: threading.Event
+) -> None:
+    # The worker keeps its spool file open, with fd 1 and 2 on it, from job to job and empties
+    # it after each. Emptying without moving the shared offset back left the next job writing
+    # past a hole of NULs as long as the last job's output: this fails against that version.
+    before = worker_pid(python, wake)
+    assert run(python, wake, "tests.jobs:chatty").status == "success"
+
+    assert run(python, wake, "tests.jobs:ok") == Outcome("success", output_tail="ok\n")
+    assert worker_pid(python, wake) == before  # one worker ran all of them
+
+
 def test_a_child_a_job_left_behind_never_writes_into_the_next_jobs_output(
     python: PythonExecutor, wake: threading.Event, tmp_path: Path
 ) -> None:
