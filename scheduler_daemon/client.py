@@ -345,7 +345,8 @@ class Client:
         if count != 1:
             return self._trigger_many(ref, count, requested_by=requested_by, now=now)
         # One round trip begins the transaction, reads the clock and takes the parent lock;
-        # one more inserts the occurrence (with its sequence number and the wake-up); COMMIT.
+        # one more inserts the occurrence (with its sequence number and the wake-up) and
+        # commits. (A `forbid` task's rule reads in between: one more.)
         with self._session.begin(now=now, then=task_store.lock_statement(ref)) as begun:
             conn, db_now = begun.conn, begun.now
             task = task_store.locked(ref, begun.result)
@@ -364,6 +365,7 @@ class Client:
                 requested_by=requested_by,
                 now=db_now,
                 rerun_status=TaskStatus.RUNNING if plan.rerun else None,
+                commit=True,
             )
             return replace(occurrence, task_name=task.name)
 

@@ -136,11 +136,13 @@ def insert_trigger(
     requested_by: str,
     now: datetime,
     rerun_status: str | None,
+    commit: bool = False,
 ) -> Occurrence:
     """A manual occurrence of a locked task due at `now`, in one statement: its sequence
     number allocated, the task moved to `rerun_status` (a finished one-shot run again; None:
-    left as it is), and idle daemons woken (`triggered`) at commit."""
-    row = query.run(
+    left as it is), and idle daemons woken (`triggered`) at commit. `commit`: the statement
+    ends the transaction, COMMIT sent in the same round trip."""
+    row = (query.run_and_commit if commit else query.run)(
         conn,
         "occurrence_trigger",
         {

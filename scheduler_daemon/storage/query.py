@@ -120,6 +120,19 @@ def run(conn: psycopg.Connection[Any], name: str, params: dict[str, Any] | None 
     return result(conn.execute(query.sql, params or {}), query.cardinality)
 
 
+def run_and_commit(
+    conn: psycopg.Connection[Any], name: str, params: dict[str, Any] | None = None
+) -> Any:
+    """Executes the query `name` as its transaction's last statement, COMMIT sent with it: one
+    simple query, so one round trip (parameters bound client-side: nothing is prepared, fine
+    through PgBouncer). An error in the statement leaves the COMMIT unrun and the transaction
+    failed, for the caller's rollback. Returns what the statement's cardinality promises."""
+    query = QUERIES[name]
+    cursor = psycopg.ClientCursor(conn)
+    cursor.execute(f"{query.sql};\nCOMMIT", params or {})
+    return result(cursor, query.cardinality)
+
+
 def result(cursor: Any, cardinality: str) -> Any:
     """What a statement's `cardinality` promises, from the cursor that ran it."""
     if cardinality == "rowcount":

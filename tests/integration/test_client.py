@@ -360,6 +360,33 @@ def test_a_trigger_at_a_pinned_now_records_that_time_and_the_next_sequence_numbe
     assert client.get_task("a").occurrence_seq == 2
 
 
+def test_a_trigger_whose_insert_fails_writes_nothing_and_the_next_call_works(client, db) -> None:
+    """The trigger's insert is sent with its COMMIT in one round trip. A test trigger on the
+    table makes the insert fail: the COMMIT must stay unrun (no sequence number taken, nothing
+    written) and the reused connection must come back ready, not inside a failed transaction
+    (the next call on it would then fail with "current transaction is aborted")."""
+    client.add_task(_spec("a"))
+    db.execute(
+        "CREATE FUNCTION test_refuse() RETURNS trigger LANGUAGE plpgsql "
+        "AS $$BEGIN RAISE EXCEPTION 'refused by the test'; END$$"
+    )
+    db.execute(
+        "CREATE TRIGGER test_refuse BEFORE INSERT ON occurrence "
+        "FOR EACH ROW EXECUTE FUNCTION test_refuse()"
+    )
+    db.commit()
+    try:
+        with pytest.raises(psycopg.Error, match="refused by the test"):
+            client.trigger("a", requested_by="test")
+    finally:
+        db.execute("DROP TRIGGER test_refuse ON occurrence")
+        db.execute("DROP FUNCTION test_refuse()")
+        db.commit()
+    assert client.get_task("a").occurrence_seq == 0
+    assert db.execute("SELECT count(*) AS n FROM occurrence").fetchone()["n"] == 0
+    assert client.trigger("a", requested_by="test").occurrence_seq == 1
+
+
 def test_a_trigger_of_a_finished_one_shot_runs_it_again(client) -> None:
     from datetime import UTC, datetime
 
