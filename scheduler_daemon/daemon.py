@@ -332,10 +332,30 @@ class Daemon:
             self._take_due_hints()
             if self.wake.wait(max(0.0, self._next_dispatch - time.monotonic())):
                 self.wake.clear()
+                self._gather(stop)
                 self._take_due_hints()
             else:  # a poll, or a due time: a retry's backoff may have passed too
                 self.launch_wanted.set()
         return 0
+
+    def _gather(self, stop: threading.Event) -> None:
+        """After a wake-up that found a job ended while others still run, wait up to
+        --batch-window for them to end too: the next pass then writes all their outcomes in one
+        transaction and refills all their slots in one claim, where a pass per end costs two
+        transactions per job (the database's cost per job follows the batch size,
+        docs/performance.md). Bounded, so a long job delays its neighbours' outcomes by at most
+        the window; a stop ends the wait."""
+        window = self.settings.batch_window.total_seconds()
+        if window <= 0:
+            return
+        until = time.monotonic() + window
+        while not stop.is_set():
+            ended, running = self.held.ends()
+            left = until - time.monotonic()
+            if not ended or not running or left <= 0:
+                return
+            if self.wake.wait(left):
+                self.wake.clear()
 
     def _step(self, step: str, work: Callable[[], T]) -> T | None:
         """Runs one step of the loop; an error is logged, counted, and retried next time.

@@ -19,6 +19,8 @@ SHUTDOWN_MARGIN = timedelta(seconds=5)
 # and connects give up after 5 s, inside those. An outage therefore ends passes (failed), it
 # never stops them: only a wedged loop or a frozen process goes past this.
 PASS_BLOCK_BOUND = timedelta(seconds=90)
+# A longer window would delay every outcome and every refill by more than a start-lag budget.
+MAX_BATCH_WINDOW = timedelta(milliseconds=100)
 
 
 class InvalidSettings(ValueError):
@@ -43,6 +45,9 @@ class DaemonSettings:
     max_interruptions: int = 3
     instance_expiry: timedelta = timedelta(minutes=10)
     dispatch_batch: int = 100
+    # After a job's end wakes the loop, how long it waits for this replica's other running jobs
+    # to end too, so that one pass writes their outcomes and refills their slots together.
+    batch_window: timedelta = timedelta(milliseconds=2)
     listen: bool = True
     http_host: str = "127.0.0.1"
     http_port: int = 0  # 0: no HTTP endpoint
@@ -100,6 +105,10 @@ class DaemonSettings:
         check(
             self.reconcile_interval >= self.poll_interval,
             "--reconcile-interval must not be shorter than --poll-interval",
+        )
+        check(
+            timedelta(0) <= self.batch_window <= MAX_BATCH_WINDOW,
+            "--batch-window must be between 0 and 100ms",
         )
         check(self.drain_timeout >= timedelta(0), "--drain-timeout must not be negative")
         check(

@@ -81,3 +81,15 @@ def lingers(ctx: Any) -> str:
     """Run for 1.5 s (while another job's leftover child writes), then return."""
     time.sleep(1.5)
     return str(os.getpid())
+
+
+def after_go(ctx: Any) -> None:
+    """Mark the run started in $TEST_JOB_DIR, wait (at most 30 s) for the test's `go` file there,
+    then end after the milliseconds the task's name ends with (`early-0`, `late-40`): jobs that
+    a test releases together and that end a known time apart."""
+    directory = os.environ["TEST_JOB_DIR"]
+    open(os.path.join(directory, f"started-{ctx.run_id}"), "w").close()
+    deadline = time.monotonic() + 30
+    while not os.path.exists(os.path.join(directory, "go")) and time.monotonic() < deadline:
+        time.sleep(0.002)
+    time.sleep(int(ctx.task_name.rsplit("-", 1)[1]) / 1000)

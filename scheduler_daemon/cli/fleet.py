@@ -181,6 +181,14 @@ def fleet_timing_options(f: Callable[..., Any]) -> Callable[..., Any]:
     **setting("poll_interval"),
 )
 @click.option(
+    "--batch-window",
+    envvar="SCHEDULER_BATCH_WINDOW",
+    type=DURATION_OR_ZERO,
+    **setting("batch_window"),
+    help="After a job ends, wait this long for the other running jobs to end too, so their "
+    "outcomes and refills share a transaction; 0: write each end at once.",
+)
+@click.option(
     "--drain-timeout",
     envvar="SCHEDULER_DRAIN_TIMEOUT",
     type=DURATION_OR_ZERO,

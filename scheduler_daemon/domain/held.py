@@ -50,6 +50,13 @@ class HeldRuns:
         with self._lock:
             return iter(list(self._runs.values()))
 
+    def ends(self) -> tuple[int, int]:
+        """(jobs ended and not yet written, jobs still running)."""
+        with self._lock:
+            runs = list(self._runs.values())
+        ended = sum(1 for r in runs if r.outcome is not None or r.job.poll() is not None)
+        return ended, len(runs) - ended
+
     def leases(self) -> list[tuple[int, int]]:
         """The (run id, token) pairs to renew: held, not fenced, not being completed."""
         with self._lock:

@@ -40,6 +40,8 @@ ACCEPTED = {
     "http port 0 (off)": {"http_port": 0},
     "the highest http port": {"http_port": 65535},
     "one failed pass": {"max_failed_passes": 1},
+    "no batch window": {"batch_window": timedelta(0)},
+    "the longest batch window": {"batch_window": timedelta(milliseconds=100)},
     "no watchdog": {"watchdog": None},
     "a watchdog one step past the stall timeout": {"watchdog": STALL + TICK},
 }
@@ -54,6 +56,14 @@ def test_settings_on_the_boundary_of_each_invariant_are_accepted(changes: dict) 
 # Each case steps just past one boundary, the others left at their defaults.
 REFUSED = {
     "no slot": ({"concurrency": 0}, "--concurrency must be at least 1"),
+    "a negative batch window": (
+        {"batch_window": -TICK},
+        "--batch-window must be between 0 and 100ms",
+    ),
+    "a batch window past 100ms": (
+        {"batch_window": timedelta(milliseconds=100) + TICK},
+        "--batch-window must be between 0 and 100ms",
+    ),
     "an empty instance id": ({"instance_prefix": ""}, "--instance-id must not be empty"),
     "a blank instance id": ({"instance_prefix": "  "}, "--instance-id must not be empty"),
     "a zero poll interval": (
