@@ -4,9 +4,13 @@
 watchdog and worker processes, which import this package, stay light.
 """
 
-from typing import Any
+from __future__ import annotations
 
 from scheduler_daemon.version import __version__
+
+TYPE_CHECKING = False  # not `typing`: a worker process imports this package, and typing is heavy
+if TYPE_CHECKING:
+    from typing import Any
 
 __all__ = ["Client", "TaskSpec", "__version__"]
 

@@ -14,9 +14,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from scheduler_daemon.executors import timer
-
-OUTPUT_TAIL_BYTES = 65536
-"""At most this many bytes of the END of a job's output are kept in `Outcome.output_tail`."""
+from scheduler_daemon.executors.wire import OUTPUT_TAIL_BYTES
 
 STOP_GRACE_SECONDS = timer.STOP_GRACE_SECONDS
 """After stop(): SIGTERM (or the cancelled event), then SIGKILL once this much time has passed.
@@ -133,17 +131,6 @@ class FinishedJob:
 
     def extend(self, deadline: float) -> None:
         """Nothing to extend."""
-
-
-def one_line(text: str) -> str:
-    """`text` squeezed onto one line, as Outcome.error wants it."""
-    return " ".join(text.split())
-
-
-def error_line(exc: BaseException) -> str:
-    """'ExcType: message' on one line."""
-    message = one_line(str(exc))
-    return f"{type(exc).__name__}: {message}" if message else type(exc).__name__
 
 
 def decode_tail(data: bytes) -> str:

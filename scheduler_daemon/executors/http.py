@@ -22,16 +22,9 @@ from http.client import HTTPResponse
 from typing import Any
 
 from scheduler_daemon.domain.secret import redact
-from scheduler_daemon.executors.base import (
-    OUTPUT_TAIL_BYTES,
-    FinishedJob,
-    Job,
-    JobContext,
-    Outcome,
-    decode_tail,
-    error_line,
-)
+from scheduler_daemon.executors.base import FinishedJob, Job, JobContext, Outcome, decode_tail
 from scheduler_daemon.executors.timer import JobTimers, next_wake, timeout_error
+from scheduler_daemon.executors.wire import OUTPUT_TAIL_BYTES, error_line
 
 DEFAULT_TIMEOUT_SECONDS = 30.0
 

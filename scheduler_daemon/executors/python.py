@@ -1,7 +1,7 @@
 """The python executor: runs `module:function(ctx)` jobs in a small pool of reusable workers.
 
 Workers are `python -m scheduler_daemon.executors.python_worker` processes, each in its own session,
-talking multiprocessing Connection messages over a socketpair; they are started on demand and kept
+talking `wire.Channel` messages over a socketpair; they are started on demand and kept
 idle for reuse (at most `max_idle`). A job that raised leaves its worker in the pool; a job that
 must be stopped (stop, timeout, trust deadline) takes its worker's process group down with it. One
 monitor thread waits on every busy worker's socket (EOF means it died) and runs the timers.
@@ -11,7 +11,6 @@ the output with the result, and the file is read here only when the worker died.
 
 import contextlib
 import itertools
-import multiprocessing
 import multiprocessing.connection
 import os
 import re
@@ -37,8 +36,9 @@ from scheduler_daemon.executors.base import (
     job_environment,
     take_spool_tail,
 )
-from scheduler_daemon.executors.python_worker import WORKER_DEADLINE_EXIT
+from scheduler_daemon.executors.python_worker import WORKER_DEADLINE_EXIT, job_message
 from scheduler_daemon.executors.timer import DEADLINE_ERROR, JobTimers
+from scheduler_daemon.executors.wire import Channel
 
 WORKER_MODULE = "scheduler_daemon.executors.python_worker"
 _TARGET = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_][\w.]*")
@@ -58,7 +58,7 @@ class _Worker:
                 start_new_session=True,  # stop kills the job's own subprocesses with it
                 env=job_environment(),
             )
-        self.conn = multiprocessing.connection.Connection(ours.detach())
+        self.conn = Channel(ours.detach())
         self.send_lock = threading.Lock()
         self._spool = spool
         self._serial = serial
@@ -130,6 +130,9 @@ class PythonExecutor:
         self._ids = itertools.count(1)
         self._serials = itertools.count(1)
         self._closed = False
+        # The monitor's wake-up pipe, and whether a poke is in it that the monitor has not yet
+        # acted on: pokes in between change nothing it is about to read, so they write nothing.
+        self._poked = False
         self._wake_r, self._wake_w = os.pipe()
         os.set_blocking(self._wake_r, False)
         os.set_blocking(self._wake_w, False)
@@ -169,7 +172,7 @@ class PythonExecutor:
         )
         with self._lock:
             self._busy[job_id] = job
-        worker.send(("run", job_id, target, ctx, str(job.spool)))
+        worker.send(job_message(job_id, target, ctx, str(job.spool)))
         self._poke()
         return job
 
@@ -223,6 +226,12 @@ class PythonExecutor:
     # -- the monitor thread ---------------------------------------------------------------------
 
     def _poke(self) -> None:
+        """Wakes the monitor to read the busy jobs and their timers again: once for all the
+        changes made before it reads (a batch of starts costs it one wake-up, not one each)."""
+        with self._lock:
+            if self._poked:
+                return
+            self._poked = True
         with contextlib.suppress(BlockingIOError, OSError):
             os.write(self._wake_w, b"x")
 
@@ -231,6 +240,7 @@ class PythonExecutor:
             with self._lock:
                 if self._closed and not self._busy:
                     return
+                self._poked = False  # what a poke says from here on is read below or next time
                 busy = [job for job in self._busy.values() if job.worker is not None]
             waitables: list[Any] = [self._wake_r]
             for job in busy:
@@ -238,7 +248,9 @@ class PythonExecutor:
                 waitables.append(job.worker.conn)  # EOF when the worker dies
             timer = self._fire_timers(busy)
             timeout = None if timer is None else max(0.0, timer - time.monotonic())
-            ready = multiprocessing.connection.wait(waitables, timeout)
+            # A message already read into a channel's buffer is not seen by polling its socket.
+            buffered = [job.worker.conn for job in busy if job.worker and job.worker.conn.pending()]
+            ready = buffered or multiprocessing.connection.wait(waitables, timeout)
             if self._wake_r in ready:
                 with contextlib.suppress(BlockingIOError):
                     os.read(self._wake_r, 4096)

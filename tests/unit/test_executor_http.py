@@ -12,8 +12,9 @@ from urllib.parse import parse_qs, urlsplit
 
 import pytest
 
-from scheduler_daemon.executors.base import OUTPUT_TAIL_BYTES, Outcome
+from scheduler_daemon.executors.base import Outcome
 from scheduler_daemon.executors.http import HttpExecutor
+from scheduler_daemon.executors.wire import OUTPUT_TAIL_BYTES
 from tests.unit.executor_support import context, wait_outcome
 
 

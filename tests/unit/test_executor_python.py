@@ -7,14 +7,18 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
-from multiprocessing.connection import Connection
 from pathlib import Path
 
 import pytest
 
-from scheduler_daemon.executors.base import OUTPUT_TAIL_BYTES, Outcome
+from scheduler_daemon.executors.base import Outcome
 from scheduler_daemon.executors.python import WORKER_MODULE, PythonExecutor
-from scheduler_daemon.executors.python_worker import WORKER_DEADLINE_EXIT, WORKER_ORPHANED_EXIT
+from scheduler_daemon.executors.python_worker import (
+    WORKER_DEADLINE_EXIT,
+    WORKER_ORPHANED_EXIT,
+    job_message,
+)
+from scheduler_daemon.executors.wire import OUTPUT_TAIL_BYTES, Channel
 from tests.unit.executor_support import KILL_MARGIN, context, wait_outcome
 
 
@@ -225,14 +229,14 @@ def test_close_stops_running_jobs_and_reaps_every_worker(
     assert not Path(f"/proc/{busy_pid}").exists()
 
 
-def start_bare_worker() -> tuple[subprocess.Popen[bytes], Connection]:
+def start_bare_worker() -> tuple[subprocess.Popen[bytes], Channel]:
     """A worker process driven directly, standing in for a daemon that is frozen or dead."""
     ours, theirs = socket.socketpair()
     with theirs:
         worker = subprocess.Popen(
             [sys.executable, "-m", WORKER_MODULE, str(theirs.fileno())], pass_fds=(theirs.fileno(),)
         )
-    conn = Connection(ours.detach())
+    conn = Channel(ours.detach())
     conn.send(("hello", sys.path))
     return worker, conn
 
@@ -242,7 +246,7 @@ def test_the_worker_enforces_the_trust_deadline_when_the_daemon_is_frozen(
 ) -> None:
     worker, conn = start_bare_worker()
     ctx = context(deadline_in=0.5)
-    conn.send(("run", 1, "tests.jobs:sleepy", ctx, str(tmp_path / "out")))
+    conn.send(job_message(1, "tests.jobs:sleepy", ctx, str(tmp_path / "out")))
     try:
         code = worker.wait(timeout=0.5 + KILL_MARGIN + 5.0)  # nobody reads, nobody extends
     finally:

@@ -12,8 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from scheduler_daemon.executors.base import OUTPUT_TAIL_BYTES, Outcome
+from scheduler_daemon.executors.base import Outcome
 from scheduler_daemon.executors.shell import WATCHDOG_DIED, ShellExecutor, ShellJob
+from scheduler_daemon.executors.wire import OUTPUT_TAIL_BYTES
 from tests.unit.executor_support import KILL_MARGIN, context, wait_outcome
 
 
