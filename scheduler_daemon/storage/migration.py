@@ -1,16 +1,15 @@
 """Runs the alembic migrations shipped with the package under the compatibility contract
 (ADR 0002): expand, contract, the compatibility record, offline SQL per step, revisions."""
 
+import ast
 import functools
 import io
 import socket
 from dataclasses import dataclass
-from typing import Any
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
 
 import psycopg
-from alembic import command
-from alembic.config import Config
-from alembic.script import ScriptDirectory
 from psycopg.types.json import Jsonb
 
 from scheduler_daemon.domain.instance import Instance
@@ -20,6 +19,9 @@ from scheduler_daemon.storage.database import connect
 from scheduler_daemon.storage.error import ContractBlocked, SchemaBehind, SchemaTooNew
 from scheduler_daemon.storage.resource import resource_dir
 from scheduler_daemon.version import __version__
+
+if TYPE_CHECKING:
+    from alembic.config import Config
 
 VERSION_TABLE = "scheduler_daemon_alembic_version"
 BASELINE = "0003"
@@ -38,7 +40,18 @@ def sqlalchemy_url(url: str) -> str:
     return url
 
 
-def _config(url: str, output: io.StringIO | None = None) -> Config:
+def _command() -> ModuleType:
+    """alembic's commands, imported when a migration runs: the daemon and most commands only
+    read this build's revisions (`build`), and alembic with SQLAlchemy took 360 ms of every
+    process start to import (a daemon's start, and a fleet of them starting at once)."""
+    from alembic import command
+
+    return command
+
+
+def _config(url: str, output: io.StringIO | None = None) -> "Config":
+    from alembic.config import Config
+
     cfg = Config(output_buffer=output) if output is not None else Config()
     cfg.set_main_option("script_location", str(resource_dir("migrations")))
     # ConfigParser interpolation treats % specially; escape it in URLs.
@@ -48,21 +61,38 @@ def _config(url: str, output: io.StringIO | None = None) -> Config:
 
 @functools.cache
 def build() -> Build:
-    """This build's chain of steps, read from the migration scripts once."""
-    scripts = ScriptDirectory.from_config(_config("postgresql://"))
+    """This build's chain of steps, read once from the migration scripts' text (their revision,
+    down_revision, phase and the first line of their docstring) without importing them or
+    alembic; tests/unit/test_migration_scripts.py checks it against alembic's own walk."""
+    scripts: dict[str | None, tuple[str, Any, str]] = {}  # by down_revision
+    for path in sorted((resource_dir("migrations") / "versions").glob("*.py")):
+        tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+        names = {
+            node.targets[0].id: ast.literal_eval(node.value)
+            for node in tree.body
+            if isinstance(node, ast.Assign)
+            and len(node.targets) == 1
+            and isinstance(node.targets[0], ast.Name)
+            and node.targets[0].id in ("revision", "down_revision", "phase")
+        }
+        doc = (ast.get_docstring(tree) or "").strip().splitlines()
+        parent = names.get("down_revision")
+        if "revision" not in names or parent in scripts:
+            raise RuntimeError(f"migration {path.name}: no revision, or a second child of {parent}")
+        scripts[parent] = (names["revision"], names.get("phase"), doc[0] if doc else "")
     steps = []
-    for script in reversed(list(scripts.walk_revisions())):
-        doc = (script.module.__doc__ or "").strip().splitlines()
-        description = doc[0] if doc else ""
-        if script.revision <= BASELINE:
-            steps.append(Step(script.revision, "baseline", description))
-            continue
-        phase = getattr(script.module, "phase", None)
-        if phase not in ("expand", "contract"):
-            raise RuntimeError(
-                f"migration {script.revision} declares no phase = 'expand' or 'contract'"
-            )
-        steps.append(Step(script.revision, phase, description))
+    parent = None
+    while parent in scripts:
+        revision, phase, description = scripts.pop(parent)
+        if revision <= BASELINE:
+            steps.append(Step(revision, "baseline", description))
+        elif phase in ("expand", "contract"):
+            steps.append(Step(revision, phase, description))
+        else:
+            raise RuntimeError(f"migration {revision} declares no phase = 'expand' or 'contract'")
+        parent = revision
+    if scripts:
+        raise RuntimeError(f"migrations off the chain: {sorted(s[0] for s in scripts.values())}")
     return Build(tuple(steps))
 
 
@@ -173,14 +203,14 @@ def upgrade(url: str, revision: str = "head") -> None:
     """Applies every step up to `revision`, contract steps included, without the instance check
     of `contract` (tests, and the embedded server's first start); records the result."""
     _refuse_a_newer_schema(url)
-    command.upgrade(_config(url), revision)
+    _command().upgrade(_config(url), revision)
     now = current_revision(url)
     _write_record(url, now, _pending_contract(now), build().oldest_build_at(now) if now else None)
 
 
 def downgrade(url: str, revision: str) -> None:
     connect(url).close()
-    command.downgrade(_config(url), revision)
+    _command().downgrade(_config(url), revision)
     now = current_revision(url)
     _write_record(url, now, _pending_contract(now), build().oldest_build_at(now) if now else None)
 
@@ -210,7 +240,7 @@ def expand(url: str) -> MigrateReport:
     applied: tuple[str, ...] = ()
     if target is not None:
         # Expand steps leave the oldest allowed build where it was, so the record may follow.
-        command.upgrade(_config(url), target)
+        _command().upgrade(_config(url), target)
         revisions = [s.revision for s in build().after(before)]
         applied = tuple(revisions[: revisions.index(target) + 1])
     after = current_revision(url)
@@ -263,7 +293,7 @@ def contract(url: str, target: str | None = None) -> MigrateReport:
             # The raised oldest build is visible before the first contract step commits.
             _write_record(url, before, contracts, oldest_after)
         try:
-            command.upgrade(_config(url), target)
+            _command().upgrade(_config(url), target)
         except BaseException:
             if before is not None:
                 now = current_revision(url)
@@ -283,7 +313,7 @@ def offline_steps() -> list[tuple[Step, str]]:
     for step in build().steps:
         output = io.StringIO()
         span = step.revision if previous is None else f"{previous}:{step.revision}"
-        command.upgrade(_config("postgresql://", output), span, sql=True)
+        _command().upgrade(_config("postgresql://", output), span, sql=True)
         found.append((step, output.getvalue()))
         previous = step.revision
     return found
