@@ -34,7 +34,13 @@ from scheduler_daemon.services.pruner import Pruner, PruneReport
 from scheduler_daemon.services.reconciler import Reconciler, ReconcileReport
 from scheduler_daemon.services.waker import Waker
 from scheduler_daemon.settings import DaemonSettings
-from scheduler_daemon.storage import fleet_store, instance_store, migration, occurrence_store
+from scheduler_daemon.storage import (
+    fleet_store,
+    instance_store,
+    migration,
+    occurrence_store,
+    task_store,
+)
 from scheduler_daemon.storage.database import (
     connect,
     first_line,
@@ -203,6 +209,18 @@ class Daemon:
         self.refused = exc
         self.wake.set()
 
+    def _python_workers(self, pool: ConnectionPool) -> int:
+        """How many python workers to start with the daemon: --concurrency when some task runs
+        python jobs, so the first burst of them finds its workers running, else none (idle
+        workers cost memory). A failed look-up starts none: jobs start them on demand."""
+        try:
+            with pooled_transaction(pool) as conn:
+                found = task_store.python_exists(conn)
+        except (psycopg.Error, DatabaseUnavailable) as exc:
+            self.log.warning("python_workers_not_started", error=first_line(exc))
+            return 0
+        return self.settings.concurrency if found else 0
+
     # -- run -------------------------------------------------------------------------------------
     def run(self, stop: threading.Event, hard_stop: threading.Event | None = None) -> int:
         """Runs until `stop` is set, then drains; `hard_stop` skips the drain's wait. Returns the
@@ -229,7 +247,12 @@ class Daemon:
         self._register()
         pool = make_pool(self.url, max_size=2, name=f"scheduler-daemon {self.instance_id}")
         pool.open(wait=False)
-        executors = make_executors(self.wake, self.spool_dir, concurrency=self.settings.concurrency)
+        executors = make_executors(
+            self.wake,
+            self.spool_dir,
+            concurrency=self.settings.concurrency,
+            python_workers=self._python_workers(pool),
+        )
         dispatcher = Dispatcher(
             pool, instance_id=self.instance_id, batch=self.settings.dispatch_batch
         )

@@ -207,3 +207,9 @@ RETURNING *
 -- holds; returns the last of them.
 UPDATE task SET occurrence_seq = occurrence_seq + %(count)s WHERE id = %(id)s
 RETURNING occurrence_seq
+
+-- name: task_python_exists :one
+-- Whether any live task runs python jobs: a daemon starts its python workers at start only then
+-- (idle workers cost memory a fleet of shell and HTTP tasks would pay for nothing). Read once at
+-- start; a python task added later gets its workers on demand.
+SELECT EXISTS (SELECT 1 FROM task WHERE executor = 'python' AND deleted_at IS NULL) AS found

@@ -18,12 +18,17 @@ if TYPE_CHECKING:
 
 
 def make_executors(
-    wake: "threading.Event", spool_dir: "Path | None" = None, *, concurrency: int = 4
+    wake: "threading.Event",
+    spool_dir: "Path | None" = None,
+    *,
+    concurrency: int = 4,
+    python_workers: int = 0,
 ) -> "dict[str, Executor]":
     """One executor of each kind, by kind. `wake` is set whenever any job finishes.
 
     The python executor keeps up to `concurrency` idle workers (the daemon's --concurrency), so
-    a full load reuses workers instead of starting a process per job.
+    a full load reuses workers instead of starting a process per job; `python_workers` of them
+    are started now (PythonExecutor.warm).
 
     Job output is spooled under `spool_dir` (created if missing), or under private temporary
     directories that each executor's close() removes.
@@ -32,9 +37,7 @@ def make_executors(
     from scheduler_daemon.executors.python import PythonExecutor
     from scheduler_daemon.executors.shell import ShellExecutor
 
-    executors: list[Executor] = [
-        ShellExecutor(wake, spool_dir),
-        HttpExecutor(wake),
-        PythonExecutor(wake, spool_dir, max_idle=concurrency),
-    ]
+    python = PythonExecutor(wake, spool_dir, max_idle=concurrency)
+    python.warm(python_workers)
+    executors: list[Executor] = [ShellExecutor(wake, spool_dir), HttpExecutor(wake), python]
     return {executor.kind: executor for executor in executors}

@@ -202,6 +202,24 @@ class PythonExecutor:
         os.close(self._wake_w)
         self.spool.close()
 
+    def warm(self, count: int) -> None:
+        """Starts idle workers now, up to `count` (and the idle limit), so the first jobs find
+        them running: a worker takes about 30 ms of CPU to start, which a burst of first jobs
+        otherwise pays all at once (docs/performance.md)."""
+        with self._lock:
+            missing = min(count, self.max_idle) - len(self._idle) - len(self._busy)
+        for _ in range(missing):
+            try:
+                worker = _Worker(self.spool, next(self._serials))
+            except OSError:
+                return  # the jobs start them on demand, and say why if they cannot
+            with self._lock:
+                if not self._closed:
+                    self._idle.append(worker)
+                    continue
+            worker.discard()
+            return
+
     # -- per-job requests -----------------------------------------------------------------------
 
     def stop_job(self, job: PythonJob, reason: str) -> None:

@@ -327,6 +327,11 @@ def commit_next_due(conn: psycopg.Connection[Any], *, wake: bool) -> datetime | 
     return commit_with(conn, ("task_next_due_wake", params))
 
 
+def python_exists(conn: psycopg.Connection[Any]) -> bool:
+    """Whether any live task runs python jobs (`task_python_exists`)."""
+    return bool(query.run(conn, "task_python_exists", {})["found"])
+
+
 def lock_row(conn: psycopg.Connection[Any], task_id: int) -> TaskRecord | None:
     """Locks a task by id, deleted or not (a job of a deleted task still records its outcome);
     None when no such row exists."""

@@ -1,6 +1,7 @@
 """The python executor: pooled workers, exceptions, kills, crashes and the worker's own deadline."""
 
 import json
+import os
 import socket
 import subprocess
 import sys
@@ -266,3 +267,35 @@ def test_the_worker_exits_when_the_daemon_end_of_its_socket_closes() -> None:
     conn.close()
 
     assert worker.wait(timeout=5.0) == WORKER_ORPHANED_EXIT
+
+
+def _children() -> set[int]:
+    """This test process's child processes (the executor's workers, and whatever else)."""
+    pid = os.getpid()
+    return {int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()}
+
+
+def test_warm_starts_idle_workers_that_the_next_jobs_run_on(
+    python: PythonExecutor, wake: threading.Event
+) -> None:
+    before = _children()
+
+    python.warm(3)
+    started = _children() - before
+
+    assert len(started) == 3  # before any job asked for one
+    assert {worker_pid(python, wake) for _ in range(3)} <= started
+    python.warm(3)  # already there: none more
+    assert _children() - before == started
+
+
+def test_warm_starts_no_more_than_the_idle_limit(wake: threading.Event, tmp_path: Path) -> None:
+    before = _children()
+    executor = PythonExecutor(wake, tmp_path / "spool", max_idle=2)
+    try:
+        executor.warm(10)
+
+        assert len(_children() - before) == 2
+    finally:
+        executor.close()
+    assert _children() - before == set()
