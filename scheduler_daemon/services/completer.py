@@ -2,6 +2,7 @@
 occurrence, run), one unit per run when a batch meets a locked row."""
 
 import functools
+import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -10,6 +11,7 @@ from typing import Any, Literal
 import structlog
 from psycopg_pool import ConnectionPool
 
+from scheduler_daemon import logconfig
 from scheduler_daemon.domain.held import HeldRun, HeldRuns
 from scheduler_daemon.domain.occurrence import Occurrence
 from scheduler_daemon.domain.outcome import Decision, decide, settlement
@@ -239,6 +241,8 @@ class Completer:
         }
         if completion == "fenced":
             log.warning("run_fenced", stage="completion", **ids)
+            return
+        if not logconfig.enabled(logging.INFO):
             return
         outcome = run.outcome
         log.info(

@@ -1,5 +1,6 @@
 """Launcher: admits queued occurrences under the fleet budget, launches them, starts their jobs."""
 
+import logging
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -8,6 +9,7 @@ from datetime import datetime
 import structlog
 from psycopg_pool import ConnectionPool
 
+from scheduler_daemon import logconfig
 from scheduler_daemon.domain.claim import Claim, Launched
 from scheduler_daemon.domain.held import HeldRun, HeldRuns
 from scheduler_daemon.executors.base import Executor, JobContext
@@ -107,14 +109,15 @@ class Launcher:
                 launched_at=time.monotonic(),
             )
         )
-        log.info(
-            "run_started",
-            run_id=run.run_id,
-            attempt=run.attempt,
-            lease_token=run.lease_token,
-            task_id=claim.task_id,
-            occurrence_id=claim.id,
-            instance_id=self.instance_id,
-        )
+        if logconfig.enabled(logging.INFO):
+            log.info(
+                "run_started",
+                run_id=run.run_id,
+                attempt=run.attempt,
+                lease_token=run.lease_token,
+                task_id=claim.task_id,
+                occurrence_id=claim.id,
+                instance_id=self.instance_id,
+            )
         lag = (run.started_at - claim.scheduled_for).total_seconds()
         return Started(claim.executor, lag, run.attempt)
