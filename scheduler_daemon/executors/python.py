@@ -46,19 +46,23 @@ _CLOSE_MARGIN_SECONDS = 2.0
 
 
 class _Worker:
-    """One worker process, in its own session, our end of its socket, and its spool file."""
+    """One worker process, in its own session, our ends of its job and control sockets, and its
+    spool file."""
 
     def __init__(self, spool: SpoolDir, serial: int) -> None:
-        ours, theirs = socket.socketpair()
-        with theirs:
+        jobs, their_jobs = socket.socketpair()
+        control, their_control = socket.socketpair()
+        with their_jobs, their_control:
+            fds = (their_jobs.fileno(), their_control.fileno())
             self.process = subprocess.Popen(
-                [sys.executable, "-m", WORKER_MODULE, str(theirs.fileno())],
-                pass_fds=(theirs.fileno(),),
+                [sys.executable, "-m", WORKER_MODULE, *map(str, fds)],
+                pass_fds=fds,
                 stdin=subprocess.DEVNULL,
                 start_new_session=True,  # stop kills the job's own subprocesses with it
                 env=job_environment(),
             )
-        self.conn = Channel(ours.detach())
+        self.conn = Channel(jobs.detach())  # run and done messages; the monitor reads it
+        self.control = Channel(control.detach())  # cancel and extend, written only
         self.send_lock = threading.Lock()
         self._spool = spool
         self._serial = serial
@@ -73,9 +77,9 @@ class _Worker:
         self._generation += 1
         self.spool = self._spool.file(f"python-{self._serial}-{self._generation}.out")
 
-    def send(self, message: tuple[Any, ...]) -> None:
+    def send(self, message: tuple[Any, ...], *, control: bool = False) -> None:
         with self.send_lock, contextlib.suppress(OSError):
-            self.conn.send(message)
+            (self.control if control else self.conn).send(message)
 
     def kill(self) -> None:
         with contextlib.suppress(ProcessLookupError, PermissionError):
@@ -84,6 +88,7 @@ class _Worker:
     def discard(self, *, keep_spool: bool = False) -> None:
         """Kill (if needed), reap, and delete the spool file unless the caller reads it."""
         self.conn.close()
+        self.control.close()
         if self.process.poll() is None:
             self.kill()
         self.process.wait()
@@ -229,7 +234,7 @@ class PythonExecutor:
             if not job.timers.stop(time.monotonic(), reason):
                 return
             worker = job.worker
-        worker.send(("cancel",))  # the job may return on its own within the grace
+        worker.send(("cancel", job.job_id), control=True)  # it may return within the grace
         self._poke()
 
     def extend_job(self, job: PythonJob, deadline: float) -> None:
@@ -238,7 +243,7 @@ class PythonExecutor:
                 return
             job.timers.extend(deadline)
             worker = job.worker
-        worker.send(("extend", deadline))
+        worker.send(("extend", job.job_id, deadline), control=True)
         self._poke()
 
     # -- the monitor thread ---------------------------------------------------------------------

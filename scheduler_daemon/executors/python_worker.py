@@ -1,11 +1,13 @@
 """A python worker process: runs `module:function(ctx)` jobs one after another for the daemon.
 
-Started as `python -m scheduler_daemon.executors.python_worker FD`, FD being its end of a socketpair
-that carries `wire.Channel` messages. The main thread runs the jobs with fd 1 and 2 on the spool
-file, and sends back the end of it with the result. A control thread is the only reader of the
-socket: it queues `run` messages, applies `extend` and `cancel`, and `os._exit()`s the worker when
-the running job's trust deadline passes or the daemon's end closes, so a frozen or dead daemon
-cannot let a job run on.
+Started as `python -m scheduler_daemon.executors.python_worker JOBS CONTROL`: its ends of two
+socketpairs that carry `wire.Channel` messages. The main thread reads each `run` message from
+the job socket itself, runs the job with fd 1 and 2 on the spool file, and sends back the end of
+it with the result. A control thread reads the control socket: it applies `cancel` and `extend`
+(each naming its job) and `os._exit()`s the worker when the running job's trust deadline passes
+or the daemon's end of either socket closes, so a frozen or dead daemon cannot let a job run on.
+Two sockets, so that a job reaches the thread that runs it without a hop through another
+thread (a thread wake-up and a GIL hand-over per job, when the control thread read everything).
 
 A worker's spool file is reused from job to job (emptied after each): creating and deleting a file
 per job cost the file system more than the rest of a no-op job (ext4 inode allocation, measured in
@@ -15,16 +17,19 @@ at it and back cost twelve more (0.31 -> 0.19 ms of worker CPU per no-op job). T
 says when the job left a child process behind, which may still write to the file: the daemon then
 gives the next job a new one, which the worker opens.
 
-The worker imports as little as it can (the standard library's os, sys, signal, threading, queue,
+The worker imports as little as it can (the standard library's os, sys, signal, threading, math,
 select, importlib and datetime, and `wire`): every daemon starts up to --concurrency of them, and
 one that loaded multiprocessing, dataclasses and typing took 83 ms of CPU to start instead of
 about 30. So the context reaches it as plain values and becomes a `PythonJobContext` here, and
 `traceback` is imported when a job fails.
 """
 
+from __future__ import annotations
+
+import contextlib
 import importlib
+import math
 import os
-import queue
 import select
 import signal
 import sys
@@ -60,31 +65,75 @@ def job_message(job_id: int, target: str, ctx: object, spool: str) -> tuple[obje
     return ("run", job_id, target, fields, spool)
 
 
-class _Deadline:
-    """The running job's trust deadline, shared by the two threads."""
+class _Running:
+    """What the two threads share of the running job: its id, trust deadline and cancelled event,
+    and the last cancel and extend the daemon sent, by job id. Those come on the control socket
+    and the job on the job socket, so either may be read first: each names its job, and a job
+    that starts takes a cancel or extend already sent for it."""
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
-        self.value: float | None = None  # None while idle
+        self.job_id: int | None = None  # None while idle
+        self.deadline: float | None = None
         self.cancelled = threading.Event()
+        self.cancel_for: int | None = None
+        self.extend_for: tuple[int | None, float] = (None, 0.0)
+        # When the control thread looks at the deadline next unless woken (inf: not before a
+        # message comes). A job whose deadline is not earlier starts without waking it.
+        self.watching_until = math.inf
+        self.wake_r, self.wake_w = os.pipe()
+        os.set_blocking(self.wake_w, False)  # a full pipe already holds a wake-up
+
+    def begin(self, job_id: int, deadline: float) -> threading.Event:
+        """The main thread starts job `job_id`; returns its cancelled event."""
+        with self.lock:
+            self.job_id = job_id
+            extended_job, extended_to = self.extend_for
+            self.deadline = extended_to if extended_job == job_id else deadline
+            self.cancelled = threading.Event()
+            if self.cancel_for == job_id:
+                self.cancelled.set()
+            wake = self.deadline < self.watching_until
+        if wake:
+            with contextlib.suppress(BlockingIOError):
+                os.write(self.wake_w, b"x")
+        return self.cancelled
+
+    def end(self) -> None:
+        with self.lock:
+            self.job_id = self.deadline = None
+
+    def apply(self, message: tuple[Any, ...]) -> None:
+        """A control message: ("cancel", job id) or ("extend", job id, deadline)."""
+        with self.lock:
+            if message[0] == "cancel":
+                self.cancel_for = message[1]
+                if self.job_id == message[1]:
+                    self.cancelled.set()
+            elif message[0] == "extend":
+                self.extend_for = (message[1], message[2])
+                if self.job_id == message[1]:
+                    self.deadline = message[2]
 
 
-def main(fd: int) -> None:
-    """Serve jobs on the socket `fd` until the daemon closes it."""
+def main(jobs_fd: int, control_fd: int) -> None:
+    """Serve the jobs that come on the socket `jobs_fd` until the daemon closes its end; the
+    control thread reads `control_fd`."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # ^C is for the daemon, which decides
-    os.set_inheritable(fd, False)  # a job's subprocesses must not keep the daemon's socket open
-    channel = Channel(fd)
-    hello = channel.recv()
+    for fd in (jobs_fd, control_fd):  # a job's subprocesses must not keep the daemon's sockets
+        os.set_inheritable(fd, False)
+    jobs = Channel(jobs_fd)
+    hello = _receive(jobs)
     sys.path[:] = hello[1]  # import jobs exactly as the daemon would
-    jobs: queue.SimpleQueue[tuple[Any, ...]] = queue.SimpleQueue()
-    deadline = _Deadline()
-    control = threading.Thread(target=_control, args=(channel, jobs, deadline), daemon=True)
+    running = _Running()
+    control = threading.Thread(target=_control, args=(Channel(control_fd), running), daemon=True)
     control.start()
     spool_path, out = None, -1
     while True:
-        _, job_id, target, fields, spool = jobs.get()
+        _, job_id, target, fields, spool = _receive(jobs)  # read here: no hop through a thread
+        cancelled = running.begin(job_id, fields["deadline"])
         fields["scheduled_for"] = datetime.fromisoformat(fields["scheduled_for"])
-        job_ctx = PythonJobContext(**fields, cancelled=deadline.cancelled)
+        job_ctx = PythonJobContext(**fields, cancelled=cancelled)
         if spool != spool_path:  # the first job, or the last one left a child writing to it
             if out >= 0:
                 os.close(out)
@@ -96,41 +145,43 @@ def main(fd: int) -> None:
             os.dup2(out, 2)  # writes nothing of its own there but a crash, the job's to read
         status, error = _run(target, job_ctx)
         tail = _take_tail(out)
-        with deadline.lock:
-            deadline.value = None
-        channel.send(("done", job_id, status, error, tail, _has_children()))
+        running.end()
+        jobs.send(("done", job_id, status, error, tail, _has_children()))
 
 
-def _control(
-    channel: Channel, jobs: "queue.SimpleQueue[tuple[Any, ...]]", deadline: _Deadline
-) -> None:
+def _receive(channel: Channel) -> tuple[Any, ...]:
+    """The next message; the worker exits when the daemon's end closed (the daemon died)."""
+    try:
+        message: tuple[Any, ...] = channel.recv()
+    except (EOFError, OSError):
+        os._exit(WORKER_ORPHANED_EXIT)
+    return message
+
+
+def _control(channel: Channel, running: _Running) -> None:
+    """Applies cancel and extend messages, and exits the worker when the running job's trust
+    deadline passes or the daemon's end of either socket closes. It sleeps until the deadline
+    it last saw: a job that ended and a later one that started meanwhile change nothing it must
+    do before then (each new job's deadline is later, unless extended), so a job costs it no
+    wake-up at all; a job whose deadline is earlier wakes it through the pipe."""
     poller = select.poll()
     poller.register(channel.fd, select.POLLIN)
+    poller.register(running.wake_r, select.POLLIN)
     while True:
-        with deadline.lock:
-            value = deadline.value
-        wait = None if value is None else max(0.0, value - time.monotonic())
-        try:
-            ready = channel.pending() or bool(poller.poll(None if wait is None else wait * 1000))
-            message = channel.recv() if ready else None
-        except (EOFError, OSError):
-            os._exit(WORKER_ORPHANED_EXIT)
-        if message is None:
-            with deadline.lock:
-                if deadline.value is not None and time.monotonic() >= deadline.value:
-                    os._exit(WORKER_DEADLINE_EXIT)
-            continue
-        if message[0] == "run":
-            with deadline.lock:
-                deadline.value = message[3]["deadline"]
-                deadline.cancelled.clear()
-            jobs.put(message)
-        elif message[0] == "cancel":
-            deadline.cancelled.set()
-        elif message[0] == "extend":
-            with deadline.lock:
-                if deadline.value is not None:
-                    deadline.value = message[1]
+        with running.lock:
+            until = math.inf if running.deadline is None else running.deadline
+            running.watching_until = until
+        wait = None if until == math.inf else max(0.0, until - time.monotonic()) * 1000
+        ready = [fd for fd, _ in poller.poll(wait)] if not channel.pending() else [channel.fd]
+        if running.wake_r in ready:
+            os.read(running.wake_r, 4096)
+        if channel.fd in ready:
+            running.apply(_receive(channel))
+            while channel.pending():
+                running.apply(_receive(channel))
+        with running.lock:
+            if running.deadline is not None and time.monotonic() >= running.deadline:
+                os._exit(WORKER_DEADLINE_EXIT)
 
 
 def _take_tail(out: int) -> bytes:
@@ -155,7 +206,7 @@ def _has_children() -> bool:
     return True
 
 
-def _resolve(target: str) -> "Any":
+def _resolve(target: str) -> Any:
     module_name, _, attribute = target.partition(":")
     found = importlib.import_module(module_name)
     for part in attribute.split("."):
@@ -189,4 +240,4 @@ def _run(target: str, ctx: PythonJobContext) -> tuple[str, str | None]:
 
 
 if __name__ == "__main__":
-    main(int(sys.argv[1]))
+    main(int(sys.argv[1]), int(sys.argv[2]))

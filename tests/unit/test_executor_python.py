@@ -230,30 +230,40 @@ def test_close_stops_running_jobs_and_reaps_every_worker(
     assert not Path(f"/proc/{busy_pid}").exists()
 
 
-def start_bare_worker() -> tuple[subprocess.Popen[bytes], Channel]:
-    """A worker process driven directly, standing in for a daemon that is frozen or dead."""
-    ours, theirs = socket.socketpair()
-    with theirs:
-        worker = subprocess.Popen(
-            [sys.executable, "-m", WORKER_MODULE, str(theirs.fileno())], pass_fds=(theirs.fileno(),)
-        )
-    conn = Channel(ours.detach())
-    conn.send(("hello", sys.path))
-    return worker, conn
+class BareWorker:
+    """A worker process driven directly, standing in for a daemon that is frozen or dead: our
+    ends of its job and control sockets."""
+
+    def __init__(self) -> None:
+        jobs, their_jobs = socket.socketpair()
+        control, their_control = socket.socketpair()
+        with their_jobs, their_control:
+            fds = (their_jobs.fileno(), their_control.fileno())
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", WORKER_MODULE, *map(str, fds)], pass_fds=fds
+            )
+        self.jobs = Channel(jobs.detach())
+        self.control = Channel(control.detach())
+        self.jobs.send(("hello", sys.path))
+
+    def close(self) -> None:
+        self.jobs.close()
+        self.control.close()
+        if self.process.poll() is None:
+            self.process.kill()
+        self.process.wait()
 
 
 def test_the_worker_enforces_the_trust_deadline_when_the_daemon_is_frozen(
     tmp_path: Path,
 ) -> None:
-    worker, conn = start_bare_worker()
+    worker = BareWorker()
     ctx = context(deadline_in=0.5)
-    conn.send(job_message(1, "tests.jobs:sleepy", ctx, str(tmp_path / "out")))
+    worker.jobs.send(job_message(1, "tests.jobs:sleepy", ctx, str(tmp_path / "out")))
     try:
-        code = worker.wait(timeout=0.5 + KILL_MARGIN + 5.0)  # nobody reads, nobody extends
+        code = worker.process.wait(timeout=0.5 + KILL_MARGIN + 5.0)  # nobody extends
     finally:
-        conn.close()
-        worker.kill()
-        worker.wait()
+        worker.close()
 
     latency = time.monotonic() - ctx.deadline
     print(f"worker exited {latency * 1000:.1f} ms after the trust deadline on its own")
@@ -261,12 +271,72 @@ def test_the_worker_enforces_the_trust_deadline_when_the_daemon_is_frozen(
     assert latency < KILL_MARGIN
 
 
-def test_the_worker_exits_when_the_daemon_end_of_its_socket_closes() -> None:
-    worker, conn = start_bare_worker()
+def test_the_worker_enforces_an_earlier_deadline_of_a_later_job(tmp_path: Path) -> None:
+    # The control thread sleeps until the deadline it last saw; a job with an earlier one must
+    # wake it (a version that never woke it would let the second job run to the first's).
+    worker = BareWorker()
+    out = str(tmp_path / "out")
+    worker.jobs.send(job_message(1, "tests.jobs:ok", context(deadline_in=30.0), out))
+    assert worker.jobs.recv()[:3] == ("done", 1, "success")  # its control thread saw 30 s
+    ctx = context(deadline_in=0.5)
+    worker.jobs.send(job_message(2, "tests.jobs:sleepy", ctx, out))
+    try:
+        code = worker.process.wait(timeout=0.5 + KILL_MARGIN + 5.0)
+    finally:
+        worker.close()
 
-    conn.close()
+    assert code == WORKER_DEADLINE_EXIT
+    assert time.monotonic() - ctx.deadline < KILL_MARGIN
 
-    assert worker.wait(timeout=5.0) == WORKER_ORPHANED_EXIT
+
+@pytest.mark.parametrize("cancel_first", [True, False], ids=["cancel-first", "job-first"])
+def test_a_cancel_reaches_its_job_whichever_socket_is_read_first(
+    tmp_path: Path, cancel_first: bool
+) -> None:
+    # The cancel comes on the control socket and the job on the job socket: the worker may read
+    # either first. With the cancel first (its thread reads it while the main thread still waits
+    # for the job; the pause lets it), a worker that reset `cancelled` when a job began lost it
+    # and the job waited its full 30 s; the cancel names its job, and the job takes it.
+    worker = BareWorker()
+    run = job_message(7, "tests.jobs:patient", context(), str(tmp_path / "out"))
+    try:
+        if cancel_first:
+            worker.control.send(("cancel", 7))
+            time.sleep(0.2)
+            worker.jobs.send(run)
+        else:
+            worker.jobs.send(run)
+            worker.control.send(("cancel", 7))
+        done = worker.jobs.recv()
+    finally:
+        worker.close()
+
+    assert done[:3] == ("done", 7, "success")
+    assert done[4] == b"cancelled\n"
+
+
+def test_the_worker_exits_when_the_daemon_end_of_its_sockets_closes() -> None:
+    worker = BareWorker()
+
+    worker.jobs.close()
+    worker.control.close()
+
+    assert worker.process.wait(timeout=5.0) == WORKER_ORPHANED_EXIT
+
+
+def test_the_worker_exits_when_the_daemon_end_of_the_control_socket_closes_during_a_job(
+    tmp_path: Path,
+) -> None:
+    worker = BareWorker()
+    worker.jobs.send(job_message(1, "tests.jobs:sleepy", context(), str(tmp_path / "out")))
+
+    worker.control.close()
+    try:
+        code = worker.process.wait(timeout=5.0)
+    finally:
+        worker.jobs.close()
+
+    assert code == WORKER_ORPHANED_EXIT
 
 
 def _children() -> set[int]:
