@@ -130,8 +130,11 @@ class Processes:
         argv += ["--database-url", url, "--log-level", "warning", "--log-format", "json"]
         return self.start([*argv, "run", "--instance-id", name, *args], work, f"{name}.log")
 
-    def pgqueuer(self, url: str, work: Workdir, name: str, batch: int) -> subprocess.Popen[bytes]:
+    def pgqueuer(
+        self, url: str, work: Workdir, name: str, batch: int, cap: int | None = None
+    ) -> subprocess.Popen[bytes]:
         argv = [sys.executable, "-m", "bench.counted", "pgqueuer", url, str(batch)]
+        argv += [] if cap is None else [str(cap)]
         return self.start(argv, work, f"{name}.log")
 
     def stop(self, proc: subprocess.Popen[bytes], timeout: float = 30.0) -> None:

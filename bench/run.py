@@ -14,6 +14,9 @@ Sections (each in databases of its own, dropped afterwards):
   e  takeover after SIGKILL at default settings (p50, max); lease renewals per 1,000 running jobs
   g  idle loop iteration with 1,000,000 stored tasks, 100 due, against 10,000
   h  Client: bulk enqueue occurrences/s, single trigger / add_task latency on a reused connection
+  i  a and b with the same cap on the jobs in flight per worker: our --concurrency 2 x batch, and
+     PgQueuer's max_concurrent_tasks 2 x batch (the least it accepts: it refuses a cap below
+     twice its batch, so b's PgQueuer, uncapped, has no equal at our --concurrency 10)
   (f, transactions and round trips per occurrence, is printed with a and b)
 """
 
@@ -45,7 +48,7 @@ SIZES = {
     "bulk": (100_000, 20_000),
     "calls": (500, 200),
 }
-ALL = "abcdegh"
+ALL = "abcdeghi"
 
 
 def main() -> None:
@@ -65,6 +68,7 @@ def main() -> None:
     parser.add_argument("--json", dest="json_path", help="also write the figures to this file")
     args = parser.parse_args()
     size = {k: v[1] if args.quick else v[0] for k, v in SIZES.items()}
+    size["batch"] = args.batch
     only = set(args.only.replace(",", ""))
     counter = counted.install()  # the Client's round trips in h
 
@@ -101,12 +105,7 @@ def run_sections(
     from bench import sections
 
     server = args.database_url
-    if "a" in only:
-        for w in (1, 3):
-            report(f"ours_{w}", sections.ours_throughput(server, size["jobs"], w, args.concurrency))
-    if "b" in only:
-        for w in (1, 3):
-            report(f"pgqueuer_{w}", sections.pgq_throughput(server, size["jobs"], w, args.batch))
+    _throughput_sections(args, size, only, report)
     if "c" in only:
         for w in (1, 3):
             for script, key in (("job_life", "pgbench"), ("job_life_batch", "pgbench_batch")):
@@ -127,6 +126,27 @@ def run_sections(
         report("client", sections.client_figures(server, size["bulk"], size["calls"], counter))
 
 
+def _throughput_sections(
+    args: argparse.Namespace,
+    size: dict[str, Any],
+    only: set[str],
+    report: Callable[[str, Any], None],
+) -> None:
+    """a, b, and i (both at the same cap on the jobs in flight per worker)."""
+    from bench import sections
+
+    server, jobs, cap = args.database_url, size["jobs"], 2 * args.batch
+    for w in (1, 3):
+        if "a" in only:
+            report(f"ours_{w}", sections.ours_throughput(server, jobs, w, args.concurrency))
+        if "b" in only:
+            report(f"pgqueuer_{w}", sections.pgq_throughput(server, jobs, w, args.batch))
+        if "i" in only:
+            report(f"ours_capped_{w}", sections.ours_throughput(server, jobs, w, cap))
+            capped = sections.pgq_throughput(server, jobs, w, args.batch, cap)
+            report(f"pgqueuer_capped_{w}", capped)
+
+
 def _fmt(value: Any) -> str:
     if isinstance(value, dict):
         return ", ".join(f"{k}={_fmt(v)}" for k, v in value.items())
@@ -145,16 +165,7 @@ def summary(f: dict[str, Any], size: dict[str, Any]) -> str:
 
     lines = ["", "| figure | ours | PgQueuer | pgbench | ours / PgQueuer | ours / pgbench |"]
     lines.append("|---|---|---|---|---|---|")
-    for w in (1, 3):
-        ours, pgq, pgb = (get(f"{k}_{w}", "jobs_s") for k in ("ours", "pgqueuer", "pgbench"))
-        batch = get(f"pgbench_batch_{w}", "jobs_s")
-        if ours is None and pgq is None and pgb is None:
-            continue
-        lines.append(
-            f"| jobs/s, {w} worker(s) (pgbench: 1 job a life / 10 a batch) | {_n(ours)} | "
-            f"{_n(pgq)} | {_n(pgb)} / {_n(batch)} | {_ratio(ours, pgq)} | "
-            f"{_ratio(ours, pgb)} / {_ratio(ours, batch)} |"
-        )
+    lines += _throughput_rows(get, size)
     for w in (1, 3):
         for field, label in (("xacts_per_job", "transactions"), ("round_trips_per_job", "trips")):
             ours, pgq = get(f"ours_{w}", field), get(f"pgqueuer_{w}", field)
@@ -207,6 +218,28 @@ def summary(f: dict[str, Any], size: dict[str, Any]) -> str:
             f"{c['add_task_p99_ms']:.2f} ({c['add_task_round_trips']:.0f} round trips) | | | | |"
         )
     return "\n".join(lines)
+
+
+def _throughput_rows(get: Callable[[str, str], float | None], size: dict[str, Any]) -> list[str]:
+    lines = []
+    for w in (1, 3):
+        ours, pgq, pgb = (get(f"{k}_{w}", "jobs_s") for k in ("ours", "pgqueuer", "pgbench"))
+        batch = get(f"pgbench_batch_{w}", "jobs_s")
+        if ours is None and pgq is None and pgb is None:
+            continue
+        lines.append(
+            f"| jobs/s, {w} worker(s) (pgbench: 1 job a life / 10 a batch) | {_n(ours)} | "
+            f"{_n(pgq)} | {_n(pgb)} / {_n(batch)} | {_ratio(ours, pgq)} | "
+            f"{_ratio(ours, pgb)} / {_ratio(ours, batch)} |"
+        )
+    for w in (1, 3):
+        ours, pgq = get(f"ours_capped_{w}", "jobs_s"), get(f"pgqueuer_capped_{w}", "jobs_s")
+        if ours is not None or pgq is not None:
+            lines.append(
+                f"| jobs/s, {w} worker(s), both capped at {2 * size['batch']} in flight per worker "
+                f"| {_n(ours)} | {_n(pgq)} | | {_ratio(ours, pgq)} | |"
+            )
+    return lines
 
 
 def _n(value: float | None, digits: int = 0) -> str:

@@ -86,7 +86,9 @@ def pgq_database(server: str) -> str:
     return url
 
 
-def pgq_throughput(server: str, jobs: int, workers: int, batch: int) -> dict[str, float]:
+def pgq_throughput(
+    server: str, jobs: int, workers: int, batch: int, cap: int | None = None
+) -> dict[str, float]:
     url = pgq_database(server)
     work = Workdir()
     try:
@@ -99,7 +101,7 @@ def pgq_throughput(server: str, jobs: int, workers: int, batch: int) -> dict[str
         asyncio.run(_pgq(url, enqueue))
         before = settled_xacts(url)
         with processes() as procs:
-            started = [procs.pgqueuer(url, work, f"pgq-{i}", batch) for i in range(workers)]
+            started = [procs.pgqueuer(url, work, f"pgq-{i}", batch, cap) for i in range(workers)]
             wait_until(lambda: noop.count(work.record) >= jobs, 60 + jobs / 20, "the jobs")
             for proc in started:
                 procs.stop(proc)
