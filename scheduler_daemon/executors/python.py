@@ -1,10 +1,11 @@
 """The python executor: runs `module:function(ctx)` jobs in a small pool of reusable workers.
 
 Workers are `python -m scheduler_daemon.executors.python_worker` processes, each in its own session,
-talking `wire.Channel` messages over a socketpair; they are started on demand and kept
-idle for reuse (at most `max_idle`). A job that raised leaves its worker in the pool; a job that
-must be stopped (stop, timeout, trust deadline) takes its worker's process group down with it. One
-monitor thread waits on every busy worker's socket (EOF means it died) and runs the timers.
+talking `wire.Channel` messages over two socketpairs (jobs, and their cancels and extends); they
+are started on demand, or ahead by `warm`, and kept idle for reuse (at most `max_idle`). A job
+that raised leaves its worker in the pool; a job that must be stopped (stop, timeout, trust
+deadline) takes its worker's process group down with it. One monitor thread waits on every busy
+worker's job socket (EOF means it died) and runs the timers.
 Each worker has a spool file of its own, reused from job to job; the worker sends the end of
 the output with the result, and the file is read here only when the worker died.
 """
