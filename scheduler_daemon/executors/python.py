@@ -44,13 +44,15 @@ from scheduler_daemon.executors.wire import Channel
 WORKER_MODULE = "scheduler_daemon.executors.python_worker"
 _TARGET = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_][\w.]*")
 _CLOSE_MARGIN_SECONDS = 2.0
+WARM_TIMEOUT_SECONDS = 10.0
 
 
 class _Worker:
     """One worker process, in its own session, our ends of its job and control sockets, and its
     spool file."""
 
-    def __init__(self, spool: SpoolDir, serial: int) -> None:
+    def __init__(self, spool: SpoolDir, serial: int, *, answer: bool = False) -> None:
+        """`answer`: the worker says ("ready",) once it is up, for `ready()` to read."""
         jobs, their_jobs = socket.socketpair()
         control, their_control = socket.socketpair()
         with their_jobs, their_control:
@@ -69,7 +71,18 @@ class _Worker:
         self._serial = serial
         self._generation = 0
         self.spool = spool.file(f"python-{serial}-0.out")
-        self.send(("hello", sys.path))
+        self.send(("hello", sys.path, answer))
+
+    def ready(self, timeout: float) -> bool:
+        """Whether the worker said it is up within `timeout` seconds (only asked by `warm`,
+        before any job: nothing else reads the socket then)."""
+        try:
+            return bool(
+                multiprocessing.connection.wait([self.conn.fd], timeout)
+                and self.conn.recv() == ("ready",)
+            )
+        except (EOFError, OSError):
+            return False
 
     def new_spool(self) -> None:
         """Gives the next job a new spool file: a process the last job started may still write
@@ -208,23 +221,27 @@ class PythonExecutor:
         os.close(self._wake_w)
         self.spool.close()
 
-    def warm(self, count: int) -> None:
-        """Starts idle workers now, up to `count` (and the idle limit), so the first jobs find
-        them running: a worker takes about 30 ms of CPU to start, which a burst of first jobs
-        otherwise pays all at once (docs/performance.md)."""
+    def warm(self, count: int, timeout: float = WARM_TIMEOUT_SECONDS) -> None:
+        """Starts idle workers now, up to `count` (and the idle limit), and waits until they are
+        up (`timeout` at most): the first jobs then start on running workers, and a fleet
+        started at once does not start its first jobs while its workers are still starting (a
+        worker takes about 30 ms of CPU to start). One that does not come up is discarded."""
         with self._lock:
             missing = min(count, self.max_idle) - len(self._idle) - len(self._busy)
+        started = []
         for _ in range(missing):
             try:
-                worker = _Worker(self.spool, next(self._serials))
+                started.append(_Worker(self.spool, next(self._serials), answer=True))
             except OSError:
-                return  # the jobs start them on demand, and say why if they cannot
+                break  # the jobs start them on demand, and say why if they cannot
+        deadline = time.monotonic() + timeout
+        for worker in started:
+            up = worker.ready(max(0.0, deadline - time.monotonic()))
             with self._lock:
-                if not self._closed:
+                if up and not self._closed:
                     self._idle.append(worker)
                     continue
             worker.discard()
-            return
 
     # -- per-job requests -----------------------------------------------------------------------
 

@@ -123,8 +123,10 @@ def main(jobs_fd: int, control_fd: int) -> None:
     for fd in (jobs_fd, control_fd):  # a job's subprocesses must not keep the daemon's sockets
         os.set_inheritable(fd, False)
     jobs = Channel(jobs_fd)
-    hello = _receive(jobs)
-    sys.path[:] = hello[1]  # import jobs exactly as the daemon would
+    _, path, answer = _receive(jobs)
+    sys.path[:] = path  # import jobs exactly as the daemon would
+    if answer:  # the daemon waits for its workers to be up before it claims (warm)
+        jobs.send(("ready",))
     running = _Running()
     control = threading.Thread(target=_control, args=(Channel(control_fd), running), daemon=True)
     control.start()

@@ -244,7 +244,7 @@ class BareWorker:
             )
         self.jobs = Channel(jobs.detach())
         self.control = Channel(control.detach())
-        self.jobs.send(("hello", sys.path))
+        self.jobs.send(("hello", sys.path, False))
 
     def close(self) -> None:
         self.jobs.close()
