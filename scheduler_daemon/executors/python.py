@@ -44,7 +44,7 @@ from scheduler_daemon.executors.wire import Channel
 WORKER_MODULE = "scheduler_daemon.executors.python_worker"
 _TARGET = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_][\w.]*")
 _CLOSE_MARGIN_SECONDS = 2.0
-WARM_TIMEOUT_SECONDS = 10.0
+WARM_TIMEOUT_SECONDS = 5.0
 
 
 class _Worker:
