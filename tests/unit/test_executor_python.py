@@ -1,10 +1,13 @@
 """The python executor: pooled workers, exceptions, kills, crashes and the worker's own deadline."""
 
+import fcntl
 import json
 import os
 import socket
+import struct
 import subprocess
 import sys
+import termios
 import threading
 import time
 from collections.abc import Iterator
@@ -20,6 +23,7 @@ from scheduler_daemon.executors.python_worker import (
     job_message,
 )
 from scheduler_daemon.executors.wire import OUTPUT_TAIL_BYTES, Channel
+from tests.support import wait_for
 from tests.unit.executor_support import KILL_MARGIN, context, wait_outcome
 
 
@@ -230,6 +234,11 @@ def test_close_stops_running_jobs_and_reaps_every_worker(
     assert not Path(f"/proc/{busy_pid}").exists()
 
 
+def _unread(channel: Channel) -> int:
+    """Bytes sent on our end of a socketpair that the other end has not read yet."""
+    return int(struct.unpack("i", fcntl.ioctl(channel.fd, termios.TIOCOUTQ, b"\0" * 4))[0])
+
+
 class BareWorker:
     """A worker process driven directly, standing in for a daemon that is frozen or dead: our
     ends of its job and control sockets."""
@@ -294,15 +303,16 @@ def test_a_cancel_reaches_its_job_whichever_socket_is_read_first(
     tmp_path: Path, cancel_first: bool
 ) -> None:
     # The cancel comes on the control socket and the job on the job socket: the worker may read
-    # either first. With the cancel first (its thread reads it while the main thread still waits
-    # for the job; the pause lets it), a worker that reset `cancelled` when a job began lost it
-    # and the job waited its full 30 s; the cancel names its job, and the job takes it.
+    # either first. Cancel first is forced: the job is sent only once the worker has read the
+    # cancel (our end's unread-bytes count is back to 0). A worker that reset `cancelled` when a
+    # job began lost it there and the job waited its full 30 s; the cancel names its job, and
+    # the job takes it.
     worker = BareWorker()
     run = job_message(7, "tests.jobs:patient", context(), str(tmp_path / "out"))
     try:
         if cancel_first:
             worker.control.send(("cancel", 7))
-            time.sleep(0.2)
+            wait_for(lambda: _unread(worker.control) == 0, message="the worker to read the cancel")
             worker.jobs.send(run)
         else:
             worker.jobs.send(run)
