@@ -128,6 +128,67 @@ BEGIN
 END
 $function$;
 
+CREATE OR REPLACE FUNCTION public.sd_succeed_runs_v2(p_ids bigint[], p_tokens bigint[], p_occurrence_ids bigint[], p_task_ids bigint[], p_exit_codes integer[], p_http_statuses integer[], p_output_tails text[], p_errors text[], p_owner text, p_channel text, p_wake boolean, p_now timestamp with time zone)
+ RETURNS SETOF bigint
+ LANGUAGE plpgsql
+ SET enable_seqscan TO 'off'
+ SET jit TO 'off'
+ SET plan_cache_mode TO 'force_generic_plan'
+AS $function$
+#variable_conflict use_column
+BEGIN
+    PERFORM 1 FROM task WHERE id = ANY(p_task_ids) ORDER BY id FOR UPDATE;
+    PERFORM 1 FROM occurrence WHERE id = ANY(p_occurrence_ids) ORDER BY id FOR UPDATE;
+    PERFORM 1 FROM run WHERE id = ANY(p_ids) ORDER BY id FOR UPDATE;
+    IF p_wake THEN
+        PERFORM pg_notify(p_channel, 'finished');
+    END IF;
+    RETURN QUERY
+    WITH mine AS MATERIALIZED (
+        -- The runs of the batch still ours at their token, whose occurrence is still running
+        -- at that token: each looked up by its keys inside the loop over the batch.
+        SELECT f.* FROM unnest(p_ids, p_tokens, p_occurrence_ids, p_exit_codes,
+                               p_http_statuses, p_output_tails, p_errors)
+                 AS f(id, token, occurrence_id, exit_code, http_status, output_tail, error)
+        CROSS JOIN LATERAL (
+            SELECT 1 FROM run r JOIN occurrence o ON o.id = r.occurrence_id
+            WHERE r.id = f.id AND r.occurrence_id = f.occurrence_id AND r.lease_token = f.token
+              AND r.owner = p_owner AND r.finished_at IS NULL
+              AND o.status = 'running' AND o.lease_token = f.token
+            OFFSET 0) fenced
+    ), ended AS MATERIALIZED (
+        UPDATE run r SET status = 'success', exit_code = f.exit_code,
+            http_status = f.http_status, output_tail = f.output_tail, error = f.error,
+            finished_at = coalesce(p_now, clock_timestamp()), finished_by = p_owner
+        FROM mine f WHERE r.id = f.id
+        RETURNING r.id, r.occurrence_id, f.error
+    ), finished AS (
+        UPDATE occurrence o SET status = 'success', error = ended.error, reason = NULL,
+            finished_at = coalesce(p_now, clock_timestamp()),
+            updated_at = coalesce(p_now, clock_timestamp()), claim_owner = NULL
+        FROM ended WHERE o.id = ended.occurrence_id
+        RETURNING o.id, o.task_id, o.occurrence_seq, o.scheduled_for, ended.error
+    ), newest AS (
+        SELECT DISTINCT ON (task_id) * FROM finished ORDER BY task_id, occurrence_seq DESC
+    ), shown AS (
+        UPDATE task SET last_outcome_seq = n.occurrence_seq, last_occurrence_id = n.id,
+            last_scheduled_for = n.scheduled_for, last_status = 'success',
+            last_finished_at = coalesce(p_now, clock_timestamp()), last_error = n.error,
+            status = CASE WHEN task.schedule_kind = 'once' AND task.status = 'running'
+                               AND NOT EXISTS (
+                              SELECT 1 FROM occurrence newer
+                              WHERE newer.task_id = task.id
+                                AND newer.occurrence_seq > n.occurrence_seq
+                                AND NOT (newer.trigger = 'manual' AND newer.status = 'skipped'))
+                          THEN 'completed' ELSE task.status END,
+            updated_at = coalesce(p_now, clock_timestamp())
+        FROM newest n WHERE task.id = n.task_id AND task.last_outcome_seq < n.occurrence_seq
+        RETURNING task.id
+    )
+    SELECT ended.id FROM ended;
+END
+$function$;
+
 CREATE OR REPLACE FUNCTION public.task_event_record()
  RETURNS trigger
  LANGUAGE plpgsql
