@@ -7,14 +7,14 @@ Create Date: 2026-12-06
 `sd_succeed_runs_v1` keeps the plan of its first call in a server process. A daemon makes that
 call on a young fleet, when the run table holds a few rows, and the planner then takes "every
 running run" for the cheapest side of the join with the batch: it walked a partial index of the
-running runs (`run_occurrence_running_key` or `run_build_running_idx`, whose entries include
-every run that ran since the last vacuum) and joined the batch to all of them. That plan stays
-until the table is analyzed. With 1,000 runs running fleet-wide, a batched success of 10 took
+running runs (`run_occurrence_running_key`, whose entries include every run that ran since the
+last vacuum) and joined the batch to all of them. That plan stays until the table is analyzed. With 1,000 runs running fleet-wide, a batched success of 10 took
 6.7-7.1 ms instead of 1.1-1.6 (auto_explain, tests/integration/test_query_plans.py builds the
 case). v2 does the same work in the same order, but checks the batch one run at a time, by its
 keys, before the update (a LATERAL lookup with OFFSET 0, which the planner keeps inside the loop
 over the batch), and asks whether a run is running as `finished_at IS NULL` (the same thing,
-by `run_finished_check`), which no partial index of running runs can serve.
+by `run_finished_check`), which no partial index of running runs can serve (a rewrite that
+still said `status = 'running'` walked `run_build_running_idx` instead).
 
 Only a new function, beside v1: a build before 0013 calls v1 as before.
 """
