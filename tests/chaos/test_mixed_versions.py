@@ -187,8 +187,13 @@ def test_a_rolling_upgrade_never_drops_or_doubles_a_run(empty_database_url, tmp_
         new_run = _kill_while_running(url, new_a, new_a_id)
         # The rescuer was frozen for a whole takeover just before: it first finds its own runs
         # taken over. Takeover at defaults is 15 s at most; one clean-clone CI run (2026-12-06)
-        # did not see it within 30 s, where three reruns passed: 60 s, and the cause is open.
-        assert _taken_over_by(url, new_run, timeout=60.0) == old_b_id
+        # did not see it within 30 s, where three reruns passed: 60 s, and the cause is open,
+        # so a failure here says what the rescuer logged.
+        try:
+            rescuer = _taken_over_by(url, new_run, timeout=60.0)
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}; old-b logged:\n{old_b.log()[-6000:]}") from None
+        assert rescuer == old_b_id, old_b.log()[-6000:]
         new_b = start("new-b", new_python)
         new_b.instance_id()
         # Roll the last old replica to the new build: SIGTERM drains it.
