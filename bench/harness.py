@@ -105,6 +105,9 @@ def environment(work: Workdir) -> dict[str, str]:
     return env
 
 
+PIN_ENV = "SCHEDULER_BENCH_PIN"
+
+
 class Processes:
     """Processes this run started, each in its own session so that its children (python
     workers, the shell watchdog and its jobs) are ended with it at the end."""
@@ -113,6 +116,8 @@ class Processes:
         self.procs: list[subprocess.Popen[bytes]] = []
 
     def start(self, argv: list[str], work: Workdir, log: str) -> subprocess.Popen[bytes]:
+        if os.environ.get(PIN_ENV):  # bench/run.py --pin: the n-th process on core n mod cores
+            argv = ["taskset", "-c", str(len(self.procs) % (os.cpu_count() or 1)), *argv]
         with open(work.path / log, "wb") as out:
             proc = subprocess.Popen(
                 argv,

@@ -66,7 +66,16 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=10, help="PgQueuer batch size in b")
     parser.add_argument("--explain", action="store_true", help="print the hot statements' plans")
     parser.add_argument("--json", dest="json_path", help="also write the figures to this file")
+    parser.add_argument(
+        "--pin",
+        action="store_true",
+        help="each daemon and each PgQueuer worker, with what it starts, on one core (taskset)",
+    )
     args = parser.parse_args()
+    if args.pin:
+        from bench.harness import PIN_ENV
+
+        os.environ[PIN_ENV] = "1"
     size = {k: v[1] if args.quick else v[0] for k, v in SIZES.items()}
     size["batch"] = args.batch
     only = set(args.only.replace(",", ""))
