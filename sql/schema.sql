@@ -20,6 +20,8 @@ CREATE OR REPLACE FUNCTION public.sd_claim_launch_v1(p_key bigint, p_slots integ
  SET enable_sort TO 'off'
  SET jit TO 'off'
  SET plan_cache_mode TO 'force_generic_plan'
+ SET enable_hashjoin TO 'off'
+ SET enable_mergejoin TO 'off'
 AS $function$
 #variable_conflict use_column
 BEGIN
@@ -79,6 +81,8 @@ CREATE OR REPLACE FUNCTION public.sd_succeed_runs_v1(p_ids bigint[], p_tokens bi
  SET enable_seqscan TO 'off'
  SET jit TO 'off'
  SET plan_cache_mode TO 'force_generic_plan'
+ SET enable_hashjoin TO 'off'
+ SET enable_mergejoin TO 'off'
 AS $function$
 #variable_conflict use_column
 BEGIN
@@ -134,6 +138,8 @@ CREATE OR REPLACE FUNCTION public.sd_succeed_runs_v2(p_ids bigint[], p_tokens bi
  SET enable_seqscan TO 'off'
  SET jit TO 'off'
  SET plan_cache_mode TO 'force_generic_plan'
+ SET enable_hashjoin TO 'off'
+ SET enable_mergejoin TO 'off'
 AS $function$
 #variable_conflict use_column
 BEGIN

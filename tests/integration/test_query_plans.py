@@ -309,3 +309,85 @@ def test_the_batched_success_looks_each_run_up_by_key_after_planning_on_a_young_
         key = lines[at + 1]
         assert "Index Cond:" in key, f"{lines[scan].strip()} looks nothing up by key:\n{plans}"
         assert "status" not in key, f"{lines[scan].strip()} walks a status:\n{plans}"
+
+
+def _joins_by_key(plans: str) -> None:
+    """No statement of the plans joins a whole table: every join is a nested loop whose inner
+    side looks its rows up by key (a hash or merge join reads its inner table whole)."""
+    assert "Hash Join" not in plans, plans
+    assert "Merge Join" not in plans, plans
+
+
+def test_the_claim_launches_each_row_by_key_after_an_analyze_of_a_backlog(database_url) -> None:
+    # A backlog (an outage's catch-up, a burst of triggers) that autovacuum analyzed: the
+    # planner expects a tenth of the queued rows per claim and, before revision 0014, updated
+    # the claimed rows through a hash join that read the whole occurrence table by its primary
+    # key (seqscans are off in the function), in every claim until the next ANALYZE: with
+    # 30,000 queued, 3 daemons ran 1,108 no-op jobs/s instead of 3,861 and the server spent
+    # 0.87 ms a job instead of 0.16 (docs/performance.md). Fails against revision 0013.
+    query(
+        database_url,
+        """INSERT INTO task (name, schedule_kind, every, anchor_at, executor, payload, overlap)
+           VALUES ('t', 'interval', '1 hour', now(), 'shell', '{"command": "true"}', 'allow')""",
+    )
+    query(
+        database_url,
+        """INSERT INTO occurrence (task_id, occurrence_seq, scheduled_for, trigger, overlap, status,
+                                   not_before)
+           SELECT 1, g, now(), 'manual', 'allow', 'queued', now()
+           FROM generate_series(1, 20000) g RETURNING 1""",
+    )
+    query(database_url, "ANALYZE")
+    plans = _claim_plan(database_url, CLAIM)
+    _joins_by_key(plans)
+    assert "Index Scan using occurrence_pkey on occurrence o" in plans, plans
+
+
+def test_the_batched_success_finds_each_row_by_key_after_an_analyze_of_a_young_fleet(
+    database_url,
+) -> None:
+    # Autovacuum analyzed the run table while it held a few rows (a new fleet, its first
+    # minute): the success then joined its batch to the runs through a hash join over every
+    # run's primary key, planned for 28 rows and kept while the table grew, until the next
+    # ANALYZE (auto_explain in bench/run.py section a, 2026-12-06). This analyzes 30 runs,
+    # plans, grows the fleet to 3,000 runs without an ANALYZE, and asserts the second call's
+    # plans join nothing whole. Fails against revision 0013.
+    for table in ("task", "occurrence", "run"):
+        query(database_url, f"ALTER TABLE {table} SET (autovacuum_enabled = false)")
+    query(
+        database_url,
+        """INSERT INTO task (name, schedule_kind, every, anchor_at, executor, payload, overlap,
+                             occurrence_seq)
+           VALUES ('t', 'interval', '1 hour', now(), 'shell', '{"command": "true"}', 'allow',
+                   3000)""",
+    )
+    query(
+        database_url,
+        """INSERT INTO occurrence (task_id, occurrence_seq, scheduled_for, trigger, overlap,
+                                   status, not_before, attempts, lease_token, claim_owner)
+           SELECT 1, g, now(), 'manual', 'allow', 'running', now(), 1, 1, 'o'
+           FROM generate_series(1, 3000) g RETURNING 1""",
+    )
+    add_runs = """INSERT INTO run (occurrence_id, attempt, owner, lease_token, lease_expires_at,
+                                   takeover_at, build_revision)
+                  SELECT id, 1, 'o', 1, now(), now(), 'x' FROM occurrence
+                  WHERE id {} RETURNING 1"""
+    query(database_url, add_runs.format("<= 30"))
+    query(database_url, "ANALYZE")
+
+    def grow() -> None:
+        query(database_url, add_runs.format("> 30"))
+
+    batch = {
+        **SUCCEED,
+        "ids": list(range(1, 11)),
+        "tokens": [1] * 10,
+        "occurrence_ids": list(range(1, 11)),
+        "task_ids": [1],
+        "exit_codes": [0] * 10,
+        "http_statuses": [None] * 10,
+        "output_tails": [None] * 10,
+        "errors": [None] * 10,
+        "owner": "o",
+    }
+    _joins_by_key(nested_plans(database_url, _statement("run_succeed_many"), batch, between=grow))
