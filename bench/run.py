@@ -32,6 +32,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # `python bench/run.py`
 
 from bench import counted
+from bench.harness import compile_sources, median_run
 
 SIZES = {
     # name: (full, quick)
@@ -67,6 +68,13 @@ def main() -> None:
     parser.add_argument("--explain", action="store_true", help="print the hot statements' plans")
     parser.add_argument("--json", dest="json_path", help="also write the figures to this file")
     parser.add_argument(
+        "--repeat",
+        type=int,
+        default=1,
+        help="a, b and i run this many times, alternating ours and PgQueuer; each figure is the "
+        "median (the single runs are printed too)",
+    )
+    parser.add_argument(
         "--pin",
         action="store_true",
         help="each daemon and each PgQueuer worker, with what it starts, on one core (taskset)",
@@ -79,6 +87,7 @@ def main() -> None:
     size = {k: v[1] if args.quick else v[0] for k, v in SIZES.items()}
     size["batch"] = args.batch
     only = set(args.only.replace(",", ""))
+    compile_sources()
     counter = counted.install()  # the Client's round trips in h
 
     from scheduler_daemon.logconfig import configure
@@ -99,7 +108,7 @@ def main() -> None:
         from bench.explain import explain
 
         print("\n# EXPLAIN of the hot statements\n")
-        print(explain(server, size["stored"], 100_000 if not args.quick else 20_000))
+        print(explain(server, int(size["stored"]), 100_000 if not args.quick else 20_000))
     if args.json_path:
         Path(args.json_path).write_text(json.dumps(figures, indent=2, default=str))
 
@@ -146,14 +155,22 @@ def _throughput_sections(
 
     server, jobs, cap = args.database_url, size["jobs"], 2 * args.batch
     for w in (1, 3):
+        plan: list[tuple[str, Callable[..., dict[str, float]], tuple[Any, ...]]] = []
         if "a" in only:
-            report(f"ours_{w}", sections.ours_throughput(server, jobs, w, args.concurrency))
+            plan.append((f"ours_{w}", sections.ours_throughput, (args.concurrency,)))
         if "b" in only:
-            report(f"pgqueuer_{w}", sections.pgq_throughput(server, jobs, w, args.batch))
+            plan.append((f"pgqueuer_{w}", sections.pgq_throughput, (args.batch,)))
         if "i" in only:
-            report(f"ours_capped_{w}", sections.ours_throughput(server, jobs, w, cap))
-            capped = sections.pgq_throughput(server, jobs, w, args.batch, cap)
-            report(f"pgqueuer_capped_{w}", capped)
+            plan.append((f"ours_capped_{w}", sections.ours_throughput, (cap,)))
+            plan.append((f"pgqueuer_capped_{w}", sections.pgq_throughput, (args.batch, cap)))
+        runs: dict[str, list[dict[str, float]]] = {key: [] for key, _, _ in plan}
+        for _ in range(args.repeat):  # alternating, so a slow stretch of the host hits both
+            for key, measure, extra in plan:
+                runs[key].append(measure(server, jobs, w, *extra))
+                if args.repeat > 1:
+                    print(f"  {key} run {len(runs[key])}: {_fmt(runs[key][-1])}", flush=True)
+        for key, results in runs.items():
+            report(key, median_run(results))
 
 
 def _fmt(value: Any) -> str:
