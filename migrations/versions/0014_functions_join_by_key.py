@@ -42,7 +42,9 @@ def upgrade() -> None:
     op.execute("SET LOCAL lock_timeout = '5s'")
     op.execute("SET LOCAL statement_timeout = '60s'")
     for function in FUNCTIONS:
-        op.execute(f"ALTER FUNCTION {function} SET enable_hashjoin = off SET enable_mergejoin = off")
+        op.execute(
+            f"ALTER FUNCTION {function} SET enable_hashjoin = off SET enable_mergejoin = off"
+        )
 
 
 def downgrade() -> None:
