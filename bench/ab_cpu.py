@@ -8,7 +8,7 @@ with the same N queued no-op python jobs, and W daemons started from its tree, b
 once; when both queues are done, it prints the CPU milliseconds per job of each fleet's daemons,
 python workers and server backends (those of its database), and the ratio B/A. One fleet's jobs/s
 moves by 10-30% from one minute to the next on a 2-core machine; the two fleets here share every
-such minute, and a tree against itself measures B/A within about 2%. `--sql-b` runs a file in
+such minute, and a tree against itself measured B/A = 0.995-1.003. `--sql-b` runs a file in
 B's database after migration (a diagnosis: a changed function, a dropped index).
 """
 
