@@ -247,16 +247,25 @@ def test_the_functions_plans_made_on_empty_tables_stay_on_the_indexes_as_the_tab
     assert "Seq Scan" not in plans, plans
 
 
-def test_the_batched_success_looks_each_run_up_by_key_after_planning_on_a_young_fleet(
-    database_url,
-) -> None:
-    # The function keeps the plans of its first call in a session, made here (as on a new
-    # fleet) while the run table holds ten rows. sd_succeed_runs_v1 then joined the batch to
-    # every running run, walking a partial index of them with no key (its entries are every run
-    # since the last vacuum): with 1,000 runs running, a batch of 10 took 6.7-7.1 ms instead
-    # of 1.1-1.6 (revision 0013). This grows the fleet to 1,000 running runs and 2,000 finished
-    # ones without an ANALYZE, and asserts that every scan of `run` or `occurrence` in the
-    # success's plans has a key to look up. It fails against v1 (the run scan has none).
+# A batch of ten successes of the young fleet's first runs (run i of occurrence i, token 1).
+_BATCH_OF_TEN = {
+    **SUCCEED,
+    "ids": list(range(1, 11)),
+    "tokens": [1] * 10,
+    "occurrence_ids": list(range(1, 11)),
+    "task_ids": [1],
+    "exit_codes": [0] * 10,
+    "http_statuses": [None] * 10,
+    "output_tails": [None] * 10,
+    "errors": [None] * 10,
+    "owner": "o",
+}
+
+
+def _young_fleet(database_url: str) -> str:
+    """One task with 3,000 running occurrences and no runs yet, autovacuum off (no ANALYZE
+    replans behind the test's back); returns the statement that adds their runs, with a `{}`
+    for the condition on the occurrence id."""
     for table in ("task", "occurrence", "run"):
         query(database_url, f"ALTER TABLE {table} SET (autovacuum_enabled = false)")
     query(
@@ -273,10 +282,23 @@ def test_the_batched_success_looks_each_run_up_by_key_after_planning_on_a_young_
            SELECT 1, g, now(), 'manual', 'allow', 'running', now(), 1, 1, 'o'
            FROM generate_series(1, 3000) g RETURNING 1""",
     )
-    add_runs = """INSERT INTO run (occurrence_id, attempt, owner, lease_token, lease_expires_at,
+    return """INSERT INTO run (occurrence_id, attempt, owner, lease_token, lease_expires_at,
                                    takeover_at, build_revision)
                   SELECT id, 1, 'o', 1, now(), now(), 'x' FROM occurrence
                   WHERE id {} RETURNING 1"""
+
+
+def test_the_batched_success_looks_each_run_up_by_key_after_planning_on_a_young_fleet(
+    database_url,
+) -> None:
+    # The function keeps the plans of its first call in a session, made here (as on a new
+    # fleet) while the run table holds ten rows. sd_succeed_runs_v1 then joined the batch to
+    # every running run, walking a partial index of them with no key (its entries are every run
+    # since the last vacuum): with 1,000 runs running, a batch of 10 took 6.7-7.1 ms instead
+    # of 1.1-1.6 (revision 0013). This grows the fleet to 1,000 running runs and 2,000 finished
+    # ones without an ANALYZE, and asserts that every scan of `run` or `occurrence` in the
+    # success's plans has a key to look up. It fails against v1 (the run scan has none).
+    add_runs = _young_fleet(database_url)
     query(database_url, add_runs.format("<= 10"))
 
     def grow() -> None:
@@ -286,19 +308,7 @@ def test_the_batched_success_looks_each_run_up_by_key_after_planning_on_a_young_
             "UPDATE run SET status = 'success', finished_at = now() WHERE id > 1000 RETURNING 1",
         )
 
-    batch = {
-        **SUCCEED,
-        "ids": list(range(1, 11)),
-        "tokens": [1] * 10,
-        "occurrence_ids": list(range(1, 11)),
-        "task_ids": [1],
-        "exit_codes": [0] * 10,
-        "http_statuses": [None] * 10,
-        "output_tails": [None] * 10,
-        "errors": [None] * 10,
-        "owner": "o",
-    }
-    plans = nested_plans(database_url, _statement("run_succeed_many"), batch, between=grow)
+    plans = nested_plans(database_url, _statement("run_succeed_many"), _BATCH_OF_TEN, between=grow)
     lines = plans.splitlines()
     scans = [i for i, line in enumerate(lines) if re.search(r"Scan .*on (run|occurrence)\b", line)]
     assert len(scans) >= 6, plans  # the three locks, the lookups, the two updates' rows
@@ -352,42 +362,13 @@ def test_the_batched_success_finds_each_row_by_key_after_an_analyze_of_a_young_f
     # ANALYZE (auto_explain in bench/run.py section a, 2026-12-06). This analyzes 30 runs,
     # plans, grows the fleet to 3,000 runs without an ANALYZE, and asserts the second call's
     # plans join nothing whole. Fails against revision 0013.
-    for table in ("task", "occurrence", "run"):
-        query(database_url, f"ALTER TABLE {table} SET (autovacuum_enabled = false)")
-    query(
-        database_url,
-        """INSERT INTO task (name, schedule_kind, every, anchor_at, executor, payload, overlap,
-                             occurrence_seq)
-           VALUES ('t', 'interval', '1 hour', now(), 'shell', '{"command": "true"}', 'allow',
-                   3000)""",
-    )
-    query(
-        database_url,
-        """INSERT INTO occurrence (task_id, occurrence_seq, scheduled_for, trigger, overlap,
-                                   status, not_before, attempts, lease_token, claim_owner)
-           SELECT 1, g, now(), 'manual', 'allow', 'running', now(), 1, 1, 'o'
-           FROM generate_series(1, 3000) g RETURNING 1""",
-    )
-    add_runs = """INSERT INTO run (occurrence_id, attempt, owner, lease_token, lease_expires_at,
-                                   takeover_at, build_revision)
-                  SELECT id, 1, 'o', 1, now(), now(), 'x' FROM occurrence
-                  WHERE id {} RETURNING 1"""
+    add_runs = _young_fleet(database_url)
     query(database_url, add_runs.format("<= 30"))
     query(database_url, "ANALYZE")
 
     def grow() -> None:
         query(database_url, add_runs.format("> 30"))
 
-    batch = {
-        **SUCCEED,
-        "ids": list(range(1, 11)),
-        "tokens": [1] * 10,
-        "occurrence_ids": list(range(1, 11)),
-        "task_ids": [1],
-        "exit_codes": [0] * 10,
-        "http_statuses": [None] * 10,
-        "output_tails": [None] * 10,
-        "errors": [None] * 10,
-        "owner": "o",
-    }
-    _joins_by_key(nested_plans(database_url, _statement("run_succeed_many"), batch, between=grow))
+    _joins_by_key(
+        nested_plans(database_url, _statement("run_succeed_many"), _BATCH_OF_TEN, between=grow)
+    )
