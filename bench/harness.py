@@ -216,13 +216,13 @@ def compile_sources() -> None:
         compileall.compile_dir(ROOT / directory, quiet=1)
 
 
-def median_run(runs: list[dict[str, float]]) -> dict[str, float]:
+def median_run(runs: list[dict[str, Any]]) -> dict[str, Any]:
     """Of repeated runs of one measurement, the one with the median jobs/s (the lower middle
     of an even count), with every run's jobs/s beside it."""
     ordered = sorted(runs, key=lambda run: run["jobs_s"])
     middle = dict(ordered[(len(ordered) - 1) // 2])
     if len(runs) > 1:
-        middle["jobs_s_runs"] = [run["jobs_s"] for run in runs]  # type: ignore[assignment]
+        middle["jobs_s_runs"] = [run["jobs_s"] for run in runs]
     return middle
 
 

@@ -32,7 +32,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # `python bench/run.py`
 
 from bench import counted
-from bench.harness import compile_sources, median_run
+from bench.harness import PIN_ENV, compile_sources, median_run
 
 SIZES = {
     # name: (full, quick)
@@ -81,8 +81,6 @@ def main() -> None:
     )
     args = parser.parse_args()
     if args.pin:
-        from bench.harness import PIN_ENV
-
         os.environ[PIN_ENV] = "1"
     size = {k: v[1] if args.quick else v[0] for k, v in SIZES.items()}
     size["batch"] = args.batch
@@ -163,7 +161,7 @@ def _throughput_sections(
         if "i" in only:
             plan.append((f"ours_capped_{w}", sections.ours_throughput, (cap,)))
             plan.append((f"pgqueuer_capped_{w}", sections.pgq_throughput, (args.batch, cap)))
-        runs: dict[str, list[dict[str, float]]] = {key: [] for key, _, _ in plan}
+        runs: dict[str, list[dict[str, Any]]] = {key: [] for key, _, _ in plan}
         for _ in range(args.repeat):  # alternating, so a slow stretch of the host hits both
             for key, measure, extra in plan:
                 runs[key].append(measure(server, jobs, w, *extra))

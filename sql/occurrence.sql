@@ -93,7 +93,9 @@ SELECT count(*) FROM occurrence WHERE status IN ('launching', 'running')
 -- 1. Plans without sequential or bitmap scans, sorts or JIT (its SET clauses), so the plan does
 --    not depend on fresh statistics (a queue that grew since the last ANALYZE, or since the
 --    function first planned on an empty table, was otherwise read and sorted whole by every
---    claim: the ordered walk of occurrence_queue_idx is the only plan left).
+--    claim: the ordered walk of occurrence_queue_idx is the only plan left), and since revision
+--    0014 without hash or merge joins (statistics of a large backlog made the launch read every
+--    occurrence's primary key): the rows it claims are updated by key.
 -- 2. Takes the fleet budget's advisory lock (transaction-scoped: safe behind PgBouncer).
 -- 3. In the next statement, so its snapshot sees every claim committed before the lock: the free
 --    slots, least(`slots` here, the budget minus the occurrences executing, counted on

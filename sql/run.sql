@@ -165,8 +165,9 @@ GROUP BY build_revision ORDER BY build_revision NULLS FIRST
 -- limits as one simple query: `pooled_single_trip`), in sd_succeed_runs_v2 (migration 0013: its
 -- plans are made once per server process, without sequential scans, and it looks each run of
 -- the batch up by key, so a plan made on the young tables of a new fleet does not walk every
--- running run once they grow): no decision needs the locked
--- rows, since success is final whatever the attempts or a cancel request. Locks task →
+-- running run once they grow; 0014: nor hash joins, so no statistics make it read a whole
+-- table): no decision needs the locked rows, since success is final whatever the attempts or
+-- a cancel request. Locks task →
 -- occurrence → run (each in id order, the one lock order); then one statement ends each run
 -- still ours at its token whose occurrence is still running at that token, finishes those
 -- occurrences, shows each task its newest outcome (a one-shot task completes when nothing newer
