@@ -451,9 +451,17 @@ class Daemon:
 
         def work() -> None:
             # This pass claims right after: its freed slots take what the outcomes unblock.
-            completed = completer.run_once(wake_peers=False)
+            # The claim for the slots a batch of successes frees is sent with it (one
+            # transaction); another claim is wanted only for slots freed otherwise, or when
+            # that one did not see the end of the queue.
+            completed = completer.run_once(wake_peers=False, claim=launcher.request)
             self.metrics.record_completion(completed)
-            if completed.done:
+            if completed.claim is not None:
+                launched = launcher.launch(*completed.claim)
+                self.metrics.record_launch(launched)
+                if launched.more:
+                    self.launch_wanted.set()
+            if completed.done > completed.claim_freed:
                 self.launch_wanted.set()  # slots came free
             if time.monotonic() >= self._next_dispatch:
                 began = time.monotonic()

@@ -84,6 +84,10 @@ WHERE o.id = %(id)s
 -- Occurrences holding a slot of the fleet budget; run after the budget lock, in its own statement.
 SELECT count(*) FROM occurrence WHERE status IN ('launching', 'running')
 
+-- fragment: claim_launch
+SELECT * FROM sd_claim_launch_v1(%(key)s::bigint, %(slots)s::int, %(owner)s::text,
+    %(ttl)s::interval, %(grace)s::interval, %(build_revision)s::text, %(now)s::timestamptz)
+
 -- name: occurrence_claim_launch :many
 -- A whole claim in one round trip and one transaction (sent after the per-transaction limits
 -- as one simple query, no BEGIN or COMMIT: `pooled_single_trip`), so the fleet budget's lock is
@@ -113,8 +117,17 @@ SELECT count(*) FROM occurrence WHERE status IN ('launching', 'running')
 -- Time is clock_timestamp() (read after the budget lock wait) unless a test pins `now`.
 -- Always one row at least: `free` is the number of slots the claim could fill; a row with a
 -- NULL id means nothing was claimed.
-SELECT * FROM sd_claim_launch_v1(%(key)s::bigint, %(slots)s::int, %(owner)s::text,
-    %(ttl)s::interval, %(grace)s::interval, %(build_revision)s::text, %(now)s::timestamptz)
+{{claim_launch}}
+
+-- name: occurrence_claim_launch_after_successes :many
+-- occurrence_claim_launch sent after a batch of successes, in their transaction and round trip
+-- (`run_store.succeed_many`): the successes free their slots and the claim fills them, under one
+-- commit. The claim waits for the budget's lock as long as it does alone (`claim_lock_timeout`),
+-- not the short first-try wait the successes' row locks get. The budget's lock is taken after
+-- the successes' task, occurrence and run locks, and its holder waits for no row lock (its
+-- picks skip locked rows, its writes are to rows it holds or inserts), so no cycle can form.
+SELECT set_config('lock_timeout', %(claim_lock_timeout)s, true);
+{{claim_launch}}
 
 -- name: occurrence_release_claims :rowcount
 -- Gives back this instance's claims that never launched (shutdown).

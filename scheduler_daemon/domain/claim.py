@@ -55,3 +55,14 @@ class Launched:
             lease_token=row["lease_token"],
             started_at=row["started_at"],
         )
+
+
+@dataclass(frozen=True)
+class ClaimRequest:
+    """A claim ready to be sent: its named statement and parameters, and when it was made on
+    this host's monotonic clock (the leases it takes start no earlier, so its jobs' trust
+    deadline counts from then). The loop sends it alone, or after the successes whose slots it
+    fills, in their transaction."""
+
+    statement: tuple[str, dict[str, Any]]
+    made_at: float

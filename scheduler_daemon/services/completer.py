@@ -12,6 +12,7 @@ import structlog
 from psycopg_pool import ConnectionPool
 
 from scheduler_daemon import logconfig
+from scheduler_daemon.domain.claim import ClaimRequest
 from scheduler_daemon.domain.held import HeldRun, HeldRuns
 from scheduler_daemon.domain.occurrence import Occurrence
 from scheduler_daemon.domain.outcome import Decision, decide, settlement
@@ -49,6 +50,10 @@ class CompleteResult:
     kept: int = 0  # outcomes kept in memory because the database is unreachable
     fenced: int = 0  # completions that found the token moved on
     finished: list[Finished] = field(default_factory=list)
+    # The claim sent with the successes (`run_once(claim=...)`), with the rows it returned; and
+    # how many of the runs that left the held set it counted as freed.
+    claim: tuple[ClaimRequest, Any] | None = None
+    claim_freed: int = 0
 
 
 class Fenced(Exception):
@@ -67,10 +72,19 @@ class Completer:
         self.held = held
         self.max_interruptions = max_interruptions
 
-    def run_once(self, *, wake_peers: bool = True) -> CompleteResult:
+    def run_once(
+        self,
+        *,
+        wake_peers: bool = True,
+        claim: Callable[[int], ClaimRequest | None] | None = None,
+    ) -> CompleteResult:
         """Writes every finished job's outcome; `done` counts the runs that left the held set.
         `wake_peers=False` when this loop claims right after (its freed slots take what the
         outcomes unblock): the successes then wake no other daemon.
+        `claim(n)`: the claim to send after the batch of successes, in its transaction and round
+        trip, for the slots free once its `n` runs leave; it comes back in `result.claim` with
+        the rows it returned (None when no batch of successes was written, or the batch met a
+        locked row and nothing of it committed: the caller claims on its own).
         The finished runs are written together: one transaction, one fenced multi-row statement
         per table, which still tells per run whether it was fenced. A batch whose rows are
         locked by someone else past a short wait falls back to one unit per run: each unit's
@@ -95,7 +109,9 @@ class Completer:
             (locked if run.retry_at > 0 else ready).append(run)
         successes = [run for run in ready if run.outcome.status == "success"]
         others = [run for run in ready if run.outcome.status != "success"]
-        write_successes = functools.partial(self._write_successes, wake_peers=wake_peers)
+        write_successes = functools.partial(
+            self._write_successes, wake_peers=wake_peers, claim=claim, result=result
+        )
         if successes and not self._attempt_batch(successes, result, write_successes):
             others += successes  # a row was locked: each on its own
         if len(others) < 2 or not self._attempt_batch(others, result, self._write_batch):
@@ -140,10 +156,19 @@ class Completer:
                 )
         return True
 
-    def _write_successes(self, runs: list[HeldRun], *, wake_peers: bool) -> dict[int, Completion]:
+    def _write_successes(
+        self,
+        runs: list[HeldRun],
+        *,
+        wake_peers: bool,
+        claim: Callable[[int], ClaimRequest | None] | None,
+        result: CompleteResult,
+    ) -> dict[int, Completion]:
         """Successes need no decision from the locked rows (success is final whatever the
-        attempts or a cancel request): the whole batch in one round trip."""
-        written = run_store.succeed_many(
+        attempts or a cancel request): the whole batch in one round trip, with the claim that
+        fills the slots they free (one transaction, one commit, not two)."""
+        request = None if claim is None else claim(len(runs))
+        written, claimed = run_store.succeed_many(
             self.pool,
             [
                 Success(
@@ -161,7 +186,10 @@ class Completer:
             owner=self.instance_id,
             limits=FIRST_TRY_LIMITS,
             wake_peers=wake_peers,
+            then=None if request is None else request.statement,
         )
+        if request is not None:
+            result.claim, result.claim_freed = (request, claimed), len(runs)
         completions: dict[int, Completion] = {}
         for run in runs:
             if run.run_id in written:

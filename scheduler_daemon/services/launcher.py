@@ -5,16 +5,18 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Any
 
 import structlog
 from psycopg_pool import ConnectionPool
 
 from scheduler_daemon import logconfig
-from scheduler_daemon.domain.claim import Claim, Launched
+from scheduler_daemon.domain.claim import Claim, ClaimRequest, Launched
 from scheduler_daemon.domain.held import HeldRun, HeldRuns
 from scheduler_daemon.executors.base import Executor, JobContext
 from scheduler_daemon.settings import DaemonSettings
 from scheduler_daemon.storage import occurrence_store
+from scheduler_daemon.storage.database import pooled_single_trip
 
 log = structlog.get_logger()
 
@@ -61,23 +63,35 @@ class Launcher:
 
     def run_once(self, now: datetime | None = None) -> LaunchResult:
         """One batch: claim, launch, start. `now` pins the database clock (tests)."""
-        result = LaunchResult()
-        free_slots = self.settings.concurrency - len(self.held)
+        request = self.request(now=now)
+        if request is None:
+            return LaunchResult(more=True)
+        return self.launch(request, pooled_single_trip(self.pool, request.statement))
+
+    def request(self, freed: int = 0, now: datetime | None = None) -> ClaimRequest | None:
+        """The claim for this instance's free slots; None when no slot is free. `freed` > 0:
+        the claim is sent after the successes of that many held runs, in their transaction
+        (`Completer.run_once(claim=...)`), and takes their slots too."""
+        free_slots = self.settings.concurrency - len(self.held) + freed
         if free_slots <= 0:
-            result.more = True
-            return result
-        sent = time.monotonic()  # the leases start no earlier than this (database clock)
-        limit, launched = occurrence_store.claim_launch(
-            self.pool,
+            return None
+        statement = occurrence_store.claim_launch_statement(
             owner=self.instance_id,
             slots=free_slots,
             ttl=self.settings.lease_ttl,
             grace=self.settings.lease_grace,
             now=now,
+            after_successes=freed > 0,
         )
+        return ClaimRequest(statement, time.monotonic())
+
+    def launch(self, request: ClaimRequest, rows: list[dict[str, Any]]) -> LaunchResult:
+        """Starts the jobs of the claim `request`, whose statement returned `rows` (committed)."""
+        result = LaunchResult()
+        limit, launched = occurrence_store.launched(rows)
         result.claimed = result.launched = len(launched)
         result.more = len(launched) >= limit
-        deadline = self.settings.trust_deadline(sent)
+        deadline = self.settings.trust_deadline(request.made_at)
         for claim, run in launched:
             result.started.append(self._start(claim, run, deadline))
         return result

@@ -313,13 +313,36 @@ def pooled_single_trip(pool: ConnectionPool, then: Then, limits: Limits | None =
     transaction, so no lock it takes is held across a round trip. Returns what `then`'s
     cardinality promises, from its last statement. Errors as for `pooled_transaction`; on any
     error nothing is committed."""
-    name, params = then
-    sql = f"{query.QUERIES[_LIMITS].sql};\n{query.QUERIES[name].sql}"
+    (result,) = _single_trip(pool, [then], limits)
+    return result
+
+
+def pooled_single_trip_pair(
+    pool: ConnectionPool, first: Then, second: Then, limits: Limits | None = None
+) -> tuple[Any, Any]:
+    """`pooled_single_trip` of two named statements, `second` after `first` in the same
+    implicit transaction: both commit, or (on any error) neither. Returns what each one's
+    cardinality promises. A parameter both name must have one value."""
+    first_result, second_result = _single_trip(pool, [first, second], limits)
+    return first_result, second_result
+
+
+def _single_trip(pool: ConnectionPool, thens: list[Then], limits: Limits | None) -> list[Any]:
+    params: dict[str, Any] = {**_limit_params(limits or Limits())}
+    for name, then_params in thens:
+        clash = {k for k in set(then_params) & set(params) if then_params[k] != params[k]}
+        assert not clash, f"{name} gives parameters other values: {clash}"
+        params.update(then_params)
+    sql = ";\n".join(query.QUERIES[name].sql for name in [_LIMITS, *(name for name, _ in thens)])
     with _connection(pool) as conn:
         cursor = psycopg.ClientCursor(conn)
-        cursor.execute(sql, {**_limit_params(limits or Limits()), **params})
-        # Past the limits and `then`'s first statements, to its last result.
-        return _last_result(cursor, name, before=_statements(_LIMITS))
+        cursor.execute(sql, params)
+        results = []
+        before = _statements(_LIMITS)  # past the limits, and then each earlier statement's last
+        for name, _ in thens:
+            results.append(_last_result(cursor, name, before=before))
+            before = 1
+        return results
 
 
 @functools.cache

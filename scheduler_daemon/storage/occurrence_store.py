@@ -15,7 +15,7 @@ from scheduler_daemon.domain.outcome import Settlement
 from scheduler_daemon.domain.status import FINISHED, NOT_STARTED
 from scheduler_daemon.domain.task import TaskRecord
 from scheduler_daemon.storage import instance_store, query, task_store
-from scheduler_daemon.storage.database import pooled_single_trip, unit_statement
+from scheduler_daemon.storage.database import Limits, pooled_single_trip, unit_statement
 from scheduler_daemon.storage.fleet_store import BUDGET_LOCK_KEY
 
 
@@ -209,24 +209,43 @@ def claim_launch(
     running with its run, leased on the database clock until now + ttl (takeover after that +
     grace), naming this build (its schema head). Returns the slots the claim could fill
     (least of `slots` and the free budget) and the launched claims."""
+    statement = claim_launch_statement(owner=owner, slots=slots, ttl=ttl, grace=grace, now=now)
+    return launched(pooled_single_trip(pool, statement))
+
+
+def claim_launch_statement(
+    *,
+    owner: str,
+    slots: int,
+    ttl: timedelta,
+    grace: timedelta,
+    now: datetime | None = None,
+    after_successes: bool = False,
+) -> tuple[str, dict[str, Any]]:
+    """`claim_launch`'s statement and parameters, for a caller that sends it; `launched` reads
+    its rows. `after_successes`: it is sent after a batch of successes, in their transaction
+    (`run_store.succeed_many`), and waits for the budget's lock as long as it would alone."""
     from scheduler_daemon.storage.migration import head_revision  # alembic: load on first use
 
-    rows = pooled_single_trip(
-        pool,
-        (
-            "occurrence_claim_launch",
-            {
-                "key": BUDGET_LOCK_KEY,
-                "slots": slots,
-                "owner": owner,
-                "ttl": ttl,
-                "grace": grace,
-                "build_revision": head_revision(),
-                "now": now,
-            },
-        ),
-    )
-    launched = [
+    params = {
+        "key": BUDGET_LOCK_KEY,
+        "slots": slots,
+        "owner": owner,
+        "ttl": ttl,
+        "grace": grace,
+        "build_revision": head_revision(),
+        "now": now,
+    }
+    if not after_successes:
+        return "occurrence_claim_launch", params
+    after = {**params, "claim_lock_timeout": Limits().lock_timeout}
+    return "occurrence_claim_launch_after_successes", after
+
+
+def launched(rows: list[dict[str, Any]]) -> tuple[int, list[tuple[Claim, Launched]]]:
+    """The rows of `occurrence_claim_launch`: the slots the claim could fill, and the claims
+    it launched with their runs."""
+    claims = [
         (
             Claim.from_row(row),
             Launched(
@@ -240,7 +259,7 @@ def claim_launch(
         for row in rows
         if row["id"] is not None
     ]
-    return int(rows[0]["free"]), launched
+    return int(rows[0]["free"]), claims
 
 
 def release_claims(conn: psycopg.Connection[Any], owner: str) -> int:

@@ -10,7 +10,12 @@ from psycopg_pool import ConnectionPool
 
 from scheduler_daemon.domain.run import Run, TakeoverCandidate
 from scheduler_daemon.storage import query
-from scheduler_daemon.storage.database import Limits, pooled_single_trip
+from scheduler_daemon.storage.database import (
+    Limits,
+    Then,
+    pooled_single_trip,
+    pooled_single_trip_pair,
+)
 from scheduler_daemon.storage.instance_store import WAKEUP_CHANNEL
 
 
@@ -138,34 +143,38 @@ def succeed_many(
     owner: str,
     limits: Limits,
     wake_peers: bool = True,
-) -> set[int]:
+    then: Then | None = None,
+) -> tuple[set[int], Any]:
     """Records a batch of successful runs, their occurrences and their tasks' newest outcome in
     one transaction sent in one round trip (`run_succeed_many`), each run fenced on `owner` and
     its token, and its occurrence on that token too; returns the run ids written (a missing one
-    was fenced, and nothing was written for it). `wake_peers`: NOTIFY the idle daemons."""
+    was fenced, and nothing was written for it), and what `then` returned. `wake_peers`: NOTIFY
+    the idle daemons. `then`: a statement run after the successes in the same transaction and
+    round trip (the loop's next claim, which the freed slots take part in): both commit, or
+    neither; None without one."""
     ordered = sorted(successes, key=lambda s: s.run_id)
-    rows = pooled_single_trip(
-        pool,
-        (
-            "run_succeed_many",
-            {
-                "ids": [s.run_id for s in ordered],
-                "tokens": [s.token for s in ordered],
-                "occurrence_ids": [s.occurrence_id for s in ordered],
-                "task_ids": sorted({s.task_id for s in ordered}),
-                "exit_codes": [s.exit_code for s in ordered],
-                "http_statuses": [s.http_status for s in ordered],
-                "output_tails": [s.output_tail for s in ordered],
-                "errors": [s.error for s in ordered],
-                "owner": owner,
-                "channel": WAKEUP_CHANNEL,
-                "wake": wake_peers,
-                "now": None,
-            },
-        ),
-        limits,
+    statement = (
+        "run_succeed_many",
+        {
+            "ids": [s.run_id for s in ordered],
+            "tokens": [s.token for s in ordered],
+            "occurrence_ids": [s.occurrence_id for s in ordered],
+            "task_ids": sorted({s.task_id for s in ordered}),
+            "exit_codes": [s.exit_code for s in ordered],
+            "http_statuses": [s.http_status for s in ordered],
+            "output_tails": [s.output_tail for s in ordered],
+            "errors": [s.error for s in ordered],
+            "owner": owner,
+            "channel": WAKEUP_CHANNEL,
+            "wake": wake_peers,
+            "now": None,
+        },
     )
-    return {row["id"] for row in rows}
+    if then is None:
+        rows, after = pooled_single_trip(pool, statement, limits), None
+    else:
+        rows, after = pooled_single_trip_pair(pool, statement, then, limits)
+    return {row["id"] for row in rows}, after
 
 
 def takeover_candidates(

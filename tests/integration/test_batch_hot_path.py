@@ -2,9 +2,17 @@
 whether it was fenced (a lost race on one row is that row's return value; the others are
 written)."""
 
+import dataclasses
+import threading
+import time
 from datetime import timedelta
 
-from tests.support import Replica, query, shell_task
+import psycopg
+
+from scheduler_daemon.storage import occurrence_store
+from scheduler_daemon.storage.database import Limits
+from scheduler_daemon.storage.fleet_store import BUDGET_LOCK_KEY
+from tests.support import SETTINGS, Replica, query, shell_task, wait_for
 
 TTL, GRACE = timedelta(seconds=30), timedelta(seconds=5)
 
@@ -107,3 +115,111 @@ def test_a_batch_mixing_a_retry_and_a_final_outcome_writes_each(
     ]
     runs = query(database_url, "SELECT status FROM run ORDER BY id")
     assert [r["status"] for r in runs] == ["failed", "success"]
+
+
+def _two_slot_replica(client, pool, executors, database_url, triggers: int) -> Replica:
+    """A replica with two slots, both running shell jobs that have finished, and `triggers`
+    - 2 occurrences still queued behind them."""
+    task = shell_task(client, overlap="allow")
+    for _ in range(triggers):
+        client.trigger(task.id, requested_by="test")
+    replica = Replica(
+        database_url, pool, executors, "a", settings=dataclasses.replace(SETTINGS, concurrency=2)
+    )
+    assert replica.launcher.run_once().launched == 2
+    replica.finished()
+    return replica
+
+
+def test_the_successes_and_the_claim_for_their_slots_commit_in_one_transaction(
+    client, pool, executors, database_url
+):
+    # Would fail against a pass that wrote the successes and claimed in two transactions: the
+    # runs it finished and the runs it started would carry two transaction ids.
+    replica = _two_slot_replica(client, pool, executors, database_url, triggers=4)
+    result = replica.completer.run_once(claim=replica.launcher.request)
+    assert result.claim is not None
+    assert (result.done, result.claim_freed) == (2, 2)
+    assert replica.launcher.launch(*result.claim).launched == 2
+    runs = query(database_url, "SELECT status, xmin::text AS xid FROM run ORDER BY id")
+    assert [r["status"] for r in runs] == ["success", "success", "running", "running"]
+    assert len({r["xid"] for r in runs}) == 1
+    assert len(replica.held) == 2
+
+
+def test_the_claim_sent_with_successes_counts_their_slots_free_in_the_fleet_budget(
+    client, pool, executors, database_url
+):
+    # The budget is full with the two runs finishing. Would fail against a claim that counted
+    # the executing occurrences before the successes were written (or in another snapshot):
+    # it would find no free budget and claim nothing.
+    client.set_fleet_setting("max-concurrent-runs", "2", updated_by="test")
+    replica = _two_slot_replica(client, pool, executors, database_url, triggers=3)
+    result = replica.completer.run_once(claim=replica.launcher.request)
+    assert result.claim is not None
+    assert replica.launcher.launch(*result.claim).launched == 1
+    (row,) = query(
+        database_url,
+        "SELECT count(*) AS n FROM occurrence WHERE status IN ('launching', 'running')",
+    )
+    assert row["n"] == 1
+
+
+def test_the_claim_sent_with_successes_waits_for_the_budget_lock_as_long_as_a_claim_alone(
+    client, pool, executors, database_url
+):
+    # A second connection holds the budget's lock until the combined transaction has waited
+    # for it well past the successes' 100 ms first-try lock wait. Would fail against a claim
+    # sent under the successes' limits: it would give up at 100 ms, and take the successes
+    # back with it (result.claim None).
+    replica = _two_slot_replica(client, pool, executors, database_url, triggers=4)
+    results = []
+    with psycopg.connect(database_url) as holder:
+        holder.execute("SELECT pg_advisory_xact_lock(%s)", (BUDGET_LOCK_KEY,))
+        writer = threading.Thread(
+            target=lambda: results.append(
+                replica.completer.run_once(claim=replica.launcher.request)
+            )
+        )
+        writer.start()
+        wait_for(
+            lambda: (
+                query(
+                    database_url,
+                    "SELECT count(*) AS n FROM pg_locks "
+                    "WHERE locktype = 'advisory' AND NOT granted",
+                )[0]["n"]
+                == 1
+            ),
+            message="the combined transaction to wait for the budget lock",
+        )
+        time.sleep(0.5)  # five times the successes' first-try lock wait
+        holder.commit()
+    writer.join(30)
+    (result,) = results
+    assert result.claim is not None
+    assert replica.launcher.launch(*result.claim).launched == 2
+    runs = query(database_url, "SELECT status FROM run ORDER BY id")
+    assert [r["status"] for r in runs] == ["success", "success", "running", "running"]
+
+
+def test_a_claim_that_cannot_lock_the_budget_takes_its_successes_back_to_be_written_alone(
+    client, pool, executors, database_url, monkeypatch
+):
+    # The budget's lock is held past the claim's wait (shortened here to 200 ms so the test
+    # does not wait 5 s). Nothing of the combined transaction may commit, and the successes
+    # must still be written, in a transaction without the claim. Would fail against successes
+    # committed apart from the claim (the second write would find them fenced) or dropped
+    # with it.
+    monkeypatch.setattr(occurrence_store, "Limits", lambda: Limits(lock_timeout="200ms"))
+    replica = _two_slot_replica(client, pool, executors, database_url, triggers=4)
+    with psycopg.connect(database_url) as holder:
+        holder.execute("SELECT pg_advisory_xact_lock(%s)", (BUDGET_LOCK_KEY,))
+        result = replica.completer.run_once(claim=replica.launcher.request)
+    assert result.claim is None
+    assert (result.done, result.fenced) == (2, 0)
+    runs = query(database_url, "SELECT status FROM run ORDER BY id")
+    assert [r["status"] for r in runs] == ["success", "success"]
+    queued = query(database_url, "SELECT count(*) AS n FROM occurrence WHERE status = 'queued'")
+    assert queued == [{"n": 2}]
+    assert replica.launcher.run_once().launched == 2
