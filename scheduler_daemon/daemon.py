@@ -454,12 +454,11 @@ class Daemon:
             # The claim for the slots a batch of successes frees is sent with it (one
             # transaction); another claim is wanted only for slots freed otherwise, or when
             # that one did not see the end of the queue.
-            completed = completer.run_once(wake_peers=False, claim=launcher.request)
+            completed = completer.run_once(wake_peers=False, claimer=launcher)
             self.metrics.record_completion(completed)
-            if completed.claim is not None:
-                launched = launcher.launch(*completed.claim)
-                self.metrics.record_launch(launched)
-                if launched.more:
+            if completed.launched is not None:
+                self.metrics.record_launch(completed.launched)
+                if completed.launched.more:
                     self.launch_wanted.set()
             if completed.done > completed.claim_freed:
                 self.launch_wanted.set()  # slots came free

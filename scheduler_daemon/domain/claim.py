@@ -3,7 +3,7 @@
 
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, Protocol
 
 
 @dataclass(frozen=True)
@@ -66,3 +66,14 @@ class ClaimRequest:
 
     statement: tuple[str, dict[str, Any]]
     made_at: float
+
+
+class Claimer(Protocol):
+    """What sends a claim with a batch of successes needs of the launcher (`Completer.run_once`):
+    the claim for the slots they free, and the start of what it claimed."""
+
+    def request(self, freed: int = 0) -> ClaimRequest | None:
+        """The claim for the free slots plus `freed`; None when none is free."""
+
+    def launch(self, request: ClaimRequest, rows: list[dict[str, Any]]) -> Any:
+        """Starts the jobs the committed claim `request` returned in `rows`."""

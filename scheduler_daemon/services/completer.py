@@ -12,7 +12,7 @@ import structlog
 from psycopg_pool import ConnectionPool
 
 from scheduler_daemon import logconfig
-from scheduler_daemon.domain.claim import ClaimRequest
+from scheduler_daemon.domain.claim import Claimer, ClaimRequest
 from scheduler_daemon.domain.held import HeldRun, HeldRuns
 from scheduler_daemon.domain.occurrence import Occurrence
 from scheduler_daemon.domain.outcome import Decision, decide, settlement
@@ -50,10 +50,12 @@ class CompleteResult:
     kept: int = 0  # outcomes kept in memory because the database is unreachable
     fenced: int = 0  # completions that found the token moved on
     finished: list[Finished] = field(default_factory=list)
-    # The claim sent with the successes (`run_once(claim=...)`), with the rows it returned; and
-    # how many of the runs that left the held set it counted as freed.
-    claim: tuple[ClaimRequest, Any] | None = None
+    # What the claim sent with the successes launched (`run_once(claimer=...)`: the claimer's
+    # launch result), and how many of the runs that left the held set it counted as freed.
+    launched: Any = None
     claim_freed: int = 0
+    # The claim committed with the successes and the rows it returned, until it is launched.
+    claimed: tuple[ClaimRequest, Any] | None = field(default=None, repr=False)
 
 
 class Fenced(Exception):
@@ -76,15 +78,15 @@ class Completer:
         self,
         *,
         wake_peers: bool = True,
-        claim: Callable[[int], ClaimRequest | None] | None = None,
+        claimer: Claimer | None = None,
     ) -> CompleteResult:
         """Writes every finished job's outcome; `done` counts the runs that left the held set.
         `wake_peers=False` when this loop claims right after (its freed slots take what the
         outcomes unblock): the successes then wake no other daemon.
-        `claim(n)`: the claim to send after the batch of successes, in its transaction and round
-        trip, for the slots free once its `n` runs leave; it comes back in `result.claim` with
-        the rows it returned (None when no batch of successes was written, or the batch met a
-        locked row and nothing of it committed: the caller claims on its own).
+        `claimer`: its claim for the slots free once the batch of successes leaves is sent after
+        the batch, in its transaction and round trip, and what it claimed is launched as soon as
+        that commits, before anything else is written (`result.launched`; None when no batch of
+        successes committed: the caller claims on its own).
         The finished runs are written together: one transaction, one fenced multi-row statement
         per table, which still tells per run whether it was fenced. A batch whose rows are
         locked by someone else past a short wait falls back to one unit per run: each unit's
@@ -110,10 +112,14 @@ class Completer:
         successes = [run for run in ready if run.outcome.status == "success"]
         others = [run for run in ready if run.outcome.status != "success"]
         write_successes = functools.partial(
-            self._write_successes, wake_peers=wake_peers, claim=claim, result=result
+            self._write_successes, wake_peers=wake_peers, claimer=claimer, result=result
         )
         if successes and not self._attempt_batch(successes, result, write_successes):
             others += successes  # a row was locked: each on its own
+        if result.claimed is not None and claimer is not None:
+            # Committed: its jobs start now, whatever the writes below meet.
+            request, rows = result.claimed
+            result.launched, result.claimed = claimer.launch(request, rows), None
         if len(others) < 2 or not self._attempt_batch(others, result, self._write_batch):
             for run in others:
                 if not self._attempt(run, FIRST_TRY_LIMITS, result):
@@ -161,13 +167,13 @@ class Completer:
         runs: list[HeldRun],
         *,
         wake_peers: bool,
-        claim: Callable[[int], ClaimRequest | None] | None,
+        claimer: Claimer | None,
         result: CompleteResult,
     ) -> dict[int, Completion]:
         """Successes need no decision from the locked rows (success is final whatever the
         attempts or a cancel request): the whole batch in one round trip, with the claim that
         fills the slots they free (one transaction, one commit, not two)."""
-        request = None if claim is None else claim(len(runs))
+        request = None if claimer is None else claimer.request(len(runs))
         written, claimed = run_store.succeed_many(
             self.pool,
             [
@@ -189,7 +195,7 @@ class Completer:
             then=None if request is None else request.statement,
         )
         if request is not None:
-            result.claim, result.claim_freed = (request, claimed), len(runs)
+            result.claimed, result.claim_freed = (request, claimed), len(runs)
         completions: dict[int, Completion] = {}
         for run in runs:
             if run.run_id in written:

@@ -8,6 +8,7 @@ import time
 from datetime import timedelta
 
 import psycopg
+import pytest
 
 from scheduler_daemon.storage import occurrence_store
 from scheduler_daemon.storage.database import Limits
@@ -137,10 +138,8 @@ def test_the_successes_and_the_claim_for_their_slots_commit_in_one_transaction(
     # Would fail against a pass that wrote the successes and claimed in two transactions: the
     # runs it finished and the runs it started would carry two transaction ids.
     replica = _two_slot_replica(client, pool, executors, database_url, triggers=4)
-    result = replica.completer.run_once(claim=replica.launcher.request)
-    assert result.claim is not None
-    assert (result.done, result.claim_freed) == (2, 2)
-    assert replica.launcher.launch(*result.claim).launched == 2
+    result = replica.completer.run_once(claimer=replica.launcher)
+    assert (result.done, result.claim_freed, result.launched.launched) == (2, 2, 2)
     runs = query(database_url, "SELECT status, xmin::text AS xid FROM run ORDER BY id")
     assert [r["status"] for r in runs] == ["success", "success", "running", "running"]
     assert len({r["xid"] for r in runs}) == 1
@@ -155,9 +154,8 @@ def test_the_claim_sent_with_successes_counts_their_slots_free_in_the_fleet_budg
     # it would find no free budget and claim nothing.
     client.set_fleet_setting("max-concurrent-runs", "2", updated_by="test")
     replica = _two_slot_replica(client, pool, executors, database_url, triggers=3)
-    result = replica.completer.run_once(claim=replica.launcher.request)
-    assert result.claim is not None
-    assert replica.launcher.launch(*result.claim).launched == 1
+    result = replica.completer.run_once(claimer=replica.launcher)
+    assert result.launched.launched == 1
     (row,) = query(
         database_url,
         "SELECT count(*) AS n FROM occurrence WHERE status IN ('launching', 'running')",
@@ -171,15 +169,13 @@ def test_the_claim_sent_with_successes_waits_for_the_budget_lock_as_long_as_a_cl
     # A second connection holds the budget's lock until the combined transaction has waited
     # for it well past the successes' 100 ms first-try lock wait. Would fail against a claim
     # sent under the successes' limits: it would give up at 100 ms, and take the successes
-    # back with it (result.claim None).
+    # back with it (nothing launched).
     replica = _two_slot_replica(client, pool, executors, database_url, triggers=4)
     results = []
     with psycopg.connect(database_url) as holder:
         holder.execute("SELECT pg_advisory_xact_lock(%s)", (BUDGET_LOCK_KEY,))
         writer = threading.Thread(
-            target=lambda: results.append(
-                replica.completer.run_once(claim=replica.launcher.request)
-            )
+            target=lambda: results.append(replica.completer.run_once(claimer=replica.launcher))
         )
         writer.start()
         wait_for(
@@ -197,8 +193,7 @@ def test_the_claim_sent_with_successes_waits_for_the_budget_lock_as_long_as_a_cl
         holder.commit()
     writer.join(30)
     (result,) = results
-    assert result.claim is not None
-    assert replica.launcher.launch(*result.claim).launched == 2
+    assert result.launched.launched == 2
     runs = query(database_url, "SELECT status FROM run ORDER BY id")
     assert [r["status"] for r in runs] == ["success", "success", "running", "running"]
 
@@ -215,11 +210,43 @@ def test_a_claim_that_cannot_lock_the_budget_takes_its_successes_back_to_be_writ
     replica = _two_slot_replica(client, pool, executors, database_url, triggers=4)
     with psycopg.connect(database_url) as holder:
         holder.execute("SELECT pg_advisory_xact_lock(%s)", (BUDGET_LOCK_KEY,))
-        result = replica.completer.run_once(claim=replica.launcher.request)
-    assert result.claim is None
+        result = replica.completer.run_once(claimer=replica.launcher)
+    assert result.launched is None
     assert (result.done, result.fenced) == (2, 0)
     runs = query(database_url, "SELECT status FROM run ORDER BY id")
     assert [r["status"] for r in runs] == ["success", "success"]
     queued = query(database_url, "SELECT count(*) AS n FROM occurrence WHERE status = 'queued'")
     assert queued == [{"n": 2}]
     assert replica.launcher.run_once().launched == 2
+
+
+def test_the_jobs_claimed_with_the_successes_start_even_when_a_later_write_of_the_pass_fails(
+    client, pool, executors, database_url, monkeypatch
+):
+    # The pass also has a failed job's outcome to write after the successes and their claim
+    # committed, and that write fails (injected: an error that is no lock wait, so it ends the
+    # pass). Would fail against a loop that launched the claim only once run_once returned:
+    # its runs would be committed as running with no job, until their leases ran out.
+    ok = shell_task(client, "ok", overlap="allow")
+    failing = shell_task(client, "failing", command="exit 3", overlap="allow")
+    for task in (ok, ok, failing, ok, ok):
+        client.trigger(task.id, requested_by="test")
+    replica = Replica(
+        database_url, pool, executors, "a", settings=dataclasses.replace(SETTINGS, concurrency=3)
+    )
+    assert replica.launcher.run_once().launched == 3
+    replica.finished()
+
+    def refuse(*_args, **_kwargs):
+        raise psycopg.errors.InternalError("injected: the failed outcome's write fails")
+
+    monkeypatch.setattr(replica.completer, "_attempt", refuse)
+    with pytest.raises(psycopg.errors.InternalError):
+        replica.completer.run_once(claimer=replica.launcher)
+    # The failed job's run (its outcome not written) and the two claimed with the successes.
+    running = query(database_url, "SELECT id FROM run WHERE status = 'running' ORDER BY id")
+    assert [run.run_id for run in sorted(replica.held, key=lambda r: r.run_id)] == [
+        r["id"] for r in running
+    ]
+    assert len(running) == 3
+    assert all(run.job is not None for run in replica.held)
