@@ -225,7 +225,12 @@ def test_the_claim_walks_the_queue_index_when_the_statistics_are_stale(database_
 
 
 @pytest.mark.parametrize(
-    ("name", "params"), [("occurrence_claim_launch", CLAIM), ("run_succeed_many", SUCCEED)]
+    ("name", "params"),
+    [
+        ("occurrence_claim_launch", CLAIM),
+        ("occurrence_claim_launch_after_successes", {**CLAIM, "claim_lock_timeout": "5s"}),
+        ("run_succeed_many", SUCCEED),
+    ],
 )
 def test_the_functions_plans_made_on_empty_tables_stay_on_the_indexes_as_the_tables_grow(
     database_url, name, params
