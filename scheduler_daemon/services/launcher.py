@@ -71,7 +71,7 @@ class Launcher:
     def request(self, freed: int = 0, now: datetime | None = None) -> ClaimRequest | None:
         """The claim for this instance's free slots; None when no slot is free. `freed` > 0:
         the claim is sent after the successes of that many held runs, in their transaction
-        (`Completer.run_once(claim=...)`), and takes their slots too."""
+        (`Completer.run_once(claimer=...)`), and takes their slots too."""
         free_slots = self.settings.concurrency - len(self.held) + freed
         if free_slots <= 0:
             return None

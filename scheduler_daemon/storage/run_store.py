@@ -108,13 +108,8 @@ def finish_many(conn: psycopg.Connection[Any], ends: Sequence[RunEnd], *, owner:
         conn,
         "run_finish_many",
         {
-            "ids": [e.run_id for e in ordered],
-            "tokens": [e.token for e in ordered],
+            **_outcome_arrays(ordered),
             "statuses": [e.status for e in ordered],
-            "exit_codes": [e.exit_code for e in ordered],
-            "http_statuses": [e.http_status for e in ordered],
-            "output_tails": [e.output_tail for e in ordered],
-            "errors": [e.error for e in ordered],
             "owner": owner,
             "now": None,
         },
@@ -156,14 +151,9 @@ def succeed_many(
     statement = (
         "run_succeed_many",
         {
-            "ids": [s.run_id for s in ordered],
-            "tokens": [s.token for s in ordered],
+            **_outcome_arrays(ordered),
             "occurrence_ids": [s.occurrence_id for s in ordered],
             "task_ids": sorted({s.task_id for s in ordered}),
-            "exit_codes": [s.exit_code for s in ordered],
-            "http_statuses": [s.http_status for s in ordered],
-            "output_tails": [s.output_tail for s in ordered],
-            "errors": [s.error for s in ordered],
             "owner": owner,
             "channel": WAKEUP_CHANNEL,
             "wake": wake_peers,
@@ -175,6 +165,19 @@ def succeed_many(
     else:
         rows, after = pooled_single_trip_pair(pool, statement, then, limits)
     return {row["id"] for row in rows}, after
+
+
+def _outcome_arrays(ordered: Sequence[RunEnd] | Sequence[Success]) -> dict[str, list[Any]]:
+    """What every batch of outcomes sends, as the parallel arrays its statement unnests (in the
+    order of `ordered`): run ids, tokens, exit codes, HTTP statuses, output tails, errors."""
+    return {
+        "ids": [o.run_id for o in ordered],
+        "tokens": [o.token for o in ordered],
+        "exit_codes": [o.exit_code for o in ordered],
+        "http_statuses": [o.http_status for o in ordered],
+        "output_tails": [o.output_tail for o in ordered],
+        "errors": [o.error for o in ordered],
+    }
 
 
 def takeover_candidates(
