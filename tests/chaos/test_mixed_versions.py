@@ -94,15 +94,16 @@ def _cli(python: str, cwd: Path, url: str, *args: str) -> subprocess.CompletedPr
 
 
 def _kill_while_running(url: str, daemon: DaemonProcess, instance: str) -> int:
-    """SIGKILLs `daemon` while it holds a running run; returns that run's id."""
-    (row,) = wait_for(
-        lambda: query(
-            url, "SELECT id FROM run WHERE owner = %s AND status = 'running' LIMIT 1", (instance,)
-        ),
-        message=f"{instance} to hold a running run",
-    )
+    """SIGKILLs `daemon` while it holds a running run; returns the id of a run it left running.
+    The run is picked after the kill: one seen running just before it could still have ended
+    and been recorded in between (its jobs last 0.4 s), and would then never be taken over."""
+    running = "SELECT id FROM run WHERE owner = %s AND status = 'running' ORDER BY id"
+    wait_for(lambda: query(url, running, (instance,)), message=f"{instance} to hold a running run")
     os.kill(daemon.pid, signal.SIGKILL)
-    return row["id"]
+    daemon.proc.wait(30)
+    left = query(url, running, (instance,))
+    assert left, f"{instance}'s running runs all ended before the kill landed"
+    return left[0]["id"]
 
 
 def _taken_over_by(url: str, run_id: int, timeout: float = 30.0) -> str:
