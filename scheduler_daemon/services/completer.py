@@ -12,7 +12,7 @@ import structlog
 from psycopg_pool import ConnectionPool
 
 from scheduler_daemon import logconfig
-from scheduler_daemon.domain.claim import Claimer, ClaimRequest
+from scheduler_daemon.domain.claim import Claimer
 from scheduler_daemon.domain.held import HeldRun, HeldRuns
 from scheduler_daemon.domain.occurrence import Occurrence
 from scheduler_daemon.domain.outcome import Decision, decide, settlement
@@ -54,8 +54,6 @@ class CompleteResult:
     # launch result), and how many of the runs that left the held set it counted as freed.
     launched: Any = None
     claim_freed: int = 0
-    # The claim committed with the successes and the rows it returned, until it is launched.
-    claimed: tuple[ClaimRequest, Any] | None = field(default=None, repr=False)
 
 
 class Fenced(Exception):
@@ -116,10 +114,6 @@ class Completer:
         )
         if successes and not self._attempt_batch(successes, result, write_successes):
             others += successes  # a row was locked: each on its own
-        if result.claimed is not None and claimer is not None:
-            # Committed: its jobs start now, whatever the writes below meet.
-            request, rows = result.claimed
-            result.launched, result.claimed = claimer.launch(request, rows), None
         if len(others) < 2 or not self._attempt_batch(others, result, self._write_batch):
             for run in others:
                 if not self._attempt(run, FIRST_TRY_LIMITS, result):
@@ -194,8 +188,9 @@ class Completer:
             wake_peers=wake_peers,
             then=None if request is None else request.statement,
         )
-        if request is not None:
-            result.claimed, result.claim_freed = (request, claimed), len(runs)
+        if request is not None and claimer is not None:
+            # Committed: its jobs start now, before anything else of the pass is written.
+            result.launched, result.claim_freed = claimer.launch(request, claimed), len(runs)
         completions: dict[int, Completion] = {}
         for run in runs:
             if run.run_id in written:
