@@ -86,12 +86,20 @@ class PgBouncer:
         ini = self._write_config()
         argv = [self.binary, str(ini)]
         if os.geteuid() == 0:
-            user = "postgres" if _user_exists("postgres") else "nobody"
-            argv[1:1] = ["-u", user]
+            argv[1:1] = ["-u", self._run_as()]
         with open(self.log_path, "wb") as log:
             self.proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, cwd=self.dir)
         wait_for(self._answers, timeout=30, message=f"pgbouncer on port {self.port}")
         return self
+
+    def _run_as(self) -> str:
+        """The unprivileged user PgBouncer runs as (it refuses to run as root): the owner of the
+        server's socket directory when the server is reached through one (the embedded
+        server's is private to its own user), else postgres, else nobody."""
+        host = str(self.server.get("host") or "")
+        if host.startswith("/"):
+            return pwd.getpwuid(os.stat(host).st_uid).pw_name
+        return "postgres" if _user_exists("postgres") else "nobody"
 
     def _answers(self) -> bool:
         assert self.proc is not None
