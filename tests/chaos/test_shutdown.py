@@ -114,6 +114,12 @@ def test_runs_cancel_stops_a_running_shell_job_within_one_renewal_interval(
     elapsed = time.monotonic() - cancelled
     print(f"cancelled job stopped after {elapsed:.3f}s (renewal interval 1s)")
     assert elapsed < 1.0 + 0.5  # one renewal interval (TTL 3s / 3) plus the kill
+    # The daemon records the outcome on its pass after the job's process is gone, not with it.
+    wait_for(
+        lambda: query(database_url, "SELECT status FROM occurrence")[0]["status"] != "running",
+        timeout=5,
+        message="the cancelled run's outcome to be recorded",
+    )
     (occ,) = query(database_url, "SELECT status, reason FROM occurrence")
     assert occ["status"] == "cancelled"
     assert occ["reason"].startswith("cancelled by ")
