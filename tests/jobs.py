@@ -93,3 +93,8 @@ def after_go(ctx: Any) -> None:
     while not os.path.exists(os.path.join(directory, "go")) and time.monotonic() < deadline:
         time.sleep(0.002)
     time.sleep(int(ctx.task_name.rsplit("-", 1)[1]) / 1000)
+
+
+def nul(ctx: Any) -> None:
+    """Fail with an error that holds a NUL byte (PostgreSQL text refuses NUL)."""
+    raise ValueError("nul\x00here")

@@ -1,6 +1,7 @@
 """Completer: writes the finished jobs' outcomes, a batch per fenced transaction (task,
-occurrence, run), one unit per run when a batch meets a locked row."""
+occurrence, run), one unit per run when a batch meets a locked row or a value it cannot store."""
 
+import dataclasses
 import functools
 import logging
 import time
@@ -17,6 +18,7 @@ from scheduler_daemon.domain.held import HeldRun, HeldRuns
 from scheduler_daemon.domain.occurrence import Occurrence
 from scheduler_daemon.domain.outcome import Decision, decide, settlement
 from scheduler_daemon.domain.status import OccurrenceStatus, RunStatus
+from scheduler_daemon.domain.storable import storable_error, storable_output
 from scheduler_daemon.storage import occurrence_store, run_store, task_store
 from scheduler_daemon.storage.database import (
     FIRST_TRY_LIMITS,
@@ -25,7 +27,12 @@ from scheduler_daemon.storage.database import (
     first_line,
     pooled_transaction,
 )
-from scheduler_daemon.storage.error import LOCK_ERRORS, DatabaseUnavailable
+from scheduler_daemon.storage.error import (
+    LOCK_ERRORS,
+    UNSTORABLE_ERRORS,
+    DatabaseUnavailable,
+    sqlstate,
+)
 from scheduler_daemon.storage.run_store import RunEnd, Success
 
 log = structlog.get_logger()
@@ -49,11 +56,24 @@ class CompleteResult:
     done: int = 0  # runs that left the held set (written, or dropped as fenced)
     kept: int = 0  # outcomes kept in memory because the database is unreachable
     fenced: int = 0  # completions that found the token moved on
+    unstorable: int = 0  # outcomes written without their output, or whose task was parked
     finished: list[Finished] = field(default_factory=list)
     # What the claim sent with the successes launched (`run_once(claimer=...)`: the claimer's
     # launch result), and how many of the runs that left the held set it counted as freed.
     launched: Any = None
     claim_freed: int = 0
+
+
+def storable(outcome: Any) -> Any:
+    """A job's Outcome as it may reach SQL: its output and error made storable (NUL and unpaired
+    surrogates replaced, sizes capped); None stays None. Idempotent."""
+    if outcome is None:
+        return None
+    return dataclasses.replace(
+        outcome,
+        output_tail=storable_output(outcome.output_tail),
+        error=storable_error(outcome.error),
+    )
 
 
 class Fenced(Exception):
@@ -96,7 +116,7 @@ class Completer:
         locked: list[HeldRun] = []
         for run in self.held:
             if run.outcome is None:
-                run.outcome = run.job.poll()
+                run.outcome = storable(run.job.poll())
                 if run.outcome is not None:
                     run.finished_after = time.monotonic() - run.launched_at
             if run.outcome is None or run.retry_at > time.monotonic():
@@ -109,6 +129,8 @@ class Completer:
             (locked if run.retry_at > 0 else ready).append(run)
         successes = [run for run in ready if run.outcome.status == "success"]
         others = [run for run in ready if run.outcome.status != "success"]
+        # A batch that meets a locked row, or a value it cannot store, wrote nothing: each of
+        # its runs is then written on its own, so one such row delays or mends only its own.
         write_successes = functools.partial(
             self._write_successes, wake_peers=wake_peers, claimer=claimer, result=result
         )
@@ -129,8 +151,8 @@ class Completer:
         write: Callable[[list[HeldRun]], dict[int, Completion]],
     ) -> bool:
         """One try at writing every run of `runs` in one transaction (`write`); False when some
-        row was locked past FIRST_TRY_LIMITS (nothing was written: the caller goes unit by
-        unit)."""
+        row was locked past FIRST_TRY_LIMITS or some value could not be stored (nothing was
+        written: the caller goes unit by unit)."""
         for run in runs:
             run.completing = True  # the lease keeper neither renews nor fences them meanwhile
         try:
@@ -138,7 +160,7 @@ class Completer:
         except DatabaseUnavailable as exc:
             self._keep(runs, exc, result)
             return True
-        except LOCK_ERRORS:
+        except LOCK_ERRORS + UNSTORABLE_ERRORS:
             return False
         finally:
             for run in runs:
@@ -300,7 +322,7 @@ class Completer:
     def _attempt(self, run: HeldRun, limits: Limits, result: CompleteResult) -> bool:
         """One try at writing `run`'s outcome; False when its rows were locked past `limits`."""
         try:
-            completion = self.complete(run, limits)
+            completion = self._complete_storable(run, limits, result)
         except DatabaseUnavailable as exc:
             self._keep([run], exc, result)
             return True
@@ -322,14 +344,53 @@ class Completer:
         result.done += 1
         if completion == "fenced":
             result.fenced += 1
-        else:
+        elif completion != "parked":
             result.finished.append(Finished(run.recorded_status, run.executor, run.finished_after))
         return True
+
+    def _complete_storable(
+        self, run: HeldRun, limits: Limits, result: CompleteResult
+    ) -> Completion | Literal["parked"]:
+        """`complete`, isolating a poison row: an outcome the database refuses to store (a data
+        or constraint error) is written again without its output and with its error replaced
+        by `outcome not storable: SQLSTATE <code>`; if even that is refused, its task is parked
+        with that error (as the dispatcher parks a task it cannot plan), the run leaves the
+        held set and is left to the takeover. Either way the pass goes on, and supervision
+        never counts it."""
+        try:
+            return self.complete(run, limits)
+        except UNSTORABLE_ERRORS as exc:
+            error = f"outcome not storable: SQLSTATE {sqlstate(exc)}"
+            self._log_unstorable(run, "outcome_not_storable", error, exc)
+        result.unstorable += 1
+        assert run.outcome is not None
+        run.outcome = dataclasses.replace(run.outcome, output_tail="", error=error)
+        try:
+            return self.complete(run, limits)
+        except UNSTORABLE_ERRORS as exc:
+            self._log_unstorable(run, "task_parked", error, exc)
+        with pooled_transaction(self.pool, limits) as conn:
+            task_store.park(conn, run.task_id, error=error, now=task_store.clock(conn))
+        run.job.stop(error)  # over already; stop() is safe on a finished job
+        self.held.remove(run.run_id)
+        return "parked"
+
+    def _log_unstorable(self, run: HeldRun, event: str, error: str, exc: Exception) -> None:
+        log.error(  # one line per poison row: the SQLSTATE says what it was
+            event,
+            error=error,
+            cause=first_line(exc),
+            run_id=run.run_id,
+            occurrence_id=run.occurrence_id,
+            task_id=run.task_id,
+            instance_id=self.instance_id,
+        )
 
     def complete(self, run: HeldRun, limits: Limits = UNIT_LIMITS) -> Completion:
         """Writes one finished run's outcome and drops it from the held set (unless the database
         is unreachable: then it stays held, its lease renewed, and is written later)."""
         run.completing = True  # the lease keeper neither renews nor fences it meanwhile
+        run.outcome = storable(run.outcome)
         try:
             result = self._complete(run, limits)
             self.held.remove(run.run_id)

@@ -66,18 +66,18 @@ class Dispatcher:
         never stops the others."""
         try:
             self._dispatch(conn, task_store.record(row), db_now, result)
-        except psycopg.OperationalError:
-            raise  # lock timeouts, lost connections: the whole pass is retried
+        except psycopg.OperationalError as exc:
+            if not isinstance(exc, psycopg.errors.ProgramLimitExceeded):
+                raise  # lock timeouts, lost connections: the whole pass is retried
+            self._park(conn, row["id"], exc, db_now)  # a value too big for an index
         except Exception as exc:  # a poison row: park it, every other task must still fire
-            error = first_line(exc)
-            task_store.park(conn, row["id"], error=error, now=db_now)
-            log.error(  # noqa: TRY400 - logged once, when it is parked: one line
-                "task_parked",
-                task_id=row["id"],
-                error=error,
-                instance_id=self.instance_id,
-            )
+            self._park(conn, row["id"], exc, db_now)
         return True
+
+    def _park(self, conn: Any, task_id: int, exc: Exception, db_now: datetime) -> None:
+        error = first_line(exc)
+        task_store.park(conn, task_id, error=error, now=db_now)
+        log.error("task_parked", task_id=task_id, error=error, instance_id=self.instance_id)
 
     def _dispatch(
         self, conn: Any, task: TaskRecord, db_now: datetime, result: DispatchResult

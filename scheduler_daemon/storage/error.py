@@ -11,6 +11,24 @@ LOCK_ERRORS: tuple[type[psycopg.Error], ...] = (
     psycopg.errors.SerializationFailure,
 )
 
+# Errors that say a unit's own values cannot be stored (SQLSTATE classes 22 and 23, and 54 such
+# as a btree row over its size limit), or that psycopg could not send them: a poison row. The
+# unit is isolated (written without what it carried, else its task parked); no other unit and no
+# pass fails with it, and supervision never counts it.
+UNSTORABLE_ERRORS: tuple[type[Exception], ...] = (
+    psycopg.errors.DataError,
+    psycopg.errors.IntegrityError,
+    psycopg.errors.ProgramLimitExceeded,
+    UnicodeError,
+)
+
+
+def sqlstate(exc: BaseException) -> str:
+    """The SQLSTATE of a database error; `22021` (character not in repertoire) for text psycopg
+    could not encode, which the server would refuse with that code."""
+    code = getattr(exc, "sqlstate", None)
+    return code or ("22021" if isinstance(exc, UnicodeError) else "22000")
+
 
 class StorageError(RuntimeError):
     """Base of every error the storage layer raises on purpose."""
