@@ -29,8 +29,12 @@ BEGIN
     RETURN QUERY
     WITH free AS MATERIALIZED (
         SELECT greatest(0, least(p_slots,
-            coalesce((SELECT (value::text)::int FROM fleet_setting
-                      WHERE key = 'max_concurrent_runs'), 0)
+            -- A JSON number, floored and capped to 0 .. 100,000 as a bigint; anything else
+            -- (a string, null, an array) is no budget, as without the row.
+            coalesce((SELECT CASE WHEN jsonb_typeof(value) = 'number'
+                                  THEN least(greatest(floor(value::numeric), 0), 100000)::bigint
+                             END
+                      FROM fleet_setting WHERE key = 'max_concurrent_runs'), 0)
             - (SELECT count(*) FROM occurrence
                WHERE status IN ('launching', 'running'))))::integer AS n
     ), picked AS MATERIALIZED (
@@ -68,7 +72,10 @@ BEGIN
         RETURNING id, occurrence_id, attempt, started_at
     )
     SELECT f.n, l.id, l.task_id, l.occurrence_seq, l.scheduled_for, l.lease_token,
-        t.name, t.executor, t.payload, t.run_timeout, r.id, r.attempt, r.started_at
+        t.name, t.executor, t.payload,
+        CASE WHEN t.run_timeout > interval '100 years' THEN interval '100 years'
+             ELSE t.run_timeout END,
+        r.id, r.attempt, r.started_at
     FROM free f
     LEFT JOIN (launched l JOIN runs r ON r.occurrence_id = l.id JOIN task t ON t.id = l.task_id)
         ON true;
