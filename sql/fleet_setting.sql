@@ -12,8 +12,12 @@ ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value, updated_at = EXCLUDED.up
 RETURNING key, value, updated_at, updated_by
 
 -- name: fleet_budget :scalar
--- The fleet-wide budget of executing occurrences.
-SELECT (value::text)::int FROM fleet_setting WHERE key = 'max_concurrent_runs'
+-- The fleet-wide budget of executing occurrences, read as the claim reads it (sd_claim_launch_v1,
+-- revision 0015): a JSON number, floored and capped to 0 .. 100,000 as a bigint; anything else a
+-- hand or an older build wrote (a string, null, an array) is no budget, as without the row.
+SELECT CASE WHEN jsonb_typeof(value) = 'number'
+            THEN least(greatest(floor(value::numeric), 0), 100000)::bigint END
+FROM fleet_setting WHERE key = 'max_concurrent_runs'
 
 -- name: fleet_history_retention :scalar
 -- The fleet's history retention as the duration text `config set` stored (NULL: keep all).

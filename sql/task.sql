@@ -1,3 +1,28 @@
+-- fragment: task_read
+-- A task row as the daemon reads it to act on it: every column (test_poison_settings.py holds
+-- the list to the table's), each interval capped at 100 years. A value written by hand or by an
+-- older build past that (one Python cannot hold, past 999,999,999 days, or one that adds to a
+-- time past the calendar) would otherwise fail the read of a whole batch, every pass.
+id, name, schedule_kind, cron_expr, run_at, anchor_at, timezone, dst_gap, dst_overlap,
+    executor, payload, concurrency_key, overlap, misfire, catchup_limit, max_attempts, status,
+    paused, next_run_at, occurrence_seq, last_outcome_seq, last_occurrence_id,
+    last_scheduled_for, last_status, last_finished_at, last_error, created_at, updated_at,
+    deleted_at, parked_at, park_error, source,
+    CASE WHEN every > interval '100 years' THEN interval '100 years'
+         ELSE every END AS every,
+    CASE WHEN misfire_grace > interval '100 years' THEN interval '100 years'
+         ELSE misfire_grace END AS misfire_grace,
+    CASE WHEN catchup_window > interval '100 years' THEN interval '100 years'
+         ELSE catchup_window END AS catchup_window,
+    CASE WHEN start_deadline > interval '100 years' THEN interval '100 years'
+         ELSE start_deadline END AS start_deadline,
+    CASE WHEN run_timeout > interval '100 years' THEN interval '100 years'
+         ELSE run_timeout END AS run_timeout,
+    CASE WHEN backoff > interval '100 years' THEN interval '100 years'
+         ELSE backoff END AS backoff,
+    CASE WHEN history_retention > interval '100 years' THEN interval '100 years'
+         ELSE history_retention END AS history_retention
+
 -- name: task_insert :one
 -- Inserts a task, unless a live task has its name (then no row: the caller's Conflict, and its
 -- transaction goes on, with no savepoint to pay for); next_run_at was computed from the database
@@ -38,13 +63,13 @@ FOR UPDATE
 
 -- name: task_lock :one
 -- Locks a task row, deleted or not: the parent lock every multi-row change takes first (the
--- outcome of a job of a task deleted while it ran is still recorded).
-SELECT * FROM task WHERE id = %(id)s FOR UPDATE
+-- outcome of a job of a task deleted while it ran is still recorded). Its intervals capped.
+SELECT {{task_read}} FROM task WHERE id = %(id)s FOR UPDATE
 
 -- name: task_lock_many :many
 -- Locks a batch of task rows in id order, deleted or not: the parent locks a batch of
--- completions takes first.
-SELECT * FROM task WHERE id = ANY(%(ids)s::bigint[]) ORDER BY id FOR UPDATE
+-- completions takes first. Their intervals capped.
+SELECT {{task_read}} FROM task WHERE id = ANY(%(ids)s::bigint[]) ORDER BY id FOR UPDATE
 
 -- name: task_list :many
 -- Live tasks, a page at a time in the byte order of their names (task_name_c_idx, whatever the
@@ -93,7 +118,8 @@ WHERE id = %(id)s AND deleted_at IS NULL
 
 -- name: task_claim_due :many
 -- Locks a batch of due, enabled, unpaused tasks; tasks another dispatcher holds are skipped.
-SELECT * FROM task
+-- Their intervals capped.
+SELECT {{task_read}} FROM task
 WHERE deleted_at IS NULL AND NOT paused AND status = 'enabled' AND parked_at IS NULL
   AND next_run_at <= coalesce(%(now)s::timestamptz, now())
 ORDER BY next_run_at, id
