@@ -1,6 +1,10 @@
 -- name: retention_min_override :scalar
--- The shortest history retention a task overrides the fleet's with (task_retention_idx).
-SELECT min(history_retention) FROM task WHERE history_retention IS NOT NULL
+-- The shortest history retention a task overrides the fleet's with (task_retention_idx), capped
+-- at 100 years: a longer one, written by hand, is one no row outlives, and it would not subtract
+-- from now() (nor fit a Python timedelta).
+SELECT CASE WHEN min(history_retention) > interval '100 years' THEN interval '100 years'
+            ELSE min(history_retention) END
+FROM task WHERE history_retention IS NOT NULL
 
 -- name: retention_prune :one
 -- Deletes one batch of terminal occurrences, with their runs, older than their task's retention
@@ -47,19 +51,40 @@ SELECT (SELECT count(*) FROM doomed) AS occurrences,
 -- finished occurrences older than the shortest retention, after the cursor, in
 -- occurrence_finished_idx order.
 SELECT o.id, o.finished_at FROM occurrence o
-    WHERE o.finished_at < coalesce(%(now)s::timestamptz, now()) - %(min_retention)s
+    WHERE o.finished_at < coalesce(%(now)s::timestamptz, now())
+                          - least(%(min_retention)s::interval, interval '100 years')
       AND (o.finished_at, o.id) > (%(after_at)s::timestamptz, %(after_id)s::bigint)
     ORDER BY o.finished_at, o.id
     LIMIT %(scan)s
 
 -- fragment: retention_doomed
--- Of the scanned, those past their task's retention (or the fleet's) that are neither the
--- task's latest outcome nor newer, and have no running run; a deleted task keeps nothing.
+-- Of the scanned, those past their task's retention (or the fleet's; either capped at 100
+-- years, so no value written by hand subtracts past the calendar) that are neither the task's
+-- latest outcome nor newer, and have no running run; a deleted task keeps nothing. With
+-- `task_id`, only that task's (the pruner's fallback when a batch cannot delete one task's rows).
 SELECT o.id FROM occurrence o
     JOIN scanned s ON s.id = o.id
     JOIN task t ON t.id = o.task_id
-    WHERE o.finished_at < coalesce(%(now)s::timestamptz, now())
-                          - coalesce(t.history_retention, %(retention)s)
+    WHERE o.finished_at < coalesce(%(now)s::timestamptz, now()) - CASE
+            WHEN coalesce(t.history_retention, %(retention)s::interval) > interval '100 years'
+            THEN interval '100 years'
+            ELSE coalesce(t.history_retention, %(retention)s::interval) END
+      AND (%(task_id)s::bigint IS NULL OR o.task_id = %(task_id)s::bigint)
       AND (t.deleted_at IS NOT NULL OR (
             o.occurrence_seq < t.last_outcome_seq AND o.id IS DISTINCT FROM t.last_occurrence_id))
       AND NOT EXISTS (SELECT 1 FROM run r WHERE r.occurrence_id = o.id AND r.status = 'running')
+
+-- name: retention_window :one
+-- One step of retention_prune's scan (the same cursor and bound), without locking or deleting:
+-- the ids of the tasks whose occurrences it reads, in id order (the units the pruner prunes one
+-- at a time when a batch fails on one task's rows), how many rows it read, and the cursor after
+-- it.
+WITH scanned AS MATERIALIZED (
+    {{retention_scanned}}
+), last AS (
+    SELECT finished_at, id FROM scanned ORDER BY finished_at DESC, id DESC LIMIT 1
+)
+SELECT (SELECT coalesce(array_agg(DISTINCT o.task_id ORDER BY o.task_id), ARRAY[]::bigint[])
+        FROM occurrence o JOIN scanned s ON s.id = o.id) AS task_ids,
+    (SELECT count(*) FROM scanned) AS scanned,
+    (SELECT finished_at FROM last) AS after_at, (SELECT id FROM last) AS after_id

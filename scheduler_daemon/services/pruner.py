@@ -8,19 +8,26 @@ however large the backlog, and holds no lock for long: rows another transaction 
 skipped, not waited for. The cursor lives in memory and goes round: a row kept (a task's latest
 outcome, a longer retention) is passed over once per sweep, not once per pass. A deleted task
 keeps nothing: all its finished occurrences go after the retention (its task row and definition
-history stay, a few bytes, as a tombstone). Called from the daemon's reconcile step, and by
-`scheduler-daemon prune`.
+history stay, a few bytes, as a tombstone). A batch that fails on a row it cannot delete (a data
+or integrity error: a value written by hand, a trigger or key an operator added) is done again
+a task per transaction; the task whose rows still fail is logged and passed over, and every
+other task's history is still pruned. Every retention is capped at 100 years in SQL, so none
+written by hand subtracts from now() past the calendar. Called from the daemon's reconcile
+step, and by `scheduler-daemon prune`.
 """
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from functools import partial
 
 import structlog
 from psycopg_pool import ConnectionPool
 
 from scheduler_daemon.storage import fleet_store, retention_store
 from scheduler_daemon.storage.database import UNIT_LIMITS, first_line, pooled_transaction
-from scheduler_daemon.storage.error import LOCK_ERRORS
+from scheduler_daemon.storage.error import LOCK_ERRORS, UNSTORABLE_ERRORS, sqlstate
+from scheduler_daemon.storage.retention_store import Batch
 
 log = structlog.get_logger()
 BATCH = 500  # occurrences deleted per transaction at most
@@ -70,26 +77,29 @@ class Pruner:
             return report  # no retention anywhere: keep everything
         if dry_run or until_swept:
             self.after = retention_store.START
+        prune = partial(
+            retention_store.prune,
+            retention=retention,
+            min_retention=min(bounds),
+            scan=self.scan,
+            dry_run=dry_run,
+            now=now,
+        )
         try:
             while until_swept or report.batches < self.batches:
-                with pooled_transaction(self.pool, UNIT_LIMITS) as conn:
-                    batch = retention_store.prune(
-                        conn,
-                        retention=retention,
-                        min_retention=min(bounds),
-                        after=self.after,
-                        scan=self.scan,
-                        limit=self.batch,
-                        dry_run=dry_run,
-                        now=now,
-                    )
+                try:
+                    with pooled_transaction(self.pool, UNIT_LIMITS) as conn:
+                        batch = prune(conn, after=self.after, limit=self.batch)
+                    full = batch.occurrences >= self.batch
+                except UNSTORABLE_ERRORS:  # one task's rows: the same window, a task at a time
+                    batch, full = self._by_task(prune, min(bounds), now), False
                 report.batches += 1
                 report.occurrences += batch.occurrences
                 report.runs += batch.runs
                 if batch.after is None:
                     self.after, report.swept = retention_store.START, True
                     break
-                if dry_run or batch.occurrences < self.batch:
+                if dry_run or not full:
                     self.after = batch.after  # everything due in that window is gone
                 # else: the batch was full; the same window holds more, so stay on it
         except LOCK_ERRORS as exc:  # a held row: the rest waits for the next pass
@@ -102,3 +112,30 @@ class Pruner:
                 runs=report.runs,
             )
         return report
+
+    def _by_task(
+        self, prune: Callable[..., Batch], min_retention: timedelta, now: datetime | None
+    ) -> Batch:
+        """The batch at the cursor once more, one transaction per task of its window, each with
+        room for all of that task's rows in it; a task whose rows still cannot be deleted is
+        logged and passed over. Returns the sum, with the cursor after the window."""
+        with pooled_transaction(self.pool, UNIT_LIMITS) as conn:
+            window = retention_store.window(
+                conn, min_retention=min_retention, after=self.after, scan=self.scan, now=now
+            )
+        occurrences = runs = 0
+        for task_id in window.task_ids:
+            try:
+                with pooled_transaction(self.pool, UNIT_LIMITS) as conn:
+                    done = prune(conn, after=self.after, limit=self.scan, task_id=task_id)
+            except UNSTORABLE_ERRORS as exc:
+                self.log.warning(
+                    "prune_task_failed",
+                    task_id=task_id,
+                    error=first_line(exc),
+                    sqlstate=sqlstate(exc),
+                )
+                continue
+            occurrences += done.occurrences
+            runs += done.runs
+        return Batch(occurrences, runs, window.scanned, window.after)

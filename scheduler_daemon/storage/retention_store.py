@@ -37,9 +37,11 @@ def prune(
     limit: int,
     dry_run: bool = False,
     now: datetime | None = None,
+    task_id: int | None = None,
 ) -> Batch:
     """One batch: deletes at most `limit` occurrences (with their runs) of the at most `scan`
-    finished ones after `after`, oldest first; with `dry_run` only counts them."""
+    finished ones after `after`, oldest first (with `task_id`, only that task's); with `dry_run`
+    only counts them."""
     row = query.run(
         conn,
         "retention_preview" if dry_run else "retention_prune",
@@ -51,9 +53,47 @@ def prune(
             "scan": scan,
             "limit": limit,
             "now": now,
+            "task_id": task_id,
         },
     )
-    cursor = None
+    return Batch(row["occurrences"], row["runs"], row["scanned"], _cursor(row, scan))
+
+
+def _cursor(row: dict[str, Any], scan: int) -> tuple[datetime, int] | None:
+    """Where the next batch goes on from; None when this one read less than `scan` rows."""
     if row["scanned"] >= scan and row["after_at"] is not None:
-        cursor = (row["after_at"], row["after_id"])
-    return Batch(row["occurrences"], row["runs"], row["scanned"], cursor)
+        return (row["after_at"], row["after_id"])
+    return None
+
+
+@dataclass(frozen=True)
+class Window:
+    """The rows one batch scans: their tasks' ids, how many, and the cursor after them (None: the
+    scan reached the end)."""
+
+    task_ids: list[int]
+    scanned: int
+    after: tuple[datetime, int] | None
+
+
+def window(
+    conn: psycopg.Connection[Any],
+    *,
+    min_retention: timedelta,
+    after: tuple[datetime, int],
+    scan: int,
+    now: datetime | None = None,
+) -> Window:
+    """What the batch at `after` would scan, read without locking anything."""
+    row = query.run(
+        conn,
+        "retention_window",
+        {
+            "min_retention": min_retention,
+            "after_at": after[0],
+            "after_id": after[1],
+            "scan": scan,
+            "now": now,
+        },
+    )
+    return Window(row["task_ids"], row["scanned"], _cursor(row, scan))

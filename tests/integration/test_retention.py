@@ -258,6 +258,7 @@ def test_a_pass_over_a_large_history_is_bounded_and_leaves_the_hot_plans_alone(
             "scan": 2000,
             "limit": 500,
             "now": None,
+            "task_id": None,
         },
     )
     assert "occurrence_finished_idx" in prune_plan, prune_plan  # index-driven, oldest first
