@@ -17,6 +17,7 @@ import psycopg
 
 from scheduler_daemon.backfill import BackfillResult, queue_backfill
 from scheduler_daemon.domain import argument, backfill, control
+from scheduler_daemon.domain import limit as bound
 from scheduler_daemon.domain.instance import Instance
 from scheduler_daemon.domain.misfire import Firing
 from scheduler_daemon.domain.occurrence import Occurrence
@@ -81,9 +82,10 @@ def history_cursor(row: HistoryRow) -> str:
 def _check_limit(limit: int | None) -> None:
     if limit is not None:
         argument.at_least_one(limit, "--limit")
+        argument.count_within(limit, "--limit", bound.INT4_MAX)
 
 
-MAX_TRIGGER_COUNT = 100_000  # occurrences one `trigger(count=N)` transaction may queue
+MAX_TRIGGER_COUNT = bound.MAX_TRIGGER_COUNT  # occurrences one `trigger(count=N)` may queue
 
 
 @dataclass(frozen=True)
@@ -200,7 +202,7 @@ class Client:
     ) -> TaskRecord:
         """update_task inside the caller's transaction; `source` makes an apply source own it."""
         control.check_update(changes)
-        task = task_store.lock(conn, ref)
+        task = task_store.lock(conn, _ref(ref))
         db_now = task_store.clock(conn, now)
         plan = _allowed(control.plan_update(task, changes, db_now))
         self._record_owed(conn, task, plan.owed, db_now)
@@ -243,7 +245,7 @@ class Client:
 
     def get_task(self, ref: str | int) -> TaskRecord:
         with self._tx() as conn:
-            return task_store.find(conn, ref)
+            return task_store.find(conn, _ref(ref))
 
     def list_tasks(self) -> list[TaskRecord]:
         with self._tx() as conn:
@@ -261,6 +263,8 @@ class Client:
         """One page of live tasks by name (byte order), after the name `after`; `limit` None:
         all. `Page.after` is the cursor of the next page (the last name), None after the last."""
         argument.task_status_filter(status)
+        argument.search_text("--after", after)
+        argument.search_text("--prefix", prefix)
         _check_limit(limit)
         with self._tx() as conn:
             rows = task_store.list_live(
@@ -284,7 +288,7 @@ class Client:
     def pause_in(
         self, conn: psycopg.Connection[Any], ref: str | int, *, now: datetime | None = None
     ) -> TaskRecord:
-        task = task_store.lock(conn, ref)
+        task = task_store.lock(conn, _ref(ref))
         db_now = task_store.clock(conn, now)
         plan = control.plan_pause(task, db_now)
         self._record_owed(conn, task, plan.owed, db_now)
@@ -306,7 +310,7 @@ class Client:
     def resume_in(
         self, conn: psycopg.Connection[Any], ref: str | int, *, now: datetime | None = None
     ) -> TaskRecord:
-        task = task_store.lock(conn, ref)
+        task = task_store.lock(conn, _ref(ref))
         db_now = task_store.clock(conn, now)
         plan = control.plan_resume(task, db_now)
         if plan is None:
@@ -325,9 +329,9 @@ class Client:
         self, ref: str | int, count: int = 5, *, now: datetime | None = None
     ) -> list[datetime]:
         """The next `count` fire times after the database's now."""
-        argument.at_least_one(count, "-n")
+        argument.count_within(count, "-n", bound.MAX_NEXT_COUNT)
         with self._tx() as conn:
-            task = task_store.find(conn, ref)
+            task = task_store.find(conn, _ref(ref))
             db_now = task_store.clock(conn, now)
         return list(task.spec.schedule().fire_times(db_now, limit=count))
 
@@ -347,7 +351,7 @@ class Client:
         # One round trip begins the transaction, reads the clock and takes the parent lock;
         # one more inserts the occurrence (with its sequence number and the wake-up) and
         # commits. (A `forbid` task's rule reads in between: one more.)
-        with self._session.begin(now=now, then=task_store.lock_statement(ref)) as begun:
+        with self._session.begin(now=now, then=task_store.lock_statement(_ref(ref))) as begun:
             conn, db_now = begun.conn, begun.now
             task = task_store.locked(ref, begun.result)
             # Only a `forbid` task's rule reads its active occurrences (at most one, by index),
@@ -374,7 +378,7 @@ class Client:
     ) -> TriggerBatch:
         argument.count_within(count, "--count", MAX_TRIGGER_COUNT)
         with self._tx() as conn:
-            task = task_store.lock(conn, ref)
+            task = task_store.lock(conn, _ref(ref))
             plan = _allowed(control.plan_trigger_many(task, count))
             db_now = task_store.clock(conn, now)
             instance_store.notify_wakeup(conn, "triggered")
@@ -412,7 +416,7 @@ class Client:
         `include` (scheduler_daemon/backfill.py says how)."""
         return queue_backfill(
             self._tx,
-            ref,
+            _ref(ref),
             start=start,
             end=end,
             include=include,
@@ -441,7 +445,7 @@ class Client:
         requested_by: str,
         now: datetime | None = None,
     ) -> list[Occurrence]:
-        task = task_store.lock(conn, ref)
+        task = task_store.lock(conn, _ref(ref))
         db_now = task_store.clock(conn, now)
         active = occurrence_store.active_count(conn, task.id)
         plan = _allowed(control.plan_delete(task, db_now, active=active, force=force))
@@ -480,7 +484,7 @@ class Client:
         keyset = argument.history_cursor(after) if after is not None else None
         rows: list[HistoryRow] = []
         with self._tx() as conn:
-            task_id = task_store.find(conn, task).id if task is not None else None
+            task_id = task_store.find(conn, _ref(task)).id if task is not None else None
         while True:
             want = ALL_PAGE_SIZE if limit is None else limit + 1 - len(rows)
             with self._tx() as conn:  # one short transaction per page
@@ -603,7 +607,7 @@ class Client:
             return {row["key"]: row["value"] for row in fleet_store.list_settings(conn)}
 
     def set_fleet_setting(self, name: str, value: str, *, updated_by: str) -> dict[str, Any]:
-        key, stored = argument.fleet_setting(name, value)
+        key, stored = argument.fleet_setting(name, value)  # within its bound (domain/limit.py)
         with self._tx() as conn:
             return fleet_store.set_setting(conn, key, stored, updated_by)
 
@@ -613,6 +617,15 @@ def _allowed(plan: Plan | control.Refusal) -> Plan:
     if isinstance(plan, control.Refusal):
         raise Conflict(plan.message)
     return plan
+
+
+def _ref(ref: str | int) -> str | int:
+    """A TASK argument as the stores look it up; NotFound when no task can have it (an id past
+    bigint, a NUL in a name: domain.argument.task_ref)."""
+    found = argument.task_ref(ref)
+    if found is None:
+        raise NotFound(f"unknown task {str(ref)!r}")
+    return found
 
 
 def _named(spec: TaskSpec, check: Callable[[], None]) -> None:

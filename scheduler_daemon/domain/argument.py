@@ -1,6 +1,7 @@
 """Input errors that are not about one task (a count, a limit, a status filter, a fleet setting):
 InvalidArgument and the checks that raise it (pure)."""
 
+from scheduler_daemon.domain import limit
 from scheduler_daemon.domain.duration import format_duration, parse_duration
 from scheduler_daemon.domain.status import OccurrenceStatus, TaskStatus
 
@@ -25,7 +26,7 @@ def at_least_one(value: int, flag: str) -> int:
 
 
 def count_within(value: int, flag: str, most: int) -> int:
-    if not 1 <= value <= most:
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= most:
         raise InvalidArgument(f"{flag} must be 1 to {most:,}, got {value}")
     return value
 
@@ -52,7 +53,7 @@ def history_cursor(text: str) -> tuple[int, int | None]:
     """A `runs list --after` cursor: `OCCURRENCE_ID:RUN_ID` after a run row, `OCCURRENCE_ID`
     after an occurrence's own row."""
     occurrence, colon, run = text.strip().partition(":")
-    if occurrence.isdigit() and (not colon or run.isdigit()):
+    if _id(occurrence) is not None and (not colon or _id(run) is not None):
         return int(occurrence), int(run) if colon else None
     raise InvalidArgument(
         f"--after '{text}' is not a cursor: give the last row's occurrence_id, then ':' and its "
@@ -62,7 +63,8 @@ def history_cursor(text: str) -> tuple[int, int | None]:
 
 def fleet_setting(name: str, value: str) -> tuple[str, int | str | None]:
     """A `config set NAME VALUE`: the stored key and its value (a whole number, or for a
-    duration setting its duration text, None for `none`: keep everything)."""
+    duration setting its duration text, None for `none`: keep everything), within its bound
+    (domain/limit.py)."""
     if name not in FLEET_SETTINGS:
         raise InvalidArgument(
             f"unknown setting '{name}': choose one of {', '.join(FLEET_SETTINGS)}"
@@ -71,9 +73,47 @@ def fleet_setting(name: str, value: str) -> tuple[str, int | str | None]:
         if value.strip().lower() == "none":
             return FLEET_SETTINGS[name], None
         try:
-            return FLEET_SETTINGS[name], format_duration(parse_duration(value))
-        except ValueError as exc:
-            raise InvalidArgument(f"{name}: {exc} (or `none` to keep all)") from exc
-    if not value.isdigit() or int(value) < 1:
-        raise InvalidArgument(f"{name} must be a whole number of at least 1, got '{value}'")
-    return FLEET_SETTINGS[name], int(value)
+            bounded = limit.duration("duration", parse_duration(value))
+        except ValueError as exc:  # OutOfBounds too
+            raise InvalidArgument(f"{name}: {exc} (or `none` to keep all)") from None
+        return FLEET_SETTINGS[name], format_duration(bounded)
+    if not (value.isascii() and value.isdigit()):
+        raise InvalidArgument(f"{name} must be a whole number of at least 1, got {value!r}")
+    try:
+        return FLEET_SETTINGS[name], limit.whole(name, int(value), most=limit.MAX_CONCURRENT_RUNS)
+    except limit.OutOfBounds as exc:
+        raise InvalidArgument(str(exc)) from None
+
+
+def task_ref(ref: str | int) -> str | int | None:
+    """A TASK argument as the stores look it up (an id within bigint, or a name), or None when
+    no task can have it: an id past bigint, digits other than 0-9 (names cannot be all digits),
+    a NUL or a surrogate (a name cannot hold them)."""
+    if isinstance(ref, int) and not isinstance(ref, bool):
+        return ref if 0 < ref <= limit.INT8_MAX else None
+    if not isinstance(ref, str):
+        return None
+    if ref.isdigit():
+        return _id(ref)
+    try:
+        limit.text("TASK", ref)
+    except limit.OutOfBounds:
+        return None
+    return ref
+
+
+def search_text(label: str, value: str | None) -> str | None:
+    """A `--prefix` or `--after` name to search by: text the database can compare."""
+    if value is not None:
+        try:
+            limit.text(label, value)
+        except limit.OutOfBounds as exc:
+            raise InvalidArgument(str(exc)) from None
+    return value
+
+
+def _id(text: str) -> int | None:
+    """Digits 0-9 of a bigint id, as an int; None for anything else."""
+    if text.isascii() and text.isdigit() and int(text) <= limit.INT8_MAX:
+        return int(text)
+    return None

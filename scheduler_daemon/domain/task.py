@@ -3,10 +3,12 @@
 import json
 import re
 from dataclasses import dataclass, field, replace
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from typing import Any
 
+from scheduler_daemon.domain import limit
+from scheduler_daemon.domain.limit import MAX_NAME_LENGTH, MAX_PAYLOAD_BYTES, OutOfBounds
 from scheduler_daemon.domain.row import FromRow
 from scheduler_daemon.domain.schedule import make_schedule
 from scheduler_daemon.domain.schedule.base import ScheduleError
@@ -24,8 +26,7 @@ from scheduler_daemon.domain.status import (
     ScheduleKind,
 )
 
-MAX_PAYLOAD_BYTES = 64 * 1024
-MAX_NAME_LENGTH = 200
+__all__ = ["MAX_NAME_LENGTH", "MAX_PAYLOAD_BYTES", "InvalidTask", "TaskRecord", "TaskSpec"]
 # The payload key that holds each executor's target.
 PAYLOAD_KEY: dict[str, str] = {
     ExecutorKind.SHELL: "command",
@@ -118,9 +119,14 @@ class TaskSpec:
 
     def validate(self, now: datetime | None = None, *, new_instant: bool = True) -> None:
         """Raises InvalidTask for the first rule this spec breaks. `now` is the database clock;
-        without it the rules that need the clock (`--at` in the past) are not checked."""
+        without it the rules that need the clock (`--at` in the past) are not checked. Every
+        value is held to its bound in domain/limit.py first."""
+        try:
+            self._validate_bounds(now)
+        except OutOfBounds as exc:
+            raise InvalidTask(str(exc)) from None
         _check(
-            0 < len(self.name) <= MAX_NAME_LENGTH and self.name.strip() == self.name,
+            self.name.strip() == self.name,
             f"task name must be 1 to {MAX_NAME_LENGTH} characters without surrounding spaces",
         )
         _check(not self.name.isdigit(), f"task name '{self.name}' must not be all digits (ids are)")
@@ -143,19 +149,34 @@ class TaskSpec:
                 now is None or not new_instant or self.at > now,
                 f"--at {self.at.isoformat()} is in the past (database time {now})",
             )
-        for label, value in self._durations().items():
-            _check(value is None or value > timedelta(0), f"{label} must be positive")
-        _check(self.misfire_grace >= timedelta(0), "--misfire-grace must not be negative")
-        _check(self.max_attempts >= 1, "--max-attempts must be at least 1")
-        _check(
-            self.catchup_limit is None or self.catchup_limit >= 1,
-            "--catchup-limit must be at least 1",
-        )
         _check(
             not (self.misfire == MisfirePolicy.RUN_ALL and self.overlap == OverlapPolicy.FORBID),
             "--misfire run_all with --overlap forbid could only skip; use --overlap queue or allow",
         )
         self._validate_target()
+
+    def _validate_bounds(self, now: datetime | None) -> None:
+        """Each value within its bound (domain/limit.py), before the rules that use them."""
+        limit.name("task name", self.name)
+        if self.concurrency_key is not None:
+            limit.name("--concurrency-key", self.concurrency_key)
+        for label, text in (("--timezone", self.timezone), ("--cron", self.cron)):
+            if text is not None:
+                limit.name(label, text, most=limit.MAX_CRON_LENGTH)
+        for label, value in self._durations().items():
+            if value is not None:
+                limit.duration(label, value)
+        limit.duration("--misfire-grace", self.misfire_grace, allow_zero=True)
+        limit.duration("--backoff", self.backoff, allow_zero=True)
+        limit.whole("--max-attempts", self.max_attempts)
+        if self.catchup_limit is not None:
+            limit.whole("--catchup-limit", self.catchup_limit)
+        if self.at is not None:
+            _check_instant(self.at, now)
+        limit.text(f"the {self.executor} target", self.target)
+        for header, header_value in self.headers:
+            limit.text("--header name", header)
+            limit.text(f"--header {header}", header_value)
 
     def _durations(self) -> dict[str, timedelta | None]:
         return {
@@ -207,6 +228,22 @@ class TaskSpec:
                 not any(c in value for c in "\r\n\0"),
                 f"--header {name}: the value must not contain line breaks or NUL",
             )
+
+
+def _check_instant(at: datetime, now: datetime | None) -> None:
+    """`--at` as an instant the daemons can add any bounded duration to: at most 100 years
+    after the database's now (without it: before year 9999 less twice that)."""
+    if at.tzinfo is None:
+        return  # refused by its own rule
+    try:
+        utc = at.astimezone(UTC)
+    except OverflowError:
+        raise InvalidTask(f"--at {at.isoformat()} is out of range") from None
+    last = (now + limit.MAX_DURATION) if now is not None else _LAST_INSTANT
+    _check(utc <= last, f"--at {at.isoformat()} is too far ahead: at most 100 years after now")
+
+
+_LAST_INSTANT = datetime.max.replace(tzinfo=UTC) - 2 * limit.MAX_DURATION
 
 
 def _check(ok: bool, message: str) -> None:
