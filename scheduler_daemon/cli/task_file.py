@@ -9,7 +9,7 @@ import click
 
 from scheduler_daemon.cli.base import client_for, emit, json_option, who
 from scheduler_daemon.cli.tasks import tasks
-from scheduler_daemon.domain import task_file
+from scheduler_daemon.domain import limit, task_file
 from scheduler_daemon.domain.task import InvalidTask
 
 
@@ -34,17 +34,20 @@ def tasks_apply(
     (with --prune: `- deleted`). A bad file changes nothing. Header values may hold ${VAR}."""
     from scheduler_daemon.declarative import apply
 
+    most = limit.MAX_TASK_FILE_BYTES + 1  # one byte more tells a file that is too large
     if path == "-":
         if source is None:
             raise InvalidTask("-f - (stdin) needs --source NAME")
-        text = sys.stdin.read()
+        data = sys.stdin.buffer.read(most)
     else:
         try:
-            text = Path(path).read_text(encoding="utf-8")
-        except OSError as exc:
-            raise InvalidTask(f"cannot read {path}: {exc.strerror}") from exc
+            with Path(path).open("rb") as stream:
+                data = stream.read(most)
+        except (OSError, ValueError) as exc:  # ValueError: a NUL in the path
+            raise InvalidTask(f"cannot read {path}: {getattr(exc, 'strerror', exc)}") from exc
         source = source or str(Path(path).resolve())
-    specs = task_file.parse(text, os.environ)
+    limit.name("--source", source, most=limit.MAX_SOURCE_LENGTH)
+    specs = task_file.parse(task_file.decode(data), os.environ)
     changes = apply(
         client_for(ctx),
         specs,

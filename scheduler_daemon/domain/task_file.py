@@ -3,7 +3,8 @@
 A table's keys are the options of `tasks add` without their dashes' leading `--`
 (`misfire-grace = "1m"`; underscores work too), `headers` is a table of header values, durations
 are strings (`"30s"`, `"PT1H"`) or numbers of seconds, and `at` is a TOML datetime or an ISO 8601
-string (without an offset: in the task's `timezone`). A header value may hold `${VAR}`
+string (without an offset: in the task's `timezone`). A file is UTF-8 (a byte-order mark at its
+start is allowed) of at most 10 MiB, nested at most 100 deep. A header value may hold `${VAR}`
 references, resolved from the environment when the file is applied; `tasks export` writes the
 reference back, and a secret header value without one as `***`, which `apply` reads as "keep the
 value stored" (never a new value).
@@ -17,6 +18,7 @@ from dataclasses import fields
 from datetime import datetime, timedelta
 from typing import Any
 
+from scheduler_daemon.domain import limit
 from scheduler_daemon.domain.duration import format_duration, parse_duration
 from scheduler_daemon.domain.schedule.base import ScheduleError
 from scheduler_daemon.domain.schedule.zone import load_zone
@@ -50,13 +52,39 @@ FIELDS = (*_TEXTS, *_DURATIONS, *_INTS, "at", "paused", "headers", *_TARGETS)
 _DEFAULTS = {f.name: f.default for f in fields(TaskSpec)}
 
 
+def decode(data: bytes) -> str:
+    """A task file's bytes as text: UTF-8, a byte-order mark at the start skipped, at most
+    MAX_TASK_FILE_BYTES (the caller reads at most one byte more)."""
+    if len(data) > limit.MAX_TASK_FILE_BYTES:
+        raise InvalidTask(
+            f"the task file is larger than {limit.MAX_TASK_FILE_BYTES // 1024 // 1024} MiB"
+        )
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise InvalidTask(
+            f"the task file is not UTF-8: byte 0x{data[exc.start]:02x} at offset {exc.start}"
+        ) from None
+
+
 def parse(text: str, env: Mapping[str, str]) -> dict[str, TaskSpec]:
     """The tasks a file defines, validated as `tasks add` validates them (no database rules),
     by name in file order; InvalidTask naming the task and the field at fault."""
+    text = text.removeprefix("\ufeff")  # a byte-order mark, read as text
+    if len(text) > limit.MAX_TASK_FILE_BYTES:
+        raise InvalidTask(
+            f"the task file is larger than {limit.MAX_TASK_FILE_BYTES // 1024 // 1024} MiB"
+        )
     try:
         document = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
-        raise InvalidTask(f"not a valid TOML file: {exc}") from exc
+        raise InvalidTask(f"not a valid TOML file: {exc}") from None
+    except RecursionError:  # nested past what the parser can follow: far past the limit
+        document = None
+    if document is None or _depth(document) > limit.MAX_TASK_FILE_DEPTH:
+        raise InvalidTask(
+            f"the task file is nested more than {limit.MAX_TASK_FILE_DEPTH} tables or arrays deep"
+        )
     specs = {}
     for name, table in document.items():
         if not isinstance(table, dict):
@@ -68,6 +96,18 @@ def parse(text: str, env: Mapping[str, str]) -> dict[str, TaskSpec]:
             raise InvalidTask(f"task '{name}': {exc}") from exc
         specs[name] = spec
     return specs
+
+
+def _depth(document: dict[str, Any]) -> int:
+    """How many tables and arrays deep the document is (itself 1), without recursion."""
+    deepest = 0
+    stack: list[tuple[dict[str, Any] | list[Any], int]] = [(document, 1)]
+    while stack:
+        value, depth = stack.pop()
+        deepest = max(deepest, depth)
+        children = value.values() if isinstance(value, dict) else value
+        stack += [(c, depth + 1) for c in children if isinstance(c, dict | list)]
+    return deepest
 
 
 def _spec(  # noqa: PLR0912 - one branch per kind of field, in one place
@@ -118,7 +158,10 @@ def _duration(value: Any, fail: Any) -> timedelta:
     if isinstance(value, int | float) and not isinstance(value, bool):
         if value <= 0:
             raise fail("must be positive")
-        return timedelta(seconds=value)
+        try:
+            return limit.seconds("duration", value)
+        except limit.OutOfBounds as exc:
+            raise fail(str(exc)) from None
     if not isinstance(value, str):
         raise fail('must be a duration such as "30s"')
     try:
