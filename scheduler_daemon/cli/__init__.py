@@ -27,7 +27,9 @@ from scheduler_daemon.cli.base import (
     EXIT_UNAVAILABLE,
     cli,
 )
+from scheduler_daemon.cli.output import printable
 from scheduler_daemon.domain.argument import InvalidArgument
+from scheduler_daemon.domain.limit import OutOfBounds
 from scheduler_daemon.domain.schedule.base import ScheduleError
 from scheduler_daemon.domain.task import InvalidTask
 from scheduler_daemon.settings import InvalidSettings
@@ -45,7 +47,9 @@ __all__ = ["cli", "main"]
 
 
 def _fail(code: int, message: str) -> NoReturn:
-    click.echo(f"error: {redact(message)}", err=True)
+    """One line, `error: ...`: a control character in the message (a name as given) is
+    escaped, a line break included."""
+    click.echo(f"error: {printable(redact(message), keep=frozenset())}", err=True)
     sys.exit(code)
 
 
@@ -66,6 +70,7 @@ def main(argv: list[str] | None = None) -> None:
         InvalidTask,
         InvalidArgument,
         InvalidSettings,
+        OutOfBounds,
         ScheduleError,
         Conflict,
         NotFound,

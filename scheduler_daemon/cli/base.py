@@ -9,6 +9,8 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from scheduler_daemon.cli.output import printable
+from scheduler_daemon.domain import limit
 from scheduler_daemon.domain.duration import parse_duration
 from scheduler_daemon.logconfig import LEVELS, configure
 from scheduler_daemon.settings import (
@@ -32,8 +34,9 @@ EXIT_CONTRACT_BLOCKED = 6
 
 
 class Duration(click.ParamType):
-    """A duration as domain.duration parses it; `allow_zero` for the options where 0 means
-    something (docs/cli.md lists them), every other one refuses it."""
+    """A duration as domain.duration parses it, within domain/limit.py's bounds (1 ms to 100
+    years); `allow_zero` for the options where 0 means something (docs/cli.md lists them),
+    every other one refuses it."""
 
     name = "duration"
 
@@ -44,8 +47,9 @@ class Duration(click.ParamType):
         if not isinstance(value, str):
             return value
         try:
-            return parse_duration(value, allow_zero=self.allow_zero)
-        except ValueError as exc:
+            parsed = parse_duration(value, allow_zero=self.allow_zero)
+            return limit.duration("duration", parsed, allow_zero=self.allow_zero)
+        except ValueError as exc:  # OutOfBounds too
             self.fail(str(exc), param, ctx)
 
 
@@ -72,7 +76,10 @@ def who() -> str:
 
 
 def emit(ctx: click.Context, data: Any, text: str) -> None:
-    click.echo(json.dumps(data, indent=2, default=str) if ctx.obj["json"] else text)
+    """`data` as JSON with --json (control characters escaped by JSON itself), else `text` with
+    every control and format character but newline and tab escaped: a job's output or error,
+    or a name, cannot move the cursor or recolour the terminal."""
+    click.echo(json.dumps(data, indent=2, default=str) if ctx.obj["json"] else printable(text))
 
 
 def stderr_is_terminal() -> bool:

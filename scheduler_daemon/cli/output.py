@@ -1,7 +1,30 @@
 """The text layout of the commands' output: aligned tables and `key: value` pairs of the
 documented fields (view.py), with the columns each table shows."""
 
+import unicodedata
 from typing import Any
+
+# Shown as they are in text output: they lay out a job's multi-line output.
+_LAYOUT = frozenset("\n\t")
+_UNPRINTABLE = frozenset({"Cc", "Cf", "Cs"})
+
+
+def printable(text: str, *, keep: frozenset[str] = _LAYOUT) -> str:
+    """`text` with each control, format or surrogate character except those in `keep` written
+    as Python writes it in a repr (`\\x1b`, `\\u202e`), so that text from a job or a name
+    cannot drive the terminal it is printed on."""
+    if text.isascii() and text.isprintable():
+        return text
+    return "".join(
+        c if c in keep or unicodedata.category(c) not in _UNPRINTABLE else repr(c)[1:-1]
+        for c in text
+    )
+
+
+def cell(value: Any) -> str:
+    """One table cell: empty for None, on one line."""
+    return "" if value is None else printable(str(value), keep=frozenset())
+
 
 RUN_COLUMNS = (
     "id",
@@ -41,7 +64,7 @@ INSTANCE_COLUMNS = (
 
 def table(rows: list[dict[str, Any]], columns: tuple[str, ...]) -> str:
     """An aligned text table; empty cells for None."""
-    cells = [[("" if row.get(c) is None else str(row.get(c))) for c in columns] for row in rows]
+    cells = [[cell(row.get(c)) for c in columns] for row in rows]
     widths = [max([len(c)] + [len(r[i]) for r in cells]) for i, c in enumerate(columns)]
     lines = ["  ".join(c.upper().ljust(w) for c, w in zip(columns, widths, strict=True)).rstrip()]
     lines += ["  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)).rstrip() for r in cells]
