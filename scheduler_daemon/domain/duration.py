@@ -25,11 +25,13 @@ _UNITS = (
 )
 _UNIT_RANK = {name: rank for rank, (name, _) in enumerate(_UNITS)}
 _NUMBER = r"(?:\d+(?:\.\d+)?|\.\d+)"
-_COMPACT_PART = re.compile(rf"({_NUMBER})(ms|us|d|h|m|s)")
-_BARE_SECONDS = re.compile(_NUMBER)
+# re.ASCII: digits are 0-9 only (`٣s` is not a duration).
+_COMPACT_PART = re.compile(rf"({_NUMBER})(ms|us|d|h|m|s)", re.ASCII)
+_BARE_SECONDS = re.compile(_NUMBER, re.ASCII)
 _ISO = re.compile(
     r"P(?:(?P<w>\d+)W)?(?:(?P<d>\d+)D)?"
-    r"(?:T(?=\d)(?:(?P<h>\d+)H)?(?:(?P<m>\d+)M)?(?:(?P<s>\d+)(?:[.,](?P<f>\d{1,6}))?S)?)?"
+    r"(?:T(?=\d)(?:(?P<h>\d+)H)?(?:(?P<m>\d+)M)?(?:(?P<s>\d+)(?:[.,](?P<f>\d{1,6}))?S)?)?",
+    re.ASCII,
 )
 _MICROSECOND = timedelta(microseconds=1)
 _MAX_MICROSECONDS = timedelta.max // _MICROSECOND
