@@ -162,12 +162,13 @@ UPDATE occurrence SET status = %(status)s, error = %(error)s, reason = %(reason)
 WHERE id = %(id)s AND status = 'running' AND lease_token = %(token)s
 
 -- name: occurrence_retry :rowcount
--- Puts an occurrence back in the queue for another attempt after `delay` (at most 100 years: a
--- backoff written by hand adds nothing past the calendar); an interruption gives the attempt
--- back and counts against the interruption bound instead.
+-- Puts an occurrence back in the queue for another attempt after `delay` (at most 36,525 days,
+-- the longest duration any input takes: a backoff written by hand adds nothing past the
+-- calendar); an interruption gives the attempt back and counts against the interruption bound
+-- instead.
 UPDATE occurrence SET status = 'queued', error = %(error)s, claim_owner = NULL,
     claim_expires_at = NULL,
-    not_before = clock_timestamp() + least(%(delay)s::interval, interval '100 years'),
+    not_before = clock_timestamp() + least(%(delay)s::interval, interval '36525 days'),
     attempts = attempts - %(refund)s, interruptions = interruptions + %(refund)s,
     updated_at = clock_timestamp()
 WHERE id = %(id)s AND status = 'running' AND lease_token = %(token)s
@@ -212,12 +213,13 @@ WHERE id = %(id)s AND status = 'launching' AND lease_token = %(token)s
 -- name: occurrence_past_deadline :many
 -- Queued occurrences past their start deadline (from scheduled_for, or for a retry or a
 -- backfill from its not-before time, when it was queued; a deadline written by hand counts as
--- 100 years at most, so none adds past the calendar), a page at a time.
+-- 36,525 days at most, the longest any input takes, so none adds past the calendar), a page at
+-- a time.
 SELECT o.id, o.task_id FROM occurrence o JOIN task t ON t.id = o.task_id
 WHERE o.status = 'queued' AND t.start_deadline IS NOT NULL
   AND clock_timestamp() > CASE WHEN o.attempts + o.interruptions > 0 OR o.trigger = 'backfill'
                                THEN o.not_before ELSE o.scheduled_for END
-                          + least(t.start_deadline, interval '100 years')
+                          + least(t.start_deadline, interval '36525 days')
   AND o.id > %(after)s
 ORDER BY o.id
 LIMIT %(limit)s
@@ -230,7 +232,7 @@ FROM task t
 WHERE o.id = %(id)s AND t.id = o.task_id AND o.status = 'queued' AND t.start_deadline IS NOT NULL
   AND clock_timestamp() > CASE WHEN o.attempts + o.interruptions > 0 OR o.trigger = 'backfill'
                                THEN o.not_before ELSE o.scheduled_for END
-                          + least(t.start_deadline, interval '100 years')
+                          + least(t.start_deadline, interval '36525 days')
 RETURNING o.*
 
 -- name: occurrence_latest :one

@@ -1,8 +1,8 @@
 -- name: retention_min_override :scalar
 -- The shortest history retention a task overrides the fleet's with (task_retention_idx), capped
--- at 100 years: a longer one, written by hand, is one no row outlives, and it would not subtract
--- from now() (nor fit a Python timedelta).
-SELECT CASE WHEN min(history_retention) > interval '100 years' THEN interval '100 years'
+-- at 36,525 days (100 years, domain.limit.MAX_DURATION): a longer one, written by hand, is one no
+-- row outlives, and it would not subtract from now() (nor fit a Python timedelta).
+SELECT CASE WHEN min(history_retention) > interval '36525 days' THEN interval '36525 days'
             ELSE min(history_retention) END
 FROM task WHERE history_retention IS NOT NULL
 
@@ -52,22 +52,22 @@ SELECT (SELECT count(*) FROM doomed) AS occurrences,
 -- occurrence_finished_idx order.
 SELECT o.id, o.finished_at FROM occurrence o
     WHERE o.finished_at < coalesce(%(now)s::timestamptz, now())
-                          - least(%(min_retention)s::interval, interval '100 years')
+                          - least(%(min_retention)s::interval, interval '36525 days')
       AND (o.finished_at, o.id) > (%(after_at)s::timestamptz, %(after_id)s::bigint)
     ORDER BY o.finished_at, o.id
     LIMIT %(scan)s
 
 -- fragment: retention_doomed
--- Of the scanned, those past their task's retention (or the fleet's; either capped at 100
--- years, so no value written by hand subtracts past the calendar) that are neither the task's
+-- Of the scanned, those past their task's retention (or the fleet's; either capped at 36,525
+-- days, so no value written by hand subtracts past the calendar) that are neither the task's
 -- latest outcome nor newer, and have no running run; a deleted task keeps nothing. With
 -- `task_id`, only that task's (the pruner's fallback when a batch cannot delete one task's rows).
 SELECT o.id FROM occurrence o
     JOIN scanned s ON s.id = o.id
     JOIN task t ON t.id = o.task_id
     WHERE o.finished_at < coalesce(%(now)s::timestamptz, now()) - CASE
-            WHEN coalesce(t.history_retention, %(retention)s::interval) > interval '100 years'
-            THEN interval '100 years'
+            WHEN coalesce(t.history_retention, %(retention)s::interval) > interval '36525 days'
+            THEN interval '36525 days'
             ELSE coalesce(t.history_retention, %(retention)s::interval) END
       AND (%(task_id)s::bigint IS NULL OR o.task_id = %(task_id)s::bigint)
       AND (t.deleted_at IS NOT NULL OR (

@@ -73,7 +73,7 @@ BEGIN
     )
     SELECT f.n, l.id, l.task_id, l.occurrence_seq, l.scheduled_for, l.lease_token,
         t.name, t.executor, t.payload,
-        CASE WHEN t.run_timeout > interval '100 years' THEN interval '100 years'
+        CASE WHEN t.run_timeout > interval '36525 days' THEN interval '36525 days'
              ELSE t.run_timeout END,
         r.id, r.attempt, r.started_at
     FROM free f

@@ -1,26 +1,28 @@
 -- fragment: task_read
 -- A task row as the daemon reads it to act on it: every column (test_poison_settings.py holds
--- the list to the table's), each interval capped at 100 years. A value written by hand or by an
--- older build past that (one Python cannot hold, past 999,999,999 days, or one that adds to a
--- time past the calendar) would otherwise fail the read of a whole batch, every pass.
+-- the list to the table's), each interval capped at 36,525 days (100 years: the longest duration
+-- any input takes, domain.limit.MAX_DURATION, so a value it accepted is read unchanged). A value
+-- an older build or a hand wrote past that (one Python cannot hold, past 999,999,999 days, or
+-- one that adds to a time past the calendar) would otherwise fail the read of a whole batch,
+-- every pass.
 id, name, schedule_kind, cron_expr, run_at, anchor_at, timezone, dst_gap, dst_overlap,
     executor, payload, concurrency_key, overlap, misfire, catchup_limit, max_attempts, status,
     paused, next_run_at, occurrence_seq, last_outcome_seq, last_occurrence_id,
     last_scheduled_for, last_status, last_finished_at, last_error, created_at, updated_at,
     deleted_at, parked_at, park_error, source,
-    CASE WHEN every > interval '100 years' THEN interval '100 years'
+    CASE WHEN every > interval '36525 days' THEN interval '36525 days'
          ELSE every END AS every,
-    CASE WHEN misfire_grace > interval '100 years' THEN interval '100 years'
+    CASE WHEN misfire_grace > interval '36525 days' THEN interval '36525 days'
          ELSE misfire_grace END AS misfire_grace,
-    CASE WHEN catchup_window > interval '100 years' THEN interval '100 years'
+    CASE WHEN catchup_window > interval '36525 days' THEN interval '36525 days'
          ELSE catchup_window END AS catchup_window,
-    CASE WHEN start_deadline > interval '100 years' THEN interval '100 years'
+    CASE WHEN start_deadline > interval '36525 days' THEN interval '36525 days'
          ELSE start_deadline END AS start_deadline,
-    CASE WHEN run_timeout > interval '100 years' THEN interval '100 years'
+    CASE WHEN run_timeout > interval '36525 days' THEN interval '36525 days'
          ELSE run_timeout END AS run_timeout,
-    CASE WHEN backoff > interval '100 years' THEN interval '100 years'
+    CASE WHEN backoff > interval '36525 days' THEN interval '36525 days'
          ELSE backoff END AS backoff,
-    CASE WHEN history_retention > interval '100 years' THEN interval '100 years'
+    CASE WHEN history_retention > interval '36525 days' THEN interval '36525 days'
          ELSE history_retention END AS history_retention
 
 -- name: task_insert :one

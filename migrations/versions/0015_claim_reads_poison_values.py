@@ -11,8 +11,9 @@ written by an older build or by hand with SQL, failed every claim of every daemo
 (more than 999,999,999 days) failed the claim's read after its commit, leaving runs no job
 started. The claim now reads the budget as a JSON number, floored and capped to 0 .. 100,000
 (the range `config set` accepts) as a bigint, anything else as no budget (0, as without the
-row), and returns the timeout capped at 100 years. Nothing else changes: for every value it
-read before, it claims the same rows.
+row), and returns the timeout capped at 36,525 days (100 years: the longest duration any input
+takes, `domain.limit.MAX_DURATION`). Nothing else changes: for every value it read before, it
+claims the same rows and returns the same values.
 
 The same function, replaced in place (its arguments, results and planner settings, 0014's
 included, unchanged): a build before 0015 calls it as before and gains the same tolerance, so in
@@ -91,7 +92,7 @@ BEGIN
     )
     SELECT f.n, l.id, l.task_id, l.occurrence_seq, l.scheduled_for, l.lease_token,
         t.name, t.executor, t.payload,
-        CASE WHEN t.run_timeout > interval '100 years' THEN interval '100 years'
+        CASE WHEN t.run_timeout > interval '36525 days' THEN interval '36525 days'
              ELSE t.run_timeout END,
         r.id, r.attempt, r.started_at
     FROM free f
