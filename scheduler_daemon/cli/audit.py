@@ -8,6 +8,7 @@ import click
 
 from scheduler_daemon import view
 from scheduler_daemon.cli.base import DURATION_OR_ZERO, cli, emit, json_option
+from scheduler_daemon.domain import limit
 from scheduler_daemon.domain.audit import CHECK_NAMES, DEFAULT_SETTLE
 from scheduler_daemon.domain.duration import format_duration, parse_duration
 from scheduler_daemon.settings import resolve_database_url
@@ -24,8 +25,8 @@ class TimeBoundType(click.ParamType):
         if not isinstance(value, str):
             return value
         try:
-            return parse_duration(value)
-        except ValueError as exc:
+            return limit.duration("duration", parse_duration(value))
+        except ValueError as exc:  # OutOfBounds too
             why = str(exc)
         try:
             instant = datetime.fromisoformat(value.strip().replace("Z", "+00:00"))

@@ -20,6 +20,7 @@ from scheduler_daemon.cli.base import (
     json_option,
     who,
 )
+from scheduler_daemon.domain import limit
 from scheduler_daemon.domain.duration import format_duration, parse_duration
 from scheduler_daemon.settings import (
     DaemonSettings,
@@ -309,8 +310,8 @@ def recover(ctx: click.Context, dry_run: bool, wait_text: str | None, **options:
     if dry_run and wait_text is not None:
         raise click.UsageError("--dry-run and --wait exclude each other")
     try:
-        wait = parse_duration(wait_text) if wait_text else None
-    except ValueError as exc:
+        wait = limit.duration("duration", parse_duration(wait_text)) if wait_text else None
+    except ValueError as exc:  # OutOfBounds too
         raise click.BadParameter(str(exc), param_hint="'--wait'") from exc
     settings = DaemonSettings(**options).validate()  # InvalidSettings: one line, exit 2
     url = resolve_database_url(ctx.obj["database_url"])
