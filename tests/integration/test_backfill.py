@@ -314,3 +314,45 @@ def test_audit_reports_two_backfill_occurrences_of_one_firing(cli, client, datab
     assert violation["rows"]["trigger"] == "backfill"
     assert violation["rows"]["occurrence_ids"] == [first, second]
     assert "2 backfill occurrences" in violation["message"]
+
+
+def test_an_interval_tasks_backfill_walks_exactly_the_firings_the_dispatcher_recorded(
+    client, pool, executors, database_url
+) -> None:
+    # Backfill queued the creation instant (k = 0) of an interval task, which the dispatcher
+    # never fires and `audit` never owes (found on 646db2b; issue 29).
+    from tests.support import Replica
+
+    task = client.add_task(
+        TaskSpec(
+            name="every-second",
+            executor="shell",
+            target="true",
+            every=timedelta(seconds=1),
+            misfire="run_all",
+            misfire_grace=timedelta(hours=1),
+            overlap=OverlapPolicy.ALLOW,
+        )
+    )
+    anchor = task.spec.anchor
+    later = anchor + timedelta(seconds=5, milliseconds=500)
+    Replica(database_url, pool, executors, "a").dispatcher.run_once(now=later)
+    dispatched = [
+        r["scheduled_for"]
+        for r in query(
+            database_url,
+            "SELECT scheduled_for FROM occurrence WHERE trigger = 'schedule' ORDER BY 1",
+        )
+    ]
+    assert dispatched == [anchor + timedelta(seconds=k) for k in range(1, 6)]
+    result = client.backfill(
+        task.id,
+        start=anchor - timedelta(minutes=1),
+        end=later,
+        include=("missing",),
+        dry_run=True,
+        requested_by="test",
+        now=later,
+    )
+    assert [f.scheduled_for for f in result.firings] == dispatched
+    assert result.wanted == []  # every firing has its row: none is missing

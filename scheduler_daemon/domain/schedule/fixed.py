@@ -35,7 +35,9 @@ class _Stepping:
 
 @dataclass(frozen=True)
 class IntervalSchedule(_Stepping):
-    """Fixed rate: fires at `anchor + k * every` for k >= 0, in plain UTC arithmetic."""
+    """Fixed rate: fires at `anchor + k * every` for k >= 1, in plain UTC arithmetic. The anchor
+    (the creation, or the update that set `every`) is not a firing: the dispatcher's first one is
+    one interval later, and backfill, `audit` and `tasks next` walk this same sequence."""
 
     every: timedelta
     anchor: datetime
@@ -50,21 +52,22 @@ class IntervalSchedule(_Stepping):
     def next_after(self, t: datetime) -> datetime | None:
         t = aware(t)
         if t < self.anchor:
-            return self.anchor
+            return self._at(1)
         return self._at((t - self.anchor) // self.every + 1)
 
     def prev_at_or_before(self, t: datetime) -> datetime | None:
         t = aware(t)
         if t < self.anchor:
             return None
-        return self._at((t - self.anchor) // self.every)
+        k = (t - self.anchor) // self.every
+        return self._at(k) if k >= 1 else None
 
     def count_between(self, start: datetime, end: datetime, cap: int) -> tuple[int, bool]:
         """Count arithmetically; always exact, whatever `cap`."""
         start, end = aware(start), aware(end)
         if end < self.anchor or end < start:
             return 0, True
-        first = max(0, -((self.anchor - start) // self.every))
+        first = max(1, -((self.anchor - start) // self.every))
         last = (end - self.anchor) // self.every
         return max(0, last - first + 1), True
 
