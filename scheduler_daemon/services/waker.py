@@ -1,6 +1,8 @@
 """Waker: LISTENs for wake-up notifications on a direct connection and sets the loop's event."""
 
+import secrets
 import threading
+import time
 from collections.abc import Callable
 from datetime import datetime
 from typing import Any
@@ -12,6 +14,10 @@ from scheduler_daemon.storage import instance_store
 from scheduler_daemon.storage.database import connect
 
 log = structlog.get_logger()
+PROBE = "probe"
+"""The wake-up reason a waker sends itself after each LISTEN; every listener ignores it."""
+PROBE_SECONDS = 1.0
+"""How long a waker waits for its own probe before it concludes that LISTEN cannot work here."""
 
 
 class Waker:
@@ -53,10 +59,42 @@ class Waker:
             try:
                 with connect(self.url, autocommit=True) as conn:
                     instance_store.listen_wakeups(conn)
+                    if not self._probe(conn):
+                        self._give_up(conn)
+                        return
                     self._listen(conn)
             except Exception as exc:
                 log.debug("listen_failed", error=str(exc), instance_id=self.instance_id)
                 self._stop.wait(5)
+
+    def _probe(self, conn: psycopg.Connection[Any]) -> bool:
+        """Whether a wake-up this waker sends itself, from a connection of its own as a peer
+        would, comes back within PROBE_SECONDS. Through PgBouncer in transaction mode it never
+        does: the LISTEN ran on whichever server connection was lent for that one statement,
+        and nothing links the waker to it again. (Sent on the listening connection itself it
+        would come back through a pooler too, on the server connection just lent.) Other
+        wake-ups heard meanwhile count as usual."""
+        token = f"{PROBE} {self.instance_id} {secrets.token_hex(4)}"
+        with connect(self.url, autocommit=True) as other:
+            instance_store.notify_wakeup(other, token)
+        deadline = time.monotonic() + PROBE_SECONDS
+        while (left := deadline - time.monotonic()) > 0 and not self._stop.is_set():
+            for notify in conn.notifies(timeout=left, stop_after=1):
+                if notify.payload == token:
+                    return True
+                self.heard(notify.payload)
+        return self._stop.is_set()
+
+    def _give_up(self, conn: psycopg.Connection[Any]) -> None:
+        """LISTEN cannot work on this connection: say so once, take the LISTEN back, and leave
+        the loop to its polling (every --poll-interval)."""
+        log.warning(
+            "listen_unavailable",
+            hint="no wake-up came back within 1 s (PgBouncer in transaction mode?); polling "
+            "instead. Set --no-listen (SCHEDULER_LISTEN=false) behind a transaction pooler",
+            instance_id=self.instance_id,
+        )
+        instance_store.unlisten_wakeups(conn)
 
     def _listen(self, conn: psycopg.Connection[Any]) -> None:
         while not self._stop.is_set():
@@ -66,7 +104,10 @@ class Waker:
     def heard(self, payload: str) -> None:
         """One wake-up: what it says is recorded before the loop is woken, so the woken pass
         sees it."""
-        if payload.partition(" ")[0] == instance_store.TASK_ADDED:
+        reason = payload.partition(" ")[0]
+        if reason == PROBE:
+            return  # a waker checking its own LISTEN
+        if reason == instance_store.TASK_ADDED:
             if self.on_task_added is not None:
                 self.on_task_added(instance_store.task_added_due(payload))
         elif self.launch_wanted is not None:

@@ -85,6 +85,11 @@ def listen_wakeups(conn: psycopg.Connection[Any]) -> None:
     conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(WAKEUP_CHANNEL)))
 
 
+def unlisten_wakeups(conn: psycopg.Connection[Any]) -> None:
+    """Takes `listen_wakeups` back."""
+    conn.execute(sql.SQL("UNLISTEN {}").format(sql.Identifier(WAKEUP_CHANNEL)))
+
+
 def remove_dead(conn: psycopg.Connection[Any], dead_after: timedelta) -> list[str]:
     return [
         row["id"] for row in query.run(conn, "instance_remove_dead", {"dead_after": dead_after})

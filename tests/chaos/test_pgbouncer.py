@@ -215,3 +215,27 @@ def test_polling_instead_of_listen_starts_triggered_work_within_one_poll_interva
     # Idle, a daemon sleeps at most one poll interval; then a pass dispatches and launches.
     assert max(polled) < POLL + 1.5, polled
     assert statistics.median(woken) < statistics.median(polled), (woken, polled)
+
+
+def test_listen_through_transaction_pooling_is_noticed_taken_back_and_replaced_by_polling(
+    bouncer, spawn, cli, database_url
+) -> None:
+    # On 646db2b a daemon left with LISTEN on behind PgBouncer in transaction mode failed
+    # silently: no wake-up ever came, the LISTEN stayed on a pooled server connection, and
+    # nothing in its log said so (issue 29).
+    url = bouncer.url_for(database_url)
+    assert cli("tasks", "add", "job", "--every", "1h", "--command", "true", url=url).code == 0
+    daemon = spawn(url, "pgb-listen")  # LISTEN left on, as the shipped ConfigMap once did
+    daemon.instance_id()
+    (warning,) = wait_for(
+        lambda: [line for line in daemon.log().splitlines() if '"listen_unavailable"' in line],
+        message="the daemon to notice that its LISTEN hears nothing",
+    )
+    assert "--no-listen" in warning
+    assert cli("tasks", "trigger", "job", url=url).code == 0  # polling still finds it
+    wait_for(
+        lambda: query(database_url, "SELECT 1 FROM run WHERE status = 'success'"),
+        message="the triggered run to succeed by polling",
+    )
+    assert daemon.stop() == 0
+    assert '"listen_unavailable"' not in daemon.log().split(warning, 1)[1]  # said once

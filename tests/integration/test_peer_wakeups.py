@@ -68,3 +68,32 @@ def test_successes_wake_the_peers_unless_the_loop_claims_right_after(
     assert _wakeups(listener) == ["finished"]
     statuses = query(database_url, "SELECT status FROM occurrence")
     assert [r["status"] for r in statuses] == ["success"] * 4
+
+
+def test_a_waker_on_a_direct_connection_hears_its_own_probe_and_keeps_listening(
+    database_url: str, listener: psycopg.Connection[Any]
+) -> None:
+    # The self-check must not give LISTEN up where it works, and every listener (this one and
+    # the peers) ignores the probe instead of taking it for work.
+    import threading
+
+    from structlog.testing import capture_logs
+
+    from scheduler_daemon.services.waker import PROBE, Waker
+
+    wake, launch = threading.Event(), threading.Event()
+    waker = Waker(database_url, wake, instance_id="w", launch_wanted=launch)
+    with capture_logs() as logs:
+        waker.start()
+        probes = [p for p in _wakeups(listener) if p.startswith(f"{PROBE} w ")]
+        deadline = time.monotonic() + 5
+        while not probes and time.monotonic() < deadline:
+            probes = [p for p in _wakeups(listener) if p.startswith(f"{PROBE} w ")]
+        assert probes, "the waker never probed its LISTEN"
+        time.sleep(1.2)  # past PROBE_SECONDS: a waker that gave up would have said so by now
+        assert not wake.is_set() and not launch.is_set()  # its own probe is not work
+        with psycopg.connect(database_url, autocommit=True) as conn:
+            instance_store.notify_wakeup(conn, "queued")
+        assert wake.wait(5) and launch.is_set()  # still listening
+        waker.stop()
+    assert [e for e in logs if e["event"] == "listen_unavailable"] == []
