@@ -1,5 +1,6 @@
 """Commands on the fleet and its database: migrate, run, status, recover, config, db."""
 
+import sys
 from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Any
@@ -23,7 +24,9 @@ from scheduler_daemon.cli.base import (
 from scheduler_daemon.domain import limit
 from scheduler_daemon.domain.duration import format_duration, parse_duration
 from scheduler_daemon.settings import (
+    DATABASE_URL_ENV,
     DaemonSettings,
+    InvalidSettings,
     resolve_database_url,
 )
 from scheduler_daemon.supervision import EXIT_FAILED_PASSES
@@ -236,9 +239,16 @@ def fleet_timing_options(f: Callable[..., Any]) -> Callable[..., Any]:
     help=f"Exit {EXIT_FAILED_PASSES} after this many failed passes in a row (database outages "
     "and lock waits do not count), so the supervisor restarts the daemon.",
 )
+@click.option(
+    "--embedded",
+    envvar="SCHEDULER_EMBEDDED",
+    is_flag=True,
+    help="With no database URL, use the embedded server even off a terminal (under systemd or "
+    "Kubernetes); without it, no URL there is an error.",
+)
 @fleet_timing_options
 @click.pass_context
-def run(ctx: click.Context, **options: Any) -> None:
+def run(ctx: click.Context, embedded: bool, **options: Any) -> None:
     """Run the daemon until SIGTERM/SIGINT (a second signal stops at once)."""
     import signal
     import threading
@@ -248,7 +258,14 @@ def run(ctx: click.Context, **options: Any) -> None:
 
     notifier = Notifier.from_environment()  # before any job could inherit NOTIFY_SOCKET
     settings = DaemonSettings(**options, watchdog=notifier.watchdog).validate()
-    url = resolve_database_url(ctx.obj["database_url"])
+    url = ctx.obj["database_url"]
+    if not url and not embedded and not sys.stdin.isatty():
+        # A typo in an EnvironmentFile must not start a private server no peer can reach.
+        raise InvalidSettings(
+            f"no database URL: set --database-url or {DATABASE_URL_ENV} (a fleet shares one "
+            "server), or pass --embedded (SCHEDULER_EMBEDDED=1) for the embedded server"
+        )
+    url = resolve_database_url(url)
     stop, hard_stop = threading.Event(), threading.Event()
 
     daemon = Daemon(url, settings, notifier=notifier)

@@ -50,3 +50,38 @@ def test_commands_on_an_unmigrated_database_say_so_in_one_line(cli, empty_databa
         1,
         "error: the database has no scheduler-daemon schema: run `scheduler-daemon migrate`\n",
     )
+
+
+def test_run_off_a_terminal_without_a_url_is_refused_unless_embedded_is_asked_for(
+    tmp_path,
+) -> None:
+    # On 646db2b a daemon started under systemd or Kubernetes with no URL (a typo in an
+    # EnvironmentFile) silently started a private embedded server no peer could reach (issue 29).
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "SCHEDULER_DATABASE_URL"}
+    env["SCHEDULER_EMBEDDED_DIR"] = str(tmp_path / "embedded")
+    done = subprocess.run(
+        [sys.executable, "-m", "scheduler_daemon", "run"],
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+    )
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.splitlines() == [
+        "error: no database URL: set --database-url or SCHEDULER_DATABASE_URL (a fleet shares one"
+        " server), or pass --embedded (SCHEDULER_EMBEDDED=1) for the embedded server"
+    ]
+    assert not (tmp_path / "embedded").exists()  # no server was started
+    helped = subprocess.run(
+        [sys.executable, "-m", "scheduler_daemon", "run", "--help"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+    )
+    assert "--embedded" in helped.stdout
