@@ -16,6 +16,19 @@ from urllib.parse import urlsplit, urlunsplit
 
 import psycopg
 import pytest
+from hypothesis import HealthCheck, settings
+
+# A derandomized profile: the same examples on every run, so CI is repeatable and its time
+# bounded. Loaded when CI=true; a test that talks to the database takes it as its parent always.
+settings.register_profile(
+    "ci",
+    derandomize=True,
+    deadline=None,
+    print_blob=True,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+if os.environ.get("CI", "").lower() == "true":
+    settings.load_profile("ci")
 
 SERVER_ENV = "SCHEDULER_TEST_DATABASE_URL"
 EMBEDDED_TEST_DIR = Path(
