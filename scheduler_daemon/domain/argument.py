@@ -77,7 +77,7 @@ def fleet_setting(name: str, value: str) -> tuple[str, int | str | None]:
         except ValueError as exc:  # OutOfBounds too
             raise InvalidArgument(f"{name}: {exc} (or `none` to keep all)") from None
         return FLEET_SETTINGS[name], format_duration(bounded)
-    if not (value.isascii() and value.isdigit()):
+    if not (value.isascii() and value.isdigit()) or int(value) < 1:
         raise InvalidArgument(f"{name} must be a whole number of at least 1, got {value!r}")
     try:
         return FLEET_SETTINGS[name], limit.whole(name, int(value), most=limit.MAX_CONCURRENT_RUNS)

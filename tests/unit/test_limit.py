@@ -148,7 +148,7 @@ def test_an_at_more_than_100_years_after_now_is_refused() -> None:
     [
         ("2147483648", "at most 100,000"),
         ("100001", "at most 100,000"),
-        ("0", "at least 1"),
+        ("0", "whole number of at least 1"),
         ("²", "whole number"),
         ("٣", "whole number"),
         (" 5", "whole number"),
