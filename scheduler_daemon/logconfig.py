@@ -10,9 +10,29 @@ from typing import Any
 
 import structlog
 
-from scheduler_daemon.domain.secret import MASK, SECRET_HEADERS, is_secret_header, redact
+from scheduler_daemon.domain.secret import (
+    MASK,
+    SECRET_HEADERS,
+    is_secret_header,
+    mask_values,
+    redact,
+)
 
 LEVELS = ("debug", "info", "warning", "error")
+_remembered: set[str] = set()  # the configured database password in each form (remember_secrets)
+
+
+def remember_secrets(values: frozenset[str]) -> None:
+    """Masks each of `values` (the configured URL's password, raw and percent-decoded) wherever
+    it appears in a log line or an error (`scrub_text`) from now on, whatever the text around
+    it: a password libpq echoed in its own message is masked too."""
+    _remembered.update(values)
+
+
+def scrub_text(text: str) -> str:
+    """`text` with secrets masked: the remembered ones, then every pattern domain.secret
+    knows."""
+    return redact(mask_values(text, _remembered) if _remembered else text)
 
 
 def enabled(level: int) -> bool:
@@ -29,7 +49,7 @@ def _scrub(value: Any) -> Any:
     """`value` with secrets masked: strings redacted, mappings and sequences walked, and the
     value of a key that names a secret header (`headers={"Authorization": ...}`) masked."""
     if isinstance(value, str):
-        return redact(value)
+        return scrub_text(value)
     if isinstance(value, dict):
         return {
             k: MASK if isinstance(k, str) and _secret_key(k) else _scrub(v)

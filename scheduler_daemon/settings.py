@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 
 from scheduler_daemon.domain import timing
+from scheduler_daemon.domain.secret import url_passwords
 
 DATABASE_URL_ENV = "SCHEDULER_DATABASE_URL"
 # What a supervisor gives a process between SIGTERM and SIGKILL: Kubernetes'
@@ -140,9 +141,20 @@ def _seconds(value: timedelta | None) -> str:
 
 
 def resolve_database_url(url: str | None) -> str:
-    """The configured URL (flag or SCHEDULER_DATABASE_URL), else the embedded server's."""
+    """The configured URL (flag or SCHEDULER_DATABASE_URL), else the embedded server's. Its
+    password, in every form, is masked in every log line and error from now on; a URL libpq
+    cannot read is refused here, before anything could echo it."""
     url = url or os.environ.get(DATABASE_URL_ENV) or None
     if url:
+        from scheduler_daemon import logconfig
+        from scheduler_daemon.storage.database import UNPARSEABLE, describe_server
+
+        logconfig.remember_secrets(url_passwords(url))
+        if describe_server(url) == UNPARSEABLE:
+            raise InvalidSettings(
+                f"--database-url ({DATABASE_URL_ENV}): {UNPARSEABLE}: percent-encode any @, :, "
+                "/, ?, # or space in the user name or password (%40, %3A, %2F, %3F, %23, %20)"
+            )
         return url
     from scheduler_daemon import embedded
 

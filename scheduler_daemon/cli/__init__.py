@@ -32,8 +32,9 @@ from scheduler_daemon.domain.argument import InvalidArgument
 from scheduler_daemon.domain.limit import OutOfBounds
 from scheduler_daemon.domain.schedule.base import ScheduleError
 from scheduler_daemon.domain.task import InvalidTask
+from scheduler_daemon.logconfig import scrub_text
 from scheduler_daemon.settings import InvalidSettings
-from scheduler_daemon.storage.database import first_line, redact
+from scheduler_daemon.storage.database import first_line
 from scheduler_daemon.storage.error import (
     Conflict,
     ContractBlocked,
@@ -49,7 +50,7 @@ __all__ = ["cli", "main"]
 def _fail(code: int, message: str) -> NoReturn:
     """One line, `error: ...`: a control character in the message (a name as given) is
     escaped, a line break included."""
-    click.echo(f"error: {printable(redact(message), keep=frozenset())}", err=True)
+    click.echo(f"error: {printable(scrub_text(message), keep=frozenset())}", err=True)
     sys.exit(code)
 
 

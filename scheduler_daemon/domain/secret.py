@@ -4,7 +4,8 @@ Cookie, X-Api-Key, anything named like a token or a key ...), whether in a mappi
 such as `Authorization: Bearer x` or `{'X-Api-Key': 'x'}`."""
 
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
+from urllib.parse import unquote
 
 MASK = "***"
 SECRET_HEADERS = frozenset(
@@ -45,6 +46,43 @@ _NAME_AND_SEPARATOR = re.compile(
     r"(?<![\w-])(?P<name>[A-Za-z][A-Za-z0-9-]*)['\"]?[ \t]*[:=][ \t]*['\"]?"
 )
 _VALUE = re.compile(r"[^'\"\r\n]+")
+
+
+_DSN_PASSWORD = re.compile(r"\bpassword\s*=\s*('(?:[^'\\]|\\.)*'|\S+)", re.I)
+_QUERY_PASSWORD = re.compile(r"[?&]password=([^&]*)", re.I)
+MIN_SECRET_CHARS = 3
+"""A password shorter than this is not masked wherever it appears in text (it would mask every
+`a` of a log line); the URL and DSN patterns above still mask it where it stands in one."""
+
+
+def url_passwords(url: str) -> frozenset[str]:
+    """Every form of the password a database URL or keyword DSN carries, as written and
+    percent-decoded (or unquoted), whatever its encoding mistakes: an unencoded `@` (the
+    userinfo runs to the LAST `@` of the authority), a space, `%00`. For masking, never for
+    connecting."""
+    found: list[str] = []
+    if "://" in url:
+        rest = url.split("://", 1)[1]
+        authority = rest.split("?", 1)[0]
+        at = authority.rfind("@")
+        if at != -1 and ":" in authority[:at]:
+            found.append(authority[:at].split(":", 1)[1])
+        found += _QUERY_PASSWORD.findall(rest)
+        found += [unquote(f, errors="replace") for f in found]
+    else:
+        for raw in _DSN_PASSWORD.findall(url):
+            found.append(raw)
+            if raw.startswith("'"):
+                found.append(re.sub(r"\\(.)", r"\1", raw[1:-1]))
+    return frozenset(f for f in found if len(f) >= MIN_SECRET_CHARS)
+
+
+def mask_values(text: str, values: Iterable[str]) -> str:
+    """`text` with every occurrence of each of `values` replaced by ***, longest first."""
+    for value in sorted(values, key=len, reverse=True):
+        if value and value in text:
+            text = text.replace(value, MASK)
+    return text
 
 
 def is_secret_header(name: str) -> bool:

@@ -1,5 +1,6 @@
-"""Opens connections to PostgreSQL with the settings every connection needs; its messages hide
-passwords (`redact`, from domain.secret)."""
+"""Opens connections to PostgreSQL with the settings every connection needs; its messages never
+echo the URL: they name the server as `host:port/dbname` and mask the URL's password in any
+form (domain.secret)."""
 
 import functools
 import os
@@ -11,10 +12,11 @@ from datetime import datetime
 from typing import Any
 
 import psycopg
+from psycopg.conninfo import conninfo_to_dict
 from psycopg.rows import dict_row
 from psycopg_pool import ConnectionPool, PoolTimeout
 
-from scheduler_daemon.domain.secret import redact
+from scheduler_daemon.domain.secret import mask_values, redact, url_passwords
 from scheduler_daemon.storage import query
 from scheduler_daemon.storage.error import DatabaseUnavailable
 
@@ -32,9 +34,31 @@ KEEPALIVES: dict[str, Any] = {
 }
 
 
+UNPARSEABLE = "<unparseable database URL>"
+
+
+def describe_server(url: str) -> str:
+    """`host:port/dbname` of a database URL or keyword DSN, as libpq reads it, for messages
+    (never the URL itself); UNPARSEABLE when libpq cannot read it, or reads a host with an `@`
+    (a password with an unencoded `@`: the rest of it would show as the host)."""
+    try:
+        params = conninfo_to_dict(url)
+    except psycopg.Error:
+        return UNPARSEABLE
+    host = str(params.get("host") or params.get("hostaddr") or "localhost")
+    if "@" in host:
+        return UNPARSEABLE
+    dbname = params.get("dbname") or params.get("user") or "(default)"
+    return f"{host}:{params.get('port') or 5432}/{dbname}"
+
+
 def connect(url: str, *, autocommit: bool = False, **kwargs: Any) -> psycopg.Connection[Any]:
     """A connection with dict rows, no server-side prepared statements (PgBouncer transaction
-    mode), TCP keepalives and a connect timeout; DatabaseUnavailable with a redacted line if not."""
+    mode), TCP keepalives and a connect timeout; DatabaseUnavailable with one line naming the
+    server (`describe_server`) if not, the password masked in any form libpq echoes."""
+    server = describe_server(url)
+    if server == UNPARSEABLE:  # libpq's own message quotes the value it could not read
+        raise DatabaseUnavailable(f"cannot connect to the database: {UNPARSEABLE}")
     try:
         return psycopg.connect(
             url,
@@ -47,10 +71,8 @@ def connect(url: str, *, autocommit: bool = False, **kwargs: Any) -> psycopg.Con
             **kwargs,
         )
     except psycopg.Error as exc:
-        reason = first_line(exc)
-        raise DatabaseUnavailable(
-            f"cannot connect to the database at {redact(url)}: {reason}"
-        ) from exc
+        reason = mask_values(first_line(exc), url_passwords(url))
+        raise DatabaseUnavailable(f"cannot connect to the database at {server}: {reason}") from exc
 
 
 @contextmanager

@@ -79,7 +79,7 @@ def test_a_waker_on_a_direct_connection_hears_its_own_probe_and_keeps_listening(
 
     from structlog.testing import capture_logs
 
-    from scheduler_daemon.services.waker import PROBE, Waker
+    from scheduler_daemon.services.waker import PROBE, PROBE_SECONDS, Waker
 
     wake, launch = threading.Event(), threading.Event()
     waker = Waker(database_url, wake, instance_id="w", launch_wanted=launch)
@@ -90,10 +90,14 @@ def test_a_waker_on_a_direct_connection_hears_its_own_probe_and_keeps_listening(
         while not probes and time.monotonic() < deadline:
             probes = [p for p in _wakeups(listener) if p.startswith(f"{PROBE} w ")]
         assert probes, "the waker never probed its LISTEN"
-        time.sleep(1.2)  # past PROBE_SECONDS: a waker that gave up would have said so by now
-        assert not wake.is_set() and not launch.is_set()  # its own probe is not work
+        # Past the probe's window (a negative cannot be polled for): a waker that gave up has
+        # unlistened by then, and the wake-up below would not reach it.
+        time.sleep(PROBE_SECONDS + 0.2)
+        assert not wake.is_set()  # its own probe is not work
+        assert not launch.is_set()
         with psycopg.connect(database_url, autocommit=True) as conn:
             instance_store.notify_wakeup(conn, "queued")
-        assert wake.wait(5) and launch.is_set()  # still listening
+        assert wake.wait(5)  # still listening
+        assert launch.is_set()
         waker.stop()
     assert [e for e in logs if e["event"] == "listen_unavailable"] == []

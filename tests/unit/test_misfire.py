@@ -316,7 +316,7 @@ def test_planning_the_newest_firings_equals_deciding_every_firing(
     active: bool,
     off_grid: bool,
 ) -> None:
-    schedule = IntervalSchedule(every, T0 - every)  # fires at T0 + k × every, k >= 0
+    schedule = IntervalSchedule(every, T0 - every)  # fires at T0 + k * every, k >= 0
     next_run_at = T0 - every / 2 if off_grid else T0
     now = T0 + (count - 1) * every + slack * every
     due = [*([next_run_at] if off_grid else []), *(T0 + k * every for k in range(count))]
