@@ -8,9 +8,10 @@ from zoneinfo import ZoneInfo
 
 from scheduler_daemon.domain.audit import AuditReport, Value
 from scheduler_daemon.domain.instance import Instance
+from scheduler_daemon.domain.lock_holder import LockHolder
 from scheduler_daemon.domain.occurrence import Occurrence
 from scheduler_daemon.domain.run import HistoryRow, RunDetail
-from scheduler_daemon.domain.secret import mask_headers, redact
+from scheduler_daemon.domain.secret import MASK, mask_headers, redact
 from scheduler_daemon.domain.status import ExecutorKind
 from scheduler_daemon.domain.task import TaskRecord
 from scheduler_daemon.domain.timing import takeover_bound
@@ -41,13 +42,14 @@ def schedule_text(task: TaskRecord) -> str:
 
 
 def task_fields(task: TaskRecord, *, show_secrets: bool = False) -> dict[str, Any]:
-    """The documented task object. Secret header values and a URL's password are *** unless
-    `show_secrets`."""
+    """The documented task object. Secret header values, values that came from a task file's
+    `${SCHEDULER_SECRET_*}`, and a URL's password are *** unless `show_secrets`."""
     spec = task.spec
     headers = dict(spec.headers)
     target = spec.target
     if not show_secrets:
-        headers = mask_headers(headers)
+        from_refs = {h: MASK for h, _ in spec.header_refs if h in headers}
+        headers = mask_headers(headers) | from_refs
         target = redact(target) if spec.executor == ExecutorKind.HTTP else target
     return {
         "id": task.id,
@@ -176,7 +178,47 @@ def status_fields(status: dict[str, Any]) -> dict[str, Any]:
             }
         )
     parked = [{**t, "parked_at": iso(t["parked_at"])} for t in status.get("parked_tasks", [])]
-    return {**status, "instances": instances, "parked_tasks": parked}
+    holders = [lock_holder_fields(h) for h in status.get("budget_lock_holders", [])]
+    return {
+        **status,
+        "instances": instances,
+        "parked_tasks": parked,
+        "budget_lock_holders": holders,
+    }
+
+
+def lock_holder_fields(holder: LockHolder) -> dict[str, Any]:
+    """`status --json`'s `budget_lock_holders[]`: a session holding the budget's lock past a
+    claim's moment (null: a column this role may not see, or a prepared transaction's pid)."""
+    return {
+        "pid": holder.pid,
+        "role": holder.role,
+        "application_name": holder.application_name,
+        "state": holder.state,
+        "transaction_started_at": iso(holder.transaction_started_at),
+        "in_transaction_seconds": None
+        if holder.in_transaction is None
+        else round(holder.in_transaction.total_seconds(), 3),
+        "prepared": holder.prepared,
+    }
+
+
+def lock_holder_text(holder: dict[str, Any]) -> str:
+    """`status`'s line for one of `budget_lock_holders`."""
+    who = (
+        f"pid {holder['pid']}" if holder["pid"] is not None else f"prepared {holder['prepared']!r}"
+    )
+    about = [f"role {holder['role'] or '?'}"]
+    if holder["application_name"]:
+        about.append(f"application {holder['application_name']!r}")
+    if holder["state"]:
+        about.append(holder["state"])
+    if holder["in_transaction_seconds"] is not None:
+        about.append(f"in transaction {holder['in_transaction_seconds']:.1f}s")
+    return (
+        f"budget lock held by {who} ({', '.join(about)}): no claim can start a job until it "
+        "ends (docs/operations.md#the-budget-lock)"
+    )
 
 
 def _audit_value(value: Value) -> Any:

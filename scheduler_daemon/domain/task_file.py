@@ -5,9 +5,10 @@ A table's keys are the options of `tasks add` without their dashes' leading `--`
 are strings (`"30s"`, `"PT1H"`) or numbers of seconds, and `at` is a TOML datetime or an ISO 8601
 string (without an offset: in the task's `timezone`). A file is UTF-8 (a byte-order mark at its
 start is allowed) of at most 10 MiB, nested at most 100 deep. A header value may hold `${VAR}`
-references, resolved from the environment when the file is applied; `tasks export` writes the
-reference back, and a secret header value without one as `***`, which `apply` reads as "keep the
-value stored" (never a new value).
+references to variables named `SCHEDULER_SECRET_*` (no others: the applier's environment also
+holds its own database URL), resolved when the file is applied and shown as `***` to every
+reader; `tasks export` writes the reference back, and a secret header value without one as
+`***`, which `apply` reads as "keep the value stored" (never a new value).
 """
 
 import json
@@ -27,6 +28,8 @@ from scheduler_daemon.domain.status import ExecutorKind
 from scheduler_daemon.domain.task import InvalidTask, TaskSpec
 
 _REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+SECRET_PREFIX = "SCHEDULER_SECRET_"  # noqa: S105 - a variable name's prefix, not a secret
+"""The only variables a task file's `${VAR}` may name."""
 _TARGETS = {"command": ExecutorKind.SHELL, "http": ExecutorKind.HTTP, "call": ExecutorKind.PYTHON}
 _TARGET_OF = {kind: key for key, kind in _TARGETS.items()}
 _DURATIONS = {
@@ -192,6 +195,13 @@ def _headers(
     """The header values with `${VAR}` resolved, and the templates of those that had any."""
     values, refs = [], []
     for header, template in given.items():
+        foreign = [v for v in _REF.findall(template) if not v.startswith(SECRET_PREFIX)]
+        if foreign:
+            raise fail(
+                "headers",
+                f"header {header}: ${{{foreign[0]}}} is not resolved: only variables named "
+                f"{SECRET_PREFIX}* are (export it as {SECRET_PREFIX}{foreign[0]})",
+            )
         missing = [v for v in _REF.findall(template) if v not in env]
         if missing:
             raise fail(

@@ -21,7 +21,7 @@ history-retention = "7d"
 [hook]
 http = "https://example.com/hook"
 every = "1h"
-headers = { Authorization = "Bearer ${HOOK_TOKEN}", X-Team = "ops" }
+headers = { Authorization = "Bearer ${SCHEDULER_SECRET_HOOK_TOKEN}", X-Team = "ops" }
 max-attempts = 3
 
 ["report job"]
@@ -43,7 +43,7 @@ def write(tmp_path: Path) -> Any:
 
 @pytest.fixture(autouse=True)
 def token(monkeypatch: pytest.MonkeyPatch) -> str:
-    monkeypatch.setenv("HOOK_TOKEN", "s3cret-token")
+    monkeypatch.setenv("SCHEDULER_SECRET_HOOK_TOKEN", "s3cret-token")
     return "s3cret-token"
 
 
@@ -70,7 +70,7 @@ def test_apply_creates_the_tasks_and_export_apply_changes_nothing(cli, write, da
 
     exported = cli("tasks", "export")
     assert exported.code == 0, exported.err
-    assert "Bearer ${HOOK_TOKEN}" in exported.out  # the reference, never the secret
+    assert "Bearer ${SCHEDULER_SECRET_HOOK_TOKEN}" in exported.out  # the reference, not its value
     assert "s3cret-token" not in exported.out
     before = query(database_url, "SELECT * FROM task ORDER BY id")
     again = _apply(cli, write(exported.out, "exported.toml"))
@@ -160,9 +160,9 @@ def test_a_hand_made_task_is_refused_unless_adopted_and_a_masked_secret_is_kept(
         ),
         (
             '[a]\nhttp = "https://x.example"\nevery = "1h"\nheaders = { Authorization = '
-            '"Bearer ${NOT_SET_ANYWHERE}" }\n',
+            '"Bearer ${SCHEDULER_SECRET_NOT_SET_ANYWHERE}" }\n',
             "task 'a': field 'headers': header Authorization needs the environment variable "
-            "NOT_SET_ANYWHERE, unset",
+            "SCHEDULER_SECRET_NOT_SET_ANYWHERE, unset",
         ),
         ("[a\n", "not a valid TOML file"),
         (
@@ -191,3 +191,40 @@ def test_a_prune_that_would_delete_an_active_task_is_refused_whole(cli, write, c
     assert result.code == 2
     assert "--prune: task 'busy' has 1 active occurrence(s)" in result.err
     assert counts() == before
+
+
+def test_a_reference_to_any_variable_but_a_scheduler_secret_is_refused_and_nothing_written(
+    cli, write, database_url, monkeypatch
+) -> None:
+    # On 646db2b `${SCHEDULER_DATABASE_URL}` stored the applier's URL, password included, and
+    # the reader role's `tasks show` printed it (issue 29).
+    monkeypatch.setenv("SCHEDULER_DATABASE_URL", "postgresql://app:pw-of-applier@db/app")
+    before = query(database_url, "SELECT count(*) AS n FROM task")
+    path = write(
+        '[leak]\nhttp = "https://example.com/x"\nevery = "1h"\n'
+        'headers = { X-Where = "${SCHEDULER_DATABASE_URL}" }\n'
+    )
+    result = _apply(cli, path)
+    assert result.code == 2
+    assert result.err.splitlines() == [
+        "error: task 'leak': field 'headers': header X-Where: ${SCHEDULER_DATABASE_URL}"
+        " is not resolved: only variables named SCHEDULER_SECRET_* are (export it as"
+        " SCHEDULER_SECRET_SCHEDULER_DATABASE_URL)"
+    ]
+    assert "pw-of-applier" not in result.err
+    assert query(database_url, "SELECT count(*) AS n FROM task") == before
+
+
+def test_a_header_value_from_a_reference_is_shown_masked_to_every_reader(cli, write) -> None:
+    # X-Team is no secret header by its name; its value came from a secret variable.
+    path = write(
+        '[hook]\nhttp = "https://example.com/x"\nevery = "1h"\n'
+        'headers = { X-Team = "team-${SCHEDULER_SECRET_HOOK_TOKEN}", X-Plain = "ops" }\n'
+    )
+    assert _apply(cli, path).code == 0
+    shown = cli("tasks", "show", "hook", "--json").json()
+    assert shown["headers"] == {"X-Team": "***", "X-Plain": "ops"}
+    assert "s3cret-token" not in cli("tasks", "show", "hook").out
+    assert "s3cret-token" not in cli("tasks", "list", "--json").out
+    revealed = cli("tasks", "show", "hook", "--json", "--show-secrets").json()
+    assert revealed["headers"]["X-Team"] == "team-s3cret-token"

@@ -39,15 +39,16 @@ def test_render_then_parse_gives_the_same_definitions() -> None:
 
 def test_references_resolve_from_the_environment_and_render_back() -> None:
     text = (
-        '[h]\nhttp = "https://x.example"\nevery = 60\nheaders = { Authorization = "Bearer ${T}" }\n'
+        '[h]\nhttp = "https://x.example"\nevery = 60\n'
+        'headers = { Authorization = "Bearer ${SCHEDULER_SECRET_T}" }\n'
     )
-    (spec,) = parse(text, {"T": "secret"}).values()
+    (spec,) = parse(text, {"SCHEDULER_SECRET_T": "secret"}).values()
     assert spec.headers == (("Authorization", "Bearer secret"),)
     assert spec.every == timedelta(seconds=60)
-    assert "Bearer ${T}" in render([spec])
+    assert "Bearer ${SCHEDULER_SECRET_T}" in render([spec])
     assert "secret" not in render([spec])
     assert "Bearer secret" in render([spec], include_secrets=True)
-    with pytest.raises(InvalidTask, match="environment variable T, unset"):
+    with pytest.raises(InvalidTask, match="environment variable SCHEDULER_SECRET_T, unset"):
         parse(text, {})
 
 
