@@ -471,3 +471,11 @@ CREATE TABLE task_event (
 );
 
 CREATE INDEX task_event_task_idx ON public.task_event USING btree (task_id, id);
+
+
+CREATE TABLE task_pruned (
+    task_id bigint NOT NULL,
+    pruned_through timestamp with time zone NOT NULL,
+    updated_at timestamp with time zone NOT NULL,
+    CONSTRAINT task_pruned_pkey PRIMARY KEY (task_id)
+);

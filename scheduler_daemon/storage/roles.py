@@ -23,6 +23,7 @@ TABLES = (
     "fleet_setting",
     "task_event",
     "fleet_setting_event",
+    "task_pruned",
     VERSION_TABLE,
 )
 # What each role may change beyond reading every table. Row locks (SELECT ... FOR UPDATE) need
@@ -36,6 +37,7 @@ WRITES: dict[str, dict[str, tuple[str, ...]]] = {
         "occurrence": ("INSERT", "UPDATE", "DELETE"),  # DELETE: history past the retention
         "run": ("INSERT", "UPDATE", "DELETE"),
         "instance": ("INSERT", "UPDATE", "DELETE"),
+        "task_pruned": ("INSERT", "UPDATE"),  # the prune's mark, an upsert (revision 0016)
     },
     "operator": {
         "task": ("INSERT", "UPDATE"),  # deletion is a soft delete
