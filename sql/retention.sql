@@ -12,8 +12,11 @@ FROM task WHERE history_retention IS NOT NULL
 -- oldest first from the cursor (`after_at`, `after_id`), at most `scan` rows, below the oldest
 -- cutoff any task can have (`min_retention`). A live task keeps its latest outcome and every
 -- occurrence newer than it (one-shot status, `tasks show`); a deleted task keeps nothing. Rows another
--- transaction holds are skipped, and nothing with a running run is touched. Returns the counts
--- and the cursor to go on from (NULL when the scan reached the end).
+-- transaction holds are skipped, and nothing with a running run is touched. In the same
+-- statement, each task's newest deleted scheduled firing (a summary row's last) raises its
+-- task_pruned mark (revision 0016; `audit` owes no firing at or before it), in task id order so
+-- two prunes never wait on each other's marks in a cycle. Returns the counts and the cursor to go
+-- on from (NULL when the scan reached the end).
 WITH scanned AS MATERIALIZED (
     {{retention_scanned}}
 ), doomed AS MATERIALIZED (
@@ -24,7 +27,17 @@ WITH scanned AS MATERIALIZED (
 ), runs AS (
     DELETE FROM run r USING doomed WHERE r.occurrence_id = doomed.id RETURNING r.id
 ), occurrences AS (
-    DELETE FROM occurrence o USING doomed WHERE o.id = doomed.id RETURNING o.id
+    DELETE FROM occurrence o USING doomed WHERE o.id = doomed.id
+    RETURNING o.id, o.task_id, o.trigger, coalesce(o.last_scheduled_for, o.scheduled_for) AS firing
+), marked AS (
+    INSERT INTO task_pruned AS p (task_id, pruned_through, updated_at)
+    SELECT task_id, max(firing), coalesce(%(now)s::timestamptz, now()) FROM occurrences
+    WHERE trigger = 'schedule'
+    GROUP BY task_id
+    ORDER BY task_id
+    ON CONFLICT (task_id) DO UPDATE
+        SET pruned_through = greatest(p.pruned_through, excluded.pruned_through),
+            updated_at = excluded.updated_at
 ), last AS (
     SELECT finished_at, id FROM scanned ORDER BY finished_at DESC, id DESC LIMIT 1
 )
