@@ -20,6 +20,22 @@ SELECT id, task_id, at, active, schedule_kind, cron_expr, every, run_at, anchor_
 FROM task_event
 ORDER BY task_id, id
 
+-- name: audit_task_pruned :many
+-- Per task that may have lost history to the prune: the instant its retention keeps from (now
+-- minus its own retention, else `retention`, the fleet's; capped at 36,525 days as the prune caps
+-- it; NULL with neither) and the newest scheduled firing a prune recorded deleting (task_pruned,
+-- revision 0016; NULL when none did, or only builds before it).
+SELECT t.id AS task_id,
+    now() - CASE WHEN coalesce(t.history_retention, %(retention)s::interval)
+                      > interval '36525 days'
+                 THEN interval '36525 days'
+                 ELSE coalesce(t.history_retention, %(retention)s::interval) END AS retained_from,
+    p.pruned_through
+FROM task t LEFT JOIN task_pruned p ON p.task_id = t.id
+WHERE t.history_retention IS NOT NULL OR %(retention)s::interval IS NOT NULL
+   OR p.task_id IS NOT NULL
+ORDER BY t.id
+
 -- name: audit_scheduled_occurrences :many
 -- The scheduled firings one task recorded in [low, high]: exact rows and summary ranges.
 SELECT scheduled_for, last_scheduled_for FROM occurrence

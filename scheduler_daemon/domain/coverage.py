@@ -3,9 +3,11 @@
 
 A task's history is its `task_event` rows in id order. Event i's definition (schedule and active
 state) applies after event i's `at` and before event i+1's `at`; the last one applies up to the
-audit's cutoff. Only windows with `active` owe firings. A firing is covered by an occurrence
-scheduled for exactly that instant, or by a summary row (skipped, firing_count > 1) whose
-[scheduled_for, last_scheduled_for] range contains it.
+audit's cutoff. Only windows with `active` owe firings, and none that the prune may have deleted
+(`owed_since`: before the task's own retention cutoff, or at or before the newest firing a prune
+recorded deleting of it). A firing is covered by an occurrence scheduled for exactly that
+instant, or by a summary row (skipped, firing_count > 1) whose [scheduled_for,
+last_scheduled_for] range contains it.
 
 Cost: the owed firings are enumerated one by one with the same Schedule objects the dispatcher
 uses, newest first, at most `limit` per task; each is a set lookup or a bisect. A per-second task
@@ -66,6 +68,31 @@ class OwedWindow:
 
     def owes(self, t: datetime) -> bool:
         return self.after < t < self.until or (self.closed and t == self.until)
+
+
+@dataclass(frozen=True)
+class Pruned:
+    """What of one task's history the prune may have deleted: every firing before
+    `retained_from` (now minus its retention, its own or the fleet's; None: no retention in
+    force), and every firing at or before `pruned_through` (the newest scheduled firing a prune
+    recorded deleting; None: none recorded, or pruned only by builds before revision 0016)."""
+
+    task_id: int
+    retained_from: datetime | None
+    pruned_through: datetime | None
+
+
+def owed_since(since: datetime | None, pruned: Pruned | None) -> datetime | None:
+    """The instant from which one task's firings are owed: the audit's `since`, but none the
+    prune may have deleted. A retention lengthened after a prune still leaves out what that
+    prune deleted (its mark), and one task's short retention leaves out only its own history."""
+    bounds = [since]
+    if pruned is not None:
+        bounds.append(pruned.retained_from)
+        if pruned.pruned_through is not None:
+            bounds.append(pruned.pruned_through + _MICROSECOND)  # owed: strictly after the mark
+    known = [b for b in bounds if b is not None]
+    return max(known) if known else None
 
 
 def owed_windows(

@@ -6,6 +6,12 @@ check that relates rows sees them at one moment; a check that finds anything run
 fresh snapshot, and only what both snapshots show is reported, so a row a live daemon is changing
 at that moment is not reported.
 
+Pruned history: the firing check owes each task's firings only after what the prune may have
+deleted of that task (its own retention cutoff, and the newest firing a prune recorded deleting:
+domain/coverage.py `owed_since`). The other checks look for rows that break a rule together, and
+the prune deletes an occurrence with its runs, so pruning can only take a finding of theirs away:
+they read all the history kept.
+
 Cost, with n the rows of the window (`since`; no `since`: the whole history): the SQL checks are
 one statement each (the FIFO check joins each started occurrence with the occurrences of its key
 or task that finished after it started); the overlap and budget checks sweep the runs of the
@@ -35,6 +41,7 @@ from scheduler_daemon.domain.coverage import (
     MissingFiring,
     gaps,
     missing_firings,
+    owed_since,
     owed_windows,
 )
 from scheduler_daemon.domain.outcome import LIFECYCLE
@@ -130,15 +137,11 @@ class Auditor:
     def _window(self, since: TimeBound | None, until: TimeBound | None) -> AuditWindow:
         with snapshot_transaction(self.pool, LIMITS) as conn:
             now = audit_store.clock(conn)
-            retention = audit_store.shortest_retention(conn)
 
         def resolve(bound: TimeBound) -> datetime:
             return now - bound if isinstance(bound, timedelta) else bound
 
         since_at = None if since is None else resolve(since)
-        if retention is not None:  # older history may be pruned: only the kept window is checked
-            kept_from = now - retention
-            since_at = kept_from if since_at is None else max(since_at, kept_from)
         until_at = now if until is None else min(resolve(until), now)
         if since_at is not None and since_at >= until_at:
             raise InvalidWindow(
@@ -190,8 +193,10 @@ class Auditor:
         found: dict[tuple[object, ...], MissingFiring] = {}
         incomplete = []
         events = audit_store.task_events(conn)
+        pruned = audit_store.pruned(conn)  # per task: older history may be gone
         for task_id, history in groupby(events, key=lambda e: e.task_id):
-            windows = owed_windows(list(history), since=window.since, cutoff=window.cutoff)
+            since = owed_since(window.since, pruned.get(task_id))
+            windows = owed_windows(list(history), since=since, cutoff=window.cutoff)
             if not windows:
                 continue
             exact, ranges = audit_store.scheduled_occurrences(

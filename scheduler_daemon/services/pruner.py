@@ -8,7 +8,10 @@ however large the backlog, and holds no lock for long: rows another transaction 
 skipped, not waited for. The cursor lives in memory and goes round: a row kept (a task's latest
 outcome, a longer retention) is passed over once per sweep, not once per pass. A deleted task
 keeps nothing: all its finished occurrences go after the retention (its task row and definition
-history stay, a few bytes, as a tombstone). A batch that fails on a row it cannot delete (a data
+history stay, a few bytes, as a tombstone). The statement that deletes also raises each task's
+mark, the newest scheduled firing deleted (task_pruned), so `audit` knows which firings are gone
+whatever the retention is later set to (two prunes marking one task wait for each other, one
+short transaction at most). A batch that fails on a row it cannot delete (a data
 or integrity error: a value written by hand, a trigger or key an operator added) is done again
 a task per transaction; the task whose rows still fail is logged and passed over, and every
 other task's history is still pruned. Every retention is capped at 100 years in SQL, so none

@@ -10,9 +10,9 @@ from typing import Any
 
 import psycopg
 
-from scheduler_daemon.domain.coverage import DefinitionEvent
+from scheduler_daemon.domain.coverage import DefinitionEvent, Pruned
 from scheduler_daemon.domain.sweep import Change, Span
-from scheduler_daemon.storage import fleet_store, query, retention_store
+from scheduler_daemon.storage import fleet_store, query
 
 Conn = psycopg.Connection[Any]
 
@@ -102,11 +102,11 @@ def clock(conn: Conn) -> datetime:
     return query.run(conn, "audit_clock")
 
 
-def shortest_retention(conn: Conn) -> timedelta | None:
-    """The shortest history retention in force (the fleet's or a task's); None: keep all."""
-    bounds = (fleet_store.history_retention(conn), retention_store.min_override(conn))
-    kept = [b for b in bounds if b is not None]
-    return min(kept) if kept else None
+def pruned(conn: Conn) -> dict[int, Pruned]:
+    """Per task, what of its history the prune may have deleted (by its retention, the fleet's
+    read here, and by the mark a prune records); tasks that can have lost none are absent."""
+    rows = query.run(conn, "audit_task_pruned", {"retention": fleet_store.history_retention(conn)})
+    return {r["task_id"]: Pruned(**r) for r in rows}
 
 
 def recorded_twice(conn: Conn, since: datetime | None) -> list[RecordedTwice]:

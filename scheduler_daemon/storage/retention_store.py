@@ -40,8 +40,8 @@ def prune(
     task_id: int | None = None,
 ) -> Batch:
     """One batch: deletes at most `limit` occurrences (with their runs) of the at most `scan`
-    finished ones after `after`, oldest first (with `task_id`, only that task's); with `dry_run`
-    only counts them."""
+    finished ones after `after`, oldest first (with `task_id`, only that task's), raising each
+    task's task_pruned mark in the same statement; with `dry_run` only counts them."""
     row = query.run(
         conn,
         "retention_preview" if dry_run else "retention_prune",

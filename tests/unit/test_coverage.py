@@ -8,8 +8,10 @@ import pytest
 from scheduler_daemon.domain.coverage import (
     Coverage,
     DefinitionEvent,
+    Pruned,
     gaps,
     missing_firings,
+    owed_since,
     owed_windows,
 )
 from scheduler_daemon.domain.misfire import plan_dispatch
@@ -75,6 +77,27 @@ def test_since_clips_the_windows_and_a_fire_time_at_since_is_owed() -> None:
         T0 + 4 * MINUTE,
         T0 + 5 * MINUTE,
     ]
+
+
+def test_a_pruned_task_owes_firings_after_its_mark_and_its_retention_cutoff_only() -> None:
+    mark = T0 + 4 * MINUTE  # the newest firing a prune recorded deleting
+    cutoff = T0 + 2 * MINUTE  # now minus the task's retention
+    events = [event(1, T0)]
+
+    def owed_after(since: datetime | None, pruned: Pruned | None) -> list[datetime]:
+        return owed(events, T0 + 6 * MINUTE, since=owed_since(since, pruned))
+
+    # The retention was lengthened after the prune: the mark still leaves out what it deleted,
+    # and the firing at the mark itself.
+    assert owed_after(None, Pruned(1, cutoff, mark)) == [T0 + 5 * MINUTE, T0 + 6 * MINUTE]
+    # Pruned only by a build before revision 0016 (no mark): the retention cutoff, as before.
+    assert owed_after(None, Pruned(1, cutoff, None)) == [T0 + m * MINUTE for m in (2, 3, 4, 5, 6)]
+    # The retention cleared after a prune: the mark alone.
+    assert owed_after(None, Pruned(1, None, mark)) == [T0 + 5 * MINUTE, T0 + 6 * MINUTE]
+    # A later `since` wins; a task the prune cannot have touched owes everything from `since`.
+    assert owed_after(T0 + 6 * MINUTE, Pruned(1, cutoff, mark)) == [T0 + 6 * MINUTE]
+    assert owed_since(None, None) is None
+    assert owed_since(T0, Pruned(1, None, None)) == T0
 
 
 def test_a_changed_schedule_owes_the_new_fire_times_from_the_change() -> None:
