@@ -1,9 +1,9 @@
 """`tasks apply`: make the tasks of one source match a task file, in one transaction.
 
-The source (a file's path, or `--source`) is recorded on each task it creates; `--prune` deletes
-the tasks of that source that the file no longer names. A task of the same name made by hand (or
-by another source) is left alone when the file defines it exactly as it is, taken over with
-`adopt` (hand-made only), and otherwise refused, which changes nothing. Every change goes
+The source (the file's `source = ...`, `--source`, or the file's name) is recorded on each task
+it creates; `--prune` deletes the tasks of that source that the file no longer names. A task of
+the same name made by hand or by another source is left alone when the file defines it exactly as
+it is, taken over with `adopt`, and otherwise refused, which changes nothing. Every change goes
 through the Client's own add, update, pause and delete, under the task locks, in name order.
 """
 
@@ -98,13 +98,13 @@ def _plan(  # noqa: PLR0917 - the options of apply, passed through
                 continue
             diff = differences(current.spec, spec)
             owned = current.source == source
-            if not owned and not (adopt and current.source is None):
+            if not owned and not adopt:
                 if not diff:
                     continue  # defined exactly as it is: nothing to take over
-                maker = "by hand" if current.source is None else f"by source {current.source}"
+                maker = "by hand" if current.source is None else f"by source {current.source!r}"
                 raise Conflict(
-                    f"task '{name}' was made {maker}; "
-                    + ("--adopt takes it over" if current.source is None else "rename it")
+                    f"task '{name}' was made {maker}; --adopt takes it over for {source!r}, "
+                    "or rename it in the file"
                 )
             if not diff and owned:
                 continue

@@ -19,10 +19,13 @@ from scheduler_daemon.domain.task import InvalidTask
 )
 @click.option(
     "--source",
-    help="The name recorded on the tasks this file creates. Default: the file's absolute path.",
+    help="The name recorded on the tasks this file creates, when the file has no `source = ...`. "
+    "Default: the file's name without its directories.",
 )
 @click.option("--prune", is_flag=True, help="Delete tasks of this source the file no longer names.")
-@click.option("--adopt", is_flag=True, help="Take over hand-made tasks the file names.")
+@click.option(
+    "--adopt", is_flag=True, help="Take over tasks the file names made by hand or another source."
+)
 @click.option("--dry-run", is_flag=True, help="Print the diff only; change nothing.")
 @json_option
 @click.pass_context
@@ -36,8 +39,6 @@ def tasks_apply(
 
     most = limit.MAX_TASK_FILE_BYTES + 1  # one byte more tells a file that is too large
     if path == "-":
-        if source is None:
-            raise InvalidTask("-f - (stdin) needs --source NAME")
         data = sys.stdin.buffer.read(most)
     else:
         try:
@@ -45,9 +46,10 @@ def tasks_apply(
                 data = stream.read(most)
         except (OSError, ValueError) as exc:  # ValueError: a NUL in the path
             raise InvalidTask(f"cannot read {path}: {getattr(exc, 'strerror', exc)}") from exc
-        source = source or str(Path(path).resolve())
-    limit.name("--source", source, most=limit.MAX_SOURCE_LENGTH)
-    specs = task_file.parse(task_file.decode(data), os.environ)
+    if source is not None:
+        limit.name("--source", source, most=limit.MAX_SOURCE_LENGTH)
+    declared, specs = task_file.read(task_file.decode(data), os.environ)
+    source = _source(path, declared=declared, given=source)
     changes = apply(
         client_for(ctx),
         specs,
@@ -75,6 +77,26 @@ def tasks_apply(
     )
 
 
+def _source(path: str, *, declared: str | None, given: str | None) -> str:
+    """The file's `source = ...`, else --source, else the file's name without directories (the
+    same from every checkout and CI workspace), said in a warning."""
+    if declared is not None and given is not None and declared != given:
+        raise InvalidTask(
+            f"the file says source = {declared!r} and --source says {given!r}: drop one"
+        )
+    if declared is not None or given is not None:
+        return declared or given or ""
+    if path == "-":
+        raise InvalidTask('-f - (stdin) needs source = "NAME" in the file, or --source NAME')
+    name = Path(path).name
+    click.echo(
+        f'warning: no source = "..." in the file and no --source: recording the file\'s name, '
+        f"{name!r}; a file of the same name elsewhere is the same source",
+        err=True,
+    )
+    return name
+
+
 @tasks.command("export")
 @click.argument("names", nargs=-1, metavar="[TASK]...")
 @click.option("--source", help="Only the tasks an apply of this source created.")
@@ -98,5 +120,6 @@ def tasks_export(names: tuple[str, ...], source: str | None, include_secrets: bo
     if source is not None:
         records = [r for r in records if r.source == source]
     click.echo(
-        task_file.render([r.spec for r in records], include_secrets=include_secrets), nl=False
+        task_file.render([r.spec for r in records], include_secrets=include_secrets, source=source),
+        nl=False,
     )

@@ -28,6 +28,8 @@ from scheduler_daemon.domain.status import ExecutorKind
 from scheduler_daemon.domain.task import InvalidTask, TaskSpec
 
 _REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+SOURCE_KEY = "source"
+"""A top-level string of this name is the file's source, not a task."""
 SECRET_PREFIX = "SCHEDULER_SECRET_"  # noqa: S105 - a variable name's prefix, not a secret
 """The only variables a task file's `${VAR}` may name."""
 _TARGETS = {"command": ExecutorKind.SHELL, "http": ExecutorKind.HTTP, "call": ExecutorKind.PYTHON}
@@ -73,6 +75,12 @@ def decode(data: bytes) -> str:
 def parse(text: str, env: Mapping[str, str]) -> dict[str, TaskSpec]:
     """The tasks a file defines, validated as `tasks add` validates them (no database rules),
     by name in file order; InvalidTask naming the task and the field at fault."""
+    return read(text, env)[1]
+
+
+def read(text: str, env: Mapping[str, str]) -> tuple[str | None, dict[str, TaskSpec]]:
+    """The file's own `source = "..."` (a top-level string: the name `tasks apply` records on
+    the tasks it creates, the same from every checkout), or None, and its tasks (`parse`)."""
     text = text.removeprefix("\ufeff")  # a byte-order mark, read as text
     if len(text) > limit.MAX_TASK_FILE_BYTES:
         raise InvalidTask(
@@ -89,6 +97,9 @@ def parse(text: str, env: Mapping[str, str]) -> dict[str, TaskSpec]:
             f"the task file is nested more than {limit.MAX_TASK_FILE_DEPTH} tables or arrays deep"
         )
     specs = {}
+    source = document.pop(SOURCE_KEY, None) if isinstance(document.get(SOURCE_KEY), str) else None
+    if source is not None:
+        limit.name(SOURCE_KEY, source, most=limit.MAX_SOURCE_LENGTH)
     for name, table in document.items():
         if not isinstance(table, dict):
             raise InvalidTask(f"'{name}': each task is a table ([{json.dumps(name)}])")
@@ -98,7 +109,7 @@ def parse(text: str, env: Mapping[str, str]) -> dict[str, TaskSpec]:
         except InvalidTask as exc:
             raise InvalidTask(f"task '{name}': {exc}") from exc
         specs[name] = spec
-    return specs
+    return source, specs
 
 
 def _depth(document: dict[str, Any]) -> int:
@@ -233,10 +244,13 @@ def keep_masked(new: TaskSpec, old: TaskSpec | None, name: str) -> TaskSpec:
     return new.with_changes(headers=tuple(headers), header_refs=new.header_refs, target=target)
 
 
-def render(specs: list[TaskSpec], *, include_secrets: bool = False) -> str:
+def render(
+    specs: list[TaskSpec], *, include_secrets: bool = False, source: str | None = None
+) -> str:
     """The tasks as a file `parse` reads back to the same definitions (secrets masked unless
-    `include_secrets`, `${VAR}` references written back as they were given)."""
-    blocks = []
+    `include_secrets`, `${VAR}` references written back as they were given), `source = ...`
+    first when given."""
+    blocks = [] if source is None else [f"{SOURCE_KEY} = {json.dumps(source)}"]
     for spec in specs:
         lines = [f"[{json.dumps(spec.name)}]"]
         target = spec.target

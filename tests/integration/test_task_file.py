@@ -133,7 +133,10 @@ def test_a_hand_made_task_is_refused_unless_adopted_and_a_masked_secret_is_kept(
     before = counts()
     refused = _apply(cli, write(exported.replace('every = "1h"', 'every = "2h"')))
     assert refused.code == 2
-    assert refused.err == "error: task 'hook' was made by hand; --adopt takes it over\n"
+    assert refused.err == (
+        "error: task 'hook' was made by hand; --adopt takes it over for 'deploy/tasks.toml', or"
+        " rename it in the file\n"
+    )
     assert counts() == before
     adopted = _apply(cli, write(exported.replace('every = "1h"', 'every = "2h"')), "--adopt")
     assert adopted.out.splitlines()[0] == "~ adopted hook: every"
@@ -228,3 +231,55 @@ def test_a_header_value_from_a_reference_is_shown_masked_to_every_reader(cli, wr
     assert "s3cret-token" not in cli("tasks", "list", "--json").out
     revealed = cli("tasks", "show", "hook", "--json", "--show-secrets").json()
     assert revealed["headers"]["X-Team"] == "team-s3cret-token"
+
+
+def test_the_files_source_key_makes_one_source_from_every_checkout(cli, tmp_path, client) -> None:
+    # On 646db2b the source was the file's absolute path: the same file applied from another
+    # checkout or CI workspace was refused after its first edit, --adopt too, with the advice
+    # "rename it" (issue 29).
+    text = 'source = "platform/tasks"\n\n[x]\ncommand = "true"\nevery = "1h"\n'
+    for checkout, every in (("ci-1", "1h"), ("ci-2", "2h")):
+        (tmp_path / checkout).mkdir()
+        path = tmp_path / checkout / "tasks.toml"
+        path.write_text(text.replace('"1h"', f'"{every}"'))
+        result = cli("tasks", "apply", "-f", str(path))
+        assert result.code == 0, result.err
+        assert result.err == ""  # the file names its source: no warning
+    task = client.get_task("x")
+    assert (task.source, task.spec.every.total_seconds()) == ("platform/tasks", 7200)
+    exported = cli("tasks", "export", "--source", "platform/tasks").out
+    assert exported.startswith('source = "platform/tasks"\n')
+    clash = cli("tasks", "apply", "-f", str(path), "--source", "other")
+    assert clash.code == 2
+    assert "source = 'platform/tasks' and --source says 'other'" in clash.err
+
+
+def test_without_a_source_the_files_name_is_recorded_with_a_warning(cli, tmp_path, client):
+    for checkout in ("a", "b"):
+        (tmp_path / checkout).mkdir()
+        path = tmp_path / checkout / "jobs.toml"
+        every = "1h" if checkout == "a" else "3h"
+        path.write_text(f'[y]\ncommand = "true"\nevery = "{every}"\n')
+        result = cli("tasks", "apply", "-f", str(path))
+        assert result.code == 0, result.err
+        assert result.err.startswith("warning: no source")
+        assert "'jobs.toml'" in result.err
+    assert client.get_task("y").source == "jobs.toml"
+    assert client.get_task("y").spec.every.total_seconds() == 3 * 3600
+
+
+def test_adopt_takes_over_a_task_of_another_source(cli, write, client) -> None:
+    first = cli(
+        "tasks", "apply", "-f", write('[z]\ncommand = "true"\nevery = "1h"\n'), "--source", "old"
+    )
+    assert first.code == 0, first.err
+    changed = write('[z]\ncommand = "true"\nevery = "2h"\n', "new.toml")
+    refused = cli("tasks", "apply", "-f", changed, "--source", "new")
+    assert refused.code == 2
+    assert refused.err == (
+        "error: task 'z' was made by source 'old'; --adopt takes it over for 'new', or rename it"
+        " in the file\n"
+    )
+    adopted = cli("tasks", "apply", "-f", changed, "--source", "new", "--adopt")
+    assert adopted.code == 0, adopted.err
+    assert client.get_task("z").source == "new"
