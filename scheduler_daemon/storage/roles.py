@@ -3,15 +3,21 @@
 Two steps, run by different roles (docs/operators/deploy.md#permissions): `creation` by an
 administrator before the first `migrate` (the roles and the schema privileges), `grants` by the
 schema owner after every `migrate` (table privileges, revoked and granted again so the result is
-exactly this build's set). Identifiers go through `psycopg.sql`; no password is ever part of it.
+exactly the set the builds the schema admits need). `apply` runs either, and refuses, changing
+nothing, when the connected role cannot grant what it would (PostgreSQL only warns then).
+Identifiers go through `psycopg.sql`; no password is ever part of it.
 """
 
+from collections.abc import Callable
 from dataclasses import dataclass, fields
 from typing import Any
 
 import psycopg
 from psycopg import sql
 
+from scheduler_daemon.domain.schema_compat import Build
+from scheduler_daemon.storage import migration, query
+from scheduler_daemon.storage.error import SchemaTooNew, StorageError
 from scheduler_daemon.storage.migration import VERSION_TABLE
 
 # Every table of the schema at this build's head revision; a test keeps it equal to the database.
@@ -27,13 +33,17 @@ TABLES = (
     VERSION_TABLE,
 )
 # What each role may change beyond reading every table. Row locks (SELECT ... FOR UPDATE) need
-# UPDATE. The event tables are written by triggers on task and fleet_setting that run as the
-# writer, so a role that writes those tables needs INSERT (only) on the event table; their identity
-# columns need no sequence privilege.
+# UPDATE on at least one column. The event tables are written by triggers on task and
+# fleet_setting that run as the writer, so a role that writes those tables needs INSERT (only) on
+# the event table; their identity columns need no sequence privilege. An UPDATE listed here is on
+# the whole table unless COLUMNS limits it.
 WRITES: dict[str, dict[str, tuple[str, ...]]] = {
     "daemon": {
-        "task": ("UPDATE",),  # next fire time, lifecycle, outcome
+        "task": ("UPDATE",),  # only the columns in COLUMNS: never what a job runs, or when
         "task_event": ("INSERT",),  # parking a task it cannot plan fires the history trigger
+        # The daemon inserts and deletes rows of these three (dispatch, claim, registration,
+        # prune), and nothing in them is run: what a job runs is read from task alone. Limiting
+        # their UPDATE to columns would guard nothing that INSERT and DELETE leave open.
         "occurrence": ("INSERT", "UPDATE", "DELETE"),  # DELETE: history past the retention
         "run": ("INSERT", "UPDATE", "DELETE"),
         "instance": ("INSERT", "UPDATE", "DELETE"),
@@ -49,6 +59,51 @@ WRITES: dict[str, dict[str, tuple[str, ...]]] = {
     },
     "reader": {},
 }
+
+
+@dataclass(frozen=True)
+class Column:
+    """A column a role updates. `last_build` is the newest build head (a revision) that still
+    writes it; None: this build does too. A build whose successor stops writing a column sets it
+    here; once a contract step raises the schema's oldest admitted build past it, the `db roles`
+    run after that `migrate --contract` no longer grants it."""
+
+    name: str
+    last_build: str | None = None
+
+
+# UPDATE limited to columns, per role and table: the union of what every build the schema still
+# admits writes (ADR 0002). Older builds that are still admitted must never meet `permission
+# denied` mid-upgrade, so a column leaves only with the build that last wrote it. Read from
+# sql/*.sql and the sd_* functions (0012-0015, which run as the caller) of every build from
+# 0005, the oldest any schema admits today, to this one: each wrote exactly these.
+COLUMNS: dict[str, dict[str, tuple[Column, ...]]] = {
+    "daemon": {
+        "task": (
+            # The dispatcher moves the task on: occurrence_dispatch (task_next_seq and
+            # task_advance before it), a one-shot's status.
+            Column("occurrence_seq"),
+            Column("next_run_at"),
+            Column("status"),
+            Column("updated_at"),
+            # A final outcome shown on its task: task_record_outcome(_many), run_succeed_many,
+            # sd_succeed_runs_v1/_v2; a one-shot's end: task_finish_lifecycle.
+            Column("last_outcome_seq"),
+            Column("last_occurrence_id"),
+            Column("last_scheduled_for"),
+            Column("last_status"),
+            Column("last_finished_at"),
+            Column("last_error"),
+            # A task the dispatcher or completer cannot plan or store: task_park.
+            Column("parked_at"),
+            Column("park_error"),
+        ),
+    },
+}
+
+
+class CannotGrant(StorageError):
+    """The connected role cannot grant (or revoke) what `db roles` would; nothing changed."""
 
 
 @dataclass(frozen=True)
@@ -90,9 +145,35 @@ def creation(names: RoleNames, schema: str = "public") -> list[sql.Composed]:
     return statements
 
 
-def grants(names: RoleNames, schema: str = "public") -> list[sql.Composed]:
-    """For the schema owner, after `migrate`: exactly this build's table privileges, table by
-    table (what was granted before is revoked first)."""
+def widest_window(build: Build | None = None) -> str:
+    """The oldest build head any schema this build works with may still admit: the one the
+    schema records before this build's pending contract steps run. What `--sql` grants for."""
+    build = build or migration.build()
+    return build.oldest_build_at(build.needs)
+
+
+def updated_columns(
+    kind: str, table: str, oldest_build: str, build: Build | None = None
+) -> tuple[str, ...] | None:
+    """The columns of `table` the role `kind` may update when builds from `oldest_build` on are
+    admitted; None when its UPDATE (if any) is on the whole table."""
+    limited = COLUMNS.get(kind, {}).get(table)
+    if limited is None:
+        return None
+    build = build or migration.build()
+    oldest = build.index(oldest_build)
+    return tuple(
+        c.name for c in limited if c.last_build is None or build.index(c.last_build) >= oldest
+    )
+
+
+def grants(
+    names: RoleNames, schema: str = "public", oldest_build: str | None = None
+) -> list[sql.Composed]:
+    """For the schema owner, after `migrate`: exactly the table privileges the builds from
+    `oldest_build` on need (default: the widest window this build can meet), table by table
+    (what was granted before, column privileges included, is revoked first)."""
+    oldest = oldest_build or widest_window()
     users = _names(names.users())
     statements: list[sql.Composed] = []
     for table in TABLES:
@@ -102,12 +183,21 @@ def grants(names: RoleNames, schema: str = "public") -> list[sql.Composed]:
             sql.SQL("GRANT SELECT ON {} TO {}").format(target, users),
         ]
         for kind, writes in WRITES.items():
-            if table in writes:
+            if table not in writes:
+                continue
+            role = sql.Identifier(getattr(names, kind))
+            columns = updated_columns(kind, table, oldest)
+            whole = [p for p in writes[table] if columns is None or p != "UPDATE"]
+            if whole:
                 statements.append(
                     sql.SQL("GRANT {} ON {} TO {}").format(
-                        sql.SQL(", ").join(sql.SQL(p) for p in writes[table]),
-                        target,
-                        sql.Identifier(getattr(names, kind)),
+                        sql.SQL(", ").join(sql.SQL(p) for p in whole), target, role
+                    )
+                )
+            if columns:
+                statements.append(
+                    sql.SQL("GRANT UPDATE ({}) ON {} TO {}").format(
+                        _names(list(columns)), target, role
                     )
                 )
     return statements
@@ -118,8 +208,71 @@ def script(statements: list[sql.Composed]) -> str:
     return "".join(f"{s.as_string()};\n" for s in statements)
 
 
+def admitted_oldest_build(conn: psycopg.Connection[Any]) -> str:
+    """The oldest build head the database's schema admits, for `grants`. Raises SchemaBehind
+    or SchemaTooNew (as `run` would) unless this build works with the schema: a build that is
+    behind lacks its tables, and one that is too new to know the schema cannot know what the
+    newer builds it admits write, so granting its own set could take their privileges away."""
+    found = migration.state_of(conn)
+    migration.raise_unless_compatible(found.verdict)
+    build = migration.build()
+    if found.current is not None and not build.knows(found.current):
+        raise SchemaTooNew(
+            f"the database schema is at {found.current}, newer than this build (schema "
+            f"{build.head}), which cannot know what the newer builds write: run `db roles` "
+            "with the newest build"
+        )
+    oldest = found.fields()["oldest_build"]
+    assert oldest is not None  # a schema this build works with is at a revision it knows
+    return str(oldest)
+
+
+def check_can_grant(conn: psycopg.Connection[Any], schema: str, *, create: bool) -> None:
+    """Raises CannotGrant unless the connected role may do what `creation` (`create`) or
+    `grants` does: create roles and grant on the schema as its owner, or grant on every table
+    as its owner. PostgreSQL would only warn and grant nothing."""
+    if create:
+        row = query.run(conn, "roles_creator", {"schema": schema})
+        if row is None:
+            raise CannotGrant(f"db roles: there is no schema {schema!r}; nothing was changed")
+        if not row["can_create"] or not row["can_grant"]:
+            raise CannotGrant(
+                f"db roles --create: role {row['role_name']!r} cannot create roles or grant on "
+                f"schema {schema!r} (owned by {row['owner']!r}): run it as an administrator with "
+                "CREATEROLE that owns the schema, or a superuser; nothing was changed"
+            )
+        return
+    rows = query.run(conn, "roles_table_grantors", {"schema": schema, "tables": list(TABLES)})
+    others = [r for r in rows if not r["can_grant"]]
+    if others:
+        owners = sorted({r["owner"] for r in others})
+        raise CannotGrant(
+            f"db roles: role {others[0]['role_name']!r} cannot grant on "
+            f"{', '.join(r['table_name'] for r in others)} (owned by {', '.join(owners)}): run it "
+            "as the schema owner; nothing was changed"
+        )
+
+
 def apply(conn: psycopg.Connection[Any], statements: list[sql.Composed]) -> None:
-    """Runs the statements in one transaction: all of them or none."""
-    with conn.transaction():
-        for statement in statements:
-            conn.execute(statement)
+    """Runs the statements in one transaction: all of them or none. A GRANT or REVOKE that
+    PostgreSQL only warns about (SQLSTATE 01007 "no privileges were granted", 01006 "could not
+    be revoked": the grantor lacks the grant option) raises CannotGrant and rolls all back."""
+    refused: list[str] = []
+
+    def keep(diagnostic: psycopg.errors.Diagnostic) -> None:
+        if diagnostic.sqlstate in ("01006", "01007"):
+            refused.append(diagnostic.message_primary or diagnostic.sqlstate)
+
+    handler: Callable[[psycopg.errors.Diagnostic], None] = keep
+    conn.add_notice_handler(handler)
+    try:
+        with conn.transaction():
+            for statement in statements:
+                conn.execute(statement)
+                if refused:
+                    raise CannotGrant(
+                        f"db roles: role {conn.info.user!r} cannot grant: {refused[0]}; "
+                        "nothing was changed"
+                    )
+    finally:
+        conn.remove_notice_handler(handler)

@@ -1,23 +1,28 @@
 """The four database roles of `scheduler-daemon db roles`, applied to a database of their own with
 names unique to this run (roles are cluster-wide, and dropped afterwards): each role holds exactly
-its privileges, the operator and a real daemon process do their work with theirs, the reader
-reads everything and writes nothing, and neither the daemon nor the operator can change the
-schema."""
+its privileges, the operator and real daemon processes do their work with theirs (a whole daemon
+cycle included), the daemon role cannot change what a job runs or when, the reader reads
+everything and writes nothing, neither the daemon nor the operator can change the schema, and
+`db roles` run by a role that cannot grant fails and changes nothing."""
 
 import os
-import subprocess
+import signal
 import sys
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from urllib.parse import quote, urlsplit, urlunsplit
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import psycopg
 import pytest
 
 from scheduler_daemon.storage import roles
 from tests.conftest import with_database
-from tests.support import DaemonProcess, query, wait_for
+from tests.role_fleet import as_role as _as_role
+from tests.role_fleet import command as _command
+from tests.role_fleet import name_options as _name_options
+from tests.support import DaemonProcess, processes_matching, query, wait_for
 
 pytestmark = pytest.mark.slow
 PRIVILEGES = ("SELECT", "INSERT", "UPDATE", "DELETE", "TRUNCATE", "REFERENCES", "TRIGGER")
@@ -28,24 +33,6 @@ class Fleet:
     names: roles.RoleNames
     url: Callable[[str], str]  # role name → URL of the fleet's database as that role
     admin_url: str
-
-
-def _as_role(url: str, role: str, password: str) -> str:
-    parts = urlsplit(url)
-    host = parts.netloc.rpartition("@")[2]
-    return urlunsplit(parts._replace(netloc=f"{role}:{quote(password)}@{host}"))
-
-
-def _command(url: str, *args: str) -> subprocess.CompletedProcess[str]:
-    """The real entry point in a process of its own, as an administrator would run it."""
-    return subprocess.run(
-        [sys.executable, "-m", "scheduler_daemon", "--database-url", url, *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-        env={**os.environ, "SCHEDULER_LOG_LEVEL": "warning"},
-    )
 
 
 @pytest.fixture(scope="module")
@@ -86,15 +73,6 @@ def fleet(server_url: str) -> Iterator[Fleet]:
                 )
 
 
-def _name_options(names: roles.RoleNames) -> list[str]:
-    return [
-        *("--owner", names.owner),
-        *("--daemon", names.daemon),
-        *("--operator", names.operator),
-        *("--reader", names.reader),
-    ]
-
-
 def _held(url: str, role: str) -> set[tuple[str, str]]:
     """(table, privilege) pairs `role` holds on the schema's tables."""
     rows = query(
@@ -109,6 +87,30 @@ def _held(url: str, role: str) -> set[tuple[str, str]]:
     return {(r["t"], r["privilege"]) for r in rows}
 
 
+def _updatable(url: str, role: str) -> set[tuple[str, str]]:
+    """(table, column) pairs `role` may UPDATE, by a grant on the table or on the column."""
+    rows = query(
+        url,
+        """
+        SELECT table_name AS t, column_name AS c FROM information_schema.columns
+        WHERE table_schema = 'public'
+          AND has_column_privilege(%(role)s, format('public.%%I', table_name), column_name,
+                                   'UPDATE')""",
+        {"role": role},
+    )
+    return {(r["t"], r["c"]) for r in rows}
+
+
+def _columns(url: str, table: str) -> set[str]:
+    rows = query(
+        url,
+        "SELECT column_name FROM information_schema.columns "
+        "WHERE table_schema = 'public' AND table_name = %s",
+        (table,),
+    )
+    return {r["column_name"] for r in rows}
+
+
 def test_the_grants_name_every_table_of_the_schema(fleet: Fleet) -> None:
     rows = query(
         fleet.admin_url,
@@ -121,11 +123,27 @@ def test_each_role_holds_exactly_what_its_commands_need(fleet: Fleet) -> None:
     names = fleet.names
     everything = {(t, p) for t in roles.TABLES for p in PRIVILEGES}
     assert _held(fleet.admin_url, names.owner) == everything  # it owns them
+    oldest = roles.widest_window()  # nothing contracted here: this build's widest window
     for kind in ("daemon", "operator", "reader"):
+        limited = roles.COLUMNS.get(kind, {})
         expected = {(t, "SELECT") for t in roles.TABLES} | {
-            (t, p) for t, ps in roles.WRITES[kind].items() for p in ps
+            (t, p)
+            for t, ps in roles.WRITES[kind].items()
+            for p in ps
+            if not (p == "UPDATE" and t in limited)  # on columns, not on the table
         }
         assert _held(fleet.admin_url, getattr(names, kind)) == expected, kind
+        columns = {
+            (t, c)
+            for t, ps in roles.WRITES[kind].items()
+            if "UPDATE" in ps
+            for c in (
+                roles.updated_columns(kind, t, oldest) or ()
+                if t in limited
+                else _columns(fleet.admin_url, t)
+            )
+        }
+        assert _updatable(fleet.admin_url, getattr(names, kind)) == columns, kind
 
 
 def test_granting_again_after_a_migrate_changes_nothing(fleet: Fleet) -> None:
@@ -140,7 +158,68 @@ def test_only_an_administrator_can_create_the_roles(fleet: Fleet) -> None:
         fleet.url(fleet.names.owner), "db", "roles", "--create", "--owner", "sdt_never_created"
     )
     assert refused.returncode == 1
-    assert refused.stderr.startswith("error: database error: permission denied")
+    assert refused.stderr.startswith("error: db roles --create: role "), refused.stderr
+    assert "cannot create roles" in refused.stderr
+    assert len(refused.stderr.splitlines()) == 1
+
+
+@pytest.mark.parametrize("kind", ["daemon", "operator", "reader"])
+def test_db_roles_by_a_role_that_cannot_grant_fails_with_one_line_and_changes_nothing(
+    fleet: Fleet, kind: str
+) -> None:
+    """PostgreSQL grants nothing and only warns when the grantor lacks the grant option; before
+    the check `db roles` printed `granted privileges to ...` and exited 0 all the same."""
+    before = {r: _held(fleet.admin_url, r) for r in fleet.names.users()}
+    refused = _command(
+        fleet.url(getattr(fleet.names, kind)), "db", "roles", *_name_options(fleet.names)
+    )
+    assert refused.returncode == 1, refused.stdout
+    assert refused.stdout == ""
+    assert refused.stderr.startswith("error: db roles: role "), refused.stderr
+    assert "run it as the schema owner; nothing was changed" in refused.stderr
+    assert len(refused.stderr.splitlines()) == 1
+    assert {r: _held(fleet.admin_url, r) for r in fleet.names.users()} == before
+
+
+def test_a_grant_postgresql_only_warns_about_fails_and_rolls_back_the_others(
+    fleet: Fleet,
+) -> None:
+    """The second guard, for what the ownership check cannot see (a grantor with some privilege
+    but no grant option): the warning itself fails `apply`, and what ran before it is undone."""
+    from psycopg import sql
+
+    from scheduler_daemon.storage.database import connect
+
+    reader = fleet.names.reader
+    query(fleet.admin_url, "CREATE SCHEMA sdt_elsewhere")
+    try:
+        query(fleet.admin_url, "CREATE TABLE sdt_elsewhere.t (id int)")
+        query(fleet.admin_url, f'GRANT USAGE ON SCHEMA sdt_elsewhere TO "{fleet.names.owner}"')
+        query(fleet.admin_url, f'GRANT SELECT ON sdt_elsewhere.t TO "{fleet.names.owner}"')
+        statements = [
+            sql.SQL("REVOKE ALL ON task FROM {}").format(sql.Identifier(reader)),
+            sql.SQL("GRANT SELECT ON sdt_elsewhere.t TO {}").format(sql.Identifier(reader)),
+        ]
+        with (
+            connect(fleet.url(fleet.names.owner), autocommit=True) as conn,
+            pytest.raises(roles.CannotGrant, match="no privileges were granted"),
+        ):
+            roles.apply(conn, statements)
+        assert ("task", "SELECT") in _held(fleet.admin_url, reader)  # the REVOKE was undone
+    finally:
+        query(fleet.admin_url, "DROP SCHEMA sdt_elsewhere CASCADE")
+
+
+def test_db_roles_refuses_a_schema_newer_than_its_build(database_url: str) -> None:
+    """A build that does not know the schema cannot know what the newer builds it admits write:
+    granting its own set could take their privileges away mid-upgrade."""
+    query(database_url, f"UPDATE {roles.VERSION_TABLE} SET version_num = '9999'")
+    refused = _command(database_url, "db", "roles")
+    assert refused.returncode == 5, refused.stdout + refused.stderr
+    assert refused.stderr.startswith("error: the database schema is at 9999, newer than this"), (
+        refused.stderr
+    )
+    assert "run `db roles` with the newest build" in refused.stderr
 
 
 def test_the_operator_defines_work_that_a_daemon_of_the_daemon_role_runs(
@@ -342,3 +421,218 @@ def test_the_daemon_role_prunes_history_and_the_others_cannot_delete_it(fleet: F
     for table in ("task", "task_event"):
         with pytest.raises(psycopg.errors.InsufficientPrivilege):
             query(daemon, f"DELETE FROM {table}")
+
+
+# What a job runs, where, with what and when: a daemon role that could change any of these could
+# make every replica run a command of its choosing (the column lists of storage/roles.py).
+WHAT_A_JOB_RUNS = (
+    "name",
+    "executor",
+    "payload",
+    "schedule_kind",
+    "cron_expr",
+    "every",
+    "run_at",
+    "anchor_at",
+    "timezone",
+    "dst_gap",
+    "dst_overlap",
+    "concurrency_key",
+    "overlap",
+    "misfire",
+    "misfire_grace",
+    "catchup_limit",
+    "catchup_window",
+    "start_deadline",
+    "run_timeout",
+    "max_attempts",
+    "backoff",
+    "paused",
+    "deleted_at",
+    "history_retention",
+    "source",
+)
+
+
+def test_the_daemon_role_cannot_update_what_a_job_runs_or_when(fleet: Fleet, cli) -> None:
+    """Before the column grants the daemon role held UPDATE on the whole task table: one job
+    that read the daemon's credentials could rewrite every task's command."""
+    operator, daemon = fleet.url(fleet.names.operator), fleet.url(fleet.names.daemon)
+    assert (
+        cli("tasks", "add", "guarded", "--every", "1h", "--command", "true", url=operator).code == 0
+    )
+    with pytest.raises(psycopg.errors.InsufficientPrivilege):
+        query(
+            daemon,
+            """UPDATE task SET payload = '{"command": "echo planted"}' WHERE name = 'guarded'""",
+        )
+    for column in WHAT_A_JOB_RUNS:
+        with pytest.raises(psycopg.errors.InsufficientPrivilege, match="permission denied"):
+            query(daemon, f"UPDATE task SET {column} = {column} WHERE name = 'guarded'")
+    # Every other column the daemon does not write is refused too, and what it writes is not.
+    writable = set(roles.updated_columns("daemon", "task", roles.widest_window()) or ())
+    assert writable.isdisjoint(WHAT_A_JOB_RUNS)
+    for column in sorted(_columns(fleet.admin_url, "task") - writable):
+        value = "DEFAULT" if column == "id" else column  # an identity column takes no other
+        with pytest.raises(psycopg.errors.InsufficientPrivilege, match="permission denied"):
+            query(daemon, f"UPDATE task SET {column} = {value} WHERE name = 'guarded'")
+    for column in sorted(writable):  # what a daemon writes it still may
+        query(daemon, f"UPDATE task SET {column} = {column} WHERE name = 'guarded'")
+    (row,) = query(fleet.admin_url, "SELECT payload FROM task WHERE name = 'guarded'")
+    assert row["payload"] == {"command": "true"}
+
+
+# A job that found the daemon's credentials where docs/operators/deploy.md says any job can
+# (/proc/PID/environ of the daemon, which runs as the same OS user), and tries to make every
+# replica run its own command. It records what happened in a file; its output stays empty.
+PLANTER = """
+import sys, psycopg
+pid, target, out = sys.argv[1], sys.argv[2], sys.argv[3]
+try:
+    env = open(f"/proc/{pid}/environ", "rb").read().split(b"\\0")
+    key = b"SCHEDULER_DATABASE_URL="
+    url = next(e[len(key) :].decode() for e in env if e.startswith(key))
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(
+            "UPDATE task SET payload = jsonb_build_object('command', 'echo planted') "
+            "WHERE name = %s",
+            (target,),
+        )
+    result = "planted"
+except psycopg.errors.InsufficientPrivilege as exc:
+    result = "denied: " + str(exc).splitlines()[0]
+except Exception as exc:
+    result = f"failed: {exc!r}"
+open(out, "w").write(result)
+"""
+
+
+def test_a_whole_daemon_cycle_runs_as_the_daemon_role_and_its_jobs_cannot_plant_commands(
+    fleet: Fleet, cli, tmp_path: Path
+) -> None:
+    """Two daemons of the daemon role: dispatch, claim, run, complete (success, and a one-shot's
+    end), take over a SIGKILLed peer's run and retry it, prune history past the retention, park
+    a task they cannot plan; a job that read a daemon's credentials from /proc cannot rewrite a
+    task. Fails before the column grants on the last point: the job's UPDATE went through."""
+    operator, daemon = fleet.url(fleet.names.operator), fleet.url(fleet.names.daemon)
+    admin = fleet.admin_url
+    marker = tmp_path / "victim-ran"
+
+    def add(name: str, *args: str) -> None:
+        result = cli("tasks", "add", name, *args, url=operator)
+        assert result.code == 0, (name, result.err)
+
+    def task(name: str) -> dict:
+        return query(admin, "SELECT * FROM task WHERE name = %s AND deleted_at IS NULL", (name,))[0]
+
+    add("cycle-tick", "--every", "1s", "--command", "true")
+    soon = datetime.now(UTC) + timedelta(seconds=1)
+    add("cycle-once", "--at", soon.isoformat(), "--command", "true")
+    add(
+        "cycle-victim",
+        "--every",
+        "1h",
+        "--max-attempts",
+        "2",
+        "--backoff",
+        "0s",
+        "--command",
+        f"if [ -e {marker} ]; then exit 0; fi; touch {marker}; sleep 4246.125",
+    )
+    add("cycle-parked", "--cron", "0 0 * * *", "--command", "true")
+    add("cycle-pruned", "--every", "1h", "--command", "true")
+    for _ in range(2):
+        assert cli("tasks", "trigger", "cycle-pruned", url=operator).code == 0
+    started = [DaemonProcess(daemon, tmp_path, f"cycle-{n}") for n in ("a", "b")]
+    try:
+        ids = [d.instance_id() for d in started]
+        # The planter runs on a replica with the first daemon's pid to read.
+        planted = tmp_path / "planted"
+        script = tmp_path / "planter.py"
+        script.write_text(PLANTER)
+        add(
+            "cycle-planter",
+            "--every",
+            "1h",
+            "--command",
+            f"{sys.executable} {script} {started[0].pid} cycle-tick {planted} >/dev/null 2>&1",
+        )
+        assert cli("tasks", "trigger", "cycle-planter", url=operator).code == 0
+        # Dispatch, claim, run, complete.
+        wait_for(
+            lambda: (
+                task("cycle-tick")["last_status"] == "success"
+                and task("cycle-once")["status"] == "completed"
+            ),
+            message="the interval task and the one-shot to succeed",
+        )
+        # The planter ran while the daemon whose environment it read was alive.
+        wait_for(lambda: planted.exists() and planted.read_text(), message="the planter to run")
+        # Take over: SIGKILL the daemon running the victim; the other ends and retries it.
+        assert cli("tasks", "trigger", "cycle-victim", url=operator).code == 0
+        (running,) = wait_for(
+            lambda: query(
+                admin,
+                "SELECT r.id, r.owner FROM run r JOIN occurrence o ON o.id = r.occurrence_id "
+                "JOIN task t ON t.id = o.task_id "
+                "WHERE t.name = 'cycle-victim' AND r.status = 'running'",
+            ),
+            message="the victim to run",
+        )
+        wait_for(lambda: processes_matching("sleep 4246.125"), message="the victim's job")
+        dying = started[ids.index(running["owner"])]
+        survivor = ids[1 - ids.index(running["owner"])]
+        os.kill(dying.pid, signal.SIGKILL)
+        dying.proc.wait(10)
+        wait_for(
+            lambda: task("cycle-victim")["last_status"] == "success",
+            timeout=30,
+            message="the victim's retry to succeed after the takeover",
+        )
+        (first,) = query(
+            admin, "SELECT status, finished_by FROM run WHERE id = %s", (running["id"],)
+        )
+        assert (first["status"], first["finished_by"]) == ("interrupted", survivor)
+        # Prune: the older of two finished occurrences past the retention goes.
+        query(
+            admin,
+            "UPDATE occurrence SET status = 'cancelled', reason = 'test', "
+            "finished_at = now() - interval '40 days' "
+            "WHERE task_id = (SELECT id FROM task WHERE name = 'cycle-pruned')",
+        )
+        query(
+            admin,
+            "UPDATE task SET last_outcome_seq = occurrence_seq, last_occurrence_id = ("
+            "SELECT max(id) FROM occurrence WHERE task_id = task.id) WHERE name = 'cycle-pruned'",
+        )
+        assert cli("config", "set", "history-retention", "30d", url=operator).code == 0
+        wait_for(
+            lambda: (
+                query(
+                    admin,
+                    "SELECT count(*) AS n FROM occurrence "
+                    "WHERE task_id = (SELECT id FROM task WHERE name = 'cycle-pruned')",
+                )[0]["n"]
+                == 1
+            ),
+            message="the reconcile step to prune the older occurrence",
+        )
+        # Park: a cron expression written by hand that no build can plan, due now.
+        query(
+            admin,
+            "UPDATE task SET cron_expr = '61 * * * *', next_run_at = now() "
+            "WHERE name = 'cycle-parked'",
+        )
+        wait_for(
+            lambda: task("cycle-parked")["parked_at"] is not None,
+            message="the dispatcher to park the task",
+        )
+    finally:
+        codes = [p.stop() for p in started if p.proc.poll() is None]
+    assert planted.read_text().startswith("denied: permission denied for table task"), (
+        planted.read_text()
+    )
+    assert task("cycle-tick")["payload"] == {"command": "true"}
+    assert codes == [0]  # the survivor drained; the other was SIGKILLed
+    for process in started:
+        assert "permission denied" not in process.log(), process.log()[-6000:]
