@@ -22,3 +22,24 @@ FROM fleet_setting WHERE key = 'max_concurrent_runs'
 -- name: fleet_history_retention :scalar
 -- The fleet's history retention as the duration text `config set` stored (NULL: keep all).
 SELECT jsonb_build_array(value) ->> 0 FROM fleet_setting WHERE key = 'history_retention'
+
+-- name: fleet_budget_lock_holders :many
+-- Who holds the fleet budget's advisory lock (sd_claim_launch_v1's `pg_advisory_xact_lock(key)`)
+-- in this database, once per transaction: a bigint key is locked as classid (its high 32 bits),
+-- objid (its low 32 bits), objsubid 1; shared holders too (one blocks a claim as well). pg_locks
+-- is read live, not from the transaction's snapshot. pid, role and application_name are visible
+-- to every role; state and xact_start of another role's session only to pg_read_all_stats
+-- (NULL otherwise). A prepared transaction holds it with no pid (its vxid is -1/xid): its gid
+-- and owner instead.
+SELECT l.pid, l.virtualtransaction, coalesce(a.usename, p.owner::text) AS role,
+    a.application_name, a.state, a.xact_start AS transaction_started_at,
+    clock_timestamp() - coalesce(a.xact_start, p.prepared) AS in_transaction, p.gid AS prepared
+FROM (SELECT DISTINCT pid, virtualtransaction FROM pg_locks
+      WHERE locktype = 'advisory' AND granted
+        AND database = (SELECT oid FROM pg_database WHERE datname = current_database())
+        AND classid = (%(key)s::bigint >> 32)::oid
+        AND objid = (%(key)s::bigint & 4294967295)::oid
+        AND objsubid = 1) l
+LEFT JOIN pg_stat_activity a ON a.pid = l.pid
+LEFT JOIN pg_prepared_xacts p ON l.pid IS NULL AND l.virtualtransaction = '-1/' || p.transaction
+ORDER BY coalesce(a.xact_start, p.prepared), l.pid

@@ -7,6 +7,7 @@ import psycopg
 from psycopg.types.json import Jsonb
 
 from scheduler_daemon.domain.duration import parse_duration
+from scheduler_daemon.domain.lock_holder import LockHolder
 from scheduler_daemon.storage import query
 
 
@@ -24,6 +25,19 @@ def set_setting(
 
 # Any fixed 64-bit key works; this one spells "schedbud" so it is recognisable in pg_locks.
 BUDGET_LOCK_KEY = 0x7363686564627564
+
+
+def is_budget_lock_wait(exc: psycopg.errors.LockNotAvailable) -> bool:
+    """Whether a lock timeout ended a wait for the budget's lock (the claim function's
+    `PERFORM pg_advisory_xact_lock`), not for a row lock."""
+    return "pg_advisory_xact_lock" in (exc.diag.context or "")
+
+
+def budget_lock_holders(conn: psycopg.Connection[Any]) -> list[LockHolder]:
+    """The sessions holding the budget's lock right now (pg_locks is read live), oldest
+    transaction first; any role may ask."""
+    rows = query.run(conn, "fleet_budget_lock_holders", {"key": BUDGET_LOCK_KEY})
+    return [LockHolder.from_row(row) for row in rows]
 
 
 def budget(conn: psycopg.Connection[Any]) -> int:
