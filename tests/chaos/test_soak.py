@@ -4,7 +4,8 @@ what the job processes really did and by `scheduler-daemon audit` over the whole
 Every `forbid` or `queue` job holds an OS lock (`flock -n`) on a file of its task, and every keyed
 job one on a file of its key, for its whole life (the `sleep` inherits the descriptors). A job
 that finds a lock taken writes a line to the overlap file: two jobs that really ran at once,
-whatever the database recorded. The fault driver injects, at random but seeded: SIGKILL (the
+whatever the database recorded. The fault driver injects, at random but seeded: more idle and
+slow-header connections than each daemon's HTTP endpoint admits, SIGKILL (the
 daemon is restarted), SIGTERM and a restart (a rolling upgrade's drain: jobs past the drain timeout
 are interrupted), SIGSTOP past the lease then SIGCONT, `pg_terminate_backend` of a daemon's
 connections, one PostgreSQL restart, row locks held on busy task rows (during completions, and
@@ -26,6 +27,7 @@ import json
 import os
 import random
 import signal
+import socket
 import time
 from collections import Counter
 from datetime import datetime, timedelta
@@ -35,8 +37,9 @@ from typing import Any
 import psycopg
 import pytest
 
+from scheduler_daemon.endpoint import MAX_CONNECTIONS, READ_TIMEOUT_SECONDS
 from scheduler_daemon.storage import migration
-from tests.support import DaemonProcess, query, wait_for
+from tests.support import DaemonProcess, free_port, http_get, query, wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
@@ -198,6 +201,7 @@ class Fleet:
         self.procs: dict[int, DaemonProcess] = {}
         self.ids: dict[int, str] = {}
         self.all: list[DaemonProcess] = []
+        self.ports = {i: free_port() for i in range(DAEMONS)}  # each daemon's endpoint
 
     def env(self, i: int) -> dict[str, str]:
         if i != 2 or LIBFAKETIME is None:
@@ -211,7 +215,10 @@ class Fleet:
     def start(self, i: int) -> None:
         self.generation[i] += 1
         name = f"d{i}g{self.generation[i]}"
-        proc = DaemonProcess(self.url, self.root, name, "--concurrency", "8", env=self.env(i))
+        port = str(self.ports[i])
+        proc = DaemonProcess(
+            self.url, self.root, name, "--concurrency", "8", "--http-port", port, env=self.env(i)
+        )
         self.procs[i] = proc
         self.all.append(proc)
         self.ids[i] = proc.instance_id(timeout=60)
@@ -252,6 +259,8 @@ class Driver:
         self.cancels_while_running = 0
         self.takeover_findings: list[dict[str, Any]] = []
         self.audit_errors: list[str] = []  # mid-soak audits the database could not answer
+        self.healthz_while_held = 0  # /healthz answered while idle connections filled the cap
+        self.endpoint_failures: list[str] = []
         self.kills: list[tuple[str, datetime]] = []
         self.held_tasks: set[int] = set()  # their takeovers wait for the test, not the fleet
 
@@ -320,6 +329,30 @@ class Driver:
         assert code == 0, proc.log()[-3000:]
         self.fleet.start(i)
 
+    def hold_idle_connections(self) -> None:
+        """More idle and slow-header connections than the endpoint's cap on every daemon, held
+        past its read timeout: /healthz must still answer on each (issue 28: 30 idle
+        connections once stopped jobs from starting and shutdown from draining)."""
+        held: list[socket.socket] = []
+        try:
+            for i, port in self.fleet.ports.items():
+                for n in range(MAX_CONNECTIONS + 8):
+                    conn = socket.create_connection(("127.0.0.1", port), timeout=2)
+                    if n % 4 == 0:  # a slow header that never ends
+                        conn.sendall(b"GET /healthz HTTP/1.1\r\nHost: soak\r\n")
+                    held.append(conn)
+                status = http_get(port, "/healthz")
+                if status == (200, "ok\n"):
+                    self.healthz_while_held += 1
+                else:
+                    self.endpoint_failures.append(f"d{i} /healthz while held: {status}")
+            time.sleep(READ_TIMEOUT_SECONDS + 1)  # every held one is closed by the timeout
+        except OSError as exc:
+            self.endpoint_failures.append(f"holding connections: {exc}")
+        finally:
+            for conn in held:
+                conn.close()
+
     def freeze(self) -> None:
         i = self.rng.randrange(DAEMONS)
         proc = self.fleet.procs[i]
@@ -384,6 +417,7 @@ class Driver:
         counts = {name: query(self.url, sql)[0]["n"] for name, sql in WINDOWS.items()}
         events = self.fleet.logs()
         counts["cancel_while_running"] = self.cancels_while_running
+        counts["healthz_while_connections_held"] = self.healthz_while_held
         counts["completion_deferred_by_row_lock"] = sum(
             e.get("event") == "outcome_deferred" for e in events
         )
@@ -403,6 +437,7 @@ class Driver:
             "hold_busy_rows": self.hold_busy_rows,
             "hold_keyed_row": self.hold_keyed_row,
             "cancel": self.cancel,
+            "hold_idle_connections": self.hold_idle_connections,
         }
         # Each kind at least once, the server restart exactly once, then at random.
         plan = [*faults, "hold_keyed_row", "cancel", "hold_busy_rows"]
@@ -454,6 +489,7 @@ DRIVES = {
     "late_older_keyed": "hold_keyed_row",
     "interrupted_by_drain": "rolling_restart",
     "cancel_while_running": "cancel",
+    "healthz_while_connections_held": "hold_idle_connections",
     "completion_deferred_by_row_lock": "hold_busy_rows",
     "takeover_deferred_by_row_lock": "kill_and_hold",
 }
@@ -568,12 +604,13 @@ def test_the_fleet_keeps_every_guarantee_under_faults_by_the_jobs_and_the_audit(
     assert audit.code == 0
     assert verdict["incomplete"] == []
     assert driver.takeover_findings == []
+    assert driver.endpoint_failures == []
     missed = [name for name, count in windows.items() if count == 0]
     assert not missed, f"the soak never entered {missed} (seed {soak.seed})"
 
 
 def _report(driver, windows, figures, verdict, overlaps) -> None:
-    print(f"injected: {dict(driver.injected)}")
+    print(f"injected: {dict(driver.injected)}; endpoint failures {driver.endpoint_failures}")
     print(f"windows entered: {windows}")
     print(f"figures: {figures}")
     print(
