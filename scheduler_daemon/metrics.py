@@ -140,6 +140,17 @@ class Metrics:
             **ns,
         ).set_function(self._sample_age)
         self.draining = Gauge("draining", "1 while the daemon drains.", **ns)
+        self.budget_blocked = Gauge(
+            "budget_lock_blocked_seconds",
+            "How long this replica's claims have been failing to take the fleet budget's lock "
+            "(someone holds it: its log names the holder, `status` too); 0 once one takes it.",
+            **ns,
+        )
+        self.budget_lock_timeouts = Counter(
+            "budget_lock_timeouts",
+            "Claims that gave up waiting for the fleet budget's lock (lock_timeout).",
+            **ns,
+        )
         for stage in ("completion", "renewal"):  # every series exists from the start
             self.fenced.labels(stage)
         for kind in ("unavailable", "contention", "other"):
@@ -157,6 +168,10 @@ class Metrics:
         """Per batch: one labelled child per executor, not a look-up per run (a look-up takes a
         lock and a dict walk: 4 of them a job cost about 40 us of the daemon's CPU)."""
         self.claimed.inc(result.claimed)
+        if result.budget_blocked_seconds is not None:  # a claim was sent
+            self.budget_blocked.set(result.budget_blocked_seconds)
+            if result.budget_lock_timeout:
+                self.budget_lock_timeouts.inc()
         by_executor = defaultdict(list)
         for run in result.started:
             by_executor[run.executor].append(run)

@@ -1,4 +1,5 @@
-"""Launcher: admits queued occurrences under the fleet budget, launches them, starts their jobs."""
+"""Launcher: admits queued occurrences under the fleet budget, launches them, starts their jobs;
+names whoever keeps the budget's lock from its claims."""
 
 import logging
 import time
@@ -7,16 +8,19 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+import psycopg
 import structlog
 from psycopg_pool import ConnectionPool
 
 from scheduler_daemon import logconfig
 from scheduler_daemon.domain.claim import Claim, ClaimRequest, Launched
 from scheduler_daemon.domain.held import HeldRun, HeldRuns
+from scheduler_daemon.domain.lock_holder import REPORT_EVERY_SECONDS, LockHolder, holder_fields
 from scheduler_daemon.executors.base import Executor, JobContext
 from scheduler_daemon.settings import DaemonSettings
-from scheduler_daemon.storage import occurrence_store
-from scheduler_daemon.storage.database import pooled_single_trip
+from scheduler_daemon.storage import fleet_store, occurrence_store
+from scheduler_daemon.storage.database import first_line, pooled_single_trip, pooled_transaction
+from scheduler_daemon.storage.error import DatabaseUnavailable
 
 log = structlog.get_logger()
 
@@ -38,13 +42,23 @@ class LaunchResult:
     # The claim did not see the end of the queue (no free slot or budget, or a full batch): a
     # claim may find more without any new wake-up.
     more: bool = False
+    # How long this instance's claims have been failing to take the fleet budget's lock, from
+    # the first that failed (0.0: this claim took it); None: no claim was sent.
+    budget_blocked_seconds: float | None = None
+    budget_lock_timeout: bool = False  # this claim gave up waiting for the budget's lock
 
 
 class Launcher:
     """Admission: in one transaction sent in one round trip, under the budget's
     transaction-scoped advisory lock (one lock per batch, no counter row), count what executes
     fleet-wide and claim at most min(free budget, free local slots), moving them straight to
-    running with their runs. Then, after the commit, the jobs start."""
+    running with their runs. Then, after the commit, the jobs start.
+
+    A claim that waited its whole lock wait for the budget's lock is a normal outcome, not a
+    failed pass: any role can hold that lock (it needs no privilege), and only a look at who
+    holds it tells an operator what to end. The launcher looks, logs `budget_lock_held` naming
+    the holder at most once a minute while its claims stay blocked, and reports how long they
+    have been (`LaunchResult.budget_blocked_seconds`, a metric)."""
 
     def __init__(
         self,
@@ -60,13 +74,21 @@ class Launcher:
         self.settings = settings
         self.held = held
         self.executors = executors
+        self._blocked_since: float | None = None  # monotonic: the first claim that was blocked
+        self._reported_at: float | None = None  # monotonic: the last `budget_lock_held` line
 
     def run_once(self, now: datetime | None = None) -> LaunchResult:
         """One batch: claim, launch, start. `now` pins the database clock (tests)."""
         request = self.request(now=now)
         if request is None:
             return LaunchResult(more=True)
-        return self.launch(request, pooled_single_trip(self.pool, request.statement))
+        try:
+            rows = pooled_single_trip(self.pool, request.statement)
+        except psycopg.errors.LockNotAvailable as exc:
+            if not fleet_store.is_budget_lock_wait(exc):
+                raise
+            return self._blocked(request)
+        return self.launch(request, rows)
 
     def request(self, freed: int = 0, now: datetime | None = None) -> ClaimRequest | None:
         """The claim for this instance's free slots; None when no slot is free. `freed` > 0:
@@ -74,6 +96,10 @@ class Launcher:
         (`Completer.run_once(claimer=...)`), and takes their slots too."""
         free_slots = self.settings.concurrency - len(self.held) + freed
         if free_slots <= 0:
+            return None
+        if freed and self._blocked_since is not None:
+            # The budget's lock is held: a claim sent with the successes would hold them back
+            # for its whole wait and then undo them. They go alone; the loop claims on its own.
             return None
         statement = occurrence_store.claim_launch_statement(
             owner=self.instance_id,
@@ -87,7 +113,8 @@ class Launcher:
 
     def launch(self, request: ClaimRequest, rows: list[dict[str, Any]]) -> LaunchResult:
         """Starts the jobs of the claim `request`, whose statement returned `rows` (committed)."""
-        result = LaunchResult()
+        result = LaunchResult(budget_blocked_seconds=0.0)
+        self._unblocked()
         limit, launched = occurrence_store.launched(rows)
         result.claimed = result.launched = len(launched)
         result.more = len(launched) >= limit
@@ -95,6 +122,46 @@ class Launcher:
         for claim, run in launched:
             result.started.append(self._start(claim, run, deadline))
         return result
+
+    def _blocked(self, request: ClaimRequest) -> LaunchResult:
+        """The claim `request` gave up waiting for the budget's lock (nothing was claimed):
+        look up who holds it, and say so at most once a minute."""
+        now = time.monotonic()
+        if self._blocked_since is None:
+            self._blocked_since = request.made_at
+        blocked = now - self._blocked_since
+        if self._reported_at is None or now - self._reported_at >= REPORT_EVERY_SECONDS:
+            self._reported_at = now
+            self._report(blocked)
+        return LaunchResult(budget_blocked_seconds=blocked, budget_lock_timeout=True)
+
+    def _report(self, blocked: float) -> None:
+        """One `budget_lock_held` line: the oldest holder, and how many there are."""
+        holders: list[LockHolder] = []
+        error = None
+        try:
+            with pooled_transaction(self.pool) as conn:
+                holders = fleet_store.budget_lock_holders(conn)
+        except (psycopg.Error, DatabaseUnavailable) as exc:
+            error = first_line(exc)
+        log.warning(
+            "budget_lock_held",
+            **holder_fields(holders[0] if holders else None),
+            holders=len(holders),
+            blocked_seconds=round(blocked, 3),
+            lookup_error=error,
+            instance_id=self.instance_id,
+        )
+
+    def _unblocked(self) -> None:
+        """A claim took the budget's lock: a blocked spell that was reported ends with a line."""
+        if self._blocked_since is not None and self._reported_at is not None:
+            log.info(
+                "budget_lock_released",
+                blocked_seconds=round(time.monotonic() - self._blocked_since, 3),
+                instance_id=self.instance_id,
+            )
+        self._blocked_since = self._reported_at = None
 
     def _start(self, claim: Claim, run: Launched, deadline: float) -> Started:
         timeout = claim.run_timeout.total_seconds() if claim.run_timeout else None
