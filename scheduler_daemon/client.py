@@ -7,6 +7,7 @@ task row first. `add_tasks` and `trigger(count=N)` do many rows in one transacti
 """
 
 import functools
+import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
@@ -19,6 +20,7 @@ from scheduler_daemon.backfill import BackfillResult, queue_backfill
 from scheduler_daemon.domain import argument, backfill, control
 from scheduler_daemon.domain import limit as bound
 from scheduler_daemon.domain.instance import Instance
+from scheduler_daemon.domain.lock_holder import CONFIRM_AFTER_SECONDS, LockHolder, held_throughout
 from scheduler_daemon.domain.misfire import Firing
 from scheduler_daemon.domain.occurrence import Occurrence
 from scheduler_daemon.domain.outcome import task_outcome
@@ -578,7 +580,8 @@ class Client:
         return within, run.takeover_at
 
     def status(self) -> dict[str, Any]:
-        """Registered instances, queue depth, executing runs against the budget, takeover bounds."""
+        """Registered instances, queue depth, executing runs against the budget, takeover bounds,
+        and who holds the budget's lock longer than a claim does (`budget_lock_holders`)."""
         with self._tx() as conn:
             schema = migration.state_of(conn).fields()
             oldest = schema["oldest_build"]
@@ -591,7 +594,7 @@ class Client:
                 )
                 for row in instance_store.list_instances(conn)
             ]
-            return {
+            status = {
                 "instances": instances,
                 "schema": schema,
                 "running_by_build": run_store.running_by_build(conn),
@@ -600,6 +603,17 @@ class Client:
                 "max_concurrent_runs": fleet_store.budget(conn),
                 "parked_tasks": task_store.parked(conn),
             }
+            holders = fleet_store.budget_lock_holders(conn)
+        return {**status, "budget_lock_holders": self._still_holding(holders)}
+
+    def _still_holding(self, first: list[LockHolder]) -> list[LockHolder]:
+        """The holders of the budget's lock in `first` whose transaction still holds it a moment
+        later: not a daemon's claim, which holds it for milliseconds. No wait when none held it."""
+        if not first:
+            return []
+        time.sleep(CONFIRM_AFTER_SECONDS)
+        with self._tx() as conn:
+            return held_throughout(first, fleet_store.budget_lock_holders(conn))
 
     # -- fleet settings --------------------------------------------------------------------------
     def fleet_settings(self) -> dict[str, Any]:

@@ -297,6 +297,8 @@ def status(ctx: click.Context) -> None:
         )
     for parked in fields["parked_tasks"]:
         text += f"\nparked: {parked['name']} (id {parked['id']}): {parked['park_error']}"
+    for holder in fields["budget_lock_holders"]:
+        text += "\n" + view.lock_holder_text(holder)
     emit(ctx, fields, text)
 
 
