@@ -2,7 +2,9 @@
 
 The verdict comes from the database history: every expected firing ran exactly once (or was
 skipped for overlap, with that reason), no two runs of a `forbid` task overlapped, per-key FIFO
-held, executing runs never exceeded the fleet budget, and nothing was left claimed.
+held, executing runs never exceeded the fleet budget, and nothing was left claimed. The daemons
+run as the daemon role and the tasks are defined as the operator role (`db roles`), so a grant
+the code needs and the roles lack fails the test.
 """
 
 import time
@@ -11,6 +13,7 @@ from itertools import pairwise
 
 import pytest
 
+from tests.role_fleet import role_fleet
 from tests.support import query
 
 pytestmark = pytest.mark.slow
@@ -19,7 +22,7 @@ RUN_SECONDS = 20
 SETTLE = timedelta(seconds=4)  # firings this close to the stop may legitimately still be queued
 
 
-def _tasks(cli) -> dict[str, str]:
+def _tasks(cli, url: str) -> dict[str, str]:
     """name → overlap policy."""
     specs = {}
     for i in range(8):
@@ -35,7 +38,7 @@ def _tasks(cli) -> dict[str, str]:
             ("--every", "1s", "--command", "sleep 0.05", "--concurrency-key", key),
         )
     for name, (overlap, args) in specs.items():
-        result = cli("tasks", "add", name, *args, "--overlap", overlap)
+        result = cli("tasks", "add", name, *args, "--overlap", overlap, url=url)
         assert result.code == 0, result.err
     return {name: overlap for name, (overlap, _) in specs.items()}
 
@@ -52,15 +55,20 @@ def _max_concurrency(intervals: list[tuple]) -> int:
 def test_three_daemons_run_every_firing_exactly_once_within_policy_and_budget(
     spawn, cli, database_url, tmp_path
 ) -> None:
-    assert cli("config", "set", "max-concurrent-runs", str(BUDGET)).code == 0
-    overlap = _tasks(cli)
-    daemons = [spawn(database_url, f"d{i}", "--concurrency", "4") for i in range(3)]
-    try:
-        ids = [d.instance_id() for d in daemons]
-        time.sleep(RUN_SECONDS)  # the workload itself; the verdict below reads the history
-    finally:
+    with role_fleet(database_url) as roles:
+        assert (
+            cli("config", "set", "max-concurrent-runs", str(BUDGET), url=roles.operator).code == 0
+        )
+        overlap = _tasks(cli, roles.operator)
+        daemons = [spawn(roles.daemon, f"d{i}", "--concurrency", "4") for i in range(3)]
+        try:
+            ids = [d.instance_id() for d in daemons]
+            time.sleep(RUN_SECONDS)  # the workload itself; the verdict below reads the history
+        finally:
+            for d in daemons:
+                assert d.stop() == 0, d.log()
         for d in daemons:
-            assert d.stop() == 0, d.log()
+            assert "permission denied" not in d.log(), d.log()
     (stop,) = query(database_url, "SELECT now() AS t")
     cutoff = stop["t"] - SETTLE
 

@@ -1,6 +1,10 @@
 """A rolling upgrade with real processes of two builds (guarantee 15): the build of the last
 commit before the newest migration beside this one, on one database, through expand, SIGKILLs
 of each, the roll of the old replicas, and `migrate --contract`; then `audit` over the history.
+Every process runs as its role of `db roles --create`: the owner migrates and grants (each build
+its own `db roles`, the new one while old replicas run), the operator defines the tasks, the
+daemons of both builds are the daemon role. So an old build that writes something the new
+build's grants leave out meets `permission denied`, and the test fails on it.
 
 The old build comes from `git archive` of that commit, found from the history of
 migrations/versions/ (not a fixed hash), into a virtualenv of its own that reuses this one's
@@ -13,11 +17,13 @@ import subprocess
 import sys
 import sysconfig
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from scheduler_daemon.storage import migration
+from tests.role_fleet import RoleFleet, name_options, role_fleet
 from tests.support import DaemonProcess, query, wait_for
 
 pytestmark = pytest.mark.slow
@@ -125,25 +131,40 @@ def _runs_by(url: str, instance: str) -> int:
     return rows[0]["n"]
 
 
-def test_a_rolling_upgrade_never_drops_or_doubles_a_run(empty_database_url, tmp_path) -> None:
+@pytest.fixture
+def roles(empty_database_url: str) -> Iterator[RoleFleet]:
+    """The four roles, created before the first migrate as an administrator does."""
+    with role_fleet(empty_database_url, grant=False) as fleet:
+        yield fleet
+
+
+def test_a_rolling_upgrade_never_drops_or_doubles_a_run(
+    empty_database_url, roles: RoleFleet, tmp_path
+) -> None:
     began = time.monotonic()
-    url = empty_database_url
+    url = empty_database_url  # the superuser's, for the test's own reads
     old_python, cwd = _old_build(tmp_path)
     new_python = sys.executable
-    old_head = _cli(old_python, cwd, url, "migrate", "--check").stdout
+    old_head = _cli(old_python, cwd, roles.reader, "migrate", "--check").stdout
     started: list[DaemonProcess] = []
 
     def start(name: str, python: str) -> DaemonProcess:
-        daemon = DaemonProcess(url, tmp_path, name, *TIMING, python=python, cwd=cwd)
+        daemon = DaemonProcess(roles.daemon, tmp_path, name, *TIMING, python=python, cwd=cwd)
         started.append(daemon)
         return daemon
 
-    def new_cli(*args: str) -> subprocess.CompletedProcess[str]:
-        return _cli(new_python, cwd, url, *args)
+    def new_cli(*args: str, role: str | None = None) -> subprocess.CompletedProcess[str]:
+        return _cli(new_python, cwd, role or roles.owner, *args)
+
+    def grant(python: str) -> None:
+        """`db roles` of the build `python`, as the owner: what that build grants."""
+        granted = _cli(python, cwd, roles.owner, "db", "roles", *name_options(roles.names))
+        assert granted.returncode == 0, granted.stdout + granted.stderr
 
     try:
-        # The database as the old build left it: migrated by it, tasks added by it.
-        assert _cli(old_python, cwd, url, "migrate").returncode == 0
+        # The database as the old build left it: migrated and granted by it, tasks added by it.
+        assert _cli(old_python, cwd, roles.owner, "migrate").returncode == 0
+        grant(old_python)
         before = migration.current_revision(url)
         assert before is not None, old_head
         assert before != migration.head_revision(), old_head
@@ -152,7 +173,7 @@ def test_a_rolling_upgrade_never_drops_or_doubles_a_run(empty_database_url, tmp_
             added = _cli(
                 old_python,
                 cwd,
-                url,
+                roles.operator,
                 *("tasks", "add", f"t{i}", "--every", "1s", "--command", "sleep 0.4", *key),
             )
             assert added.returncode == 0, added.stderr
@@ -166,6 +187,7 @@ def test_a_rolling_upgrade_never_drops_or_doubles_a_run(empty_database_url, tmp_
         wait_for(lambda: _runs_by(url, old_a_id) >= 3, message="the old build to run jobs")
         expanded = new_cli("migrate")
         assert expanded.returncode == 0, expanded.stderr
+        grant(new_python)  # the new build's grants, while the old replicas keep working
         # A release whose newest step is a contract leaves it pending; one whose newest steps
         # are all expand steps (an earlier contract ran in that migrate) leaves none.
         build = migration.build()
@@ -215,6 +237,7 @@ def test_a_rolling_upgrade_never_drops_or_doubles_a_run(empty_database_url, tmp_
                 message="the killed old replica's row to expire and the contract to pass",
             )
             assert migration.current_revision(url) == migration.head_revision(), contracted.stdout
+            grant(new_python)  # the grants for the builds the contract left admitted
             # An old build is refused from now on, with its own exit code.
             late = start("old-late", old_python)
             assert late.proc.wait(30) == 5, late.log()
@@ -233,9 +256,14 @@ def test_a_rolling_upgrade_never_drops_or_doubles_a_run(empty_database_url, tmp_
     finally:
         for daemon in started:
             daemon.kill()
+    for daemon in started:
+        assert "permission denied" not in daemon.log(), (daemon.name, daemon.log()[-6000:])
     time.sleep(3 + 1 + 1)  # runs of killed processes pass their takeover point
-    assert new_cli("recover", "--lease-ttl", "3s", "--lease-grace", "1s").returncode == 0
-    audit = new_cli("audit", "--until", stopped["t"].isoformat(), "--settle", "5s")
+    recovered = new_cli("recover", "--lease-ttl", "3s", "--lease-grace", "1s", role=roles.daemon)
+    assert recovered.returncode == 0, recovered.stderr
+    audit = new_cli(
+        "audit", "--until", stopped["t"].isoformat(), "--settle", "5s", role=roles.reader
+    )
     assert audit.returncode == 0, audit.stdout[-5000:] + audit.stderr
     builds = query(url, "SELECT DISTINCT build_revision AS b FROM run ORDER BY 1")
     revisions = {r["b"] for r in builds}  # an old build before 0004 writes none (NULL)
