@@ -36,6 +36,25 @@ EMBEDDED_TEST_DIR = Path(
 )
 
 
+CHAOS = Path(__file__).parent / "chaos"
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Every test in tests/chaos is `serial`: real daemons under faults, timed against each other,
+    one at a time. A plain `pytest` (the README's command) leaves them out; `-m serial` runs
+    them (after it, in .ci/run), and so does naming a path under tests/chaos."""
+    for item in items:
+        if CHAOS in item.path.parents:
+            item.add_marker(pytest.mark.serial)
+    named = [Path(arg.split("::", 1)[0]).resolve() for arg in config.args]
+    if config.option.markexpr or any(p == CHAOS or CHAOS in p.parents for p in named):
+        return
+    serial = [item for item in items if CHAOS in item.path.parents]
+    if serial:
+        config.hook.pytest_deselected(items=serial)
+        items[:] = [item for item in items if CHAOS not in item.path.parents]
+
+
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("soak", "the fault soak (tests/chaos/test_soak.py)")
     group.addoption(
