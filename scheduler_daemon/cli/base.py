@@ -24,7 +24,8 @@ if TYPE_CHECKING:
 
 EXIT_UNAVAILABLE = 1
 EXIT_BAD_INPUT = 2
-# 3 is EXIT_FAILED_PASSES (supervision.py). Schema compatibility (ADR 0002, docs/upgrading.md):
+# 3 is EXIT_FAILED_PASSES (runtime/supervision.py).
+# Schema compatibility (ADR 0002, docs/upgrading.md):
 EXIT_SCHEMA_BEHIND = 4
 """The schema lacks a step this build needs: run `scheduler-daemon migrate`."""
 EXIT_SCHEMA_TOO_NEW = 5

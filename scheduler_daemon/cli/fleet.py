@@ -23,13 +23,13 @@ from scheduler_daemon.cli.base import (
 )
 from scheduler_daemon.domain import limit
 from scheduler_daemon.domain.duration import format_duration, parse_duration
+from scheduler_daemon.runtime.supervision import EXIT_FAILED_PASSES
 from scheduler_daemon.settings import (
     DATABASE_URL_ENV,
     DaemonSettings,
     InvalidSettings,
     resolve_database_url,
 )
-from scheduler_daemon.supervision import EXIT_FAILED_PASSES
 
 
 # -- migrate -------------------------------------------------------------------------------------
@@ -253,8 +253,8 @@ def run(ctx: click.Context, embedded: bool, **options: Any) -> None:
     import signal
     import threading
 
-    from scheduler_daemon.daemon import Daemon
-    from scheduler_daemon.notify import Notifier
+    from scheduler_daemon.runtime.daemon import Daemon
+    from scheduler_daemon.runtime.notify import Notifier
 
     notifier = Notifier.from_environment()  # before any job could inherit NOTIFY_SOCKET
     settings = DaemonSettings(**options, watchdog=notifier.watchdog).validate()
@@ -323,8 +323,8 @@ def recover(ctx: click.Context, dry_run: bool, wait_text: str | None, **options:
     claims, expire occurrences past their start deadline, finalize one-shot tasks, remove dead
     instances. Safe while daemons run; a second pass changes nothing. Then it reports the runs
     still inside their lease (with --wait: waits for those whose owner stopped renewing)."""
-    from scheduler_daemon.daemon import default_wait
-    from scheduler_daemon.daemon import recover as recover_pass
+    from scheduler_daemon.runtime.daemon import default_wait
+    from scheduler_daemon.runtime.daemon import recover as recover_pass
 
     if dry_run and wait_text is not None:
         raise click.UsageError("--dry-run and --wait exclude each other")

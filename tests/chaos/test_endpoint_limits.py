@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from scheduler_daemon import endpoint
+from scheduler_daemon.runtime import endpoint
 from tests.support import free_port, http_get, query, wait_for
 
 # An idle daemon is 10 tasks of its user (9 threads and the shell watchdog), a job one or two

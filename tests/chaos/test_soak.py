@@ -37,7 +37,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from scheduler_daemon.endpoint import MAX_CONNECTIONS, READ_TIMEOUT_SECONDS
+from scheduler_daemon.runtime.endpoint import MAX_CONNECTIONS, READ_TIMEOUT_SECONDS
 from scheduler_daemon.storage import migration
 from tests.support import DaemonProcess, free_port, http_get, query, wait_for
 

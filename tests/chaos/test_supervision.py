@@ -5,8 +5,8 @@ from pathlib import Path
 
 import pytest
 
+from scheduler_daemon.runtime.supervision import EXIT_FAILED_PASSES
 from scheduler_daemon.storage import migration
-from scheduler_daemon.supervision import EXIT_FAILED_PASSES
 from tests.support import query, wait_for
 
 pytestmark = pytest.mark.slow

@@ -16,7 +16,7 @@ from scheduler_daemon.cli.base import (
     EXIT_SCHEMA_TOO_NEW,
     EXIT_UNAVAILABLE,
 )
-from scheduler_daemon.supervision import EXIT_FAILED_PASSES
+from scheduler_daemon.runtime.supervision import EXIT_FAILED_PASSES
 
 ROOT = Path(__file__).resolve().parents[2]
 CLI_MD = ROOT / "docs" / "cli.md"

@@ -3,8 +3,8 @@ and the endpoint that serves them, on a real loopback socket."""
 
 from prometheus_client import CollectorRegistry
 
-from scheduler_daemon.endpoint import Endpoint
-from scheduler_daemon.health import LoopProgress, Readiness
+from scheduler_daemon.runtime.endpoint import Endpoint
+from scheduler_daemon.runtime.health import LoopProgress, Readiness
 from scheduler_daemon.settings import DaemonSettings
 from tests.support import http_get
 

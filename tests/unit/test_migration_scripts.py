@@ -54,7 +54,7 @@ def test_a_daemon_process_reads_its_revisions_without_alembic_or_sqlalchemy() ->
     probe = (
         "import sys\n"
         "from scheduler_daemon.storage import migration\n"
-        "import scheduler_daemon.daemon\n"
+        "import scheduler_daemon.runtime.daemon\n"
         "migration.head_revision()\n"
         "print(sorted(m for m in sys.modules if m.split('.')[0] in ('alembic', 'sqlalchemy')))\n"
     )

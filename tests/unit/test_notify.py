@@ -3,7 +3,7 @@
 import os
 from datetime import timedelta
 
-from scheduler_daemon.notify import Notifier, socket_address
+from scheduler_daemon.runtime.notify import Notifier, socket_address
 
 
 def test_an_at_sign_names_an_abstract_socket() -> None:

@@ -2,8 +2,8 @@
 
 import psycopg
 
+from scheduler_daemon.runtime.supervision import Supervisor, classify
 from scheduler_daemon.storage.error import DatabaseUnavailable
-from scheduler_daemon.supervision import Supervisor, classify
 
 
 def test_outages_and_contention_are_not_failures() -> None:

@@ -20,11 +20,12 @@ from psycopg_pool import ConnectionPool
 from scheduler_daemon.domain import timing
 from scheduler_daemon.domain.audit import CHECK_NAMES, DEFAULT_SETTLE, AuditReport
 from scheduler_daemon.domain.held import HeldRuns
-from scheduler_daemon.endpoint import Endpoint
 from scheduler_daemon.executors import make_executors
-from scheduler_daemon.health import LoopProgress, Readiness
-from scheduler_daemon.metrics import Metrics
-from scheduler_daemon.notify import Notifier
+from scheduler_daemon.runtime.endpoint import Endpoint
+from scheduler_daemon.runtime.health import LoopProgress, Readiness
+from scheduler_daemon.runtime.metrics import Metrics
+from scheduler_daemon.runtime.notify import Notifier
+from scheduler_daemon.runtime.supervision import EXIT_FAILED_PASSES, Supervisor
 from scheduler_daemon.services.auditor import Auditor, TimeBound
 from scheduler_daemon.services.completer import Completer
 from scheduler_daemon.services.dispatcher import Dispatcher, DispatchResult
@@ -49,7 +50,6 @@ from scheduler_daemon.storage.database import (
     transaction,
 )
 from scheduler_daemon.storage.error import DatabaseUnavailable, SchemaMismatch
-from scheduler_daemon.supervision import EXIT_FAILED_PASSES, Supervisor
 from scheduler_daemon.version import __version__
 
 log = structlog.get_logger()
