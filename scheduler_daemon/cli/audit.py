@@ -6,7 +6,7 @@ from typing import Any
 
 import click
 
-from scheduler_daemon import view
+from scheduler_daemon import presentation
 from scheduler_daemon.cli.base import DURATION_OR_ZERO, cli, emit, json_option
 from scheduler_daemon.domain import limit
 from scheduler_daemon.domain.audit import CHECK_NAMES, DEFAULT_SETTLE
@@ -91,5 +91,5 @@ def audit(
         )
     except InvalidWindow as exc:
         raise click.UsageError(str(exc)) from exc
-    emit(ctx, view.audit_fields(report), view.audit_text(report))
+    emit(ctx, presentation.audit_fields(report), presentation.audit_text(report))
     ctx.exit(0 if report.ok else EXIT_VIOLATIONS)

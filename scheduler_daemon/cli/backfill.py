@@ -7,7 +7,7 @@ from typing import Any
 
 import click
 
-from scheduler_daemon import view
+from scheduler_daemon import presentation
 from scheduler_daemon.cli.base import client_for, emit, json_option, who
 from scheduler_daemon.cli.tasks import tasks
 from scheduler_daemon.domain import backfill
@@ -110,7 +110,7 @@ def tasks_backfill(
     if dry_run:
         data["firing_list"] = [
             {
-                "scheduled_for": view.iso(f.scheduled_for),
+                "scheduled_for": presentation.iso(f.scheduled_for),
                 "outcome": f.outcome,
                 "backfilled": f.backfilled,
                 "queue": f.wanted(chosen),
@@ -118,7 +118,7 @@ def tasks_backfill(
             for f in result.firings
         ]
         lines = [
-            f"{view.fire_time_fields(f.scheduled_for, zone)['local']}  {f.outcome}"
+            f"{presentation.fire_time_fields(f.scheduled_for, zone)['local']}  {f.outcome}"
             + ("  (has a backfill occurrence)" if f.backfilled else "")
             + ("  -> queue" if f.wanted(chosen) else "")
             for f in result.firings

@@ -7,7 +7,7 @@ from typing import Any
 
 import click
 
-from scheduler_daemon import view
+from scheduler_daemon import presentation
 from scheduler_daemon.cli import output
 from scheduler_daemon.cli.base import (
     DURATION,
@@ -284,7 +284,7 @@ def run(ctx: click.Context, embedded: bool, **options: Any) -> None:
 @click.pass_context
 def status(ctx: click.Context) -> None:
     """Registered instances, queue depth, executing runs against the budget, takeover bounds."""
-    fields = view.status_fields(client_for(ctx).status())
+    fields = presentation.status_fields(client_for(ctx).status())
     text = (
         output.table(fields["instances"], output.INSTANCE_COLUMNS)
         + f"\n\nqueue depth {fields['queue_depth']}, executing "
@@ -298,7 +298,7 @@ def status(ctx: click.Context) -> None:
     for parked in fields["parked_tasks"]:
         text += f"\nparked: {parked['name']} (id {parked['id']}): {parked['park_error']}"
     for holder in fields["budget_lock_holders"]:
-        text += "\n" + view.lock_holder_text(holder)
+        text += "\n" + presentation.lock_holder_text(holder)
     emit(ctx, fields, text)
 
 
@@ -340,13 +340,13 @@ def recover(ctx: click.Context, dry_run: bool, wait_text: str | None, **options:
     def on_wait(runs: list[dict[str, Any]], until: datetime) -> None:
         listed = ", ".join(f"run {r['id']} (owner {r['owner']})" for r in runs)
         click.echo(
-            f"waiting until {view.iso(until)} (database clock) for the takeover of {listed}: "
-            "its owner stopped renewing",
+            f"waiting until {presentation.iso(until)} (database clock) for the takeover of "
+            f"{listed}: its owner stopped renewing",
             err=True,
         )
 
     report, inside = recover_pass(url, settings, dry_run=dry_run, wait=wait, on_wait=on_wait)
-    running = [view.inside_lease_fields(r) for r in inside]
+    running = [presentation.inside_lease_fields(r) for r in inside]
     data = {
         "dry_run": dry_run,
         "counts": report.counts,

@@ -1,5 +1,5 @@
 """The text layout of the commands' output: aligned tables and `key: value` pairs of the
-documented fields (view.py), with the columns each table shows."""
+documented fields (presentation.py), with the columns each table shows."""
 
 import unicodedata
 from typing import Any

@@ -2,7 +2,7 @@
 
 import click
 
-from scheduler_daemon import view
+from scheduler_daemon import presentation
 from scheduler_daemon.cli import output
 from scheduler_daemon.cli.base import (
     cli,
@@ -42,7 +42,7 @@ def runs_list(
     page = client_for(ctx).runs_page(
         task=task, status=status, limit=None if all_rows else limit, after=after
     )
-    rows = [view.run_fields(r) for r in page.rows]
+    rows = [presentation.run_fields(r) for r in page.rows]
     emit(ctx, rows, output.run_table(rows))
     hint_more(page.after)
 
@@ -56,12 +56,12 @@ def runs_show(ctx: click.Context, ident: int, occurrence: bool) -> None:
     """One run, or with --occurrence one occurrence and all its runs."""
     client = client_for(ctx)
     if occurrence:
-        fields = view.occurrence_fields(*client.show_occurrence(ident))
+        fields = presentation.occurrence_fields(*client.show_occurrence(ident))
         runs_text = output.run_table(fields["runs"]) if fields["runs"] else "(no runs)"
         plain = {k: v for k, v in fields.items() if k != "runs"}
         emit(ctx, fields, output.pairs(plain) + "\n\n" + runs_text)
     else:
-        fields = view.run_detail_fields(client.show_run(ident))
+        fields = presentation.run_detail_fields(client.show_run(ident))
         emit(ctx, fields, output.pairs(fields))
 
 
@@ -77,10 +77,10 @@ def runs_cancel(ctx: click.Context, ident: int, occurrence: bool) -> None:
     done = client_for(ctx).cancel(ident, occurrence=occurrence, requested_by=who())
     row = done.occurrence
     fields = {
-        **view.occurrence_fields(row),
+        **presentation.occurrence_fields(row),
         "cancel": done.cancel,
         "stop_within_seconds": done.stop_within_seconds,
-        "takeover_at": view.iso(done.takeover_at),
+        "takeover_at": presentation.iso(done.takeover_at),
     }
     if done.cancel == "cancelled":
         text = f"occurrence {row.id} cancelled"

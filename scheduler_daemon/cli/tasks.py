@@ -8,7 +8,7 @@ from typing import Any
 
 import click
 
-from scheduler_daemon import view
+from scheduler_daemon import presentation
 from scheduler_daemon.cli import output
 from scheduler_daemon.cli.base import (
     CLEAR,
@@ -179,7 +179,7 @@ def _instant(text: str, zone: str) -> datetime:
 
 
 def _show_task(ctx: click.Context, task: Any, *, show_secrets: bool = False) -> None:
-    fields = view.task_fields(task, show_secrets=show_secrets)
+    fields = presentation.task_fields(task, show_secrets=show_secrets)
     emit(ctx, fields, output.pairs(fields))
 
 
@@ -245,7 +245,7 @@ def tasks_list(
         status=status,
         paused=paused,
     )
-    rows = [view.task_fields(t, show_secrets=show_secrets) for t in page.rows]
+    rows = [presentation.task_fields(t, show_secrets=show_secrets) for t in page.rows]
     emit(ctx, rows, output.table(rows, output.TASK_COLUMNS))
     hint_more(page.after)
 
@@ -288,7 +288,7 @@ def tasks_next(ctx: click.Context, task: str, count: int) -> None:
     client = client_for(ctx)
     record = client.get_task(task)
     rows = [
-        view.fire_time_fields(t, record.spec.timezone)
+        presentation.fire_time_fields(t, record.spec.timezone)
         for t in client.next_fire_times(record.id, count)
     ]
     emit(ctx, rows, output.table(rows, ("local", "utc")))
@@ -315,7 +315,7 @@ def tasks_trigger(ctx: click.Context, task: str, count: int) -> None:
         text = f"{occ.count} occurrences queued (ids {ids[0]}..{ids[-1]})"
         emit(ctx, dataclasses.asdict(occ), text)
         return
-    fields = view.occurrence_fields(occ)
+    fields = presentation.occurrence_fields(occ)
     text = (
         f"occurrence {occ.id} queued"
         if occ.status == OccurrenceStatus.QUEUED

@@ -1,5 +1,6 @@
 """Turns records into the stable output fields documented in docs/cli.md (formatting only: the
-queries return the documented shapes; cli/output.py lays them out as text)."""
+queries return the documented shapes; cli/output.py lays them out as text). What the CLI shows and
+the web console (to come) will show alike: schedules in words, masked headers, the JSON fields."""
 
 from dataclasses import fields
 from datetime import datetime, timedelta
