@@ -1,5 +1,5 @@
 """`scheduler-daemon audit`: check the recorded history against the invariants (parsing and
-printing only; daemon.audit and the Auditor do the work)."""
+printing only; operations.audit and the Auditor do the work)."""
 
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -81,7 +81,7 @@ def audit(
 ) -> None:
     """Read tasks, occurrences and runs and report every violated invariant with the rows
     involved; exit 1 when there is any. Read-only and safe while daemons run."""
-    from scheduler_daemon.runtime.daemon import audit as run_audit
+    from scheduler_daemon.operations import audit as run_audit
     from scheduler_daemon.services.auditor import InvalidWindow
 
     url = resolve_database_url(ctx.obj["database_url"])

@@ -323,8 +323,8 @@ def recover(ctx: click.Context, dry_run: bool, wait_text: str | None, **options:
     claims, expire occurrences past their start deadline, finalize one-shot tasks, remove dead
     instances. Safe while daemons run; a second pass changes nothing. Then it reports the runs
     still inside their lease (with --wait: waits for those whose owner stopped renewing)."""
-    from scheduler_daemon.runtime.daemon import default_wait
-    from scheduler_daemon.runtime.daemon import recover as recover_pass
+    from scheduler_daemon.operations import default_wait
+    from scheduler_daemon.operations import recover as recover_pass
 
     if dry_run and wait_text is not None:
         raise click.UsageError("--dry-run and --wait exclude each other")

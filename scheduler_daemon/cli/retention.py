@@ -1,5 +1,5 @@
 """`scheduler-daemon prune`: delete the history past its retention now (parsing and printing
-only; daemon.prune and the Pruner do the work)."""
+only; operations.prune and the Pruner do the work)."""
 
 import click
 
@@ -16,7 +16,7 @@ def prune(ctx: click.Context, dry_run: bool) -> None:
     """Delete finished occurrences and their runs older than the history retention (the fleet's
     `history-retention`, or a task's own), in the daemons' short batches; each task keeps its
     latest outcome. Safe while daemons run (they prune a few batches per reconcile pass)."""
-    from scheduler_daemon.runtime.daemon import prune as prune_history
+    from scheduler_daemon.operations import prune as prune_history
 
     report = prune_history(resolve_database_url(ctx.obj["database_url"]), dry_run=dry_run)
     retention = None if report.retention is None else format_duration(report.retention)

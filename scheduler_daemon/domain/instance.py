@@ -1,5 +1,6 @@
 """A registered daemon instance as the stores return it (one row per process start)."""
 
+import uuid
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -26,3 +27,8 @@ class Instance(FromRow):
     heartbeat_at: datetime
     silent_for: timedelta | None = None  # how long ago it was heard from, in `instance_list`
     compatible: bool | None = None  # `Client.status`: can its build write to the schema as it is
+
+
+def new_instance_id(prefix: str) -> str:
+    """Unique per process start, so a restarted process is a new instance."""
+    return f"{prefix}-{uuid.uuid4().hex[:8]}"

@@ -2,37 +2,34 @@
 loop, and drains on shutdown; wires in the HTTP endpoint, the metrics, the systemd notifications
 and the supervision of failed passes. Only this module knows the concrete classes."""
 
-import dataclasses
 import os
 import socket
 import threading
 import time
-import uuid
 from collections.abc import Callable
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import psycopg
 import structlog
 from psycopg_pool import ConnectionPool
 
 from scheduler_daemon.domain import timing
-from scheduler_daemon.domain.audit import CHECK_NAMES, DEFAULT_SETTLE, AuditReport
 from scheduler_daemon.domain.held import HeldRuns
+from scheduler_daemon.domain.instance import new_instance_id
 from scheduler_daemon.executors import make_executors
 from scheduler_daemon.runtime.endpoint import Endpoint
 from scheduler_daemon.runtime.health import LoopProgress, Readiness
 from scheduler_daemon.runtime.metrics import Metrics
 from scheduler_daemon.runtime.notify import Notifier
 from scheduler_daemon.runtime.supervision import EXIT_FAILED_PASSES, Supervisor
-from scheduler_daemon.services.auditor import Auditor, TimeBound
 from scheduler_daemon.services.completer import Completer
 from scheduler_daemon.services.dispatcher import Dispatcher, DispatchResult
 from scheduler_daemon.services.launcher import Launcher
 from scheduler_daemon.services.lease_keeper import LeaseKeeper
-from scheduler_daemon.services.pruner import Pruner, PruneReport
-from scheduler_daemon.services.reconciler import Reconciler, ReconcileReport
+from scheduler_daemon.services.pruner import Pruner
+from scheduler_daemon.services.reconciler import Reconciler
 from scheduler_daemon.services.waker import Waker
 from scheduler_daemon.settings import DaemonSettings
 from scheduler_daemon.storage import (
@@ -47,7 +44,6 @@ from scheduler_daemon.storage.database import (
     first_line,
     make_pool,
     pooled_transaction,
-    transaction,
 )
 from scheduler_daemon.storage.error import DatabaseUnavailable, SchemaMismatch
 from scheduler_daemon.version import __version__
@@ -56,21 +52,6 @@ log = structlog.get_logger()
 T = TypeVar("T")
 STOP_WAIT_SECONDS = 5.0
 MIN_SLEEP_SECONDS = 0.02
-
-
-def make_reconciler(pool: ConnectionPool, instance_id: str, settings: DaemonSettings) -> Reconciler:
-    return Reconciler(
-        pool,
-        instance_id=instance_id,
-        restart_quiet=settings.restart_quiet,
-        max_interruptions=settings.max_interruptions,
-        dead_after=settings.instance_expiry,
-    )
-
-
-def new_instance_id(prefix: str) -> str:
-    """Unique per process start, so a restarted process is a new instance."""
-    return f"{prefix}-{uuid.uuid4().hex[:8]}"
 
 
 class Daemon:
@@ -281,7 +262,7 @@ class Daemon:
             refused=lambda: self.refused,
             on_pass=self.metrics.record_renewal,
         )
-        reconciler = make_reconciler(pool, self.instance_id, self.settings)
+        reconciler = Reconciler.from_settings(pool, self.instance_id, self.settings)
         self.pruner = Pruner(pool, instance_id=self.instance_id)
         waker = Waker(
             self.url,
@@ -570,77 +551,3 @@ class Daemon:
             step()
         except Exception as exc:
             self.log.warning("shutdown_step_failed", error=first_line(exc))
-
-
-def recover(
-    url: str,
-    settings: DaemonSettings,
-    *,
-    dry_run: bool,
-    wait: timedelta | None = None,
-    on_wait: Callable[[list[dict[str, Any]], datetime], None] = lambda _runs, _until: None,
-) -> tuple[ReconcileReport, list[dict[str, Any]]]:
-    """One reconciliation pass for operators (`scheduler-daemon recover`), then the runs still
-    running. With `wait`, waits that long at most for the takeover points of the runs whose
-    owner stopped renewing and takes them over (Reconciler.wait_for_takeovers)."""
-    connect(url).close()  # one line when the database is unreachable, not pool warnings
-    pool = make_pool(url, max_size=1, name="scheduler-daemon recover")
-    pool.open(wait=True, timeout=10)
-    try:
-        instance_id = new_instance_id(f"recover@{socket.gethostname()}")
-        reconciler = make_reconciler(pool, instance_id, settings)
-        report = reconciler.run_once(dry_run=dry_run)
-        if wait is None:
-            return report, reconciler.inside_lease()
-        return report, reconciler.wait_for_takeovers(wait, report, on_wait=on_wait)
-    finally:
-        pool.close()
-
-
-def default_wait(url: str, settings: DaemonSettings) -> timedelta:
-    """`recover --wait` without a limit: the largest takeover bound of the registered instances
-    (this command's own settings when none is registered) plus the reconcile interval."""
-    with transaction(url) as conn:
-        instances = instance_store.list_instances(conn)
-    bounds = [
-        timing.takeover_bound(i.lease_ttl, i.lease_grace, i.reconcile_interval)
-        + i.reconcile_interval
-        for i in instances
-    ]
-    return max(bounds, default=settings.takeover_bound + settings.reconcile_interval)
-
-
-def prune(url: str, *, dry_run: bool) -> PruneReport:
-    """Prunes all history past its retention, in the daemon's bounded batches (`prune`)."""
-    connect(url).close()  # one line when the database is unreachable, not pool warnings
-    pool = make_pool(url, max_size=1, name="scheduler-daemon prune")
-    pool.open(wait=True, timeout=10)
-    try:
-        pruner = Pruner(pool, instance_id=new_instance_id(f"prune@{socket.gethostname()}"))
-        return pruner.run_once(dry_run=dry_run, until_swept=True)
-    finally:
-        pool.close()
-
-
-def audit(
-    url: str,
-    *,
-    since: TimeBound | None = None,
-    until: TimeBound | None = None,
-    settle: timedelta = DEFAULT_SETTLE,
-    checks: tuple[str, ...] = CHECK_NAMES,
-) -> AuditReport:
-    """One read-only audit of the recorded history (`scheduler-daemon audit`)."""
-    verdict = migration.state(url).verdict
-    if not verdict.ok:
-        migration.raise_unless_compatible(
-            dataclasses.replace(
-                verdict, message=f"{verdict.message} (audit reads history this build understands)"
-            )
-        )
-    pool = make_pool(url, max_size=1, name="scheduler-daemon audit")
-    pool.open(wait=True, timeout=10)
-    try:
-        return Auditor(pool, settle=settle, checks=checks).run_once(since=since, until=until)
-    finally:
-        pool.close()

@@ -21,6 +21,7 @@ from scheduler_daemon.domain.outcome import decide, finalize_one_shot, settlemen
 from scheduler_daemon.domain.run import TakeoverCandidate
 from scheduler_daemon.domain.status import OccurrenceStatus, OutcomeStatus, TaskStatus
 from scheduler_daemon.domain.task import TaskRef
+from scheduler_daemon.settings import DaemonSettings
 from scheduler_daemon.storage import instance_store, occurrence_store, run_store, task_store
 from scheduler_daemon.storage.database import (
     FIRST_TRY_LIMITS,
@@ -81,6 +82,19 @@ class Reconciler:
         self.dead_after = dead_after
         self.page = page
         self.log = log.bind(instance_id=instance_id)
+
+    @classmethod
+    def from_settings(
+        cls, pool: ConnectionPool, instance_id: str, settings: DaemonSettings
+    ) -> "Reconciler":
+        """The daemon's reconciler and `recover`'s alike: one reading of the settings."""
+        return cls(
+            pool,
+            instance_id=instance_id,
+            restart_quiet=settings.restart_quiet,
+            max_interruptions=settings.max_interruptions,
+            dead_after=settings.instance_expiry,
+        )
 
     def run_once(self, *, dry_run: bool = False) -> ReconcileReport:
         report = ReconcileReport(dry_run=dry_run)
