@@ -1,0 +1,158 @@
+"""The loop's pacing: when it next reconciles, dispatches and claims, how long it sleeps, and how
+long it gathers the ends of jobs into one pass. Pure timing on a clock it is given (a callable
+returning monotonic seconds), so tests step it with a fake clock, without a database or a wait
+(tests/unit/test_pacing.py), as db-scheduler's ManualScheduler steps its loop.
+
+Times here are this host's monotonic seconds and only ever durations: a due time read on the
+database clock becomes one through the clock drift the daemon measured (docs/explanation)."""
+
+import threading
+import time
+from collections.abc import Callable
+from datetime import datetime, timedelta
+
+from scheduler_daemon.settings import DaemonSettings
+
+MIN_SLEEP_SECONDS = 0.02
+"""How soon a dispatch is tried again when the task it saw due is still due (a peer holds it)."""
+
+Clock = Callable[[], float]
+
+
+class Pacing:
+    """The loop's timetable. `next_dispatch`, `next_launch` and `next_reconcile` are monotonic
+    deadlines (0.0: at once). `launch_wanted` says whether claiming may find something: set by
+    wake-ups that queue work or free budget, by a poll, by a dispatch that queued; cleared by a
+    claim that saw the end of the queue. Due hints come from the waker's thread, all else from
+    the loop's."""
+
+    def __init__(
+        self,
+        *,
+        poll: float,
+        reconcile_interval: float,
+        batch_window: float,
+        clock: Clock = time.monotonic,
+        wall: Clock = time.time,
+        drift: Callable[[], timedelta | None] = lambda: None,
+    ) -> None:
+        self.poll = poll
+        self.reconcile_interval = reconcile_interval
+        self.batch_window = batch_window
+        self.clock = clock
+        self.wall = wall  # this host's wall clock, only to place a database due time
+        self.drift = drift  # database clock minus this host's, as last measured
+        # When the loop dispatches next: the earliest due time, at most a poll away. A new
+        # task's due time arrives with its wake-up (`task_added`); a task added without one is
+        # dispatched at once.
+        self.next_dispatch = 0.0
+        self.next_launch = 0.0  # the latest the next claim is tried
+        self.next_reconcile = 0.0
+        self.launch_wanted = threading.Event()
+        self.launch_wanted.set()
+        self._due_hints: list[float] = []
+        self._hints_lock = threading.Lock()
+
+    @classmethod
+    def from_settings(
+        cls,
+        settings: DaemonSettings,
+        *,
+        clock: Clock = time.monotonic,
+        drift: Callable[[], timedelta | None] = lambda: None,
+    ) -> "Pacing":
+        return cls(
+            poll=settings.poll_interval.total_seconds(),
+            reconcile_interval=settings.reconcile_interval.total_seconds(),
+            batch_window=settings.batch_window.total_seconds(),
+            clock=clock,
+            drift=drift,
+        )
+
+    # -- reconcile -------------------------------------------------------------------------------
+    def reconcile_due(self, now: float) -> bool:
+        return now >= self.next_reconcile
+
+    def reconciled(self) -> None:
+        """The next reconciliation is an interval after this one ended."""
+        self.next_reconcile = self.clock() + self.reconcile_interval
+
+    # -- dispatch --------------------------------------------------------------------------------
+    def dispatch_due(self) -> bool:
+        return self.clock() >= self.next_dispatch
+
+    def dispatch_began(self) -> float:
+        """A dispatch begins: the next one is a poll away even if this one fails."""
+        began = self.clock()
+        self.next_dispatch = began + self.poll
+        return began
+
+    def dispatched(self, began: float, next_due: datetime | None, db_now: datetime | None) -> None:
+        """Sets the next dispatch after one that began at `began` and read `next_due` (the
+        earliest next_run_at) at `db_now`, both on the database clock: the due time counted
+        from the moment the dispatch began (so neither the pass's own length nor the clock
+        drift delays it), at most one poll interval away."""
+        if next_due is None or db_now is None:
+            self.next_dispatch = began + self.poll
+            return
+        until_due = (next_due - db_now).total_seconds()
+        if until_due <= 0:  # still due after dispatching: a peer holds that task, do not spin
+            self.next_dispatch = self.clock() + MIN_SLEEP_SECONDS
+        else:
+            self.next_dispatch = began + min(self.poll, until_due)
+
+    def task_added(self, due: datetime | None) -> None:
+        """The waker heard of a new task (on its own thread): its due time (database clock)
+        becomes a monotonic deadline through the measured drift; without one, dispatch at once.
+        Kept as a hint until the loop takes it (`take_due_hints`)."""
+        if due is None:
+            at = self.clock()
+        else:
+            drift = self.drift()
+            offset = drift.total_seconds() if drift else 0.0
+            at = self.clock() + due.timestamp() - (self.wall() + offset)
+        with self._hints_lock:
+            self._due_hints.append(at)
+
+    def take_due_hints(self) -> None:
+        with self._hints_lock:
+            hints, self._due_hints = self._due_hints, []
+        if hints:
+            self.next_dispatch = min(self.next_dispatch, *hints)
+
+    # -- launch ----------------------------------------------------------------------------------
+    def want_launch(self) -> None:
+        self.launch_wanted.set()
+
+    def launch_due(self) -> bool:
+        """Claim when something may be claimable, and at least once a poll interval whatever
+        woke the loop: a retry's backoff ends without a wake-up."""
+        return self.launch_wanted.is_set() or self.clock() >= self.next_launch
+
+    def launching(self) -> None:
+        self.launch_wanted.clear()
+        self.next_launch = self.clock() + self.poll
+
+    # -- sleep and gather ------------------------------------------------------------------------
+    def sleep_seconds(self) -> float:
+        """How long the loop may sleep before the next dispatch is due."""
+        return max(0.0, self.next_dispatch - self.clock())
+
+    def slept(self, woken: bool) -> None:
+        """After the sleep: a poll, or a due time, means a retry's backoff may have passed."""
+        if not woken:
+            self.launch_wanted.set()
+
+    def gather_until(self) -> float | None:
+        """The end of the --batch-window that begins now; None when there is no window."""
+        if self.batch_window <= 0:
+            return None
+        return self.clock() + self.batch_window
+
+    def gather_left(self, until: float, *, ended: bool, running: bool) -> float | None:
+        """How much longer to wait for more ends (None: stop gathering): only while a job has
+        ended and others still run, and the window has not passed."""
+        left = until - self.clock()
+        if not ended or not running or left <= 0:
+            return None
+        return left

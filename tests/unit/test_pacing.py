@@ -1,0 +1,202 @@
+"""The loop's pacing stepped with a fake clock, no database and no waiting (db-scheduler's
+ManualScheduler steps its loop the same way): when it reconciles, dispatches, claims, sleeps and
+gathers."""
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from scheduler_daemon.runtime.pacing import MIN_SLEEP_SECONDS, Pacing
+from scheduler_daemon.settings import DaemonSettings
+
+DB_NOW = datetime(2030, 1, 1, tzinfo=UTC)
+
+
+class FakeClock:
+    """Monotonic seconds that move only when a test says so."""
+
+    def __init__(self, now: float = 1000.0) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
+def pacing(clock: FakeClock, batch_window: float = 0.002) -> Pacing:
+    """A 5 s poll, a 10 s reconcile interval."""
+    return Pacing(poll=5.0, reconcile_interval=10.0, batch_window=batch_window, clock=clock)
+
+
+def test_a_fresh_pacing_reconciles_dispatches_and_claims_at_once() -> None:
+    clock = FakeClock()
+    p = pacing(clock)
+    assert p.reconcile_due(clock())
+    assert p.dispatch_due()
+    assert p.launch_due()
+    assert p.sleep_seconds() == 0.0
+
+
+def test_the_next_reconciliation_is_an_interval_after_the_last_one_ended() -> None:
+    clock = FakeClock()
+    p = pacing(clock)
+    clock.advance(3.0)  # the reconciliation itself took 3 s
+    p.reconciled()
+    clock.advance(9.9)
+    assert not p.reconcile_due(clock())
+    clock.advance(0.1)
+    assert p.reconcile_due(clock())
+
+
+def test_a_dispatch_that_sees_nothing_due_waits_one_poll_from_when_it_began() -> None:
+    clock = FakeClock()
+    p = pacing(clock)
+    began = p.dispatch_began()
+    clock.advance(1.0)  # the dispatch's own length does not delay the next one
+    p.dispatched(began, None, None)
+    assert p.next_dispatch == began + 5.0
+    assert p.sleep_seconds() == pytest.approx(4.0)
+
+
+def test_a_task_due_sooner_than_a_poll_is_dispatched_at_its_due_time() -> None:
+    clock = FakeClock()
+    p = pacing(clock)
+    began = p.dispatch_began()
+    clock.advance(0.5)
+    p.dispatched(began, DB_NOW + timedelta(seconds=2), DB_NOW)
+    assert p.next_dispatch == began + 2.0
+    clock.advance(1.4)
+    assert not p.dispatch_due()
+    clock.advance(0.1)
+    assert p.dispatch_due()
+
+
+def test_a_due_time_further_than_a_poll_still_waits_one_poll_at_most() -> None:
+    clock = FakeClock()
+    p = pacing(clock)
+    began = p.dispatch_began()
+    p.dispatched(began, DB_NOW + timedelta(hours=1), DB_NOW)
+    assert p.next_dispatch == began + 5.0
+
+
+def test_a_task_still_due_after_dispatching_is_retried_soon_but_without_spinning() -> None:
+    # Would catch a version that dispatched again at once (a peer holds that task: a busy loop).
+    clock = FakeClock()
+    p = pacing(clock)
+    began = p.dispatch_began()
+    clock.advance(0.3)
+    p.dispatched(began, DB_NOW, DB_NOW)
+    assert p.next_dispatch == clock() + MIN_SLEEP_SECONDS
+    assert not p.dispatch_due()
+
+
+def test_a_failed_dispatch_is_tried_again_a_poll_later() -> None:
+    clock = FakeClock()
+    p = pacing(clock)
+    began = p.dispatch_began()  # then the dispatch raises: `dispatched` is never called
+    assert p.next_dispatch == began + 5.0
+
+
+def test_a_new_task_pulls_the_next_dispatch_in_once_the_loop_takes_its_hint() -> None:
+    clock = FakeClock()
+    wall = FakeClock(DB_NOW.timestamp())
+    p = Pacing(poll=5.0, reconcile_interval=10.0, batch_window=0.0, clock=clock, wall=wall)
+    p.dispatched(p.dispatch_began(), None, None)
+    p.task_added(DB_NOW + timedelta(seconds=2))
+    assert p.next_dispatch == clock() + 5.0  # a hint only, until the loop takes it
+    p.take_due_hints()
+    assert p.next_dispatch == pytest.approx(clock() + 2.0)
+    p.take_due_hints()  # taken once
+    assert p.next_dispatch == pytest.approx(clock() + 2.0)
+
+
+def test_a_new_tasks_due_time_is_placed_through_the_measured_clock_drift() -> None:
+    # The database clock runs 3 s ahead of this host's: a task due in 2 s on the database
+    # clock is due now on this host's - 1 s, i.e. at once.
+    clock = FakeClock()
+    wall = FakeClock(DB_NOW.timestamp() - 3.0)
+    p = Pacing(
+        poll=5.0,
+        reconcile_interval=10.0,
+        batch_window=0.0,
+        clock=clock,
+        wall=wall,
+        drift=lambda: timedelta(seconds=3),
+    )
+    p.dispatched(p.dispatch_began(), None, None)
+    p.task_added(DB_NOW + timedelta(seconds=2))
+    p.take_due_hints()
+    assert p.next_dispatch == pytest.approx(clock() + 2.0)
+
+
+def test_a_new_task_without_a_due_time_is_dispatched_at_once() -> None:
+    clock = FakeClock()
+    p = pacing(clock)
+    p.dispatched(p.dispatch_began(), None, None)
+    p.task_added(None)
+    p.take_due_hints()
+    assert p.dispatch_due()
+    assert p.sleep_seconds() == 0.0
+
+
+def test_claims_are_tried_when_wanted_and_once_a_poll_interval_otherwise() -> None:
+    clock = FakeClock()
+    p = pacing(clock)
+    p.launching()
+    assert not p.launch_due()
+    p.want_launch()  # a wake-up that queued work, or freed slots
+    assert p.launch_due()
+    p.launching()
+    clock.advance(4.9)
+    assert not p.launch_due()
+    clock.advance(0.1)  # a retry's backoff ends without a wake-up: the poll covers it
+    assert p.launch_due()
+
+
+def test_a_sleep_that_ran_out_wants_a_claim_and_a_wake_up_does_not_by_itself() -> None:
+    clock = FakeClock()
+    p = pacing(clock)
+    p.launching()
+    p.slept(woken=True)
+    assert not p.launch_wanted.is_set()
+    p.slept(woken=False)
+    assert p.launch_wanted.is_set()
+
+
+def test_gathering_waits_while_one_job_ended_and_others_run_within_the_window() -> None:
+    clock = FakeClock()
+    p = pacing(clock, batch_window=0.002)
+    until = p.gather_until()
+    assert until == clock() + 0.002
+    assert p.gather_left(until, ended=True, running=True) == pytest.approx(0.002)
+    clock.advance(0.001)
+    assert p.gather_left(until, ended=True, running=True) == pytest.approx(0.001)
+    clock.advance(0.001)
+    assert p.gather_left(until, ended=True, running=True) is None  # the window passed
+
+
+@pytest.mark.parametrize(("ended", "running"), [(False, True), (True, False), (False, False)])
+def test_gathering_stops_when_nothing_ended_or_nothing_else_runs(
+    ended: bool, running: bool
+) -> None:
+    clock = FakeClock()
+    p = pacing(clock)
+    until = p.gather_until()
+    assert until is not None
+    assert p.gather_left(until, ended=ended, running=running) is None
+
+
+def test_no_batch_window_means_no_gathering() -> None:
+    assert pacing(FakeClock(), batch_window=0.0).gather_until() is None
+
+
+def test_pacing_from_settings_reads_the_poll_reconcile_and_batch_intervals() -> None:
+    settings = DaemonSettings(
+        poll_interval=timedelta(seconds=2),
+        reconcile_interval=timedelta(seconds=7),
+        batch_window=timedelta(milliseconds=3),
+    )
+    p = Pacing.from_settings(settings, clock=FakeClock())
+    assert (p.poll, p.reconcile_interval, p.batch_window) == (2.0, 7.0, 0.003)
