@@ -18,10 +18,7 @@ import pytest
 from psycopg.rows import dict_row
 
 from scheduler_daemon.domain.held import HeldRun, HeldRuns
-from scheduler_daemon.services.completer import Completer
-from scheduler_daemon.services.dispatcher import Dispatcher
-from scheduler_daemon.services.launcher import Launcher
-from scheduler_daemon.services.lease_keeper import LeaseKeeper
+from scheduler_daemon.runtime.root import build_services
 from scheduler_daemon.settings import DaemonSettings
 
 T = TypeVar("T")
@@ -223,11 +220,13 @@ SETTINGS = DaemonSettings(
     concurrency=8,
     lease_ttl=timedelta(seconds=3),
     lease_grace=timedelta(seconds=1),
+    dispatch_batch=10,
 )
 
 
 class Replica:
-    """One daemon's services, in-process, with its own held-run set."""
+    """One daemon's services, in-process, with its own held-run set: built by the daemon's own
+    composition root (runtime/root.py), never started; tests call each service's `run_once`."""
 
     def __init__(
         self,
@@ -238,21 +237,13 @@ class Replica:
         settings: DaemonSettings = SETTINGS,
     ) -> None:
         self.held = HeldRuns()
-        self.launcher = Launcher(
-            pool, instance_id=name, settings=settings, held=self.held, executors=executors
+        self.services = build_services(
+            pool, url, instance_id=name, settings=settings, held=self.held, executors=executors
         )
-        self.completer = Completer(pool, instance_id=name, held=self.held, max_interruptions=3)
-        self.dispatcher = Dispatcher(pool, instance_id=name, batch=10)
-        self.keeper = LeaseKeeper(
-            url,
-            instance_id=name,
-            settings=settings,
-            held=self.held,
-            slots_in_use=lambda: 0,
-            stopping=lambda: False,
-            clock_drift=None,
-            reregister=lambda _drift: None,
-        )
+        self.launcher = self.services.launcher
+        self.completer = self.services.completer
+        self.dispatcher = self.services.dispatcher
+        self.keeper = self.services.keeper
 
     def finished(self) -> list[Any]:
         """Waits until every held job has an outcome; returns the held runs in run id order."""

@@ -1,0 +1,111 @@
+"""The daemon's way out: on a stop it drains (gives back its claims, lets running jobs finish up
+to --drain-timeout, stops the rest and records them interrupted); on a schema it cannot work with
+it abandons its jobs without writing. Every shutdown step logs what it meets and goes on."""
+
+import threading
+import time
+from collections.abc import Callable
+
+import structlog
+from psycopg_pool import ConnectionPool
+
+from scheduler_daemon.domain.held import HeldRuns
+from scheduler_daemon.runtime.health import LoopProgress, Readiness
+from scheduler_daemon.runtime.metrics import Metrics
+from scheduler_daemon.runtime.notify import Notifier
+from scheduler_daemon.services.completer import Completer
+from scheduler_daemon.settings import DaemonSettings
+from scheduler_daemon.storage import occurrence_store
+from scheduler_daemon.storage.database import first_line, pooled_transaction
+
+log = structlog.get_logger()
+STOP_WAIT_SECONDS = 5.0
+"""How long, after the drain timeout, the stopped jobs have to be recorded interrupted."""
+
+
+class Drain:
+    """`draining` is what the lease keeper's heartbeat reports as `stopping`."""
+
+    def __init__(
+        self,
+        *,
+        instance_id: str,
+        settings: DaemonSettings,
+        held: HeldRuns,
+        wake: threading.Event,
+        progress: LoopProgress,
+        readiness: Readiness,
+        metrics: Metrics,
+        notifier: Notifier,
+    ) -> None:
+        self.instance_id = instance_id
+        self.settings = settings
+        self.held = held
+        self.wake = wake
+        self.progress = progress
+        self.readiness = readiness
+        self.metrics = metrics
+        self.notifier = notifier
+        self.draining = False
+        self.log = log.bind(instance_id=instance_id)
+
+    def drain(self, pool: ConnectionPool, completer: Completer, hard_stop: threading.Event) -> None:
+        """Stop claiming; let running jobs finish up to the drain timeout; then stop them and
+        record them interrupted (their occurrences go back to the queue). `hard_stop` ends the
+        wait for the jobs to finish."""
+        self.draining = True
+        self.readiness.state = "draining"
+        self.metrics.draining.set(1)
+        self.notifier.stopping(f"draining: {len(self.held)} run(s) to finish")
+        self.log.info(
+            "drain_started",
+            running=len(self.held),
+            drain_timeout_seconds=self.settings.drain_timeout.total_seconds(),
+        )
+        self.safely(lambda: self._release_claims(pool))
+        deadline = time.monotonic() + self.settings.drain_timeout.total_seconds()
+        while len(self.held) and time.monotonic() < deadline and not hard_stop.is_set():
+            self._step(completer)
+        for run in self.held:
+            if run.outcome is None:
+                run.job.stop("shutdown: drain timeout passed")
+                self.log.warning(
+                    "run_interrupted_by_shutdown",
+                    run_id=run.run_id,
+                    occurrence_id=run.occurrence_id,
+                    task_id=run.task_id,
+                )
+        stop_deadline = time.monotonic() + STOP_WAIT_SECONDS
+        while len(self.held) and time.monotonic() < stop_deadline:
+            self._step(completer)
+
+    def abandon(self) -> None:
+        """Stops every job without recording anything; their leases run out."""
+        self.readiness.state = "refused: the schema is not compatible with this build"
+        for run in self.held:
+            run.job.stop("the schema is not compatible with this build")
+            self.log.warning(
+                "run_abandoned_schema_incompatible",
+                run_id=run.run_id,
+                occurrence_id=run.occurrence_id,
+                task_id=run.task_id,
+            )
+
+    def _step(self, completer: Completer) -> None:
+        self.safely(lambda: self.metrics.record_completion(completer.run_once()))
+        self.progress.tick()
+        self.wake.wait(0.1)
+        self.wake.clear()
+
+    def _release_claims(self, pool: ConnectionPool) -> None:
+        with pooled_transaction(pool) as conn:
+            released = occurrence_store.release_claims(conn, self.instance_id)
+        if released:
+            self.log.info("claims_released", count=released)
+
+    def safely(self, step: Callable[[], object]) -> None:
+        """A shutdown step: whatever it meets is one line, and the shutdown goes on."""
+        try:
+            step()
+        except Exception as exc:
+            self.log.warning("shutdown_step_failed", error=first_line(exc))

@@ -1,0 +1,195 @@
+"""The daemon's main loop: each pass reconciles when due, writes finished outcomes, dispatches
+when a task is due and claims when there may be something to claim, then sleeps until woken or
+due. When is the pacing's to say (runtime/pacing.py); every step is supervised (a surprise is
+logged and counted, one that keeps coming ends the loop with EXIT_FAILED_PASSES)."""
+
+import threading
+from collections.abc import Callable
+from typing import TypeVar
+
+import psycopg
+import structlog
+from psycopg_pool import ConnectionPool
+
+from scheduler_daemon.domain.held import HeldRuns
+from scheduler_daemon.runtime.health import LoopProgress
+from scheduler_daemon.runtime.metrics import Metrics
+from scheduler_daemon.runtime.notify import Notifier
+from scheduler_daemon.runtime.pacing import Pacing
+from scheduler_daemon.runtime.registration import Registration
+from scheduler_daemon.runtime.root import Services
+from scheduler_daemon.runtime.supervision import EXIT_FAILED_PASSES, Supervisor
+from scheduler_daemon.settings import DaemonSettings
+from scheduler_daemon.storage import fleet_store, occurrence_store
+from scheduler_daemon.storage.database import first_line, pooled_transaction
+from scheduler_daemon.storage.error import DatabaseUnavailable
+
+log = structlog.get_logger()
+T = TypeVar("T")
+
+
+class Loop:
+    def __init__(
+        self,
+        services: Services,
+        pool: ConnectionPool,
+        *,
+        settings: DaemonSettings,
+        pacing: Pacing,
+        held: HeldRuns,
+        wake: threading.Event,
+        registration: Registration,
+        supervisor: Supervisor,
+        metrics: Metrics,
+        progress: LoopProgress,
+        notifier: Notifier,
+    ) -> None:
+        self.services = services
+        self.pool = pool
+        self.settings = settings
+        self.pacing = pacing
+        self.held = held
+        self.wake = wake
+        self.registration = registration
+        self.supervisor = supervisor
+        self.metrics = metrics
+        self.progress = progress
+        self.notifier = notifier
+        self.log = log.bind(instance_id=registration.instance_id)
+
+    def run(self, stop: threading.Event) -> int:
+        """Passes until `stop`, a refusal of the schema, or supervision gives up (its code)."""
+        pacing = self.pacing
+        while not stop.is_set():
+            began = pacing.clock()
+            if pacing.reconcile_due(began):
+                self._step("reconcile", self._reconcile)
+                if self.registration.refused is not None:
+                    break
+                pacing.reconciled()
+            self._pass()
+            self.metrics.iteration.observe(pacing.clock() - began)
+            self.metrics.slots_in_use.set(len(self.held))
+            self.metrics.failed_passes.set(self.supervisor.consecutive)
+            self.progress.tick()
+            if self.registration.refused is not None:
+                break
+            if (step := self.supervisor.exhausted) is not None:
+                return self._give_up(step)
+            # Cleared before the next pass, which sees whatever set it (a job's outcome and a
+            # wake-up's meaning are recorded before the wake): nothing landing meanwhile is lost.
+            pacing.take_due_hints()
+            woken = self.wake.wait(pacing.sleep_seconds())
+            if woken:
+                self.wake.clear()
+                self._gather(stop)
+                pacing.take_due_hints()
+            pacing.slept(woken)
+        return 0
+
+    def _gather(self, stop: threading.Event) -> None:
+        """After a wake-up that found a job ended while others still run, wait up to
+        --batch-window for them to end too: the next pass then writes all their outcomes in one
+        transaction and refills all their slots in one claim, where a pass per end costs two
+        transactions per job (the database's cost per job follows the batch size,
+        docs/performance.md). Bounded, so a long job delays its neighbours' outcomes by at most
+        the window; a stop ends the wait."""
+        until = self.pacing.gather_until()
+        if until is None:
+            return
+        while not stop.is_set():
+            ended, running = self.held.ends()
+            left = self.pacing.gather_left(until, ended=bool(ended), running=bool(running))
+            if left is None:
+                return
+            if self.wake.wait(left):
+                self.wake.clear()
+
+    def _step(self, step: str, work: Callable[[], T]) -> T | None:
+        """Runs one step of the loop; an error is logged, counted, and retried next time.
+        A surprise must never take the daemon down, but one that keeps coming does (supervision)."""
+        try:
+            result = work()
+        except Exception as exc:
+            line = first_line(exc)
+            kind = self.supervisor.failed(step, exc, line)
+            if isinstance(exc, psycopg.Error | DatabaseUnavailable):
+                label = {"outage": "unavailable", "contention": "contention"}.get(kind, "other")
+                self.metrics.database_errors.labels(label).inc()
+            if kind == "failure":  # with its traceback, and how close the loop is to giving up
+                self.log.exception(
+                    f"{step}_crashed",
+                    failed_in_a_row=self.supervisor.failures[step],
+                    max_failed_passes=self.supervisor.limit,
+                )
+            else:
+                self.log.warning(f"{step}_failed", error=line)
+            return None
+        self.supervisor.succeeded(step)
+        return result
+
+    def _reconcile(self) -> None:
+        """Every daemon reconciles in its own loop, never through the queue it repairs; the
+        fleet-wide gauges are sampled at the same rhythm. The schema is judged first: after a
+        freeze this is the loop's first step, and nothing is written to a schema this build
+        cannot work with."""
+        self.registration.check_schema(self.pool)
+        if self.registration.refused is not None:
+            return
+        self.metrics.record_reconcile(self.services.reconciler.run_once())
+        # bounded: a few short batches of history past retention
+        self.services.pruner.run_once()
+        with pooled_transaction(self.pool) as conn:
+            depth = occurrence_store.queue_depth(conn)
+            executing = occurrence_store.executing_count(conn)
+            budget = fleet_store.budget(conn)
+        self.metrics.record_fleet(depth, executing, budget)
+        self.notifier.status(
+            f"ready: queue depth {depth}, executing {executing}/{budget} fleet-wide, "
+            f"{len(self.held)}/{self.settings.concurrency} slots here"
+        )
+
+    def _pass(self) -> None:
+        """One loop pass: write finished outcomes; dispatch if a task is due (or a poll interval
+        passed); claim and launch if there may be something to claim (Pacing says when)."""
+        if self._step("pass", self._pass_work) is None and self.supervisor.consecutive:
+            self.pacing.want_launch()  # a failed pass tries again
+
+    def _pass_work(self) -> None:
+        pacing, services = self.pacing, self.services
+        # This pass claims right after: its freed slots take what the outcomes unblock. The
+        # claim for the slots a batch of successes frees is sent with it (one transaction);
+        # another claim is wanted only for slots freed otherwise, or when that one did not see
+        # the end of the queue.
+        completed = services.completer.run_once(wake_peers=False, claimer=services.launcher)
+        self.metrics.record_completion(completed)
+        if completed.launched is not None:
+            self.metrics.record_launch(completed.launched)
+            if completed.launched.more:
+                pacing.want_launch()
+        if completed.done > completed.claim_freed:
+            pacing.want_launch()  # slots came free
+        if pacing.dispatch_due():
+            began = pacing.dispatch_began()
+            free = self.settings.concurrency - len(self.held)
+            result = services.dispatcher.run_once(claims_after=free)
+            self.metrics.record_dispatch(result)
+            pacing.dispatched(began, result.next_due, result.db_now)
+            if result.queued:
+                pacing.want_launch()
+        if pacing.launch_due():
+            pacing.launching()
+            launched = services.launcher.run_once()
+            self.metrics.record_launch(launched)
+            if launched.more:
+                pacing.want_launch()
+
+    def _give_up(self, step: str) -> int:
+        self.log.error(
+            "loop_failing",
+            step=step,
+            failed_in_a_row=self.supervisor.failures[step],
+            error=self.supervisor.last_error.get(step),
+            exit_code=EXIT_FAILED_PASSES,
+        )
+        return EXIT_FAILED_PASSES

@@ -1,0 +1,144 @@
+"""The composition root: the one place that knows the concrete services and builds them, for
+`scheduler-daemon run` (the Daemon) and for the tests' in-process replicas (tests/support.py)
+alike, so a test daemon is wired the way a real one is. Also the daemon's pool and executors."""
+
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from pathlib import Path
+
+import psycopg
+import structlog
+from psycopg_pool import ConnectionPool
+
+from scheduler_daemon.domain.held import HeldRuns
+from scheduler_daemon.executors import make_executors
+from scheduler_daemon.executors.base import Executor
+from scheduler_daemon.services.completer import Completer
+from scheduler_daemon.services.dispatcher import Dispatcher
+from scheduler_daemon.services.launcher import Launcher
+from scheduler_daemon.services.lease_keeper import LeaseKeeper
+from scheduler_daemon.services.pruner import Pruner
+from scheduler_daemon.services.reconciler import Reconciler
+from scheduler_daemon.services.waker import Waker
+from scheduler_daemon.settings import DaemonSettings
+from scheduler_daemon.storage import task_store
+from scheduler_daemon.storage.database import first_line, make_pool, pooled_transaction
+from scheduler_daemon.storage.error import DatabaseUnavailable, SchemaMismatch
+
+log = structlog.get_logger()
+
+
+@dataclass(frozen=True)
+class Services:
+    """One daemon's services: each a loop of its own (`run_once`), meeting in the database."""
+
+    dispatcher: Dispatcher
+    launcher: Launcher
+    completer: Completer
+    keeper: LeaseKeeper
+    reconciler: Reconciler
+    pruner: Pruner
+    waker: Waker
+
+
+@dataclass(frozen=True)
+class Hooks:
+    """How the services reach the daemon around them. The defaults are a bare replica's (the
+    tests'): never stopping, no drift measured, nothing to register again, no wake-ups heard."""
+
+    slots_in_use: Callable[[], int] | None = None  # None: the held runs
+    stopping: Callable[[], bool] = lambda: False
+    clock_drift: timedelta | None = None
+    reregister: Callable[[timedelta | None], None] = lambda _drift: None
+    refused: Callable[[], SchemaMismatch | None] = lambda: None
+    on_renewal: Callable[[set[int] | None], None] = lambda _fenced: None
+    wake: threading.Event | None = None  # None: an event of the waker's own
+    on_task_added: Callable[[datetime | None], None] | None = None
+    launch_wanted: threading.Event | None = None
+
+
+def build_services(
+    pool: ConnectionPool,
+    url: str,
+    *,
+    instance_id: str,
+    settings: DaemonSettings,
+    held: HeldRuns,
+    executors: dict[str, Executor],
+    hooks: Hooks = Hooks(),
+) -> Services:
+    """Builds one daemon's services on `pool` (the lease keeper and the waker connect to `url`
+    directly: their connections must not wait behind the loop's). Nothing is started."""
+    slots_in_use = hooks.slots_in_use or (lambda: len(held))
+    return Services(
+        dispatcher=Dispatcher(pool, instance_id=instance_id, batch=settings.dispatch_batch),
+        launcher=Launcher(
+            pool, instance_id=instance_id, settings=settings, held=held, executors=executors
+        ),
+        completer=Completer(
+            pool,
+            instance_id=instance_id,
+            held=held,
+            max_interruptions=settings.max_interruptions,
+        ),
+        keeper=LeaseKeeper(
+            url,
+            instance_id=instance_id,
+            settings=settings,
+            held=held,
+            slots_in_use=slots_in_use,
+            stopping=hooks.stopping,
+            clock_drift=hooks.clock_drift,
+            reregister=hooks.reregister,
+            refused=hooks.refused,
+            on_pass=hooks.on_renewal,
+        ),
+        reconciler=Reconciler.from_settings(pool, instance_id, settings),
+        pruner=Pruner(pool, instance_id=instance_id),
+        waker=Waker(
+            url,
+            hooks.wake or threading.Event(),
+            instance_id=instance_id,
+            on_task_added=hooks.on_task_added,
+            launch_wanted=hooks.launch_wanted,
+        ),
+    )
+
+
+def open_pool(url: str, instance_id: str) -> ConnectionPool:
+    """The loop's pool: two connections, opened in the background."""
+    pool = make_pool(url, max_size=2, name=f"scheduler-daemon {instance_id}")
+    pool.open(wait=False)
+    return pool
+
+
+def start_executors(
+    pool: ConnectionPool,
+    wake: threading.Event,
+    spool_dir: Path | None,
+    *,
+    instance_id: str,
+    settings: DaemonSettings,
+) -> dict[str, Executor]:
+    """The daemon's executors, a job's end setting `wake`."""
+    return make_executors(
+        wake,
+        spool_dir,
+        concurrency=settings.concurrency,
+        python_workers=python_workers(pool, instance_id=instance_id, settings=settings),
+    )
+
+
+def python_workers(pool: ConnectionPool, *, instance_id: str, settings: DaemonSettings) -> int:
+    """How many python workers to start with the daemon: --concurrency when some task runs
+    python jobs, so the first burst of them finds its workers running, else none (idle
+    workers cost memory). A failed look-up starts none: jobs start them on demand."""
+    try:
+        with pooled_transaction(pool) as conn:
+            found = task_store.python_exists(conn)
+    except (psycopg.Error, DatabaseUnavailable) as exc:
+        log.warning("python_workers_not_started", instance_id=instance_id, error=first_line(exc))
+        return 0
+    return settings.concurrency if found else 0
