@@ -57,6 +57,16 @@ class Metrics:
         Info(NAMESPACE, "This daemon process.", registry=r).info(
             {"instance_id": instance_id, "version": version}
         )
+        self._runs(ns)
+        self._loop(ns, concurrency)
+        self._fleet(ns)
+        for stage in ("completion", "renewal"):  # every series exists from the start
+            self.fenced.labels(stage)
+        for kind in ("unavailable", "contention", "other"):
+            self.database_errors.labels(kind)
+
+    def _runs(self, ns: dict[str, Any]) -> None:
+        """What happens to occurrences and runs on this replica."""
         self.dispatched = Counter(
             "occurrences_dispatched",
             "Occurrences this replica's dispatcher created, by status (queued, skipped).",
@@ -99,6 +109,9 @@ class Metrics:
             ["stage"],
             **ns,
         )
+
+    def _loop(self, ns: dict[str, Any], concurrency: int) -> None:
+        """The loop's health and this replica's slots."""
         self.database_errors = Counter(
             "database_errors",
             "Failed loop steps and renewals, by kind: unavailable (an outage), contention "
@@ -120,6 +133,10 @@ class Metrics:
         )
         self.slots_in_use = Gauge("slots_in_use", "Runs this replica holds.", **ns)
         Gauge("concurrency", "This replica's job slots (--concurrency).", **ns).set(concurrency)
+
+    def _fleet(self, ns: dict[str, Any]) -> None:
+        """Fleet-wide figures read from the database; the drain; this replica's wait for the
+        budget's lock."""
         self.queue_depth = Gauge(
             "queue_depth", "Queued occurrences, fleet-wide: aggregate with max.", **ns
         )
@@ -151,10 +168,6 @@ class Metrics:
             "Claims that gave up waiting for the fleet budget's lock (lock_timeout).",
             **ns,
         )
-        for stage in ("completion", "renewal"):  # every series exists from the start
-            self.fenced.labels(stage)
-        for kind in ("unavailable", "contention", "other"):
-            self.database_errors.labels(kind)
 
     def _sample_age(self) -> float:
         return float("nan") if self._sampled_at is None else time.monotonic() - self._sampled_at
