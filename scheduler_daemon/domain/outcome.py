@@ -39,7 +39,7 @@ class Decision:
 
 
 def decide(
-    outcome_status: str,
+    outcome_status: OutcomeStatus,
     *,
     attempts: int,
     max_attempts: int,
@@ -51,7 +51,7 @@ def decide(
     """`attempts` counts this one (attempts count at launch). With `cancel_reason` (a cancel
     was requested while it ran) the attempt is final: `cancelled`, unless the job succeeded
     before it could be stopped."""
-    run_status = RUN_STATUS[OutcomeStatus(outcome_status)]
+    run_status = RUN_STATUS[OutcomeStatus(outcome_status)]  # a stranger: ValueError, no default
     if cancel_reason is not None and run_status != RunStatus.SUCCESS:
         return Decision(RunStatus.CANCELLED, OccurrenceStatus.CANCELLED, reason=cancel_reason)
     if run_status in (RunStatus.FAILED, RunStatus.TIMEOUT) and attempts < max_attempts:

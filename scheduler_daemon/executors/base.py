@@ -13,6 +13,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Protocol
 
+from scheduler_daemon.domain.status import OutcomeStatus
 from scheduler_daemon.executors import timer
 from scheduler_daemon.executors.wire import OUTPUT_TAIL_BYTES
 
@@ -77,7 +78,7 @@ class JobContext:
 class Outcome:
     """How a run ended. `stopped` means killed on request or because the trust deadline passed."""
 
-    status: str  # "success" | "failed" | "timeout" | "stopped"
+    status: OutcomeStatus
     exit_code: int | None = None
     http_status: int | None = None
     output_tail: str = ""  # at most OUTPUT_TAIL_BYTES of the end of the output
@@ -94,7 +95,7 @@ class Job(Protocol):
         ...
 
     def stop(self, reason: str) -> None:
-        """Stop now; poll() then gives Outcome("stopped", error=reason) once the job is gone."""
+        """Stop now; once the job is gone poll() gives a `stopped` Outcome, error=reason."""
         ...
 
     def extend(self, deadline: float) -> None:
@@ -122,6 +123,11 @@ class FinishedJob:
     def __init__(self, run_id: int, outcome: Outcome) -> None:
         self.run_id = run_id
         self._outcome = outcome
+
+    @classmethod
+    def failed(cls, run_id: int, error: str) -> "FinishedJob":
+        """A job that failed before it began, with `error` as its reason."""
+        return cls(run_id, Outcome(OutcomeStatus.FAILED, error=error))
 
     def poll(self) -> Outcome | None:
         return self._outcome

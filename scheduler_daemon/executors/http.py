@@ -22,6 +22,7 @@ from http.client import HTTPResponse
 from typing import Any
 
 from scheduler_daemon.domain.secret import redact
+from scheduler_daemon.domain.status import OutcomeStatus
 from scheduler_daemon.executors.base import FinishedJob, Job, JobContext, Outcome, decode_tail
 from scheduler_daemon.executors.timer import JobTimers, next_wake, timeout_error
 from scheduler_daemon.executors.wire import OUTPUT_TAIL_BYTES, error_line
@@ -51,7 +52,7 @@ class HttpJob:
         return self._outcome
 
     def stop(self, reason: str) -> None:
-        self.finish(Outcome("stopped", error=reason))
+        self.finish(Outcome(OutcomeStatus.STOPPED, error=reason))
 
     def extend(self, deadline: float) -> None:
         with self.executor.timer:
@@ -85,7 +86,7 @@ class HttpExecutor:
     def start(self, ctx: JobContext, payload: Mapping[str, Any]) -> Job:
         url = payload.get("url")
         if not isinstance(url, str) or not url.startswith(("http://", "https://")):
-            return FinishedJob(ctx.run_id, Outcome("failed", error="payload has no http(s) 'url'"))
+            return FinishedJob.failed(ctx.run_id, "payload has no http(s) 'url'")
         timeout = DEFAULT_TIMEOUT_SECONDS if ctx.timeout is None else ctx.timeout
         job = HttpJob(self, ctx, timeout)
         url, headers = _request_headers(url, payload.get("headers") or {})
@@ -95,7 +96,7 @@ class HttpExecutor:
         )
         with self.timer:
             if self._closed:
-                return FinishedJob(ctx.run_id, Outcome("failed", error="executor closed"))
+                return FinishedJob.failed(ctx.run_id, "executor closed")
             self.running.add(job)
             if self._keeper is None:
                 self._keeper = threading.Thread(
@@ -129,22 +130,27 @@ class HttpExecutor:
             status = exc.code
             tail = _read_tail(exc)
         except TimeoutError:
-            job.finish(Outcome("timeout", error=timeout_error(job.timeout)))
+            job.finish(Outcome(OutcomeStatus.TIMEOUT, error=timeout_error(job.timeout)))
             return
         except Exception as exc:  # every failure of the request is the run's, never the daemon's
             reason = getattr(exc, "reason", None)  # URLError wraps the socket's error
             if isinstance(reason, TimeoutError):
-                job.finish(Outcome("timeout", error=timeout_error(job.timeout)))
+                job.finish(Outcome(OutcomeStatus.TIMEOUT, error=timeout_error(job.timeout)))
             elif isinstance(reason, BaseException):
-                job.finish(Outcome("failed", error=redact(error_line(reason))))
+                job.finish(Outcome(OutcomeStatus.FAILED, error=redact(error_line(reason))))
             else:
-                job.finish(Outcome("failed", error=redact(error_line(exc))))
+                job.finish(Outcome(OutcomeStatus.FAILED, error=redact(error_line(exc))))
             return
         if 200 <= status < 300:
-            job.finish(Outcome("success", http_status=status, output_tail=tail))
+            job.finish(Outcome(OutcomeStatus.SUCCESS, http_status=status, output_tail=tail))
         else:
             job.finish(
-                Outcome("failed", http_status=status, output_tail=tail, error=f"HTTP {status}")
+                Outcome(
+                    OutcomeStatus.FAILED,
+                    http_status=status,
+                    output_tail=tail,
+                    error=f"HTTP {status}",
+                )
             )
 
     def _keep_time(self) -> None:

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from scheduler_daemon.domain.status import OutcomeStatus
 from scheduler_daemon.executors.base import (
     STOP_GRACE_SECONDS,
     FinishedJob,
@@ -163,10 +164,10 @@ class PythonExecutor:
         target = payload.get("target")
         if not isinstance(target, str) or not _TARGET.fullmatch(target):
             error = f"payload 'target' must be 'module:function', got {target!r}"
-            return FinishedJob(ctx.run_id, Outcome("failed", error=error))
+            return FinishedJob.failed(ctx.run_id, error)
         with self._lock:
             if self._closed:
-                return FinishedJob(ctx.run_id, Outcome("failed", error="executor closed"))
+                return FinishedJob.failed(ctx.run_id, "executor closed")
             worker = self._idle.pop() if self._idle else None
             while worker is not None and worker.process.poll() is not None:
                 worker.discard()  # died while idle (OOM killer, operator)
@@ -179,7 +180,7 @@ class PythonExecutor:
         try:
             worker = worker or _Worker(self.spool, next(self._serials))
         except OSError as exc:
-            return FinishedJob(ctx.run_id, Outcome("failed", error=f"cannot start worker: {exc}"))
+            return FinishedJob.failed(ctx.run_id, f"cannot start worker: {exc}")
         job_id = next(self._ids)
         job = PythonJob(
             run_id=ctx.run_id,
@@ -324,7 +325,8 @@ class PythonExecutor:
         except (EOFError, OSError):
             self._worker_died(job)
             return
-        _, _, status, error, tail, lingering = message
+        _, _, sent_status, error, tail, lingering = message
+        status = OutcomeStatus(sent_status)  # the worker speaks plain strings (os and marshal only)
         if lingering:
             job.worker.new_spool()
         with self._lock:
@@ -351,11 +353,11 @@ class PythonExecutor:
         if reason is not None:
             status, error = reason
         elif code == WORKER_DEADLINE_EXIT:
-            status, error = "stopped", DEADLINE_ERROR
+            status, error = OutcomeStatus.STOPPED, DEADLINE_ERROR
         elif code is not None and code < 0:
-            status, error = "failed", f"worker died: killed by signal {-code}"
+            status, error = OutcomeStatus.FAILED, f"worker died: killed by signal {-code}"
         else:
-            status, error = "failed", f"worker died: exit code {code}"
+            status, error = OutcomeStatus.FAILED, f"worker died: exit code {code}"
         tail = take_spool_tail(job.spool)
         self._finish(job, Outcome(status, exit_code=code, output_tail=tail, error=error))
 

@@ -19,6 +19,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import IO, Any
 
+from scheduler_daemon.domain.status import OutcomeStatus
 from scheduler_daemon.executors.base import (
     STOP_GRACE_SECONDS,
     FinishedJob,
@@ -61,9 +62,9 @@ class ShellJob:
         if self._outcome is None:
             self._watchdog.send({"op": "extend", "id": self.job_id, "deadline": deadline})
 
-    def finish(self, status: str, code: int | None, error: str | None) -> Outcome:
+    def finish(self, status: OutcomeStatus, code: int | None, error: str | None) -> Outcome:
         """Record the outcome (first call wins) from the watchdog's report."""
-        if status == "stopped" and not error:
+        if status == OutcomeStatus.STOPPED and not error:
             error = self._stop_reason or "stopped"
         if self._outcome is None:
             tail = take_spool_tail(self.spool)
@@ -135,9 +136,9 @@ class _WatchdogProcess:
             job.pgid = int(event["pgid"])
             return
         if kind == "exited":
-            job.finish(event["status"], event["code"], event["error"])
+            job.finish(OutcomeStatus(event["status"]), event["code"], event["error"])
         elif kind == "error":
-            job.finish("failed", None, str(event["error"]))
+            job.finish(OutcomeStatus.FAILED, None, str(event["error"]))
         else:
             return
         with self.lock:
@@ -157,9 +158,9 @@ class _WatchdogProcess:
                 with contextlib.suppress(ProcessLookupError, PermissionError):
                     os.killpg(job.pgid, signal.SIGKILL)
             if self.closing:
-                job.finish("stopped", None, "executor closed")
+                job.finish(OutcomeStatus.STOPPED, None, "executor closed")
             else:
-                job.finish("failed", None, WATCHDOG_DIED)
+                job.finish(OutcomeStatus.FAILED, None, WATCHDOG_DIED)
         if orphans:
             self.wake.set()
 
@@ -209,7 +210,7 @@ class ShellExecutor:
     def start(self, ctx: JobContext, payload: Mapping[str, Any]) -> Job:
         command = payload.get("command")
         if not isinstance(command, str) or not command:
-            return FinishedJob(ctx.run_id, Outcome("failed", error="payload has no 'command'"))
+            return FinishedJob.failed(ctx.run_id, "payload has no 'command'")
         job_id = next(self._ids)
         spool = self.spool.file(f"shell-{ctx.run_id}-{job_id}.out")
         message = {
@@ -225,11 +226,11 @@ class ShellExecutor:
             try:
                 watchdog = self._current()
             except (OSError, RuntimeError) as exc:
-                return FinishedJob(ctx.run_id, Outcome("failed", error=f"cannot start: {exc}"))
+                return FinishedJob.failed(ctx.run_id, f"cannot start: {exc}")
             job = ShellJob(job_id, ctx.run_id, watchdog, spool)
             if watchdog.add(job, message):
                 return job
-        return FinishedJob(ctx.run_id, Outcome("failed", error=WATCHDOG_DIED))
+        return FinishedJob.failed(ctx.run_id, WATCHDOG_DIED)
 
     @property
     def watchdog_pid(self) -> int | None:

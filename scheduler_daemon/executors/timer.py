@@ -2,8 +2,8 @@
 
 `JobTimers` decides when a job must be killed and why; the caller passes `time.monotonic()` in and
 does the killing (the shell watchdog, the python executor's monitor thread, the http executor's
-timekeeper). No I/O, no clock, no locks: each caller holds its own. Standard library only, because
-the watchdog imports it.
+timekeeper). No I/O, no clock, no locks: each caller holds its own. Standard library and the outcome
+vocabulary (domain.status, an enum) only, because the watchdog imports it.
 
 The rules, earliest first when several are due at once:
 - the trust deadline passing kills at once, even during a stop's grace, and keeps the reason of a
@@ -14,6 +14,8 @@ The rules, earliest first when several are due at once:
 
 from collections.abc import Iterable
 from typing import NamedTuple
+
+from scheduler_daemon.domain.status import OutcomeStatus
 
 STOP_GRACE_SECONDS = 1.0
 """After stop(): SIGTERM (or the cancelled event), then SIGKILL once this much time has passed."""
@@ -29,7 +31,7 @@ def timeout_error(seconds: float) -> str:
 class Stop(NamedTuple):
     """Why a job is being stopped: the Outcome status (`stopped` or `timeout`) and error."""
 
-    status: str
+    status: OutcomeStatus
     error: str
 
 
@@ -61,7 +63,7 @@ class JobTimers:
         first. False if a stop or kill was already decided (then nothing changes)."""
         if self.reason is not None:
             return False
-        self.reason = Stop("stopped", error)
+        self.reason = Stop(OutcomeStatus.STOPPED, error)
         self.kill_at = now + self.grace
         return True
 
@@ -70,12 +72,12 @@ class JobTimers:
         if self.killed:
             return None
         if now >= self.deadline:
-            reason = self.reason or Stop("stopped", DEADLINE_ERROR)
+            reason = self.reason or Stop(OutcomeStatus.STOPPED, DEADLINE_ERROR)
         elif self.kill_at is not None and now >= self.kill_at:
-            reason = self.reason or Stop("stopped", "")
+            reason = self.reason or Stop(OutcomeStatus.STOPPED, "")
         elif self.reason is None and self.timeout_at is not None and now >= self.timeout_at:
             assert self.timeout is not None
-            reason = Stop("timeout", timeout_error(self.timeout))
+            reason = Stop(OutcomeStatus.TIMEOUT, timeout_error(self.timeout))
         else:
             return None
         self.reason = reason

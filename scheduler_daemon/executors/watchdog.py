@@ -6,7 +6,8 @@ Run as `python -m scheduler_daemon.executors.watchdog --parent PID`. It reads JS
 when its trust deadline (absolute CLOCK_MONOTONIC) passes, or when the daemon is gone (EOF on stdin,
 a broken stdout, or the parent-death signal). It never blocks on the daemon: stdout is
 non-blocking with a queue, so a SIGSTOPped daemon cannot stall it. Standard library only, besides
-the pure `executors.timer` that decides when each job is killed.
+the pure `executors.timer` that decides when each job is killed and the outcome vocabulary
+(`domain.status`); the wire carries its statuses as their string values.
 """
 
 import contextlib
@@ -20,6 +21,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from scheduler_daemon.domain.status import OutcomeStatus
 from scheduler_daemon.executors.timer import JobTimers, next_wake
 
 _PR_SET_PDEATHSIG = 1
@@ -162,11 +164,11 @@ class Watchdog:
         if job.timers.reason is not None:
             status, error = job.timers.reason
         elif code == 0:
-            status, error = "success", ""
+            status, error = OutcomeStatus.SUCCESS, ""
         elif code > 0:
-            status, error = "failed", f"exit code {code}"
+            status, error = OutcomeStatus.FAILED, f"exit code {code}"
         else:
-            status, error = "failed", f"killed by signal {_signal_name(-code)}"
+            status, error = OutcomeStatus.FAILED, f"killed by signal {_signal_name(-code)}"
         self.emit(
             {"event": "exited", "id": job.job_id, "status": status, "code": code, "error": error}
         )

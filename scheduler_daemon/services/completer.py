@@ -17,7 +17,7 @@ from scheduler_daemon.domain.claim import Claimer
 from scheduler_daemon.domain.held import HeldRun, HeldRuns
 from scheduler_daemon.domain.occurrence import Occurrence
 from scheduler_daemon.domain.outcome import Decision, decide, settlement
-from scheduler_daemon.domain.status import OccurrenceStatus, RunStatus
+from scheduler_daemon.domain.status import OccurrenceStatus, OutcomeStatus, RunStatus
 from scheduler_daemon.domain.storable import storable_error, storable_output
 from scheduler_daemon.storage import occurrence_store, run_store, task_store
 from scheduler_daemon.storage.database import (
@@ -127,8 +127,8 @@ class Completer:
                 continue
             # A deferred one waits its full unit wait after the others.
             (locked if run.retry_at > 0 else ready).append(run)
-        successes = [run for run in ready if run.outcome.status == "success"]
-        others = [run for run in ready if run.outcome.status != "success"]
+        successes = [run for run in ready if run.outcome.status == OutcomeStatus.SUCCESS]
+        others = [run for run in ready if run.outcome.status != OutcomeStatus.SUCCESS]
         # A batch that meets a locked row, or a value it cannot store, wrote nothing: each of
         # its runs is then written on its own, so one such row delays or mends only its own.
         write_successes = functools.partial(

@@ -12,6 +12,7 @@ from urllib.parse import parse_qs, urlsplit
 
 import pytest
 
+from scheduler_daemon.domain.status import OutcomeStatus
 from scheduler_daemon.executors.base import Outcome
 from scheduler_daemon.executors.http import HttpExecutor
 from scheduler_daemon.executors.wire import OUTPUT_TAIL_BYTES
@@ -78,6 +79,7 @@ def test_a_2xx_answer_succeeds_with_the_status_and_the_body(
     outcome = wait_outcome(http.start(context(), {"url": server.url + "/?status=201"}), wake)
 
     assert outcome == Outcome("success", http_status=201, output_tail="answered")
+    assert type(outcome.status) is OutcomeStatus
 
 
 def test_the_body_and_headers_carry_the_run_identifiers(

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from scheduler_daemon.domain.status import OutcomeStatus
 from scheduler_daemon.executors.base import Outcome
 from scheduler_daemon.executors.python import WORKER_MODULE, PythonExecutor
 from scheduler_daemon.executors.python_worker import (
@@ -45,7 +46,10 @@ def worker_pid(executor: PythonExecutor, wake: threading.Event) -> int:
 def test_a_function_that_returns_succeeds_with_its_return_value_in_the_tail(
     python: PythonExecutor, wake: threading.Event
 ) -> None:
-    assert run(python, wake, "tests.jobs:ok") == Outcome("success", output_tail="ok\n")
+    outcome = run(python, wake, "tests.jobs:ok")
+
+    assert outcome == Outcome("success", output_tail="ok\n")
+    assert type(outcome.status) is OutcomeStatus  # converted from the worker's wire string
 
 
 def test_an_exception_fails_the_run_and_the_worker_is_reused(

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from scheduler_daemon.domain.status import OutcomeStatus
 from scheduler_daemon.executors.base import Outcome
 from scheduler_daemon.executors.shell import WATCHDOG_DIED, ShellExecutor, ShellJob
 from scheduler_daemon.executors.wire import OUTPUT_TAIL_BYTES
@@ -73,6 +74,7 @@ def test_a_command_that_exits_zero_succeeds_with_its_output(
     outcome = wait_outcome(job, wake)
 
     assert outcome == Outcome("success", exit_code=0, output_tail="hello\noops\n")
+    assert type(outcome.status) is OutcomeStatus  # converted from the watchdog's wire string
     assert job.poll() is outcome
 
 
