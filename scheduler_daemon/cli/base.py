@@ -32,6 +32,7 @@ EXIT_SCHEMA_TOO_NEW = 5
 """The schema is past what this build can work with (a contract ran): upgrade this build."""
 EXIT_CONTRACT_BLOCKED = 6
 """`migrate --contract` refused: an instance of an older build is still registered."""
+# 7 is EXIT_LEASE_KEEPER_FAILED (runtime/supervision.py).
 
 
 class Duration(click.ParamType):

@@ -23,7 +23,7 @@ from scheduler_daemon.cli.base import (
 )
 from scheduler_daemon.domain import limit
 from scheduler_daemon.domain.duration import format_duration, parse_duration
-from scheduler_daemon.runtime.supervision import EXIT_FAILED_PASSES
+from scheduler_daemon.runtime.supervision import EXIT_FAILED_PASSES, EXIT_LEASE_KEEPER_FAILED
 from scheduler_daemon.settings import (
     DATABASE_URL_ENV,
     DaemonSettings,
@@ -236,8 +236,9 @@ def fleet_timing_options(f: Callable[..., Any]) -> Callable[..., Any]:
     envvar="SCHEDULER_MAX_FAILED_PASSES",
     type=int,
     **setting("max_failed_passes"),
-    help=f"Exit {EXIT_FAILED_PASSES} after this many failed passes in a row (database outages "
-    "and lock waits do not count), so the supervisor restarts the daemon.",
+    help=f"Exit {EXIT_FAILED_PASSES} after this many failed passes of a loop step in a row, "
+    f"{EXIT_LEASE_KEEPER_FAILED} after as many of the lease keeper (database outages and lock "
+    "waits do not count), so the supervisor restarts the daemon.",
 )
 @click.option(
     "--embedded",

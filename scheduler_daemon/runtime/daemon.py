@@ -1,5 +1,6 @@
 """The daemon's lifecycle (`scheduler-daemon run`): start (the endpoint, wait for the database,
-register, build and start the services), serve (the loop), stop (drain or abandon, then stop the
+register, build and start the services), serve (the loop, which also watches the side threads),
+stop (drain, or abandon when the schema is refused or the lease keeper failed; then stop the
 services, heartbeats last, and deregister). What each phase does lives beside it in runtime/:
 root (composition), loop and pacing, registration, drain."""
 
@@ -27,7 +28,13 @@ from scheduler_daemon.runtime.root import (
     open_pool,
     start_executors,
 )
-from scheduler_daemon.runtime.supervision import Supervisor
+from scheduler_daemon.runtime.supervision import (
+    EXIT_LEASE_KEEPER_FAILED,
+    Degradable,
+    SideThreads,
+    Supervisor,
+    Vital,
+)
 from scheduler_daemon.settings import DaemonSettings
 from scheduler_daemon.version import __version__
 
@@ -67,6 +74,14 @@ class Daemon:
         )
         self.readiness = Readiness(self.registration.database_problem)
         self.supervisor = Supervisor(settings.max_failed_passes)
+        self.keeper_watch = Vital("lease keeper", settings.max_failed_passes)
+        self.side = SideThreads(self.keeper_watch, keeper_alive=lambda: True)
+        for part in ("waker", "endpoint", "pruner"):
+            self.side.parts[part] = Degradable(
+                part,
+                on_failure=self.metrics.side_failures.labels(part).inc,
+                instance_id=self.instance_id,
+            )
         self.drain = Drain(
             instance_id=self.instance_id,
             settings=self.settings,
@@ -81,22 +96,33 @@ class Daemon:
 
     def run(self, stop: threading.Event, hard_stop: threading.Event | None = None) -> int:
         """Runs until `stop` is set, then drains; `hard_stop` skips the drain's wait. Returns the
-        exit code: 0, or EXIT_FAILED_PASSES when the loop gave up (after draining too)."""
+        exit code: 0, EXIT_FAILED_PASSES when the loop gave up (after draining too), or
+        EXIT_LEASE_KEEPER_FAILED when the lease keeper failed (after abandoning the jobs)."""
         if self.settings.http_port:
-            self.endpoint = Endpoint(
-                self.settings.http_host,
-                self.settings.http_port,
-                liveness=self.progress.problem,
-                readiness=self.readiness.problem,
-                registry=self.metrics.registry,
-            )
-            self.endpoint.start()
+            self._open_endpoint()
+            endpoint = self.side.parts["endpoint"]
+            endpoint.alive = lambda: self.endpoint is None or self.endpoint.alive
+            endpoint.restart = self._open_endpoint
         try:
             return self._run(stop, hard_stop or threading.Event())
         finally:
             if self.endpoint is not None:
                 self.endpoint.stop()
             self.notifier.close()
+
+    def _open_endpoint(self) -> None:
+        """Starts the endpoint; again in place of one whose thread died (its socket closed)."""
+        if self.endpoint is not None:
+            self.endpoint.stop()
+        self.endpoint = Endpoint(
+            self.settings.http_host,
+            self.settings.http_port,
+            liveness=self.progress.problem,
+            readiness=self.readiness.problem,
+            registry=self.metrics.registry,
+            degraded=self.side.degraded,
+        )
+        self.endpoint.start()
 
     def _run(self, stop: threading.Event, hard_stop: threading.Event) -> int:
         if not self.registration.wait_for_database(stop):
@@ -115,10 +141,16 @@ class Daemon:
         code = 0
         try:
             code = self._serve(stop, pool, services)
-            if self.registration.refused is None:
+            if self.registration.refused is not None:  # no write on a schema this build cannot
+                self.drain.abandon()  # work with: stop the jobs, leave their runs to a takeover
+            elif code == EXIT_LEASE_KEEPER_FAILED:  # no lease to vouch for a write: the same
+                self.drain.abandon(
+                    "the lease keeper failed",
+                    event="run_abandoned_lease_keeper_failed",
+                    state="stopping: the lease keeper failed",
+                )
+            else:
                 self.drain.drain(pool, services.completer, hard_stop)
-            else:  # no write on a schema this build cannot work with: stop the jobs, leave
-                self.drain.abandon()  # their runs to be taken over by a compatible instance
         finally:
             self._stop(pool, services, executors)
         if self.registration.refused is not None:
@@ -134,12 +166,15 @@ class Daemon:
             clock_drift=registration.clock_drift,
             reregister=registration.reregister,
             refused=lambda: registration.refused,
-            on_renewal=self.metrics.record_renewal,
+            on_renewal=self._renewed,
+            on_renewal_failure=self._renewal_failed,
+            on_keeper_death=self._keeper_died,
+            on_waker_failure=self.side.parts["waker"].failed,
             wake=self.wake,
             on_task_added=self.pacing.task_added,
             launch_wanted=self.pacing.launch_wanted,
         )
-        return build_services(
+        services = build_services(
             pool,
             self.url,
             instance_id=self.instance_id,
@@ -148,6 +183,26 @@ class Daemon:
             executors=executors,
             hooks=hooks,
         )
+        keeper, waker = services.keeper, services.waker
+        self.side.keeper_alive = lambda: keeper.alive
+        self.side.parts["waker"].alive = lambda: waker.alive
+        self.side.parts["waker"].restart = waker.restart
+        return services
+
+    # -- the lease keeper's reports, from its thread (ADR 0005) -----------------------------------
+    def _renewed(self, fenced: set[int] | None) -> None:
+        self.metrics.record_renewal(fenced)
+        if fenced is not None:
+            self.keeper_watch.succeeded()
+
+    def _renewal_failed(self, exc: Exception) -> None:
+        self.keeper_watch.failed(exc)
+        if self.keeper_watch.problem() is not None:
+            self.wake.set()  # the loop stops at once, before it claims again
+
+    def _keeper_died(self, exc: BaseException | None) -> None:
+        self.keeper_watch.died(exc)
+        self.wake.set()
 
     def _start(self, services: Services) -> None:
         services.keeper.start()
@@ -166,6 +221,7 @@ class Daemon:
             wake=self.wake,
             registration=self.registration,
             supervisor=self.supervisor,
+            side=self.side,
             metrics=self.metrics,
             progress=self.progress,
             notifier=self.notifier,

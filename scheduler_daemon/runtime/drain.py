@@ -1,6 +1,7 @@
 """The daemon's way out: on a stop it drains (gives back its claims, lets running jobs finish up
-to --drain-timeout, stops the rest and records them interrupted); on a schema it cannot work with
-it abandons its jobs without writing. Every shutdown step logs what it meets and goes on."""
+to --drain-timeout, stops the rest and records them interrupted); on a schema it cannot work with,
+or when its lease keeper failed (ADR 0005), it abandons its jobs without writing. Every shutdown
+step logs what it meets and goes on."""
 
 import threading
 import time
@@ -79,17 +80,25 @@ class Drain:
         while len(self.held) and time.monotonic() < stop_deadline:
             self._step(completer)
 
-    def abandon(self) -> None:
-        """Stops every job without recording anything; their leases run out."""
-        self.readiness.state = "refused: the schema is not compatible with this build"
+    def abandon(
+        self,
+        reason: str = "the schema is not compatible with this build",
+        *,
+        event: str = "run_abandoned_schema_incompatible",
+        state: str = "refused: the schema is not compatible with this build",
+    ) -> None:
+        """Stops every job without recording anything, and waits up to STOP_WAIT_SECONDS for
+        them to be gone; their leases run out and a peer takes the runs over."""
+        self.readiness.state = state
         for run in self.held:
-            run.job.stop("the schema is not compatible with this build")
+            run.job.stop(reason)
             self.log.warning(
-                "run_abandoned_schema_incompatible",
-                run_id=run.run_id,
-                occurrence_id=run.occurrence_id,
-                task_id=run.task_id,
+                event, run_id=run.run_id, occurrence_id=run.occurrence_id, task_id=run.task_id
             )
+        deadline = time.monotonic() + STOP_WAIT_SECONDS
+        while any(run.job.poll() is None for run in self.held) and time.monotonic() < deadline:
+            self.progress.tick()
+            time.sleep(0.05)  # the wake event may stay set: no busy wait
 
     def _step(self, completer: Completer) -> None:
         self.safely(lambda: self.metrics.record_completion(completer.run_once()))

@@ -4,7 +4,8 @@ event loop on a thread of its own, so that an open connection costs a socket, ne
 - `/healthz` (liveness): 200 `ok` while the loop makes progress, 503 with one line when it is
   stuck (`health.LoopProgress`). Never touches the database; answered on the event loop itself.
 - `/readyz` (readiness): 200 `ready` when registered, not draining, and the database answers with
-  this build's schema; 503 with one line naming the reason otherwise (`health.Readiness`).
+  this build's schema; 503 with one line naming the reason otherwise (`health.Readiness`). A
+  degraded side part (a dead waker thread) is named after `ready`, still with 200 (ADR 0005).
 - `/metrics`: the Prometheus text exposition of the daemon's registry (`metrics.Metrics`).
 
 `/readyz` (it may wait for the database) and `/metrics` run on HANDLER_THREADS threads. A client
@@ -58,10 +59,16 @@ class Endpoint:
         liveness: Callable[[], str | None],
         readiness: Callable[[], str | None],
         registry: CollectorRegistry,
+        degraded: Callable[[], str | None] = lambda: None,
     ) -> None:
+        def ready() -> Answer:
+            problem = readiness()
+            note = degraded() if problem is None else None
+            return _probe(problem, "ready" if note is None else f"ready (degraded: {note})")
+
         self._routes: dict[str, tuple[bool, Callable[[], Answer]]] = {  # path: (pooled, answer)
             "/healthz": (False, lambda: _probe(liveness(), "ok")),
-            "/readyz": (True, lambda: _probe(readiness(), "ready")),
+            "/readyz": (True, ready),
             "/metrics": (True, lambda: (200, CONTENT_TYPE_LATEST, generate_latest(registry))),
         }
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
@@ -90,6 +97,11 @@ class Endpoint:
         host, port = self.address
         self._thread.start()
         log.info("http_listening", host=host, port=port)
+
+    @property
+    def alive(self) -> bool:
+        """False once a started endpoint's thread died."""
+        return self._thread.ident is None or self._thread.is_alive()
 
     def stop(self) -> None:
         """Closes the listener and every connection, waiting or answered, then lets the handler

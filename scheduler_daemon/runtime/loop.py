@@ -1,7 +1,9 @@
 """The daemon's main loop: each pass reconciles when due, writes finished outcomes, dispatches
 when a task is due and claims when there may be something to claim, then sleeps until woken or
 due. When is the pacing's to say (runtime/pacing.py); every step is supervised (a surprise is
-logged and counted, one that keeps coming ends the loop with EXIT_FAILED_PASSES)."""
+logged and counted, one that keeps coming ends the loop with EXIT_FAILED_PASSES), and so are the
+side threads (ADR 0005): a failed lease keeper ends the loop with EXIT_LEASE_KEEPER_FAILED before
+it claims again; a dead waker or endpoint is restarted, a failed prune is counted and passed."""
 
 import threading
 from collections.abc import Callable
@@ -18,7 +20,12 @@ from scheduler_daemon.runtime.notify import Notifier
 from scheduler_daemon.runtime.pacing import Pacing
 from scheduler_daemon.runtime.registration import Registration
 from scheduler_daemon.runtime.root import Services
-from scheduler_daemon.runtime.supervision import EXIT_FAILED_PASSES, Supervisor
+from scheduler_daemon.runtime.supervision import (
+    EXIT_FAILED_PASSES,
+    EXIT_LEASE_KEEPER_FAILED,
+    SideThreads,
+    Supervisor,
+)
 from scheduler_daemon.settings import DaemonSettings
 from scheduler_daemon.storage import fleet_store, occurrence_store
 from scheduler_daemon.storage.database import first_line, pooled_transaction
@@ -40,6 +47,7 @@ class Loop:
         wake: threading.Event,
         registration: Registration,
         supervisor: Supervisor,
+        side: SideThreads,
         metrics: Metrics,
         progress: LoopProgress,
         notifier: Notifier,
@@ -52,6 +60,7 @@ class Loop:
         self.wake = wake
         self.registration = registration
         self.supervisor = supervisor
+        self.side = side
         self.metrics = metrics
         self.progress = progress
         self.notifier = notifier
@@ -61,6 +70,9 @@ class Loop:
         """Passes until `stop`, a refusal of the schema, or supervision gives up (its code)."""
         pacing = self.pacing
         while not stop.is_set():
+            if (problem := self.side.keeper_problem()) is not None:
+                return self._keeper_failed(problem)
+            self.side.check()
             began = pacing.clock()
             if pacing.reconcile_due(began):
                 self._step("reconcile", self._reconcile)
@@ -70,7 +82,9 @@ class Loop:
             self._pass()
             self.metrics.iteration.observe(pacing.clock() - began)
             self.metrics.slots_in_use.set(len(self.held))
-            self.metrics.failed_passes.set(self.supervisor.consecutive)
+            self.metrics.failed_passes.set(
+                max(self.supervisor.consecutive, self.side.keeper.failures)
+            )
             self.progress.tick()
             if self.registration.refused is not None:
                 break
@@ -137,8 +151,7 @@ class Loop:
         if self.registration.refused is not None:
             return
         self.metrics.record_reconcile(self.services.reconciler.run_once())
-        # bounded: a few short batches of history past retention
-        self.services.pruner.run_once()
+        self._prune()
         with pooled_transaction(self.pool) as conn:
             depth = occurrence_store.queue_depth(conn)
             executing = occurrence_store.executing_count(conn)
@@ -148,6 +161,16 @@ class Loop:
             f"ready: queue depth {depth}, executing {executing}/{budget} fleet-wide, "
             f"{len(self.held)}/{self.settings.concurrency} slots here"
         )
+
+    def _prune(self) -> None:
+        """A few short batches of history past retention. Pruning can wait: its failure is
+        counted and logged at most once a minute, never a failed step (an outage still is)."""
+        try:
+            self.services.pruner.run_once()
+        except DatabaseUnavailable:
+            raise
+        except Exception as exc:
+            self.side.parts["pruner"].failed(exc, "prune_failed")
 
     def _pass(self) -> None:
         """One loop pass: write finished outcomes; dispatch if a task is due (or a poll interval
@@ -193,3 +216,12 @@ class Loop:
             exit_code=EXIT_FAILED_PASSES,
         )
         return EXIT_FAILED_PASSES
+
+    def _keeper_failed(self, problem: str) -> int:
+        self.log.error(
+            "lease_keeper_failed",
+            error=problem,
+            held_runs=len(self.held),
+            exit_code=EXIT_LEASE_KEEPER_FAILED,
+        )
+        return EXIT_LEASE_KEEPER_FAILED

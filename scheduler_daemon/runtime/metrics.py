@@ -2,7 +2,8 @@
 services' `run_once` results report (services never import this module).
 
 Labels are bounded: `status` (run statuses, dispatch statuses), `executor` (shell, http, python),
-`stage` (completion, renewal), `kind` (of database error), `step`. Task, occurrence and
+`stage` (completion, renewal), `kind` (of database error), `step`, `part` (waker, endpoint,
+pruner). Task, occurrence and
 run ids never become labels. The instance id is a label of `scheduler_daemon_info` only: the
 scrape adds its own `instance` label (host:port) to every series, and a per-start id on each
 series would start a new series at every restart.
@@ -43,6 +44,7 @@ NAMESPACE = "scheduler_daemon"
 disable_created_metrics()
 # Start lag and run duration: from milliseconds to a day.
 SECONDS_BUCKETS = (0.01, 0.05, 0.1, 0.5, 1, 2, 5, 10, 30, 60, 120, 300, 900, 1800, 3600, 21600)
+SIDE_PARTS = ("waker", "endpoint", "pruner")  # the parts that degrade (ADR 0005)
 LOOP_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 90)
 
 
@@ -64,6 +66,8 @@ class Metrics:
             self.fenced.labels(stage)
         for kind in ("unavailable", "contention", "other"):
             self.database_errors.labels(kind)
+        for part in SIDE_PARTS:
+            self.side_failures.labels(part)
 
     def _runs(self, ns: dict[str, Any]) -> None:
         """What happens to occurrences and runs on this replica."""
@@ -121,7 +125,15 @@ class Metrics:
         )
         self.failed_passes = Gauge(
             "consecutive_failed_passes",
-            "Current run of failed passes that count toward --max-failed-passes.",
+            "Current run of failed passes (of a loop step or the lease keeper) that count "
+            "toward --max-failed-passes.",
+            **ns,
+        )
+        self.side_failures = Counter(
+            "side_failures",
+            "Failures of a part the daemon works without, by part: waker (a LISTEN session "
+            "or its thread), endpoint (its thread), pruner (a pass).",
+            ["part"],
             **ns,
         )
         self.iteration = Histogram(

@@ -54,6 +54,9 @@ class Hooks:
     reregister: Callable[[timedelta | None], None] = lambda _drift: None
     refused: Callable[[], SchemaMismatch | None] = lambda: None
     on_renewal: Callable[[set[int] | None], None] = lambda _fenced: None
+    on_renewal_failure: Callable[[Exception], None] = lambda _exc: None
+    on_keeper_death: Callable[[BaseException | None], None] = lambda _exc: None
+    on_waker_failure: Callable[[Exception], None] = lambda _exc: None
     wake: threading.Event | None = None  # None: an event of the waker's own
     on_task_added: Callable[[datetime | None], None] | None = None
     launch_wanted: threading.Event | None = None
@@ -94,6 +97,8 @@ def build_services(
             reregister=hooks.reregister,
             refused=hooks.refused,
             on_pass=hooks.on_renewal,
+            on_failure=hooks.on_renewal_failure,
+            on_death=hooks.on_keeper_death,
         ),
         reconciler=Reconciler.from_settings(pool, instance_id, settings),
         pruner=Pruner(pool, instance_id=instance_id),
@@ -103,6 +108,7 @@ def build_services(
             instance_id=instance_id,
             on_task_added=hooks.on_task_added,
             launch_wanted=hooks.launch_wanted,
+            on_failure=hooks.on_waker_failure,
         ),
     )
 

@@ -1,5 +1,6 @@
 """LeaseKeeper: renews the leases of the runs this process holds, on its own thread and connection,
-and stops the job of every run it learns it lost (fenced)."""
+and stops the job of every run it learns it lost (fenced). It reports each pass's failure and its
+thread's death to the daemon, which stops when the keeper cannot work (ADR 0005)."""
 
 import threading
 import time
@@ -21,7 +22,7 @@ from scheduler_daemon.storage.database import (
     first_line,
     is_connection_error,
 )
-from scheduler_daemon.storage.error import DatabaseUnavailable, SchemaMismatch
+from scheduler_daemon.storage.error import LOCK_ERRORS, DatabaseUnavailable, SchemaMismatch
 
 log = structlog.get_logger()
 
@@ -47,6 +48,8 @@ class LeaseKeeper:
         reregister: Callable[[timedelta | None], None],
         on_pass: Callable[[set[int] | None], None] = lambda _fenced: None,
         refused: Callable[[], SchemaMismatch | None] = lambda: None,
+        on_failure: Callable[[Exception], None] = lambda _exc: None,
+        on_death: Callable[[BaseException | None], None] = lambda _exc: None,
     ) -> None:
         self.url = url
         self.instance_id = instance_id
@@ -58,12 +61,19 @@ class LeaseKeeper:
         self.reregister = reregister
         self.on_pass = on_pass  # after each pass: the fenced run ids, or None when it failed
         self.refused = refused  # set once the schema is one this build cannot work with
+        self.on_failure = on_failure  # each failed pass (a refusal aside), for supervision
+        self.on_death = on_death  # the thread ended before stop(): the daemon cannot go on
         self._conn: psycopg.Connection[Any] | None = None
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, name="lease-keeper", daemon=True)
+        self._thread = threading.Thread(target=self._run, name="lease-keeper", daemon=True)
 
     def start(self) -> None:
         self._thread.start()
+
+    @property
+    def alive(self) -> bool:
+        """Whether the thread runs (before start: True, nothing has failed yet)."""
+        return self._thread.ident is None or self._thread.is_alive() or self._stop.is_set()
 
     def stop(self) -> None:
         """Stops renewing; called last at shutdown, after the drain."""
@@ -72,19 +82,40 @@ class LeaseKeeper:
         if self._conn is not None:
             self._conn.close()
 
+    def _run(self) -> None:
+        """The thread: passes until stopped; whatever ends it otherwise is reported."""
+        try:
+            self._loop()
+        except BaseException as exc:
+            log.critical("lease_keeper_died", error=repr(exc), instance_id=self.instance_id)
+            self.on_death(exc)
+            raise
+        if not self._stop.is_set():  # cannot happen today; if it ever does, it is a death
+            self.on_death(None)
+
     def _loop(self) -> None:
         interval = self.settings.renew_interval.total_seconds()
         while not self._stop.wait(interval):
-            fenced: set[int] | None = None
-            try:
-                fenced = self.run_once()
-            except DatabaseUnavailable as exc:
-                log.warning("lease_renewal_failed", error=str(exc), instance_id=self.instance_id)
-            except SchemaMismatch as exc:  # the daemon stops; nothing was renewed
-                log.warning("lease_renewal_refused", error=str(exc), instance_id=self.instance_id)
-            except Exception:  # the keeper must outlive any surprise; logged with its traceback
+            self.reported_once()
+
+    def reported_once(self) -> set[int] | None:
+        """One pass as the thread runs it: its failure is logged and reported (`on_failure`),
+        never raised; `on_pass` hears the fenced run ids, or None when the pass failed."""
+        fenced: set[int] | None = None
+        try:
+            fenced = self.run_once()
+        except SchemaMismatch as exc:  # the daemon stops; nothing was renewed
+            log.warning("lease_renewal_refused", error=str(exc), instance_id=self.instance_id)
+        except Exception as exc:  # reported: an outage or contention is no surprise
+            if isinstance(exc, (DatabaseUnavailable, *LOCK_ERRORS)):
+                log.warning(
+                    "lease_renewal_failed", error=first_line(exc), instance_id=self.instance_id
+                )
+            else:  # with its traceback; supervision counts it (ADR 0005)
                 log.exception("lease_keeper_error", instance_id=self.instance_id)
-            self.on_pass(fenced)
+            self.on_failure(exc)
+        self.on_pass(fenced)
+        return fenced
 
     def _connection(self) -> psycopg.Connection[Any]:
         if self._conn is None or self._conn.closed or self._conn.broken:
@@ -130,6 +161,10 @@ class LeaseKeeper:
                 )
         except psycopg.OperationalError as exc:
             if self._conn is not None and is_connection_error(exc):
+                self._conn.close()
+            raise DatabaseUnavailable(first_line(exc)) from exc
+        except psycopg.errors.ReadOnlySqlTransaction as exc:  # a standby, or one demoted: an
+            if self._conn is not None:  # outage; the next pass connects afresh (KNOWN-FAILURES 31)
                 self._conn.close()
             raise DatabaseUnavailable(first_line(exc)) from exc
         deadline = self.settings.trust_deadline(sent)

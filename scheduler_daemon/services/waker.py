@@ -1,4 +1,6 @@
-"""Waker: LISTENs for wake-up notifications on a direct connection and sets the loop's event."""
+"""Waker: LISTENs for wake-up notifications on a direct connection and sets the loop's event. A
+failed session is reported and tried again with back-off; a dead thread is restarted by the
+daemon (`restart`), which polls meanwhile (ADR 0005)."""
 
 import secrets
 import threading
@@ -18,6 +20,9 @@ PROBE = "probe"
 """The wake-up reason a waker sends itself after each LISTEN; every listener ignores it."""
 PROBE_SECONDS = 1.0
 """How long a waker waits for its own probe before it concludes that LISTEN cannot work here."""
+RETRY_SECONDS = (1.0, 5.0)
+"""After a failed session the waker listens again after the first, doubling up to the second
+(short: after an outage the daemon should hear wake-ups again soon)."""
 
 
 class Waker:
@@ -33,6 +38,7 @@ class Waker:
         instance_id: str,
         on_task_added: Callable[[datetime | None], None] | None = None,
         launch_wanted: threading.Event | None = None,
+        on_failure: Callable[[Exception], None] = lambda _exc: None,
     ) -> None:
         self.url = url
         self.wake = wake
@@ -42,10 +48,28 @@ class Waker:
         self.on_task_added = on_task_added
         self.launch_wanted = launch_wanted
         self.instance_id = instance_id
+        self.on_failure = on_failure  # each failed session, counted and logged by the daemon
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="waker", daemon=True)
 
     def start(self) -> None:
+        self._thread.start()
+
+    @property
+    def alive(self) -> bool:
+        """False once a started thread died (not when it was stopped, or gave up on LISTEN)."""
+        return (
+            self._thread.ident is None
+            or self._thread.is_alive()
+            or self._stop.is_set()
+            or self._gave_up
+        )
+
+    def restart(self) -> None:
+        """A new thread in place of a dead one; the loop polls meanwhile."""
+        if self._thread.is_alive() or self._stop.is_set():
+            return
+        self._thread = threading.Thread(target=self._loop, name="waker", daemon=True)
         self._thread.start()
 
     def stop(self) -> None:
@@ -54,18 +78,27 @@ class Waker:
         if self._thread.ident is not None:
             self._thread.join(timeout=5)
 
+    _gave_up = False
+
     def _loop(self) -> None:
+        delay = RETRY_SECONDS[0]
         while not self._stop.is_set():
+            listening = False
             try:
                 with connect(self.url, autocommit=True) as conn:
                     instance_store.listen_wakeups(conn)
                     if not self._probe(conn):
                         self._give_up(conn)
                         return
+                    listening = True
                     self._listen(conn)
             except Exception as exc:
                 log.debug("listen_failed", error=str(exc), instance_id=self.instance_id)
-                self._stop.wait(5)
+                self.on_failure(exc)
+                if listening:  # the session worked for a while: not a failing streak
+                    delay = RETRY_SECONDS[0]
+                self._stop.wait(delay)
+                delay = min(delay * 2, RETRY_SECONDS[1])
 
     def _probe(self, conn: psycopg.Connection[Any]) -> bool:
         """Whether a wake-up this waker sends itself, from a connection of its own as a peer
@@ -94,6 +127,7 @@ class Waker:
             "instead. Set --no-listen (SCHEDULER_LISTEN=false) behind a transaction pooler",
             instance_id=self.instance_id,
         )
+        self._gave_up = True
         instance_store.unlisten_wakeups(conn)
 
     def _listen(self, conn: psycopg.Connection[Any]) -> None:

@@ -61,6 +61,17 @@ def test_the_unit_retries_a_schema_behind_but_not_one_past_this_build() -> None:
     assert str(EXIT_SCHEMA_BEHIND) not in prevented  # `migrate` will come
 
 
+def test_the_unit_restarts_a_daemon_whose_lease_keeper_failed() -> None:
+    from scheduler_daemon.runtime.supervision import EXIT_FAILED_PASSES, EXIT_LEASE_KEEPER_FAILED
+
+    unit = _directives(UNIT.read_text())
+    prevented = _one(unit, "RestartPreventExitStatus").split()
+    assert _one(unit, "Restart") == "on-failure"
+    # A new process brings a new keeper on a new connection (ADR 0005).
+    assert str(EXIT_LEASE_KEEPER_FAILED) not in prevented
+    assert str(EXIT_FAILED_PASSES) not in prevented
+
+
 def test_the_unit_gives_the_drain_the_time_the_daemon_expects() -> None:
     unit = _directives(UNIT.read_text())
     assert _one(unit, "KillMode") == "mixed"  # SIGTERM to the daemon only; it stops its jobs
