@@ -66,11 +66,6 @@ class DaemonSettings:
         return timing.trust_deadline(sent, self.lease_ttl)
 
     @property
-    def claim_ttl(self) -> timedelta:
-        """How long a claim may sit in `launching` before reconciliation gives it back."""
-        return self.lease_ttl
-
-    @property
     def restart_quiet(self) -> timedelta:
         """After a database restart, how long nothing is taken over: cut-off owners reconnect,
         renew and write the outcomes they kept first."""

@@ -13,7 +13,6 @@ class HeldRun:
     run_id: int
     token: int
     occurrence_id: int
-    occurrence_seq: int
     task_id: int
     job: Any  # an executors.base.Job; typed loosely so the domain stays free of executors
     fenced: bool = False

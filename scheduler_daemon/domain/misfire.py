@@ -16,8 +16,6 @@ from itertools import pairwise
 from scheduler_daemon.domain.schedule.base import Schedule
 from scheduler_daemon.domain.status import MisfirePolicy, OccurrenceStatus, OverlapPolicy
 
-# Why an operator's change skipped firings that were due but not yet dispatched.
-CHANGE_REASONS = ("paused", "rescheduled", "parked", "deleted")
 # One pass writes at most this many queued rows and this many individual skipped rows; older
 # skipped firings are collapsed into one summary row per reason.
 MAX_FIRING_ROWS = 100

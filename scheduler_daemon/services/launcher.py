@@ -183,7 +183,6 @@ class Launcher:
                 run_id=run.run_id,
                 token=run.lease_token,
                 occurrence_id=claim.id,
-                occurrence_seq=claim.occurrence_seq,
                 task_id=claim.task_id,
                 job=job,
                 executor=claim.executor,

@@ -5,7 +5,6 @@ from datetime import datetime, timedelta
 from typing import Any, Literal
 
 import psycopg
-from psycopg_pool import ConnectionPool
 
 from scheduler_daemon.domain.backfill import Recorded
 from scheduler_daemon.domain.claim import Claim, Launched
@@ -15,7 +14,7 @@ from scheduler_daemon.domain.outcome import Settlement
 from scheduler_daemon.domain.status import FINISHED, NOT_STARTED
 from scheduler_daemon.domain.task import TaskRecord
 from scheduler_daemon.storage import instance_store, query, task_store
-from scheduler_daemon.storage.database import Limits, pooled_single_trip, unit_statement
+from scheduler_daemon.storage.database import Limits, unit_statement
 from scheduler_daemon.storage.fleet_store import BUDGET_LOCK_KEY
 
 
@@ -195,24 +194,6 @@ def queue_depth(conn: psycopg.Connection[Any]) -> int:
     return int(query.run(conn, "occurrence_queue_depth"))
 
 
-def claim_launch(
-    pool: ConnectionPool,
-    *,
-    owner: str,
-    slots: int,
-    ttl: timedelta,
-    grace: timedelta,
-    now: datetime | None = None,
-) -> tuple[int, list[tuple[Claim, Launched]]]:
-    """Claims and launches up to `slots` startable occurrences under the fleet budget, in one
-    transaction sent in one round trip (`occurrence_claim_launch`): each claimed occurrence is
-    running with its run, leased on the database clock until now + ttl (takeover after that +
-    grace), naming this build (its schema head). Returns the slots the claim could fill
-    (least of `slots` and the free budget) and the launched claims."""
-    statement = claim_launch_statement(owner=owner, slots=slots, ttl=ttl, grace=grace, now=now)
-    return launched(pooled_single_trip(pool, statement))
-
-
 def claim_launch_statement(
     *,
     owner: str,
@@ -222,9 +203,12 @@ def claim_launch_statement(
     now: datetime | None = None,
     after_successes: bool = False,
 ) -> tuple[str, dict[str, Any]]:
-    """`claim_launch`'s statement and parameters, for a caller that sends it; `launched` reads
-    its rows. `after_successes`: it is sent after a batch of successes, in their transaction
-    (`run_store.succeed_many`), and waits for the budget's lock as long as it would alone."""
+    """The claim of up to `slots` startable occurrences under the fleet budget, for the launcher
+    to send in one round trip (`occurrence_claim_launch`): each claimed occurrence is running
+    with its run, leased on the database clock until now + ttl (takeover after that + grace),
+    naming this build (its schema head); `launched` reads its rows. `after_successes`: it is
+    sent after a batch of successes, in their transaction (`run_store.succeed_many`), and waits
+    for the budget's lock as long as it would alone."""
     from scheduler_daemon.storage.migration import head_revision  # alembic: load on first use
 
     params = {

@@ -245,7 +245,8 @@ def _quoted_defaults() -> list[tuple[str, tuple[float, ...]]]:
             r"rides out a database outage of at least (\d+(?:\.\d+)?) s",
             (sec(trust - s.renew_interval),),
         ),
-        (r"\| TTL \| (\d+) s \|", (sec(s.claim_ttl),)),
+        # A claim expires a lease TTL after it is made: the launcher claims with lease_ttl.
+        (r"\| TTL \| (\d+) s \|", (sec(s.lease_ttl),)),
         (r"\| TTL \+ grace \| (\d+) s \|", (sec(s.restart_quiet),)),
         (r"\| TTL \+ grace \+ reconcile interval \| (\d+) s \|", (sec(s.takeover_bound),)),
         (

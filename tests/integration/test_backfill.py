@@ -14,6 +14,7 @@ from scheduler_daemon.client import Client
 from scheduler_daemon.domain.status import OverlapPolicy
 from scheduler_daemon.domain.task import TaskSpec
 from scheduler_daemon.storage import occurrence_store
+from scheduler_daemon.storage.database import pooled_single_trip
 from tests.support import query, shell_task, wait_for
 
 HOUR = timedelta(hours=1)
@@ -210,8 +211,11 @@ def test_a_forbid_task_runs_its_backfill_one_after_another_in_firing_order(
     assert {r["concurrency_key"] for r in rows} == {"nightly-key"}
     assert len(result.occurrence_ids) == 3
 
-    def claim() -> list[int]:
-        _, launched = occurrence_store.claim_launch(pool, owner="t", slots=10, ttl=HOUR, grace=HOUR)
+    def claim() -> list[int]:  # the launcher's claim as it sends it, without starting the jobs
+        statement = occurrence_store.claim_launch_statement(
+            owner="t", slots=10, ttl=HOUR, grace=HOUR
+        )
+        _, launched = occurrence_store.launched(pooled_single_trip(pool, statement))
         return [claim.id for claim, _ in launched]
 
     assert claim() == []  # the task's running occurrence holds it

@@ -9,7 +9,6 @@ def _run(run_id: int, token: int = 1, **kw: object) -> HeldRun:
         run_id=run_id,
         token=token,
         occurrence_id=100 + run_id,
-        occurrence_seq=1,
         task_id=7,
         job=None,
         **kw,  # type: ignore[arg-type]
