@@ -1,60 +1,36 @@
 """The rows of the hot path, typed: a claim (an occurrence this instance may launch) and a launch
-(the run that claim became). Pure: built from the rows the statements return."""
+(the run that claim became). Pure: both read from one row of the claim (`FromRow`, by name)."""
 
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Protocol
 
+from scheduler_daemon.domain.row import FromRow
+
 
 @dataclass(frozen=True)
-class Claim:
-    """One occurrence claimed by this instance (status `launching`, token raised), with what its
-    job needs from the task."""
+class Claim(FromRow):
+    """One occurrence claimed by this instance (its token raised), with what its job needs from
+    the task."""
 
     id: int
     task_id: int
-    occurrence_seq: int
     scheduled_for: datetime
-    lease_token: int
+    lease_token: int  # the occurrence's and its run's
     task_name: str
     executor: str
     payload: dict[str, Any]
     run_timeout: timedelta | None
 
-    @classmethod
-    def from_row(cls, row: dict[str, Any]) -> "Claim":
-        return cls(
-            id=row["id"],
-            task_id=row["task_id"],
-            occurrence_seq=row["occurrence_seq"],
-            scheduled_for=row["scheduled_for"],
-            lease_token=row["lease_token"],
-            task_name=row["task_name"],
-            executor=row["executor"],
-            payload=row["payload"],
-            run_timeout=row["run_timeout"],
-        )
-
 
 @dataclass(frozen=True)
-class Launched:
-    """The run one claim became: its occurrence is running and counts this attempt."""
+class Launched(FromRow):
+    """The run one claim became (the claim's `id` is its occurrence, its `lease_token` the run's):
+    its occurrence is running and counts this attempt."""
 
     run_id: int
-    occurrence_id: int
     attempt: int
-    lease_token: int
     started_at: datetime
-
-    @classmethod
-    def from_row(cls, row: dict[str, Any]) -> "Launched":
-        return cls(
-            run_id=row["id"],
-            occurrence_id=row["occurrence_id"],
-            attempt=row["attempt"],
-            lease_token=row["lease_token"],
-            started_at=row["started_at"],
-        )
 
 
 @dataclass(frozen=True)

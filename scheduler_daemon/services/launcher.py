@@ -172,7 +172,7 @@ class Launcher:
             run_id=run.run_id,
             scheduled_for=claim.scheduled_for,
             attempt=run.attempt,
-            lease_token=run.lease_token,
+            lease_token=claim.lease_token,
             idempotency_key=f"scheduler-daemon-occurrence-{claim.id}",
             timeout=timeout,
             deadline=deadline,
@@ -181,7 +181,7 @@ class Launcher:
         self.held.add(
             HeldRun(
                 run_id=run.run_id,
-                token=run.lease_token,
+                token=claim.lease_token,
                 occurrence_id=claim.id,
                 task_id=claim.task_id,
                 job=job,
@@ -194,7 +194,7 @@ class Launcher:
                 "run_started",
                 run_id=run.run_id,
                 attempt=run.attempt,
-                lease_token=run.lease_token,
+                lease_token=claim.lease_token,
                 task_id=claim.task_id,
                 occurrence_id=claim.id,
                 instance_id=self.instance_id,

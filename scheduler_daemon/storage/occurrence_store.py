@@ -230,18 +230,7 @@ def launched(rows: list[dict[str, Any]]) -> tuple[int, list[tuple[Claim, Launche
     """The rows of `occurrence_claim_launch`: the slots the claim could fill, and the claims
     it launched with their runs."""
     claims = [
-        (
-            Claim.from_row(row),
-            Launched(
-                run_id=row["run_id"],
-                occurrence_id=row["id"],
-                attempt=row["attempt"],
-                lease_token=row["lease_token"],
-                started_at=row["started_at"],
-            ),
-        )
-        for row in rows
-        if row["id"] is not None
+        (Claim.from_row(row), Launched.from_row(row)) for row in rows if row["id"] is not None
     ]
     return int(rows[0]["free"]), claims
 

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from scheduler_daemon.domain.claim import Claim, Launched
 from scheduler_daemon.domain.instance import Instance
 from scheduler_daemon.domain.occurrence import ExpiredClaim, Occurrence
 from scheduler_daemon.domain.run import HistoryRow, Run, RunDetail
@@ -107,3 +108,15 @@ def test_the_three_history_queries_select_one_column_list_the_documented_shape()
     assert _select_list(QUERIES["run_get"].sql) == detail
     assert _select_list(QUERIES["run_list_for_occurrence"].sql) == detail
     assert detail[: len(run_row)] == run_row
+
+
+def test_a_claim_row_reads_as_its_claim_and_its_run_each_field_a_column_of_the_claim() -> None:
+    # One mapping, by name: would fail against a field the claim function does not return, or
+    # a hand-built Launched that read the occurrence's id as its run's.
+    returns = re.search(r"sd_claim_launch_v1\(.*?\n RETURNS TABLE\((.*?)\)\n", SCHEMA)
+    assert returns is not None
+    columns = [column.split()[0] for column in returns[1].split(", ")]
+    assert {f.name for f in fields(Claim) + fields(Launched)} <= set(columns)
+    row = dict.fromkeys(columns) | {"id": 11, "run_id": 22, "lease_token": 3, "attempt": 2}
+    claim, launched = Claim.from_row(row), Launched.from_row(row)
+    assert (claim.id, claim.lease_token, launched.run_id, launched.attempt) == (11, 3, 22, 2)
