@@ -33,7 +33,7 @@ from scheduler_daemon.storage.error import (
     DatabaseUnavailable,
     sqlstate,
 )
-from scheduler_daemon.storage.run_store import RunEnd, Success
+from scheduler_daemon.storage.run_store import RunEnd
 
 log = structlog.get_logger()
 Completion = Literal["recorded", "retry", "fenced"]
@@ -73,6 +73,23 @@ def storable(outcome: Any) -> Any:
         outcome,
         output_tail=storable_output(outcome.output_tail),
         error=storable_error(outcome.error),
+    )
+
+
+def run_end(run: HeldRun, status: RunStatus) -> RunEnd:
+    """The row that records a finished held run's outcome as `status` (the one builder of the
+    unit, batch and success writes): an empty output is stored as NULL."""
+    outcome = run.outcome
+    return RunEnd(
+        run_id=run.run_id,
+        token=run.token,
+        occurrence_id=run.occurrence_id,
+        task_id=run.task_id,
+        status=status,
+        exit_code=outcome.exit_code,
+        http_status=outcome.http_status,
+        output_tail=outcome.output_tail or None,
+        error=outcome.error,
     )
 
 
@@ -192,19 +209,7 @@ class Completer:
         request = None if claimer is None else claimer.request(len(runs))
         written, claimed = run_store.succeed_many(
             self.pool,
-            [
-                Success(
-                    run_id=run.run_id,
-                    token=run.token,
-                    occurrence_id=run.occurrence_id,
-                    task_id=run.task_id,
-                    exit_code=run.outcome.exit_code,
-                    http_status=run.outcome.http_status,
-                    output_tail=run.outcome.output_tail or None,
-                    error=run.outcome.error,
-                )
-                for run in runs
-            ],
+            [run_end(run, RunStatus.SUCCESS) for run in runs],
             owner=self.instance_id,
             limits=FIRST_TRY_LIMITS,
             wake_peers=wake_peers,
@@ -246,18 +251,7 @@ class Completer:
             decided.append((run, occ, self._decide(run, occ, task.spec)))
         written = run_store.finish_many(
             conn,
-            [
-                RunEnd(
-                    run_id=run.run_id,
-                    token=run.token,
-                    status=decision.run_status,
-                    exit_code=run.outcome.exit_code,
-                    http_status=run.outcome.http_status,
-                    output_tail=run.outcome.output_tail or None,
-                    error=run.outcome.error,
-                )
-                for run, _, decision in decided
-            ],
+            [run_end(run, decision.run_status) for run, _, decision in decided],
             owner=self.instance_id,
         )
         settled: list[tuple[Occurrence, int, Any]] = []
@@ -421,20 +415,9 @@ class Completer:
         ):
             raise Fenced
         decision = self._decide(run, occ, task.spec)
-        outcome = run.outcome
-        if not run_store.finish(
-            conn,
-            run.run_id,
-            owner=self.instance_id,
-            token=run.token,
-            status=decision.run_status,
-            exit_code=outcome.exit_code,
-            http_status=outcome.http_status,
-            output_tail=outcome.output_tail or None,
-            error=outcome.error,
-        ):
+        if not run_store.finish(conn, run_end(run, decision.run_status), owner=self.instance_id):
             raise Fenced
         run.recorded_status = decision.run_status
         return occurrence_store.settle(
-            conn, occ, token=run.token, settlement=settlement(occ, decision, outcome.error)
+            conn, occ, token=run.token, settlement=settlement(occ, decision, run.outcome.error)
         )

@@ -9,6 +9,7 @@ import psycopg
 from psycopg_pool import ConnectionPool
 
 from scheduler_daemon.domain.run import Run, TakeoverCandidate
+from scheduler_daemon.domain.status import RunStatus
 from scheduler_daemon.storage import query
 from scheduler_daemon.storage.database import (
     Limits,
@@ -53,49 +54,34 @@ def lock(conn: psycopg.Connection[Any], run_id: int) -> Run | None:
     return None if row is None else Run.from_row(row)
 
 
-def finish(
-    conn: psycopg.Connection[Any],
-    run_id: int,
-    *,
-    owner: str,
-    token: int,
-    status: str,
-    exit_code: int | None,
-    http_status: int | None,
-    output_tail: str | None,
-    error: str | None,
-) -> bool:
-    """Records the outcome if `owner` still holds `token`; False means fenced."""
-    return (
-        query.run(
-            conn,
-            "run_finish",
-            {
-                "id": run_id,
-                "owner": owner,
-                "token": token,
-                "status": status,
-                "exit_code": exit_code,
-                "http_status": http_status,
-                "output_tail": output_tail,
-                "error": error,
-            },
-        )
-        == 1
-    )
-
-
 @dataclass(frozen=True)
 class RunEnd:
-    """One run's outcome to record (`finish_many`)."""
+    """One run's outcome to record, fenced on its token (`finish`, `finish_many`), with the
+    parents a batch of successes locks (`succeed_many`, whose runs are all `success`)."""
 
     run_id: int
     token: int
-    status: str
+    occurrence_id: int
+    task_id: int
+    status: RunStatus
     exit_code: int | None
     http_status: int | None
     output_tail: str | None
     error: str | None
+
+
+def finish(conn: psycopg.Connection[Any], end: RunEnd, *, owner: str) -> bool:
+    """Records the outcome if `owner` still holds its token; False means fenced."""
+    row = {
+        "id": end.run_id,
+        "token": end.token,
+        "status": end.status,
+        "exit_code": end.exit_code,
+        "http_status": end.http_status,
+        "output_tail": end.output_tail,
+        "error": end.error,
+    }
+    return query.run(conn, "run_finish", {**row, "owner": owner}) == 1
 
 
 def finish_many(conn: psycopg.Connection[Any], ends: Sequence[RunEnd], *, owner: str) -> set[int]:
@@ -117,23 +103,9 @@ def finish_many(conn: psycopg.Connection[Any], ends: Sequence[RunEnd], *, owner:
     return {row["id"] for row in rows}
 
 
-@dataclass(frozen=True)
-class Success:
-    """One successful run to record (`succeed_many`), with the parents it locks."""
-
-    run_id: int
-    token: int
-    occurrence_id: int
-    task_id: int
-    exit_code: int | None
-    http_status: int | None
-    output_tail: str | None
-    error: str | None
-
-
 def succeed_many(
     pool: ConnectionPool,
-    successes: Sequence[Success],
+    successes: Sequence[RunEnd],
     *,
     owner: str,
     limits: Limits,
@@ -167,7 +139,7 @@ def succeed_many(
     return {row["id"] for row in rows}, after
 
 
-def _outcome_arrays(ordered: Sequence[RunEnd] | Sequence[Success]) -> dict[str, list[Any]]:
+def _outcome_arrays(ordered: Sequence[RunEnd]) -> dict[str, list[Any]]:
     """What every batch of outcomes sends, as the parallel arrays its statement unnests (in the
     order of `ordered`): run ids, tokens, exit codes, HTTP statuses, output tails, errors."""
     return {
