@@ -1,15 +1,18 @@
 """Helpers the tests share: real daemon processes, polling with a deadline, row snapshots."""
 
+import contextlib
 import os
 import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from datetime import timedelta
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, NamedTuple, TypeVar
 
@@ -292,3 +295,27 @@ def launched_shell_run(
     assert result.launched == 1, result
     (run,) = list(replica.held)
     return LaunchedRun(task, occurrence, replica, run)
+
+
+@contextlib.contextmanager
+def answering(body: bytes) -> Iterator[str]:
+    """A local HTTP receiver answering every POST with 200 and `body`; yields its URL."""
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            self.rfile.read(int(self.headers.get("Content-Length", 0)))
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, format: str, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/hook"
+    finally:
+        server.shutdown()
+        server.server_close()

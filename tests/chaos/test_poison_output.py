@@ -4,35 +4,19 @@ shell, a python and an http job, and megabytes of output) record every run and s
 On 646db2b each such job failed its daemon's pass; after --max-failed-passes the daemon exited 3,
 the next replica took the run over, ran it again and exited 3 too: one job took the fleet down."""
 
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from tests.support import query, wait_for
+from tests.support import answering, query, wait_for
 
 pytestmark = pytest.mark.slow
 
 
 @pytest.fixture
 def nul_receiver() -> Iterator[str]:
-    class Handler(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:
-            self.rfile.read(int(self.headers.get("Content-Length", 0)))
-            self.send_response(200)
-            self.send_header("Content-Length", "3")
-            self.end_headers()
-            self.wfile.write(b"a\x00b")
-
-        def log_message(self, format: str, *args: object) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{server.server_address[1]}/hook"
-    server.shutdown()
-    server.server_close()
+    with answering(b"a\x00b") as url:
+        yield url
 
 
 def test_jobs_printing_nul_bytes_and_megabytes_neither_crash_the_fleet_nor_lose_a_run(

@@ -6,17 +6,15 @@ Before issue 28 (tested against 646db2b) a job printing one NUL byte failed the 
 `PostgreSQL text fields cannot contain NUL (0x00) bytes`; the daemon exited 3 after
 --max-failed-passes, the next replica took the run over, ran it again and failed the same way."""
 
-import threading
 from collections.abc import Iterator
 from datetime import timedelta
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
 
 from scheduler_daemon.domain.storable import REPLACEMENT
 from scheduler_daemon.domain.task import TaskSpec
-from tests.support import Replica, query, shell_task, wait_for
+from tests.support import Replica, answering, query, shell_task, wait_for
 
 # Raises a data exception (SQLSTATE 22000) on any write of a run whose output or error carries
 # the word `poison`, or of every run of the task named `refused`: what the server does to a
@@ -58,24 +56,8 @@ def _shell(name: str, command: str) -> TaskSpec:
 @pytest.fixture
 def http_nul() -> Iterator[str]:
     """A receiver answering every POST with a body that holds a NUL byte."""
-
-    class Handler(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:
-            self.rfile.read(int(self.headers.get("Content-Length", 0)))
-            body = b"a\x00b"
-            self.send_response(200)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, format: str, *args: object) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{server.server_address[1]}/hook"
-    server.shutdown()
-    server.server_close()
+    with answering(b"a\x00b") as url:
+        yield url
 
 
 def test_output_and_errors_with_nul_bytes_are_recorded_with_the_nul_replaced(
