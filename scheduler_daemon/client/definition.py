@@ -1,0 +1,273 @@
+"""The Client's task definitions: add, update, pause, resume and delete tasks, read them and
+their next fire times. Each change locks the task row first; `*_in` runs in the caller's
+transaction (`tasks apply`)."""
+
+import functools
+from collections.abc import Callable, Iterable
+from datetime import datetime
+from typing import Any
+
+import psycopg
+
+from scheduler_daemon.client.base import (
+    PAGE_SIZE,
+    ClientBase,
+    Page,
+    allowed,
+    check_limit,
+    task_ref,
+)
+from scheduler_daemon.domain import argument, control
+from scheduler_daemon.domain import limit as bound
+from scheduler_daemon.domain.misfire import Firing
+from scheduler_daemon.domain.occurrence import Occurrence
+from scheduler_daemon.domain.status import Trigger
+from scheduler_daemon.domain.task import InvalidTask, TaskRecord, TaskSpec
+from scheduler_daemon.storage import instance_store, occurrence_store, task_store
+
+
+class TaskDefinition(ClientBase):
+    """Defines tasks and changes them; what a change does to due firings is domain.control's."""
+
+    def add_task(self, spec: TaskSpec, *, now: datetime | None = None) -> TaskRecord:
+        spec.validate()  # the rules that need no database, before connecting
+        # One round trip begins the transaction and reads the clock, one inserts (and wakes the
+        # daemons), then COMMIT.
+        with self._session.begin(now=now) as begun:
+            return self._add(begun.conn, spec, begun.now, source=None)
+
+    def add_in(
+        self,
+        conn: psycopg.Connection[Any],
+        spec: TaskSpec,
+        *,
+        now: datetime | None = None,
+        source: str | None = None,
+    ) -> TaskRecord:
+        """add_task inside the caller's transaction; `source` records a `tasks apply` source."""
+        return self._add(conn, spec, task_store.clock(conn, now), source=source)
+
+    @staticmethod
+    def _add(
+        conn: psycopg.Connection[Any], spec: TaskSpec, db_now: datetime, *, source: str | None
+    ) -> TaskRecord:
+        spec = spec.with_changes(anchor=db_now)
+        spec.validate(db_now)
+        return task_store.insert(conn, spec, spec.schedule().next_after(db_now), source=source)
+
+    def add_tasks(
+        self, specs: Iterable[TaskSpec], *, now: datetime | None = None
+    ) -> list[TaskRecord]:
+        """Adds many tasks in one transaction, with add_task's rules for each: all of them or,
+        at the first one that breaks a rule (its name in the one-line error), none."""
+        specs = list(specs)
+        for spec in specs:
+            _named(spec, spec.validate)
+        seen: set[str] = set()
+        for spec in specs:
+            if spec.name in seen:
+                raise InvalidTask(f"task '{spec.name}' is given more than once")
+            seen.add(spec.name)
+        if not specs:
+            return []
+        with self._tx() as conn:
+            db_now = task_store.clock(conn, now)
+            ready = []
+            for given in specs:
+                spec = given.with_changes(anchor=db_now)
+                if spec.at is not None:  # the one rule that needs the clock (validated above)
+                    _named(spec, functools.partial(spec.validate, db_now))
+                ready.append((spec, spec.schedule().next_after(db_now)))
+            added = task_store.insert_many(conn, ready)
+            due = [t.next_run_at for t in added if t.next_run_at is not None]
+            instance_store.notify_task_added(conn, min(due, default=None))
+            return added
+
+    def update_task(
+        self, ref: str | int, *, now: datetime | None = None, **changes: Any
+    ) -> TaskRecord:
+        """Changes a task's definition; it takes effect from the next firing
+        (domain.control.plan_update)."""
+        with self._tx() as conn:
+            return self.update_in(conn, ref, now=now, **changes)
+
+    def update_in(
+        self,
+        conn: psycopg.Connection[Any],
+        ref: str | int,
+        *,
+        now: datetime | None = None,
+        source: str | None = None,
+        **changes: Any,
+    ) -> TaskRecord:
+        """update_task inside the caller's transaction; `source` makes an apply source own it."""
+        control.check_update(changes)
+        task = task_store.lock(conn, task_ref(ref))
+        db_now = task_store.clock(conn, now)
+        plan = allowed(control.plan_update(task, changes, db_now))
+        self._record_owed(conn, task, plan.owed, db_now)
+        if plan.unpark:
+            task_store.unpark(conn, task.id)
+        return task_store.update(
+            conn,
+            task.id,
+            plan.spec,
+            status=plan.status,
+            next_run_at=plan.next_run_at,
+            now=db_now,
+            source=source,
+        )
+
+    @staticmethod
+    def _record_owed(
+        conn: psycopg.Connection[Any],
+        task: TaskRecord,
+        owed: tuple[Firing, ...],
+        db_now: datetime,
+    ) -> None:
+        """Records the locked task's due, undispatched firings (domain.control.owed_firings) as
+        skipped rows: an operator's change moves the task past them; every firing keeps its row."""
+        for firing in owed:
+            occurrence_store.insert(
+                conn,
+                task_id=task.id,
+                occurrence_seq=task_store.next_seq(conn, task.id),
+                scheduled_for=firing.scheduled_for,
+                trigger=Trigger.SCHEDULE,
+                overlap=task.spec.overlap,
+                concurrency_key=task.spec.concurrency_key,
+                status=firing.status,
+                reason=firing.reason,
+                now=db_now,
+                firing_count=firing.firing_count,
+                last_scheduled_for=firing.last_scheduled_for,
+            )
+
+    def get_task(self, ref: str | int) -> TaskRecord:
+        with self._tx() as conn:
+            return task_store.find(conn, task_ref(ref))
+
+    def list_tasks(self) -> list[TaskRecord]:
+        with self._tx() as conn:
+            return task_store.list_live(conn)
+
+    def tasks_page(
+        self,
+        *,
+        limit: int | None = PAGE_SIZE,
+        after: str | None = None,
+        prefix: str | None = None,
+        status: str | None = None,
+        paused: bool | None = None,
+    ) -> "Page":
+        """One page of live tasks by name (byte order), after the name `after`; `limit` None:
+        all. `Page.after` is the cursor of the next page (the last name), None after the last."""
+        argument.task_status_filter(status)
+        argument.search_text("--after", after)
+        argument.search_text("--prefix", prefix)
+        check_limit(limit)
+        with self._tx() as conn:
+            rows = task_store.list_live(
+                conn,
+                after=after,
+                prefix=prefix,
+                status=status,
+                paused=paused,
+                limit=None if limit is None else limit + 1,
+            )
+        more = limit is not None and len(rows) > limit
+        rows = rows[:limit] if more else rows
+        return Page(rows, rows[-1].name if more else None)
+
+    def pause(self, ref: str | int, *, now: datetime | None = None) -> TaskRecord:
+        """Stops firing. Firings already due and not yet dispatched are recorded as skipped
+        (`paused`): nothing is owed while paused, and resume starts from its next firing."""
+        with self._tx() as conn:
+            return self.pause_in(conn, ref, now=now)
+
+    def pause_in(
+        self, conn: psycopg.Connection[Any], ref: str | int, *, now: datetime | None = None
+    ) -> TaskRecord:
+        task = task_store.lock(conn, task_ref(ref))
+        db_now = task_store.clock(conn, now)
+        plan = control.plan_pause(task, db_now)
+        self._record_owed(conn, task, plan.owed, db_now)
+        return task_store.set_paused(
+            conn,
+            task.id,
+            paused=True,
+            status=plan.status,
+            next_run_at=plan.next_run_at,
+            now=db_now,
+        )
+
+    def resume(self, ref: str | int, *, now: datetime | None = None) -> TaskRecord:
+        """Unpauses; the next firing is computed from now, since paused firings are not owed.
+        A task that is not paused is left as it is (its due firings are still owed)."""
+        with self._tx() as conn:
+            return self.resume_in(conn, ref, now=now)
+
+    def resume_in(
+        self, conn: psycopg.Connection[Any], ref: str | int, *, now: datetime | None = None
+    ) -> TaskRecord:
+        task = task_store.lock(conn, task_ref(ref))
+        db_now = task_store.clock(conn, now)
+        plan = control.plan_resume(task, db_now)
+        if plan is None:
+            return task
+        return task_store.set_paused(
+            conn,
+            task.id,
+            paused=False,
+            status=plan.status,
+            next_run_at=plan.next_run_at,
+            now=db_now,
+            last_error=plan.error,
+        )
+
+    def next_fire_times(
+        self, ref: str | int, count: int = 5, *, now: datetime | None = None
+    ) -> list[datetime]:
+        """The next `count` fire times after the database's now."""
+        argument.count_within(count, "-n", bound.MAX_NEXT_COUNT)
+        with self._tx() as conn:
+            task = task_store.find(conn, task_ref(ref))
+            db_now = task_store.clock(conn, now)
+        return list(task.spec.schedule().fire_times(db_now, limit=count))
+
+    def delete(
+        self, ref: str | int, *, force: bool = False, requested_by: str, now: datetime | None = None
+    ) -> list[Occurrence]:
+        """Deletes a task, refusing while it has active occurrences unless `force` cancels them:
+        queued ones at once, running ones by a cancel request (each keeps its slot until its
+        owner confirms the job is gone). Returns each: `cancelled`, or `running` when requested."""
+        with self._tx() as conn:
+            return self.delete_in(conn, ref, force=force, requested_by=requested_by, now=now)
+
+    def delete_in(
+        self,
+        conn: psycopg.Connection[Any],
+        ref: str | int,
+        *,
+        force: bool = False,
+        requested_by: str,
+        now: datetime | None = None,
+    ) -> list[Occurrence]:
+        task = task_store.lock(conn, task_ref(ref))
+        db_now = task_store.clock(conn, now)
+        active = occurrence_store.active_count(conn, task.id)
+        plan = allowed(control.plan_delete(task, db_now, active=active, force=force))
+        self._record_owed(conn, task, plan.owed, db_now)
+        cancelled = occurrence_store.cancel_active(
+            conn, task.id, reason="task deleted", requested_by=requested_by, now=db_now
+        )
+        task_store.delete(conn, task.id, db_now)
+        return cancelled
+
+
+def _named(spec: TaskSpec, check: Callable[[], None]) -> None:
+    """Runs one spec's validation in a batch, naming the task in the one-line error."""
+    try:
+        check()
+    except InvalidTask as exc:
+        raise InvalidTask(f"task '{spec.name}': {exc}") from exc

@@ -1,0 +1,69 @@
+"""The Client's view of the fleet: its instances, queue and budget (`status`), and the fleet
+settings."""
+
+import time
+from dataclasses import replace
+from typing import Any
+
+from scheduler_daemon.client.base import ClientBase
+from scheduler_daemon.domain import argument
+from scheduler_daemon.domain.instance import Instance
+from scheduler_daemon.domain.lock_holder import CONFIRM_AFTER_SECONDS, LockHolder, held_throughout
+from scheduler_daemon.storage import (
+    fleet_store,
+    instance_store,
+    migration,
+    occurrence_store,
+    run_store,
+    task_store,
+)
+
+
+class Fleet(ClientBase):
+    """The fleet as a whole: who runs, what waits, and the settings every daemon reads."""
+
+    def status(self) -> dict[str, Any]:
+        """Registered instances, queue depth, executing runs against the budget, takeover bounds,
+        and who holds the budget's lock longer than a claim does (`budget_lock_holders`)."""
+        with self._tx() as conn:
+            schema = migration.state_of(conn).fields()
+            oldest = schema["oldest_build"]
+            instances: list[Instance] = [
+                # can this instance's build write to the schema as it is?
+                replace(
+                    row,
+                    compatible=oldest is not None
+                    and migration.build().works_after(row.schema_revision, oldest),
+                )
+                for row in instance_store.list_instances(conn)
+            ]
+            status = {
+                "instances": instances,
+                "schema": schema,
+                "running_by_build": run_store.running_by_build(conn),
+                "queue_depth": occurrence_store.queue_depth(conn),
+                "executing_runs": occurrence_store.executing_count(conn),
+                "max_concurrent_runs": fleet_store.budget(conn),
+                "parked_tasks": task_store.parked(conn),
+            }
+            holders = fleet_store.budget_lock_holders(conn)
+        return {**status, "budget_lock_holders": self._still_holding(holders)}
+
+    def _still_holding(self, first: list[LockHolder]) -> list[LockHolder]:
+        """The holders of the budget's lock in `first` whose transaction still holds it a moment
+        later: not a daemon's claim, which holds it for milliseconds. No wait when none held it."""
+        if not first:
+            return []
+        time.sleep(CONFIRM_AFTER_SECONDS)
+        with self._tx() as conn:
+            return held_throughout(first, fleet_store.budget_lock_holders(conn))
+
+    # -- fleet settings --------------------------------------------------------------------------
+    def fleet_settings(self) -> dict[str, Any]:
+        with self._tx() as conn:
+            return {row["key"]: row["value"] for row in fleet_store.list_settings(conn)}
+
+    def set_fleet_setting(self, name: str, value: str, *, updated_by: str) -> dict[str, Any]:
+        key, stored = argument.fleet_setting(name, value)  # within its bound (domain/limit.py)
+        with self._tx() as conn:
+            return fleet_store.set_setting(conn, key, stored, updated_by)

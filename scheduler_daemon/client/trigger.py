@@ -1,0 +1,123 @@
+"""The Client's runs on demand: a manual trigger (one occurrence, or a batch of them) and a
+backfill of a past range."""
+
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from datetime import datetime
+
+from scheduler_daemon.backfill import BackfillResult, queue_backfill
+from scheduler_daemon.client.base import ClientBase, allowed, task_ref
+from scheduler_daemon.domain import argument, backfill, control
+from scheduler_daemon.domain import limit as bound
+from scheduler_daemon.domain.occurrence import Occurrence
+from scheduler_daemon.domain.status import OccurrenceStatus, OverlapPolicy, TaskStatus, Trigger
+from scheduler_daemon.storage import instance_store, occurrence_store, task_store
+
+MAX_TRIGGER_COUNT = bound.MAX_TRIGGER_COUNT  # occurrences one `trigger(count=N)` may queue
+
+
+@dataclass(frozen=True)
+class TriggerBatch:
+    """What `trigger(count=N)` queued: N manual occurrences of one task, in one transaction."""
+
+    task_id: int
+    task_name: str
+    status: OccurrenceStatus
+    count: int
+    occurrence_ids: list[int]
+
+
+class Triggering(ClientBase):
+    """Queues occurrences by hand: now (`trigger`) or for past firings (`backfill`)."""
+
+    def trigger(
+        self,
+        ref: str | int,
+        *,
+        requested_by: str,
+        count: int = 1,
+        now: datetime | None = None,
+    ) -> "Occurrence | TriggerBatch":
+        """A `manual` occurrence now; it follows the task's overlap policy. With `count` > 1,
+        that many queued in one transaction (`queue` runs them one after another, `allow` side
+        by side; a `forbid` task is refused): a TriggerBatch instead of one Occurrence."""
+        if count != 1:
+            return self._trigger_many(ref, count, requested_by=requested_by, now=now)
+        # One round trip begins the transaction, reads the clock and takes the parent lock;
+        # one more inserts the occurrence (with its sequence number and the wake-up) and
+        # commits. (A `forbid` task's rule reads in between: one more.)
+        with self._session.begin(now=now, then=task_store.lock_statement(task_ref(ref))) as begun:
+            conn, db_now = begun.conn, begun.now
+            task = task_store.locked(ref, begun.result)
+            # Only a `forbid` task's rule reads its active occurrences (at most one, by index),
+            # in a statement of its own: after the lock, so it sees every committed trigger.
+            forbid = task.spec.overlap == OverlapPolicy.FORBID
+            active = occurrence_store.active_count(conn, task.id) if forbid else 0
+            plan = control.plan_trigger(task, active=active)
+            occurrence = occurrence_store.insert_trigger(
+                conn,
+                task_id=task.id,
+                overlap=task.spec.overlap,
+                concurrency_key=task.spec.concurrency_key,
+                status=plan.status,
+                reason=plan.reason,
+                requested_by=requested_by,
+                now=db_now,
+                rerun_status=TaskStatus.RUNNING if plan.rerun else None,
+                commit=True,
+            )
+            return replace(occurrence, task_name=task.name)
+
+    def _trigger_many(
+        self, ref: str | int, count: int, *, requested_by: str, now: datetime | None
+    ) -> TriggerBatch:
+        argument.count_within(count, "--count", MAX_TRIGGER_COUNT)
+        with self._tx() as conn:
+            task = task_store.lock(conn, task_ref(ref))
+            plan = allowed(control.plan_trigger_many(task, count))
+            db_now = task_store.clock(conn, now)
+            instance_store.notify_wakeup(conn, "triggered")
+            rows = occurrence_store.insert_many(
+                conn,
+                task_id=task.id,
+                seqs=task_store.next_seqs(conn, task.id, count),
+                now=db_now,
+                trigger=Trigger.MANUAL,
+                overlap=task.spec.overlap,
+                concurrency_key=task.spec.concurrency_key,
+                status=OccurrenceStatus.QUEUED,
+                requested_by=requested_by,
+            )
+            if plan.rerun:
+                task_store.set_next_run(conn, task.id, next_run_at=None, status=TaskStatus.RUNNING)
+            return TriggerBatch(
+                task.id, task.name, OccurrenceStatus.QUEUED, len(rows), [row["id"] for row in rows]
+            )
+
+    def backfill(
+        self,
+        ref: str | int,
+        *,
+        start: datetime,
+        end: datetime,
+        include: tuple[str, ...] = backfill.DEFAULT_INCLUDE,
+        max_firings: int = backfill.DEFAULT_MAX,
+        dry_run: bool = False,
+        requested_by: str,
+        progress: Callable[[int, int], None] | None = None,
+        now: datetime | None = None,
+    ) -> BackfillResult:
+        """Queues a `backfill` occurrence per firing of [start, end] whose latest outcome is in
+        `include` (scheduler_daemon/backfill.py says how)."""
+        return queue_backfill(
+            self._tx,
+            task_ref(ref),
+            start=start,
+            end=end,
+            include=include,
+            max_firings=max_firings,
+            dry_run=dry_run,
+            requested_by=requested_by,
+            progress=progress,
+            now=now,
+        )
