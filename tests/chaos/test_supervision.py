@@ -59,27 +59,29 @@ def test_a_loop_that_keeps_failing_drains_and_exits_3_but_an_outage_does_not_cou
 # service raise a BaseException, which no `except Exception` of the service catches: its thread
 # dies as it would from a bug in its loop (or a MemoryError, a SystemExit in a callee).
 INJECTION = """
+import importlib.abc
+import importlib.util
 import os
-
-from scheduler_daemon.services import lease_keeper, waker
+import sys
 
 
 class InjectedDeath(BaseException):
     pass
 
 
-if os.environ.get("INJECT_KEEPER_DEATH"):
-    renew = lease_keeper.LeaseKeeper.run_once
+def keeper(module):
+    renew = module.LeaseKeeper.run_once
 
     def run_once(self):
         if self.held.leases():  # once it holds a run: the daemon must not keep it running
             raise InjectedDeath("injected: the lease keeper's thread dies")
         return renew(self)
 
-    lease_keeper.LeaseKeeper.run_once = run_once
+    module.LeaseKeeper.run_once = run_once
 
-if os.environ.get("INJECT_WAKER_DEATHS"):
-    listen = waker.Waker._listen
+
+def waker(module):
+    listen = module.Waker._listen
     deaths = [int(os.environ["INJECT_WAKER_DEATHS"])]
 
     def _listen(self, conn):
@@ -88,7 +90,39 @@ if os.environ.get("INJECT_WAKER_DEATHS"):
             raise InjectedDeath("injected: the waker's thread dies")
         return listen(self, conn)
 
-    waker.Waker._listen = _listen
+    module.Waker._listen = _listen
+
+
+PATCHES = {}
+if os.environ.get("INJECT_KEEPER_DEATH"):
+    PATCHES["scheduler_daemon.services.lease_keeper"] = keeper
+if os.environ.get("INJECT_WAKER_DEATHS"):
+    PATCHES["scheduler_daemon.services.waker"] = waker
+
+
+class Patcher(importlib.abc.MetaPathFinder):
+    # Patches each module as the daemon imports it. Importing it here instead, before `-m` puts
+    # the working directory on sys.path, could load another checkout's package (the editable
+    # install's) than the one under test.
+    def find_spec(self, name, path, target=None):
+        if name not in PATCHES:
+            return None
+        sys.meta_path.remove(self)
+        try:
+            spec = importlib.util.find_spec(name)
+        finally:
+            sys.meta_path.insert(0, self)
+        run = spec.loader.exec_module
+
+        def exec_module(module):
+            run(module)
+            PATCHES[name](module)
+
+        spec.loader.exec_module = exec_module
+        return spec
+
+
+sys.meta_path.insert(0, Patcher())
 """
 
 
