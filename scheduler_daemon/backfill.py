@@ -19,6 +19,7 @@ import psycopg
 
 from scheduler_daemon.domain import backfill
 from scheduler_daemon.domain.status import OverlapPolicy, ScheduleKind, TaskStatus
+from scheduler_daemon.domain.task import TaskRecord
 from scheduler_daemon.storage import instance_store, occurrence_store, task_store
 from scheduler_daemon.storage.error import NotFound
 
@@ -70,7 +71,23 @@ def queue_backfill(
         db_now = task_store.clock(conn, now)
     if task.deleted_at is not None:
         raise NotFound(f"task '{ref}' was deleted")
-    until = min(end, db_now)
+    times = _fire_times(task, start, min(end, db_now), max_firings)
+    result = BackfillResult(task.id, task.name, dry_run, [], [])
+    for first in range(0, len(times), backfill.BATCH):
+        batch = times[first : first + backfill.BATCH]
+        with tx() as conn:
+            _queue_batch(conn, task, batch, result, include, requested_by=requested_by, now=now)
+        if progress is not None:
+            progress(len(batch), len(times))
+    result.wanted = [f for f in result.firings if f.wanted(include)]
+    return result
+
+
+def _fire_times(
+    task: TaskRecord, start: datetime, until: datetime, max_firings: int
+) -> list[datetime]:
+    """The task's firings from `start` to `until`, short of its next firing (still owed to the
+    dispatcher); refused when there are more than `max_firings`."""
     if task.next_run_at is not None:
         until = min(until, task.next_run_at - _MICROSECOND)
     schedule = task.spec.schedule()
@@ -80,43 +97,49 @@ def queue_backfill(
             f"the range has more than {max_firings} firings of task '{task.name}'; "
             "narrow --from/--to or raise --max"
         )
-    result = BackfillResult(task.id, task.name, dry_run, [], [])
+    return times
+
+
+def _queue_batch(
+    conn: psycopg.Connection[Any],
+    task: TaskRecord,
+    batch: list[datetime],
+    result: BackfillResult,
+    include: tuple[str, ...],
+    *,
+    requested_by: str,
+    now: datetime | None,
+) -> None:
+    """One batch of firings in the caller's transaction: classified by their latest outcomes
+    and, unless `result.dry_run`, the wanted ones queued under the task's lock."""
+    locked = task if result.dry_run else task_store.lock(conn, task.id)
+    recorded = occurrence_store.firings(conn, task.id, batch[0], batch[-1])
+    firings = backfill.classify(batch, recorded)
+    result.firings += firings
+    wanted = [f for f in firings if f.wanted(include)]
+    if result.dry_run or not wanted:
+        return
     overlap = (
         OverlapPolicy.QUEUE if task.spec.overlap == OverlapPolicy.FORBID else task.spec.overlap
     )
-    for first in range(0, len(times), backfill.BATCH):
-        batch = times[first : first + backfill.BATCH]
-        with tx() as conn:
-            locked = task if dry_run else task_store.lock(conn, task.id)
-            recorded = occurrence_store.firings(conn, task.id, batch[0], batch[-1])
-            firings = backfill.classify(batch, recorded)
-            result.firings += firings
-            wanted = [f for f in firings if f.wanted(include)]
-            if not dry_run and wanted:
-                batch_now = task_store.clock(conn, now)
-                for firing in wanted:
-                    row = occurrence_store.insert_backfill(
-                        conn,
-                        task_id=task.id,
-                        occurrence_seq=task_store.next_seq(conn, task.id),
-                        scheduled_for=firing.scheduled_for,
-                        overlap=overlap,
-                        concurrency_key=locked.spec.concurrency_key,
-                        requested_by=requested_by,
-                        now=batch_now,
-                    )
-                    if row is not None:
-                        result.occurrence_ids.append(row["id"])
-                if locked.spec.schedule_kind == ScheduleKind.ONCE and locked.status in (
-                    TaskStatus.COMPLETED,
-                    TaskStatus.FAILED,
-                    TaskStatus.CANCELLED,
-                ):  # as a manual trigger: a finished one-shot follows its newest occurrence
-                    task_store.set_next_run(
-                        conn, task.id, next_run_at=None, status=TaskStatus.RUNNING
-                    )
-                instance_store.notify_wakeup(conn, "backfill")
-        if progress is not None:
-            progress(len(batch), len(times))
-    result.wanted = [f for f in result.firings if f.wanted(include)]
-    return result
+    batch_now = task_store.clock(conn, now)
+    for firing in wanted:
+        row = occurrence_store.insert_backfill(
+            conn,
+            task_id=task.id,
+            occurrence_seq=task_store.next_seq(conn, task.id),
+            scheduled_for=firing.scheduled_for,
+            overlap=overlap,
+            concurrency_key=locked.spec.concurrency_key,
+            requested_by=requested_by,
+            now=batch_now,
+        )
+        if row is not None:
+            result.occurrence_ids.append(row["id"])
+    if locked.spec.schedule_kind == ScheduleKind.ONCE and locked.status in (
+        TaskStatus.COMPLETED,
+        TaskStatus.FAILED,
+        TaskStatus.CANCELLED,
+    ):  # as a manual trigger: a finished one-shot follows its newest occurrence
+        task_store.set_next_run(conn, task.id, next_run_at=None, status=TaskStatus.RUNNING)
+    instance_store.notify_wakeup(conn, "backfill")

@@ -1,13 +1,16 @@
 """`scheduler-daemon tasks backfill`: queue the firings of a past range again (parsing and
 printing only; Client.backfill does the work)."""
 
+import contextlib
 import sys
+from collections.abc import Callable, Iterator
 from datetime import datetime
 from typing import Any
 
 import click
 
 from scheduler_daemon import presentation
+from scheduler_daemon.backfill import BackfillResult
 from scheduler_daemon.cli.base import client_for, emit, json_option, who
 from scheduler_daemon.cli.tasks import tasks
 from scheduler_daemon.domain import backfill
@@ -74,6 +77,24 @@ def tasks_backfill(
     client = client_for(ctx)
     record = client.get_task(task)
     zone = record.spec.timezone
+    with _progress_bar(ctx) as progress:
+        result = client.backfill(
+            record.id,
+            start=_instant("--from", start, zone),
+            end=_instant("--to", end, zone),
+            include=chosen,
+            max_firings=max_firings,
+            dry_run=dry_run,
+            requested_by=who(),
+            progress=progress,
+        )
+    emit(ctx, *_report(result, chosen, zone))
+
+
+@contextlib.contextmanager
+def _progress_bar(ctx: click.Context) -> Iterator[Callable[[int, int], None]]:
+    """A `progress(done, total)` that draws a bar on a terminal's stderr once a range is long
+    enough to be worth one (not with --json); the bar is closed on the way out."""
     bar: Any = None
 
     def progress(done: int, total: int) -> None:
@@ -86,53 +107,50 @@ def tasks_backfill(
         bar.update(done)
 
     try:
-        result = client.backfill(
-            record.id,
-            start=_instant("--from", start, zone),
-            end=_instant("--to", end, zone),
-            include=chosen,
-            max_firings=max_firings,
-            dry_run=dry_run,
-            requested_by=who(),
-            progress=progress,
-        )
+        yield progress
     finally:
         if bar is not None:
             bar.__exit__(None, None, None)
+
+
+def _report(
+    result: BackfillResult, chosen: tuple[str, ...], zone: str
+) -> tuple[dict[str, Any], str]:
+    """What `tasks backfill` prints: its JSON fields and its text (a dry run lists the firings)."""
     data: dict[str, Any] = {
         "task_id": result.task_id,
         "task_name": result.task_name,
-        "dry_run": dry_run,
+        "dry_run": result.dry_run,
         "firings": len(result.firings),
         "wanted": len(result.wanted),
         "occurrence_ids": result.occurrence_ids,
     }
-    if dry_run:
-        data["firing_list"] = [
-            {
-                "scheduled_for": presentation.iso(f.scheduled_for),
-                "outcome": f.outcome,
-                "backfilled": f.backfilled,
-                "queue": f.wanted(chosen),
-            }
-            for f in result.firings
-        ]
-        lines = [
-            f"{presentation.fire_time_fields(f.scheduled_for, zone)['local']}  {f.outcome}"
-            + ("  (has a backfill occurrence)" if f.backfilled else "")
-            + ("  -> queue" if f.wanted(chosen) else "")
-            for f in result.firings
-        ]
-        text = "\n".join(
-            [
-                *lines,
-                f"dry run: {len(result.wanted)} of {len(result.firings)} firings would be "
-                f"queued for task {result.task_name}",
-            ]
-        )
-    else:
+    if not result.dry_run:
         text = (
             f"queued {len(result.occurrence_ids)} backfill occurrence(s) of task "
             f"{result.task_name} ({len(result.firings)} firing(s) in the range)"
         )
-    emit(ctx, data, text)
+        return data, text
+    data["firing_list"] = [
+        {
+            "scheduled_for": presentation.iso(f.scheduled_for),
+            "outcome": f.outcome,
+            "backfilled": f.backfilled,
+            "queue": f.wanted(chosen),
+        }
+        for f in result.firings
+    ]
+    lines = [
+        f"{presentation.fire_time_fields(f.scheduled_for, zone)['local']}  {f.outcome}"
+        + ("  (has a backfill occurrence)" if f.backfilled else "")
+        + ("  -> queue" if f.wanted(chosen) else "")
+        for f in result.firings
+    ]
+    text = "\n".join(
+        [
+            *lines,
+            f"dry run: {len(result.wanted)} of {len(result.firings)} firings would be "
+            f"queued for task {result.task_name}",
+        ]
+    )
+    return data, text

@@ -43,19 +43,38 @@ def tasks() -> None:
     """Define, inspect and control tasks."""
 
 
-def task_options(*, adding: bool) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+Option = Callable[[Callable[..., Any]], Callable[..., Any]]  # a click decorator
+
+
+def task_options(*, adding: bool) -> Option:
     """The definition options shared by `tasks add` and `tasks update` (update: unset = keep)."""
-    d = TaskSpec.__dataclass_fields__
+    options = [*_schedule_options(adding), *_executor_options(adding), *_policy_options(adding)]
+    if adding:
+        options.append(click.option("--paused", is_flag=True, help="Create it paused."))
 
-    def default(name: str) -> Any:
-        value = d[name].default
-        # click matches an Enum default by its name, so a policy default goes in as its value.
-        return (value.value if isinstance(value, StrEnum) else value) if adding else None
+    def apply(f: Callable[..., Any]) -> Callable[..., Any]:
+        for option in reversed(options):
+            f = option(f)
+        return f
 
-    def optional(inner: click.ParamType) -> click.ParamType:
-        return inner if adding else Clearable(inner)
+    return apply
 
-    options = [
+
+def _default(name: str, adding: bool) -> Any:
+    """TaskSpec's default for `tasks add`, none for `tasks update` (unset = keep)."""
+    value = TaskSpec.__dataclass_fields__[name].default
+    # click matches an Enum default by its name, so a policy default goes in as its value.
+    return (value.value if isinstance(value, StrEnum) else value) if adding else None
+
+
+def _optional(inner: click.ParamType, adding: bool) -> click.ParamType:
+    """A value `tasks update` may clear with `none`."""
+    return inner if adding else Clearable(inner)
+
+
+def _schedule_options(adding: bool) -> list[Option]:
+    """When it fires: cron, fixed rate or one-shot, in a zone."""
+    return [
         click.option("--cron", help="Cron expression, in the task's time zone."),
         click.option(
             "--every", type=DURATION, help="Fixed rate, anchored at creation (30s, 5m, PT1H)."
@@ -63,9 +82,15 @@ def task_options(*, adding: bool) -> Callable[[Callable[..., Any]], Callable[...
         click.option("--at", "at_text", metavar="INSTANT", help="One-shot ISO 8601 instant."),
         click.option(
             "--timezone",
-            default=default("timezone"),
+            default=_default("timezone", adding),
             help="IANA zone." + ("  [default: UTC]" if adding else ""),
         ),
+    ]
+
+
+def _executor_options(adding: bool) -> list[Option]:
+    """What it runs: a shell command, an HTTP call (with its headers) or a python callable."""
+    return [
         click.option("--command", help="Shell command (shell executor)."),
         click.option("--http", help="URL to POST to (http executor)."),
         click.option(
@@ -79,6 +104,19 @@ def task_options(*, adding: bool) -> Callable[[Callable[..., Any]], Callable[...
         click.option(
             "--call", metavar="MODULE:FUNCTION", help="Python callable (python executor)."
         ),
+    ]
+
+
+def _policy_options(adding: bool) -> list[Option]:
+    """How its runs behave: exclusion, misfires, DST, deadlines, retries and retention."""
+
+    def default(name: str) -> Any:
+        return _default(name, adding)
+
+    def optional(inner: click.ParamType) -> click.ParamType:
+        return _optional(inner, adding)
+
+    return [
         click.option(
             "--concurrency-key",
             type=optional(click.STRING),
@@ -105,15 +143,6 @@ def task_options(*, adding: bool) -> Callable[[Callable[..., Any]], Callable[...
             "history-retention)." + ("" if adding else "  `none` clears it."),
         ),
     ]
-    if adding:
-        options.append(click.option("--paused", is_flag=True, help="Create it paused."))
-
-    def apply(f: Callable[..., Any]) -> Callable[..., Any]:
-        for option in reversed(options):
-            f = option(f)
-        return f
-
-    return apply
 
 
 def _choice(choices: type[StrEnum]) -> click.Choice[str]:
