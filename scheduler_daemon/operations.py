@@ -17,7 +17,7 @@ from scheduler_daemon.services.pruner import Pruner, PruneReport
 from scheduler_daemon.services.reconciler import Reconciler, ReconcileReport
 from scheduler_daemon.settings import DaemonSettings
 from scheduler_daemon.storage import instance_store, migration
-from scheduler_daemon.storage.database import connect, make_pool, transaction
+from scheduler_daemon.storage.database import Session, connect, make_pool
 
 
 def recover(
@@ -48,8 +48,8 @@ def recover(
 def default_wait(url: str, settings: DaemonSettings) -> timedelta:
     """`recover --wait` without a limit: the largest takeover bound of the registered instances
     (this command's own settings when none is registered) plus the reconcile interval."""
-    with transaction(url) as conn:
-        instances = instance_store.list_instances(conn)
+    with Session(url) as session, session.transaction() as tx:
+        instances = instance_store.list_instances(tx.conn)
     bounds = [
         timing.takeover_bound(i.lease_ttl, i.lease_grace, i.reconcile_interval)
         + i.reconcile_interval

@@ -90,7 +90,7 @@ SELECT * FROM sd_claim_launch_v1(%(key)s::bigint, %(slots)s::int, %(owner)s::tex
 
 -- name: occurrence_claim_launch :many
 -- A whole claim in one round trip and one transaction (sent after the per-transaction limits
--- as one simple query, no BEGIN or COMMIT: `pooled_single_trip`), so the fleet budget's lock is
+-- as one simple query, no BEGIN or COMMIT: `database.one_trip`), so the fleet budget's lock is
 -- held for the server's work alone, never across a round trip: sd_claim_launch_v1 (migration
 -- 0012), whose statements are planned once per server process (a simple query's are parsed and
 -- planned on every call). The function:

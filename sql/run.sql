@@ -162,7 +162,7 @@ GROUP BY build_revision ORDER BY build_revision NULLS FIRST
 
 -- name: run_succeed_many :many
 -- Records a batch of successful runs in one round trip and one transaction (sent after the
--- limits as one simple query: `pooled_single_trip`), in sd_succeed_runs_v2 (migration 0013: its
+-- limits as one simple query: `database.one_trip`), in sd_succeed_runs_v2 (migration 0013: its
 -- plans are made once per server process, without sequential scans, and it looks each run of
 -- the batch up by key, so a plan made on the young tables of a new fleet does not walk every
 -- running run once they grow; 0014: nor hash joins, so no statistics make it read a whole

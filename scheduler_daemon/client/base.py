@@ -6,11 +6,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Self, TypeVar
 
-import psycopg
-
 from scheduler_daemon.domain import argument, control
 from scheduler_daemon.domain import limit as bound
-from scheduler_daemon.storage.database import Session
+from scheduler_daemon.storage.database import Conn, Session
 from scheduler_daemon.storage.error import Conflict, NotFound
 
 Plan = TypeVar("Plan")
@@ -52,9 +50,9 @@ class ClientBase:
         self.close()
 
     @contextmanager
-    def _tx(self) -> Iterator[psycopg.Connection[Any]]:
-        with self._session.transaction() as conn:
-            yield conn
+    def _tx(self) -> Iterator[Conn]:
+        with self._session.transaction() as tx:
+            yield tx.conn
 
 
 def check_limit(limit: int | None) -> None:

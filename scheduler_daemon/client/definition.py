@@ -33,8 +33,8 @@ class TaskDefinition(ClientBase):
         spec.validate()  # the rules that need no database, before connecting
         # One round trip begins the transaction and reads the clock, one inserts (and wakes the
         # daemons), then COMMIT.
-        with self._session.begin(now=now) as begun:
-            return self._add(begun.conn, spec, begun.now, source=None)
+        with self._session.transaction(now=now) as tx:
+            return self._add(tx.conn, spec, tx.now, source=None)
 
     def add_in(
         self,

@@ -46,9 +46,10 @@ class Triggering(ClientBase):
         # One round trip begins the transaction, reads the clock and takes the parent lock;
         # one more inserts the occurrence (with its sequence number and the wake-up) and
         # commits. (A `forbid` task's rule reads in between: one more.)
-        with self._session.begin(now=now, then=task_store.lock_statement(task_ref(ref))) as begun:
-            conn, db_now = begun.conn, begun.now
-            task = task_store.locked(ref, begun.result)
+        lock = task_store.lock_statement(task_ref(ref))
+        with self._session.transaction(now=now, first=lock) as tx:
+            conn, db_now = tx.conn, tx.now
+            task = task_store.locked(ref, tx.result)
             # Only a `forbid` task's rule reads its active occurrences (at most one, by index),
             # in a statement of its own: after the lock, so it sees every committed trigger.
             forbid = task.spec.overlap == OverlapPolicy.FORBID

@@ -17,7 +17,7 @@ from scheduler_daemon.runtime.notify import Notifier
 from scheduler_daemon.services.completer import Completer
 from scheduler_daemon.settings import DaemonSettings
 from scheduler_daemon.storage import occurrence_store
-from scheduler_daemon.storage.database import first_line, pooled_transaction
+from scheduler_daemon.storage.database import first_line, transaction
 
 log = structlog.get_logger()
 STOP_WAIT_SECONDS = 5.0
@@ -107,8 +107,8 @@ class Drain:
         self.wake.clear()
 
     def _release_claims(self, pool: ConnectionPool) -> None:
-        with pooled_transaction(pool) as conn:
-            released = occurrence_store.release_claims(conn, self.instance_id)
+        with transaction(pool) as tx:
+            released = occurrence_store.release_claims(tx.conn, self.instance_id)
         if released:
             self.log.info("claims_released", count=released)
 

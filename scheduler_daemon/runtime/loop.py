@@ -28,7 +28,7 @@ from scheduler_daemon.runtime.supervision import (
 )
 from scheduler_daemon.settings import DaemonSettings
 from scheduler_daemon.storage import fleet_store, occurrence_store
-from scheduler_daemon.storage.database import first_line, pooled_transaction
+from scheduler_daemon.storage.database import first_line, transaction
 from scheduler_daemon.storage.error import DatabaseUnavailable
 
 log = structlog.get_logger()
@@ -152,10 +152,10 @@ class Loop:
             return
         self.metrics.record_reconcile(self.services.reconciler.run_once())
         self._prune()
-        with pooled_transaction(self.pool) as conn:
-            depth = occurrence_store.queue_depth(conn)
-            executing = occurrence_store.executing_count(conn)
-            budget = fleet_store.budget(conn)
+        with transaction(self.pool) as tx:
+            depth = occurrence_store.queue_depth(tx.conn)
+            executing = occurrence_store.executing_count(tx.conn)
+            budget = fleet_store.budget(tx.conn)
         self.metrics.record_fleet(depth, executing, budget)
         self.notifier.status(
             f"ready: queue depth {depth}, executing {executing}/{budget} fleet-wide, "

@@ -19,7 +19,7 @@ from scheduler_daemon.runtime.health import LoopProgress
 from scheduler_daemon.runtime.notify import Notifier
 from scheduler_daemon.settings import DaemonSettings
 from scheduler_daemon.storage import instance_store, migration
-from scheduler_daemon.storage.database import connect, first_line, pooled_transaction
+from scheduler_daemon.storage.database import connect, first_line, transaction
 from scheduler_daemon.storage.error import DatabaseUnavailable, SchemaMismatch
 from scheduler_daemon.version import __version__
 
@@ -134,8 +134,8 @@ class Registration:
 
     def check_schema(self, pool: ConnectionPool) -> None:
         """Stop writing as soon as the schema is one this build cannot work with."""
-        with pooled_transaction(pool) as conn:
-            verdict = migration.state_of(conn).verdict
+        with transaction(pool) as tx:
+            verdict = migration.state_of(tx.conn).verdict
         if not verdict.ok:
             try:
                 migration.raise_unless_compatible(verdict)

@@ -24,7 +24,7 @@ from scheduler_daemon.services.reconciler import Reconciler
 from scheduler_daemon.services.waker import Waker
 from scheduler_daemon.settings import DaemonSettings
 from scheduler_daemon.storage import task_store
-from scheduler_daemon.storage.database import first_line, make_pool, pooled_transaction
+from scheduler_daemon.storage.database import first_line, make_pool, transaction
 from scheduler_daemon.storage.error import DatabaseUnavailable, SchemaMismatch
 
 log = structlog.get_logger()
@@ -142,8 +142,8 @@ def python_workers(pool: ConnectionPool, *, instance_id: str, settings: DaemonSe
     python jobs, so the first burst of them finds its workers running, else none (idle
     workers cost memory). A failed look-up starts none: jobs start them on demand."""
     try:
-        with pooled_transaction(pool) as conn:
-            found = task_store.python_exists(conn)
+        with transaction(pool) as tx:
+            found = task_store.python_exists(tx.conn)
     except (psycopg.Error, DatabaseUnavailable) as exc:
         log.warning("python_workers_not_started", instance_id=instance_id, error=first_line(exc))
         return 0

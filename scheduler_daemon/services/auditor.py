@@ -53,7 +53,7 @@ from scheduler_daemon.domain.sweep import (
     overlapping_pairs,
 )
 from scheduler_daemon.storage import audit_store
-from scheduler_daemon.storage.database import Limits, snapshot_transaction
+from scheduler_daemon.storage.database import Limits, transaction
 
 log = structlog.get_logger()
 # A reconcile pass may wait out a lock timeout (5 s) and take a moment itself.
@@ -135,8 +135,8 @@ class Auditor:
         return AuditReport(window, self.checks, tuple(violations), tuple(incomplete))
 
     def _window(self, since: TimeBound | None, until: TimeBound | None) -> AuditWindow:
-        with snapshot_transaction(self.pool, LIMITS) as conn:
-            now = audit_store.clock(conn)
+        with transaction(self.pool, LIMITS, snapshot=True) as tx:
+            now = audit_store.clock(tx.conn)
 
         def resolve(bound: TimeBound) -> datetime:
             return now - bound if isinstance(bound, timedelta) else bound
@@ -154,14 +154,14 @@ class Auditor:
     ) -> tuple[list[Violation], list[Incomplete]]:
         """Runs check `name`; anything it finds is looked for again in a fresh snapshot."""
         check = self._checks[name]
-        with snapshot_transaction(self.pool, LIMITS) as conn:
-            first = check(conn, window)
+        with transaction(self.pool, LIMITS, snapshot=True) as tx:
+            first = check(tx.conn, window)
         if not first.violations:
             return [], first.incomplete
         if self.between_snapshots is not None:
             self.between_snapshots(name)
-        with snapshot_transaction(self.pool, LIMITS) as conn:
-            second = check(conn, window)
+        with transaction(self.pool, LIMITS, snapshot=True) as tx:
+            second = check(tx.conn, window)
         seen = {v.identity for v in first.violations}
         kept = [v for v in second.violations if v.identity in seen]
         log.debug("audit_rechecked", check=name, first=len(first.violations), confirmed=len(kept))

@@ -23,9 +23,10 @@ from scheduler_daemon.storage import occurrence_store, run_store, task_store
 from scheduler_daemon.storage.database import (
     FIRST_TRY_LIMITS,
     UNIT_LIMITS,
+    Conn,
     Limits,
     first_line,
-    pooled_transaction,
+    transaction,
 )
 from scheduler_daemon.storage.error import (
     LOCK_ERRORS,
@@ -228,10 +229,10 @@ class Completer:
         return completions
 
     def _write_batch(self, runs: list[HeldRun]) -> dict[int, Completion]:
-        with pooled_transaction(self.pool, FIRST_TRY_LIMITS) as conn:
-            return self._write_locked(conn, runs)
+        with transaction(self.pool, FIRST_TRY_LIMITS) as tx:
+            return self._write_locked(tx.conn, runs)
 
-    def _write_locked(self, conn: Any, runs: list[HeldRun]) -> dict[int, Completion]:
+    def _write_locked(self, conn: Conn, runs: list[HeldRun]) -> dict[int, Completion]:
         """Locks task → occurrence → run for the whole batch (each table in id order), decides
         each outcome, and writes them with one fenced statement per table."""
         tasks = task_store.lock_many(conn, [run.task_id for run in runs])
@@ -363,8 +364,8 @@ class Completer:
             return self.complete(run, limits)
         except UNSTORABLE_ERRORS as exc:
             self._log_unstorable(run, "task_parked", error, exc)
-        with pooled_transaction(self.pool, limits) as conn:
-            task_store.park(conn, run.task_id, error=error, now=task_store.clock(conn))
+        with transaction(self.pool, limits) as tx:
+            task_store.park(tx.conn, run.task_id, error=error, now=task_store.clock(tx.conn))
         run.job.stop(error)  # over already; stop() is safe on a finished job
         self.held.remove(run.run_id)
         return "parked"
@@ -394,15 +395,15 @@ class Completer:
 
     def _complete(self, run: HeldRun, limits: Limits) -> Completion:
         try:
-            with pooled_transaction(self.pool, limits) as conn:
-                result = self._write(conn, run)
+            with transaction(self.pool, limits) as tx:
+                result = self._write(tx.conn, run)
         except Fenced:
             self._log(run, "fenced")
             return "fenced"
         self._log(run, result)
         return result
 
-    def _write(self, conn: Any, run: HeldRun) -> Completion:
+    def _write(self, conn: Conn, run: HeldRun) -> Completion:
         task = task_store.lock_row(conn, run.task_id)  # parent first: task → occurrence → run
         occ = occurrence_store.lock(conn, run.occurrence_id)
         row = run_store.lock(conn, run.run_id)

@@ -12,7 +12,7 @@ from scheduler_daemon.domain.misfire import plan_dispatch
 from scheduler_daemon.domain.status import OccurrenceStatus, OverlapPolicy, ScheduleKind
 from scheduler_daemon.domain.task import TaskRecord
 from scheduler_daemon.storage import occurrence_store, task_store
-from scheduler_daemon.storage.database import clock_transaction, first_line
+from scheduler_daemon.storage.database import Conn, first_line, transaction
 
 log = structlog.get_logger()
 
@@ -44,21 +44,20 @@ class Dispatcher:
         nothing)."""
         result = DispatchResult()
         while True:
-            with clock_transaction(self.pool, task_store.claim_due(self.batch, now), now) as begun:
-                tasks = begun.result
+            due = task_store.claim_due(self.batch, now)
+            with transaction(self.pool, clock=True, now=now, first=due) as tx:
+                tasks = tx.result
                 # A parked row is progress too: it left the due scan, so the next batch differs.
-                dispatched = sum(
-                    self._dispatch_one(begun.conn, row, begun.now, result) for row in tasks
-                )
+                dispatched = sum(self._dispatch_one(tx.conn, row, tx.now, result) for row in tasks)
                 result.tasks += len(tasks)
-                result.db_now = begun.now
+                result.db_now = tx.now
                 wake = result.queued > claims_after
-                result.next_due = task_store.commit_next_due(begun.conn, wake=wake)
+                result.next_due = task_store.commit_next_due(tx.conn, wake=wake)
             if len(tasks) < self.batch or not dispatched:
                 return result
 
     def _dispatch_one(
-        self, conn: Any, row: dict[str, Any], db_now: datetime, result: DispatchResult
+        self, conn: Conn, row: dict[str, Any], db_now: datetime, result: DispatchResult
     ) -> bool:
         """One task, its writes in a savepoint. A task whose row cannot be read or planned (a
         cron expression or zone this build rejects), or whose writes fail, is parked with its
@@ -74,13 +73,13 @@ class Dispatcher:
             self._park(conn, row["id"], exc, db_now)
         return True
 
-    def _park(self, conn: Any, task_id: int, exc: Exception, db_now: datetime) -> None:
+    def _park(self, conn: Conn, task_id: int, exc: Exception, db_now: datetime) -> None:
         error = first_line(exc)
         task_store.park(conn, task_id, error=error, now=db_now)
         log.error("task_parked", task_id=task_id, error=error, instance_id=self.instance_id)
 
     def _dispatch(
-        self, conn: Any, task: TaskRecord, db_now: datetime, result: DispatchResult
+        self, conn: Conn, task: TaskRecord, db_now: datetime, result: DispatchResult
     ) -> None:
         spec = task.spec
         assert task.next_run_at is not None

@@ -19,7 +19,7 @@ from scheduler_daemon.domain.lock_holder import REPORT_EVERY_SECONDS, LockHolder
 from scheduler_daemon.executors.base import Executor, JobContext
 from scheduler_daemon.settings import DaemonSettings
 from scheduler_daemon.storage import fleet_store, occurrence_store
-from scheduler_daemon.storage.database import first_line, pooled_single_trip, pooled_transaction
+from scheduler_daemon.storage.database import first_line, one_trip, transaction
 from scheduler_daemon.storage.error import DatabaseUnavailable
 
 log = structlog.get_logger()
@@ -83,7 +83,7 @@ class Launcher:
         if request is None:
             return LaunchResult(more=True)
         try:
-            rows = pooled_single_trip(self.pool, request.statement)
+            (rows,) = one_trip(self.pool, request.statement)
         except psycopg.errors.LockNotAvailable as exc:
             if not fleet_store.is_budget_lock_wait(exc):
                 raise
@@ -140,8 +140,8 @@ class Launcher:
         holders: list[LockHolder] = []
         error = None
         try:
-            with pooled_transaction(self.pool) as conn:
-                holders = fleet_store.budget_lock_holders(conn)
+            with transaction(self.pool) as tx:
+                holders = fleet_store.budget_lock_holders(tx.conn)
         except (psycopg.Error, DatabaseUnavailable) as exc:
             error = first_line(exc)
         log.warning(

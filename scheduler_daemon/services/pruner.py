@@ -28,7 +28,7 @@ import structlog
 from psycopg_pool import ConnectionPool
 
 from scheduler_daemon.storage import fleet_store, retention_store
-from scheduler_daemon.storage.database import UNIT_LIMITS, first_line, pooled_transaction
+from scheduler_daemon.storage.database import UNIT_LIMITS, first_line, transaction
 from scheduler_daemon.storage.error import LOCK_ERRORS, UNSTORABLE_ERRORS, sqlstate
 from scheduler_daemon.storage.retention_store import Batch
 
@@ -71,9 +71,9 @@ class Pruner:
         """One pass: at most `batches` batches, or with `until_swept` as many as it takes to
         reach the end of the history once (`prune`)."""
         report = PruneReport(dry_run=dry_run)
-        with pooled_transaction(self.pool) as conn:
-            retention = fleet_store.history_retention(conn)
-            shortest = retention_store.min_override(conn)
+        with transaction(self.pool) as tx:
+            retention = fleet_store.history_retention(tx.conn)
+            shortest = retention_store.min_override(tx.conn)
         report.retention = retention
         bounds = [r for r in (retention, shortest) if r is not None]
         if not bounds:
@@ -91,8 +91,8 @@ class Pruner:
         try:
             while until_swept or report.batches < self.batches:
                 try:
-                    with pooled_transaction(self.pool, UNIT_LIMITS) as conn:
-                        batch = prune(conn, after=self.after, limit=self.batch)
+                    with transaction(self.pool, UNIT_LIMITS) as tx:
+                        batch = prune(tx.conn, after=self.after, limit=self.batch)
                     full = batch.occurrences >= self.batch
                 except UNSTORABLE_ERRORS:  # one task's rows: the same window, a task at a time
                     batch, full = self._by_task(prune, min(bounds), now), False
@@ -122,15 +122,15 @@ class Pruner:
         """The batch at the cursor once more, one transaction per task of its window, each with
         room for all of that task's rows in it; a task whose rows still cannot be deleted is
         logged and passed over. Returns the sum, with the cursor after the window."""
-        with pooled_transaction(self.pool, UNIT_LIMITS) as conn:
+        with transaction(self.pool, UNIT_LIMITS) as tx:
             window = retention_store.window(
-                conn, min_retention=min_retention, after=self.after, scan=self.scan, now=now
+                tx.conn, min_retention=min_retention, after=self.after, scan=self.scan, now=now
             )
         occurrences = runs = 0
         for task_id in window.task_ids:
             try:
-                with pooled_transaction(self.pool, UNIT_LIMITS) as conn:
-                    done = prune(conn, after=self.after, limit=self.scan, task_id=task_id)
+                with transaction(self.pool, UNIT_LIMITS) as tx:
+                    done = prune(tx.conn, after=self.after, limit=self.scan, task_id=task_id)
             except UNSTORABLE_ERRORS as exc:
                 self.log.warning(
                     "prune_task_failed",

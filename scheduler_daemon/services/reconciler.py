@@ -26,9 +26,10 @@ from scheduler_daemon.storage import instance_store, occurrence_store, run_store
 from scheduler_daemon.storage.database import (
     FIRST_TRY_LIMITS,
     UNIT_LIMITS,
+    Conn,
     Limits,
     first_line,
-    pooled_transaction,
+    transaction,
 )
 from scheduler_daemon.storage.error import LOCK_ERRORS
 
@@ -136,9 +137,9 @@ class Reconciler:
     def inside_lease(self) -> list[dict[str, Any]]:
         """The running runs left after a pass, each with `takeover_from` (database clock),
         whether its owner still `renewing`, and the database's `db_now`."""
-        with pooled_transaction(self.pool) as conn:
+        with transaction(self.pool) as tx:
             return run_store.inside_lease(
-                conn,
+                tx.conn,
                 restart_quiet=self.restart_quiet,
                 overdue=timing.renewal_overdue_per_ttl(),
             )
@@ -204,40 +205,40 @@ class Reconciler:
             return LOCKED
 
     def _in_unit(self, limits: Limits, step: Callable[..., Any], *args: Any) -> Any:
-        with pooled_transaction(self.pool, limits) as conn:
-            return step(conn, *args)
+        with transaction(self.pool, limits) as tx:
+            return step(tx.conn, *args)
 
     def _candidates(self, page: Callable[..., Sequence[Seen]]) -> Iterator[Seen]:
         after = 0
         while True:
-            with pooled_transaction(self.pool) as conn:
-                rows = page(conn, after=after, limit=self.page)
+            with transaction(self.pool) as tx:
+                rows = page(tx.conn, after=after, limit=self.page)
             yield from rows
             if len(rows) < self.page:
                 return
             after = rows[-1].id
 
     # -- pages -----------------------------------------------------------------------------------
-    def _takeover_page(self, conn: Any, **kw: Any) -> list[TakeoverCandidate]:
+    def _takeover_page(self, conn: Conn, **kw: Any) -> list[TakeoverCandidate]:
         return run_store.takeover_candidates(conn, restart_quiet=self.restart_quiet, **kw)
 
-    def _claims_page(self, conn: Any, **kw: Any) -> list[ExpiredClaim]:
+    def _claims_page(self, conn: Conn, **kw: Any) -> list[ExpiredClaim]:
         return occurrence_store.expired_claims(conn, **kw)
 
-    def _deadline_page(self, conn: Any, **kw: Any) -> list[OccurrenceRef]:
+    def _deadline_page(self, conn: Conn, **kw: Any) -> list[OccurrenceRef]:
         return occurrence_store.past_deadline(conn, **kw)
 
-    def _one_shots_page(self, conn: Any, **kw: Any) -> list[TaskRef]:
+    def _one_shots_page(self, conn: Conn, **kw: Any) -> list[TaskRef]:
         return task_store.unfinished_one_shots(conn, **kw)
 
     # -- fixes: each one transaction, task → occurrence → run ------------------------------------
     def _take_over(self, seen: TakeoverCandidate, limits: Limits = UNIT_LIMITS) -> int | None:
-        with pooled_transaction(self.pool, limits) as conn:
-            task = task_store.lock_row(conn, seen.task_id)
-            occ = occurrence_store.lock(conn, seen.occurrence_id)
-            run_store.lock(conn, seen.id)
+        with transaction(self.pool, limits) as tx:
+            task = task_store.lock_row(tx.conn, seen.task_id)
+            occ = occurrence_store.lock(tx.conn, seen.occurrence_id)
+            run_store.lock(tx.conn, seen.id)
             if not run_store.take_over(
-                conn,
+                tx.conn,
                 seen.id,
                 token=seen.lease_token,
                 by=self.instance_id,
@@ -261,7 +262,7 @@ class Reconciler:
                 )
                 error = f"interrupted: {seen.owner} stopped renewing its lease"
                 occurrence_store.settle(
-                    conn,
+                    tx.conn,
                     occ,
                     token=seen.lease_token,
                     settlement=settlement(occ, decision, error),
@@ -276,23 +277,23 @@ class Reconciler:
         return seen.id
 
     def _requeue_claim(self, seen: ExpiredClaim, limits: Limits = UNIT_LIMITS) -> int | None:
-        with pooled_transaction(self.pool, limits) as conn:
-            task_store.lock_row(conn, seen.task_id)
-            occurrence_store.lock(conn, seen.id)
-            if not occurrence_store.requeue_claim(conn, seen.id, token=seen.lease_token):
+        with transaction(self.pool, limits) as tx:
+            task_store.lock_row(tx.conn, seen.task_id)
+            occurrence_store.lock(tx.conn, seen.id)
+            if not occurrence_store.requeue_claim(tx.conn, seen.id, token=seen.lease_token):
                 return None
         self.log.info("claim_requeued", occurrence_id=seen.id, task_id=seen.task_id)
         return seen.id
 
     def _expire(self, seen: OccurrenceRef, limits: Limits = UNIT_LIMITS) -> int | None:
-        with pooled_transaction(self.pool, limits) as conn:
-            task_store.lock_row(conn, seen.task_id)
-            occurrence_store.lock(conn, seen.id)
-            expired = occurrence_store.expire(conn, seen.id)
+        with transaction(self.pool, limits) as tx:
+            task_store.lock_row(tx.conn, seen.task_id)
+            occurrence_store.lock(tx.conn, seen.id)
+            expired = occurrence_store.expire(tx.conn, seen.id)
             if expired is None:
                 return None
             task_store.record_outcome(
-                conn,
+                tx.conn,
                 seen.task_id,
                 task_outcome(expired, OccurrenceStatus.EXPIRED, "start deadline passed"),
             )
@@ -306,15 +307,15 @@ class Reconciler:
 
     def _finalize(self, seen: TaskRef, limits: Limits = UNIT_LIMITS) -> int | None:
         """Finalizes a one-shot task from its latest occurrence, read after the task lock."""
-        with pooled_transaction(self.pool, limits) as conn:
-            task = task_store.lock_row(conn, seen.id)
+        with transaction(self.pool, limits) as tx:
+            task = task_store.lock_row(tx.conn, seen.id)
             if task is None or task.status != TaskStatus.RUNNING:
                 return None
-            end = finalize_one_shot(occurrence_store.latest(conn, task.id))
+            end = finalize_one_shot(occurrence_store.latest(tx.conn, task.id))
             if end is None:
                 return None  # still active: a later pass looks again
             if end.outcome is not None:
-                task_store.record_outcome(conn, task.id, end.outcome)
-            task_store.finish_lifecycle(conn, task.id, status=end.status, error=end.error)
+                task_store.record_outcome(tx.conn, task.id, end.outcome)
+            task_store.finish_lifecycle(tx.conn, task.id, status=end.status, error=end.error)
         self.log.info("task_finalized", task_id=seen.id)
         return seen.id

@@ -1,7 +1,7 @@
 """Reads the history `audit` checks, as typed rows, through the named queries in sql/audit.sql.
 
 Every function only reads; the caller runs it inside a read-only snapshot
-(`database.snapshot_transaction`), so the rows of one check come from one moment.
+(`database.transaction(snapshot=True)`), so the rows of one check come from one moment.
 """
 
 from dataclasses import dataclass

@@ -1,24 +1,30 @@
-"""Opens connections to PostgreSQL with the settings every connection needs; its messages never
-echo the URL: they name the server as `host:port/dbname` and mask the URL's password in any
-form (domain.secret)."""
+"""Opens connections to PostgreSQL with the settings every connection needs, and runs short
+transactions on them: `transaction` and `one_trip` on the daemon's pool, `Session.transaction` on
+the Client's reused connection. Its messages never echo the URL: they name the server as
+`host:port/dbname` and mask the URL's password in any form (domain.secret)."""
 
-import functools
 import os
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, Self, TypeAlias, cast
 
 import psycopg
 from psycopg.conninfo import conninfo_to_dict
-from psycopg.rows import dict_row
+from psycopg.rows import DictRow, dict_row
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from scheduler_daemon.domain.secret import mask_values, redact, url_passwords
 from scheduler_daemon.storage import query
 from scheduler_daemon.storage.error import DatabaseUnavailable
+
+Conn: TypeAlias = psycopg.Connection[DictRow]
+"""A connection as every one of ours is opened: rows as dicts, nothing prepared."""
+
+Statement: TypeAlias = tuple[str, dict[str, Any]]
+"""A named query (sql/*.sql) and its parameters, for a helper that sends it with others."""
 
 CONNECT_TIMEOUT_SECONDS = 5
 # libpq TCP keepalives: a peer that vanished is noticed in about a minute, not hours. Keepalives
@@ -52,7 +58,7 @@ def describe_server(url: str) -> str:
     return f"{host}:{params.get('port') or 5432}/{dbname}"
 
 
-def connect(url: str, *, autocommit: bool = False, **kwargs: Any) -> psycopg.Connection[Any]:
+def connect(url: str, *, autocommit: bool = False, **kwargs: Any) -> Conn:
     """A connection with dict rows, no server-side prepared statements (PgBouncer transaction
     mode), TCP keepalives and a connect timeout; DatabaseUnavailable with one line naming the
     server (`describe_server`) if not, the password masked in any form libpq echoes."""
@@ -75,21 +81,103 @@ def connect(url: str, *, autocommit: bool = False, **kwargs: Any) -> psycopg.Con
         raise DatabaseUnavailable(f"cannot connect to the database at {server}: {reason}") from exc
 
 
+# -- the ways to run a transaction ---------------------------------------------------------------
+# Two on the daemon's pool: `transaction` (a short transaction; its first statement may go with
+# its BEGIN, its last with its COMMIT: query.run_and_commit) and `one_trip` (statements that are a
+# whole transaction, sent in one round trip). One on the Client's reused connection:
+# `Session.transaction`, the same shape as `transaction`. Inside any of them, query.run,
+# query.run_in_savepoint and query.run_and_commit send one named statement each.
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Per-transaction limits, applied with SET LOCAL semantics (PgBouncer transaction mode)."""
+
+    lock_timeout: str = "5s"
+    statement_timeout: str = "30s"
+    idle_timeout: str = "60s"
+
+
+# One unit of maintenance work (a completion, a takeover) waits briefly for a row lock and is
+# retried later, so one row held by someone else never stalls the loop for the full timeout.
+UNIT_LIMITS = Limits(lock_timeout="1s")
+# Its first try waits only as long as a peer's own short transaction on the row can last, and the
+# units that could not lock are tried again with UNIT_LIMITS after all the others: a row held for
+# long delays its own unit, not the units queued behind it.
+FIRST_TRY_LIMITS = Limits(lock_timeout="100ms")
+
+
+@dataclass(frozen=True)
+class Tx:
+    """An open transaction: its connection, the result of the statement sent with its BEGIN
+    (None: none sent) and, when it read one, its clock (the database's `now()`, or the pinned
+    time)."""
+
+    conn: Conn
+    result: Any = None
+    clock: datetime | None = None
+
+    @property
+    def now(self) -> datetime:
+        """The transaction's clock; only a transaction begun with `clock=True` read one."""
+        assert self.clock is not None, "this transaction read no clock (clock=True reads it)"
+        return self.clock
+
+
 @contextmanager
-def transaction(url: str, limits: "Limits | None" = None) -> Iterator[psycopg.Connection[Any]]:
-    """One short transaction on a fresh connection, with the per-transaction limits set:
-    committed on success, rolled back on error."""
-    conn = connect(url)
-    try:
-        with conn.transaction():
-            apply_limits(conn, limits or Limits())
-            yield conn
-    except psycopg.OperationalError as exc:
-        if not is_connection_error(exc):
-            raise  # a lock or statement timeout, a deadlock: the caller's error, not an outage
-        raise DatabaseUnavailable(f"lost the database connection: {first_line(exc)}") from exc
-    finally:
-        conn.close()
+def transaction(
+    pool: ConnectionPool,
+    limits: Limits | None = None,
+    *,
+    snapshot: bool = False,
+    clock: bool = False,
+    now: datetime | None = None,
+    first: Statement | None = None,
+) -> Iterator[Tx]:
+    """One short transaction on a pooled connection. Its BEGIN, the per-transaction `limits`,
+    with `clock` the database clock (`now()`, or `now`, a test's pinned time) and `first` (a
+    named statement and its parameters, e.g. the due scan; its result as its cardinality says)
+    are sent in one round trip. `snapshot`: REPEATABLE READ, READ ONLY (every statement sees one
+    moment, none can write). Committed on exit, unless a statement sent with its COMMIT
+    (`query.run_and_commit`) ended it already; rolled back on any error. DatabaseUnavailable
+    when the database cannot be reached."""
+    with _connection(pool) as conn:
+        try:
+            yield _begin(
+                conn, limits or Limits(), snapshot=snapshot, clock=clock, now=now, first=first
+            )
+        except BaseException:
+            if not conn.closed and not conn.broken:
+                conn.rollback()
+            raise
+        conn.commit()  # sends nothing when the transaction was committed already
+
+
+def one_trip(
+    pool: ConnectionPool, *statements: Statement, limits: Limits | None = None
+) -> list[Any]:
+    """A whole short transaction in one round trip: the per-transaction limits and the named
+    `statements`, in order, as one simple query (parameters bound client-side: fine through
+    PgBouncer), with no BEGIN or COMMIT: the server runs a simple query of several statements as
+    one implicit transaction, so all commit or (on any error) none, and no lock it takes is held
+    across a round trip. Returns what each one's cardinality promises, from its last statement.
+    A parameter two of them name must have one value. Errors as for `transaction`."""
+    params: dict[str, Any] = {**_limit_params(limits or Limits())}
+    for name, statement_params in statements:
+        clash = {k for k in set(statement_params) & set(params) if statement_params[k] != params[k]}
+        assert not clash, f"{name} gives parameters other values: {clash}"
+        params.update(statement_params)
+    names = [name for name, _ in statements]
+    sql = ";\n".join(query.QUERIES[name].sql for name in [_LIMITS, *names])
+    with _connection(pool) as conn:
+        cursor = psycopg.ClientCursor(conn)
+        cursor.execute(sql, params)
+        results = []
+        before = query.statement_count(_LIMITS)  # past the limits, then each earlier one's last
+        for name in names:
+            results.append(query.last_result(cursor, name, before=before))
+            before = 1
+        return results
 
 
 class Session:
@@ -101,9 +189,15 @@ class Session:
 
     def __init__(self, url: str) -> None:
         self.url = url
-        self._conn: psycopg.Connection[Any] | None = None
+        self._conn: Conn | None = None
         self._pid = os.getpid()
         self._lock = threading.Lock()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.close()
 
     def _forked(self) -> None:
         """In a child of the process that opened the connection: forget it, never close it (a
@@ -114,33 +208,27 @@ class Session:
             self._lock = threading.Lock()
 
     @contextmanager
-    def transaction(self, limits: "Limits | None" = None) -> Iterator[psycopg.Connection[Any]]:
-        """One short transaction on the reused connection, with the per-transaction limits set:
-        committed on success, rolled back on error (`begin` without its extras)."""
-        with self.begin(limits) as begun:
-            yield begun.conn
-
-    @contextmanager
-    def begin(
+    def transaction(
         self,
-        limits: "Limits | None" = None,
+        limits: Limits | None = None,
         *,
         now: datetime | None = None,
-        then: "tuple[str, dict[str, Any]] | None" = None,
-    ) -> Iterator["Begun"]:
+        first: Statement | None = None,
+    ) -> Iterator[Tx]:
         """One short transaction on the reused connection, begun in one round trip that also
         sets the per-transaction limits, reads the database clock (`now` pins it: a test's time)
-        and runs `then`, a named statement with its parameters (the first statement of the
+        and runs `first`, a named statement with its parameters (the first statement of the
         transaction, e.g. the parent lock; its result as its cardinality says): committed on
-        success, rolled back on error. A connection found dead by that round trip (a server
-        restart while it sat idle) is replaced once, since nothing was written yet; a connection
-        lost later is DatabaseUnavailable, and the next transaction opens a new one."""
+        success (unless `query.run_and_commit` ended it), rolled back on error. A connection
+        found dead by that round trip (a server restart while it sat idle) is replaced once,
+        since nothing was written yet; a connection lost later is DatabaseUnavailable, and the
+        next transaction opens a new one."""
         self._forked()
         with self._lock:
-            begun = self._begin(limits or Limits(), now, then)
-            conn = begun.conn
+            tx = self._open(limits or Limits(), now, first)
+            conn = tx.conn
             try:
-                yield begun
+                yield tx
             except psycopg.OperationalError as exc:
                 self._end(conn, commit=False)
                 if not is_connection_error(exc):
@@ -153,23 +241,18 @@ class Session:
                 raise
             self._end(conn, commit=True)
 
-    def _begin(
-        self,
-        limits: "Limits",
-        now: datetime | None,
-        then: "tuple[str, dict[str, Any]] | None",
-    ) -> "Begun":
+    def _open(self, limits: Limits, now: datetime | None, first: Statement | None) -> Tx:
         reused = self._conn is not None and not self._conn.closed
         if not reused:
-            # autocommit: the transaction is begun by `begin_statement` itself, so BEGIN costs no
-            # round trip of its own (psycopg's implicit BEGIN would).
+            # autocommit: the transaction is begun by `_begin` itself, so BEGIN costs no round
+            # trip of its own (psycopg's implicit BEGIN would).
             self._conn = connect(self.url, autocommit=True)
         conn = self._conn
         assert conn is not None
         try:
-            db_now, result = begin_statement(conn, limits, now, then)
+            return _begin(conn, limits, snapshot=False, clock=True, now=now, first=first)
         except psycopg.OperationalError as exc:
-            if not is_connection_error(exc):  # a lock or statement timeout in `then`
+            if not is_connection_error(exc):  # a lock or statement timeout in `first`
                 self._end(conn, commit=False)
                 raise
             self._discard()
@@ -177,13 +260,12 @@ class Session:
                 raise DatabaseUnavailable(
                     f"lost the database connection: {first_line(exc)}"
                 ) from exc
-            return self._begin(limits, now, then)  # the idle connection had died: one fresh try
+            return self._open(limits, now, first)  # the idle connection had died: one fresh try
         except BaseException:
             self._end(conn, commit=False)
             raise
-        return Begun(conn, db_now, result)
 
-    def _end(self, conn: psycopg.Connection[Any], *, commit: bool) -> None:
+    def _end(self, conn: Conn, *, commit: bool) -> None:
         try:
             if commit:
                 conn.commit()
@@ -210,19 +292,6 @@ class Session:
             self._discard()
 
 
-@dataclass(frozen=True)
-class Begun:
-    """A transaction `Session.begin` opened: its connection, its clock (the database's `now()`,
-    or the pinned time) and the result of the statement sent with its BEGIN (None: none sent)."""
-
-    conn: psycopg.Connection[Any]
-    now: datetime
-    result: Any = None
-
-
-Then = tuple[str, dict[str, Any]]
-"""A named statement and its parameters, sent with a transaction's BEGIN (its first statement)."""
-
 # The named BEGIN statements: with the limits; also reading the clock; a read-only snapshot;
 # and the limits alone (an implicit transaction's first statement, or inside a transaction).
 _BEGIN = "session_begin"
@@ -231,62 +300,61 @@ _BEGIN_SNAPSHOT = "session_begin_snapshot"
 _LIMITS = "session_limits"
 
 
-def begin_statement(
-    conn: psycopg.Connection[Any], limits: "Limits", now: datetime | None, then: Then | None
-) -> tuple[datetime, Any]:
-    """Begins a transaction on the autocommit `conn` with the limits set and the clock read
-    (`session_begin_clock`), and `then` after them, in one round trip (`_send_begin`).
-    Returns the clock and what `then`'s cardinality promises."""
-    cursor = _send_begin(conn, _BEGIN_CLOCK, {**_limit_params(limits), "now": now}, then)
-    row = cursor.fetchone()
-    assert row is not None
-    return row["db_now"], _then_result(cursor, then)
+def _begin(
+    conn: Conn,
+    limits: Limits,
+    *,
+    snapshot: bool,
+    clock: bool,
+    now: datetime | None,
+    first: Statement | None,
+) -> Tx:
+    """Begins a transaction on the autocommit `conn` whose BEGIN carries the limits, with
+    `clock` reads the clock, and sends `first` after them: one round trip, where
+    `conn.transaction()` plus the limits took two (a `conn.transaction()` inside is a
+    savepoint). Returns the transaction, with `first`'s result and the clock it read."""
+    assert not (snapshot and clock), "no BEGIN reads the clock of a snapshot"
+    assert clock or now is None, "a pinned time is the clock's: clock=True"
+    params: dict[str, Any] = _limit_params(limits)
+    if clock:
+        begin, params = _BEGIN_CLOCK, {**params, "now": now}
+    else:
+        begin = _BEGIN_SNAPSHOT if snapshot else _BEGIN
+    cursor = _send_begin(conn, begin, params, first)
+    db_now = None
+    if clock:
+        row = cursor.fetchone()
+        assert row is not None
+        db_now = row["db_now"]
+    return Tx(conn, _first_result(cursor, first), db_now)
 
 
 def _send_begin(
-    conn: psycopg.Connection[Any], begin: str, params: dict[str, Any], then: Then | None
-) -> psycopg.ClientCursor[Any]:
-    """Sends the named BEGIN statements `begin` and `then` after them as one simple query (one
+    conn: Conn, begin: str, params: dict[str, Any], first: Statement | None
+) -> psycopg.ClientCursor[DictRow]:
+    """Sends the named BEGIN statements `begin` and `first` after them as one simple query (one
     round trip, parameters bound client-side: fine through PgBouncer, nothing is prepared);
     returns the cursor at the result of the BEGIN's last statement."""
     sql = query.QUERIES[begin].sql
-    if then is not None:
-        name, then_params = then
-        overlap = {k for k in set(then_params) & set(params) if then_params[k] != params[k]}
+    if first is not None:
+        name, first_params = first
+        overlap = {k for k in set(first_params) & set(params) if first_params[k] != params[k]}
         assert not overlap, f"{name} gives parameters of the BEGIN other values: {overlap}"
         sql = f"{sql};\n{query.QUERIES[name].sql}"
-        params = {**params, **then_params}
+        params = {**params, **first_params}
     cursor = psycopg.ClientCursor(conn)
     cursor.execute(sql, params)
     cursor.nextset()  # past BEGIN's command status, to the limits (and the clock)
     return cursor
 
 
-def _then_result(cursor: psycopg.ClientCursor[Any], then: Then | None) -> Any:
-    """What `then`'s cardinality promises, from its last statement (it may hold several)."""
-    if then is None:
+def _first_result(cursor: psycopg.ClientCursor[DictRow], first: Statement | None) -> Any:
+    """What `first`'s cardinality promises, from its last statement (it may hold several)."""
+    if first is None:
         return None
     while cursor.nextset():
         pass
-    return query.result(cursor, query.QUERIES[then[0]].cardinality)
-
-
-@dataclass(frozen=True)
-class Limits:
-    """Per-transaction limits, applied with SET LOCAL semantics (PgBouncer transaction mode)."""
-
-    lock_timeout: str = "5s"
-    statement_timeout: str = "30s"
-    idle_timeout: str = "60s"
-
-
-# One unit of maintenance work (a completion, a takeover) waits briefly for a row lock and is
-# retried later, so one row held by someone else never stalls the loop for the full timeout.
-UNIT_LIMITS = Limits(lock_timeout="1s")
-# Its first try waits only as long as a peer's own short transaction on the row can last, and the
-# units that could not lock are tried again with UNIT_LIMITS after all the others: a row held for
-# long delays its own unit, not the units queued behind it.
-FIRST_TRY_LIMITS = Limits(lock_timeout="100ms")
+    return query.result(cursor, query.QUERIES[first[0]].cardinality)
 
 
 def make_pool(url: str, *, max_size: int, name: str) -> ConnectionPool:
@@ -303,7 +371,7 @@ def make_pool(url: str, *, max_size: int, name: str) -> ConnectionPool:
         kwargs={
             "row_factory": dict_row,
             "prepare_threshold": None,
-            # Transactions are begun by `_pooled` itself: BEGIN and the limits in one round trip.
+            # Transactions are begun by `_begin` itself: BEGIN and the limits in one round trip.
             "autocommit": True,
             "connect_timeout": CONNECT_TIMEOUT_SECONDS,
             "application_name": name,
@@ -313,159 +381,19 @@ def make_pool(url: str, *, max_size: int, name: str) -> ConnectionPool:
 
 
 @contextmanager
-def pooled_transaction(pool: ConnectionPool, limits: Limits | None = None) -> Iterator[Any]:
-    """One short transaction on a pooled connection, with the per-transaction limits set;
-    DatabaseUnavailable when the database cannot be reached."""
-    with _pooled(pool, limits, snapshot=False) as conn:
-        yield conn
-
-
-@contextmanager
-def snapshot_transaction(pool: ConnectionPool, limits: Limits | None = None) -> Iterator[Any]:
-    """One REPEATABLE READ, READ ONLY transaction on a pooled connection: every statement in it
-    sees the same snapshot and none can write. Errors as for `pooled_transaction`."""
-    with _pooled(pool, limits, snapshot=True) as conn:
-        yield conn
-
-
-def pooled_single_trip(pool: ConnectionPool, then: Then, limits: Limits | None = None) -> Any:
-    """A whole short transaction in one round trip: the per-transaction limits and `then`'s
-    statements as one simple query (parameters bound client-side: fine through PgBouncer), with
-    no BEGIN or COMMIT: the server runs a simple query of several statements as one implicit
-    transaction, so no lock it takes is held across a round trip. Returns what `then`'s
-    cardinality promises, from its last statement. Errors as for `pooled_transaction`; on any
-    error nothing is committed."""
-    (result,) = _single_trip(pool, [then], limits)
-    return result
-
-
-def pooled_single_trip_pair(
-    pool: ConnectionPool, first: Then, second: Then, limits: Limits | None = None
-) -> tuple[Any, Any]:
-    """`pooled_single_trip` of two named statements, `second` after `first` in the same
-    implicit transaction: both commit, or (on any error) neither. Returns what each one's
-    cardinality promises. A parameter both name must have one value."""
-    first_result, second_result = _single_trip(pool, [first, second], limits)
-    return first_result, second_result
-
-
-def _single_trip(pool: ConnectionPool, thens: list[Then], limits: Limits | None) -> list[Any]:
-    params: dict[str, Any] = {**_limit_params(limits or Limits())}
-    for name, then_params in thens:
-        clash = {k for k in set(then_params) & set(params) if then_params[k] != params[k]}
-        assert not clash, f"{name} gives parameters other values: {clash}"
-        params.update(then_params)
-    sql = ";\n".join(query.QUERIES[name].sql for name in [_LIMITS, *(name for name, _ in thens)])
-    with _connection(pool) as conn:
-        cursor = psycopg.ClientCursor(conn)
-        cursor.execute(sql, params)
-        results = []
-        before = _statements(_LIMITS)  # past the limits, and then each earlier statement's last
-        for name, _ in thens:
-            results.append(_last_result(cursor, name, before=before))
-            before = 1
-        return results
-
-
-@functools.cache
-def _statements(name: str) -> int:
-    """How many statements the named query holds (they are separated by ';' and a newline)."""
-    return query.QUERIES[name].sql.count(";\n") + 1
-
-
-def _last_result(cursor: psycopg.ClientCursor[Any], name: str, *, before: int) -> Any:
-    """What the named query's cardinality promises, from its last statement, on a cursor at
-    the first result of a simple query that sent `before` statements ahead of it."""
-    for _ in range(before + _statements(name) - 1):
-        cursor.nextset()
-    return query.result(cursor, query.QUERIES[name].cardinality)
-
-
-@contextmanager
-def clock_transaction(
-    pool: ConnectionPool, then: Then, now: datetime | None = None, limits: Limits | None = None
-) -> Iterator[Begun]:
-    """One short transaction on a pooled connection whose BEGIN round trip also reads its
-    clock (now(), or the time a test pinned) and runs `then`; yields them as a `Begun`. It is
-    committed on exit unless `commit_with` ended it already; rolled back on any error. Errors
-    as for `pooled_transaction`."""
-    with _connection(pool) as conn:
-        try:
-            db_now, result = begin_statement(conn, limits or Limits(), now, then)
-            yield Begun(conn, db_now, result)
-        except BaseException:
-            if not conn.closed and not conn.broken:
-                conn.rollback()
-            raise
-        if conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
-            conn.commit()
-
-
-_UNIT_SAVEPOINT = "unit"
-
-
-def unit_statement(conn: psycopg.Connection[Any], then: Then) -> Any:
-    """Runs `then` in a savepoint of its own sent with it (one round trip, where psycopg's
-    `conn.transaction()` takes three), inside an open transaction. On an error the server
-    reported, the transaction is rolled back to that savepoint, so it goes on without `then`'s
-    writes, and the error is raised. The savepoint is released when the transaction ends."""
-    name, params = then
-    cursor = psycopg.ClientCursor(conn)
-    try:
-        cursor.execute(f"SAVEPOINT {_UNIT_SAVEPOINT};\n{query.QUERIES[name].sql}", params)
-    except psycopg.Error:
-        if conn.info.transaction_status == psycopg.pq.TransactionStatus.INERROR:
-            conn.execute(f"ROLLBACK TO SAVEPOINT {_UNIT_SAVEPOINT}")
-        raise
-    return _last_result(cursor, name, before=1)
-
-
-def commit_with(conn: psycopg.Connection[Any], then: Then) -> Any:
-    """Sends `then` and COMMIT as one simple query (one round trip) on a connection inside a
-    transaction; returns what `then`'s cardinality promises."""
-    name, params = then
-    cursor = psycopg.ClientCursor(conn)
-    cursor.execute(f"{query.QUERIES[name].sql};\nCOMMIT", params)
-    return _last_result(cursor, name, before=0)
-
-
-@contextmanager
-def _pooled(
-    pool: ConnectionPool, limits: Limits | None, *, snapshot: bool = False
-) -> Iterator[Any]:
-    begin = _BEGIN_SNAPSHOT if snapshot else _BEGIN
-    with _connection(pool) as conn, _begun(conn, limits or Limits(), begin=begin):
-        yield conn
-
-
-@contextmanager
-def _connection(pool: ConnectionPool) -> Iterator[psycopg.Connection[Any]]:
+def _connection(pool: ConnectionPool) -> Iterator[Conn]:
     """A pooled connection; DatabaseUnavailable when the database cannot be reached."""
     try:
         with pool.connection() as conn:
-            yield conn
+            yield cast(
+                Conn, conn
+            )  # make_pool's connections have dict rows; the pool's type can't say
     except PoolTimeout as exc:
         raise DatabaseUnavailable(f"database unavailable: {first_line(exc)}") from exc
     except psycopg.OperationalError as exc:
         if not is_connection_error(exc):
             raise
         raise DatabaseUnavailable(f"database unavailable: {first_line(exc)}") from exc
-
-
-@contextmanager
-def _begun(conn: psycopg.Connection[Any], limits: Limits, *, begin: str) -> Iterator[None]:
-    """One transaction on an autocommit connection whose BEGIN (the named statements `begin`)
-    carries the limits: one round trip (`_send_begin`) where `conn.transaction()` plus
-    `apply_limits` took two. A `conn.transaction()` inside is a savepoint, as before; committed
-    on success, rolled back on any error."""
-    try:
-        _send_begin(conn, begin, _limit_params(limits), None)
-        yield
-    except BaseException:
-        if not conn.closed and not conn.broken:
-            conn.rollback()
-        raise
-    conn.commit()
 
 
 # SQLSTATEs that mean the server went away: admin/crash shutdown, cannot connect now.
@@ -493,6 +421,7 @@ def _limit_params(limits: Limits) -> dict[str, str]:
     }
 
 
-def apply_limits(conn: psycopg.Connection[Any], limits: Limits) -> None:
-    """Sets the per-transaction limits (SET LOCAL semantics) in the open transaction."""
+def apply_limits(conn: Conn, limits: Limits) -> None:
+    """Sets the per-transaction limits (SET LOCAL semantics) in a transaction begun without
+    them (the lease keeper's own connection)."""
     query.run(conn, _LIMITS, _limit_params(limits))

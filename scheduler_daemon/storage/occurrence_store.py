@@ -14,7 +14,7 @@ from scheduler_daemon.domain.outcome import Settlement
 from scheduler_daemon.domain.status import FINISHED, NOT_STARTED
 from scheduler_daemon.domain.task import TaskRecord
 from scheduler_daemon.storage import instance_store, query, task_store
-from scheduler_daemon.storage.database import Limits, unit_statement
+from scheduler_daemon.storage.database import Limits
 from scheduler_daemon.storage.fleet_store import BUDGET_LOCK_KEY
 
 
@@ -90,7 +90,7 @@ def dispatch(
         "now": now,
         "finished": list(FINISHED),
     }
-    return unit_statement(conn, ("occurrence_dispatch", params))
+    return query.run_in_savepoint(conn, "occurrence_dispatch", params)
 
 
 def insert_many(

@@ -14,6 +14,7 @@ include as `{{run_row}}` (one column list several statements select, written onc
 or unused fragment is an error.
 """
 
+import functools
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -126,11 +127,46 @@ def run_and_commit(
     """Executes the query `name` as its transaction's last statement, COMMIT sent with it: one
     simple query, so one round trip (parameters bound client-side: nothing is prepared, fine
     through PgBouncer). An error in the statement leaves the COMMIT unrun and the transaction
-    failed, for the caller's rollback. Returns what the statement's cardinality promises."""
-    query = QUERIES[name]
+    failed, for the caller's rollback. Returns what the query's cardinality promises, from its
+    last statement."""
     cursor = psycopg.ClientCursor(conn)
-    cursor.execute(f"{query.sql};\nCOMMIT", params or {})
-    return result(cursor, query.cardinality)
+    cursor.execute(f"{QUERIES[name].sql};\nCOMMIT", params or {})
+    return last_result(cursor, name, before=0)
+
+
+_SAVEPOINT = "unit"
+
+
+def run_in_savepoint(
+    conn: psycopg.Connection[Any], name: str, params: dict[str, Any] | None = None
+) -> Any:
+    """Executes the query `name` in a savepoint of its own sent with it (one round trip, where
+    psycopg's `conn.transaction()` takes three), inside an open transaction. On an error the
+    server reported, the transaction is rolled back to that savepoint, so it goes on without
+    the query's writes, and the error is raised. The savepoint is released when the transaction
+    ends. Returns what the query's cardinality promises, from its last statement."""
+    cursor = psycopg.ClientCursor(conn)
+    try:
+        cursor.execute(f"SAVEPOINT {_SAVEPOINT};\n{QUERIES[name].sql}", params or {})
+    except psycopg.Error:
+        if conn.info.transaction_status == psycopg.pq.TransactionStatus.INERROR:
+            conn.execute(f"ROLLBACK TO SAVEPOINT {_SAVEPOINT}")
+        raise
+    return last_result(cursor, name, before=1)
+
+
+@functools.cache
+def statement_count(name: str) -> int:
+    """How many statements the named query holds (they are separated by ';' and a newline)."""
+    return QUERIES[name].sql.count(";\n") + 1
+
+
+def last_result(cursor: Any, name: str, *, before: int) -> Any:
+    """What the named query's cardinality promises, from its last statement, on a cursor at
+    the first result of a simple query that sent `before` statements ahead of it."""
+    for _ in range(before + statement_count(name) - 1):
+        cursor.nextset()
+    return result(cursor, QUERIES[name].cardinality)
 
 
 def result(cursor: Any, cardinality: str) -> Any:

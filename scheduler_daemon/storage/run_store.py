@@ -11,12 +11,7 @@ from psycopg_pool import ConnectionPool
 from scheduler_daemon.domain.run import Run, TakeoverCandidate
 from scheduler_daemon.domain.status import RunStatus
 from scheduler_daemon.storage import query
-from scheduler_daemon.storage.database import (
-    Limits,
-    Then,
-    pooled_single_trip,
-    pooled_single_trip_pair,
-)
+from scheduler_daemon.storage.database import Limits, Statement, one_trip
 from scheduler_daemon.storage.instance_store import WAKEUP_CHANNEL
 
 
@@ -110,7 +105,7 @@ def succeed_many(
     owner: str,
     limits: Limits,
     wake_peers: bool = True,
-    then: Then | None = None,
+    then: Statement | None = None,
 ) -> tuple[set[int], Any]:
     """Records a batch of successful runs, their occurrences and their tasks' newest outcome in
     one transaction sent in one round trip (`run_succeed_many`), each run fenced on `owner` and
@@ -133,9 +128,9 @@ def succeed_many(
         },
     )
     if then is None:
-        rows, after = pooled_single_trip(pool, statement, limits), None
+        (rows,), after = one_trip(pool, statement, limits=limits), None
     else:
-        rows, after = pooled_single_trip_pair(pool, statement, then, limits)
+        rows, after = one_trip(pool, statement, then, limits=limits)
     return {row["id"] for row in rows}, after
 
 

@@ -11,7 +11,7 @@ from psycopg.types.json import Jsonb
 from scheduler_daemon.domain.outcome import TaskOutcome
 from scheduler_daemon.domain.task import PAYLOAD_KEY, TaskRecord, TaskRef, TaskSpec
 from scheduler_daemon.storage import instance_store, query
-from scheduler_daemon.storage.database import Then, commit_with
+from scheduler_daemon.storage.database import Statement
 from scheduler_daemon.storage.error import Conflict, NotFound
 
 
@@ -159,7 +159,7 @@ def lock(conn: psycopg.Connection[Any], ref: str | int) -> TaskRecord:
 
 
 def lock_statement(ref: str | int) -> tuple[str, dict[str, Any]]:
-    """`lock` as a statement to send with others (Session.begin's `then`); `locked` reads it."""
+    """`lock` as a statement to send with others (a transaction's `first`); `locked` reads it."""
     task_id = int(ref) if isinstance(ref, int) or str(ref).isdigit() else None
     return "task_lock_ref", {"id": task_id, "name": str(ref)}
 
@@ -260,7 +260,7 @@ def clock(conn: psycopg.Connection[Any], now: datetime | None = None) -> datetim
     return query.run(conn, "clock_now", {"now": now})
 
 
-def claim_due(limit: int, now: datetime | None = None) -> Then:
+def claim_due(limit: int, now: datetime | None = None) -> Statement:
     """The statement, sent with its transaction's BEGIN, that locks up to `limit` due tasks,
     skipping those another dispatcher holds. Its rows are raw: the caller turns each into a
     TaskRecord on its own, so one row that cannot be read is parked instead of failing the
@@ -324,7 +324,7 @@ def commit_next_due(conn: psycopg.Connection[Any], *, wake: bool) -> datetime | 
     """Commits the open transaction in the round trip that reads when the earliest enabled task
     falls due; with `wake`, the idle daemons are woken for what it queued."""
     params = {"channel": instance_store.WAKEUP_CHANNEL, "wake": wake}
-    return commit_with(conn, ("task_next_due_wake", params))
+    return query.run_and_commit(conn, "task_next_due_wake", params)
 
 
 def python_exists(conn: psycopg.Connection[Any]) -> bool:

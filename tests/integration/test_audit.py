@@ -13,7 +13,7 @@ from scheduler_daemon.domain.audit import CHECK_NAMES
 from scheduler_daemon.domain.task import TaskSpec
 from scheduler_daemon.services.auditor import Auditor
 from scheduler_daemon.storage import migration
-from scheduler_daemon.storage.database import snapshot_transaction
+from scheduler_daemon.storage.database import transaction
 from tests.support import query, shell_task, wait_for
 
 SECOND = timedelta(seconds=1)
@@ -601,15 +601,15 @@ def test_missing_firings_recorded_between_the_snapshots_are_not_reported(
 def test_each_check_reads_one_read_only_repeatable_read_snapshot(pool) -> None:
     import psycopg
 
-    with snapshot_transaction(pool) as conn:
-        isolation = conn.execute("SHOW transaction_isolation").fetchone()
-        read_only = conn.execute("SHOW transaction_read_only").fetchone()
+    with transaction(pool, snapshot=True) as tx:
+        isolation = tx.conn.execute("SHOW transaction_isolation").fetchone()
+        read_only = tx.conn.execute("SHOW transaction_read_only").fetchone()
         assert (isolation, read_only) == (
             {"transaction_isolation": "repeatable read"},
             {"transaction_read_only": "on"},
         )
         with pytest.raises(psycopg.errors.ReadOnlySqlTransaction):
-            conn.execute("DELETE FROM task")
+            tx.conn.execute("DELETE FROM task")
 
 
 # -- the command line ----------------------------------------------------------------------------

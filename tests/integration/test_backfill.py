@@ -14,7 +14,7 @@ from scheduler_daemon.client import Client
 from scheduler_daemon.domain.status import OverlapPolicy
 from scheduler_daemon.domain.task import TaskSpec
 from scheduler_daemon.storage import occurrence_store
-from scheduler_daemon.storage.database import pooled_single_trip
+from scheduler_daemon.storage.database import one_trip
 from tests.support import query, shell_task, wait_for
 
 HOUR = timedelta(hours=1)
@@ -215,7 +215,7 @@ def test_a_forbid_task_runs_its_backfill_one_after_another_in_firing_order(
         statement = occurrence_store.claim_launch_statement(
             owner="t", slots=10, ttl=HOUR, grace=HOUR
         )
-        _, launched = occurrence_store.launched(pooled_single_trip(pool, statement))
+        _, launched = occurrence_store.launched(one_trip(pool, statement)[0])
         return [claim.id for claim, _ in launched]
 
     assert claim() == []  # the task's running occurrence holds it

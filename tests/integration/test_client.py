@@ -95,9 +95,9 @@ def test_a_connection_lost_inside_a_call_is_one_line_and_the_next_call_reconnect
     # Past the transaction's first statement nothing is retried (part of the call may have been
     # sent): the caller hears DatabaseUnavailable, and the dead connection is not kept.
     def call_that_loses_its_connection() -> None:
-        with client._session.transaction() as conn:
-            db.execute("SELECT pg_terminate_backend(%s, 10000)", (conn.info.backend_pid,))
-            conn.execute("SELECT 1")
+        with client._session.transaction() as tx:
+            db.execute("SELECT pg_terminate_backend(%s, 10000)", (tx.conn.info.backend_pid,))
+            tx.conn.execute("SELECT 1")
 
     with pytest.raises(DatabaseUnavailable, match=r"^lost the database connection: ") as lost:
         call_that_loses_its_connection()

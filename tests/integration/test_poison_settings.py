@@ -20,7 +20,7 @@ from scheduler_daemon.services.pruner import Pruner
 from scheduler_daemon.services.reconciler import Reconciler
 from scheduler_daemon.storage import fleet_store
 from scheduler_daemon.storage import query as queries
-from scheduler_daemon.storage.database import pooled_transaction
+from scheduler_daemon.storage.database import transaction
 from tests.support import Replica, launched_shell_run, query, shell_task
 
 DAY = timedelta(days=1)
@@ -57,8 +57,8 @@ def test_a_budget_written_by_hand_fails_neither_the_claim_nor_status(
     _set(database_url, "max_concurrent_runs", stored)
     task = shell_task(client, overlap="allow")
     client.trigger(task.id, requested_by="test")
-    with pooled_transaction(pool) as conn:
-        assert fleet_store.budget(conn) == read
+    with transaction(pool) as tx:
+        assert fleet_store.budget(tx.conn) == read
     assert client.status()["max_concurrent_runs"] == read
     replica = Replica(database_url, pool, executors, "a")
     launched = replica.launcher.run_once()
