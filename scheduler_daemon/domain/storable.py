@@ -21,6 +21,8 @@ def storable_text(text: str) -> str:
     """`text` with every NUL and unpaired surrogate replaced by U+FFFD."""
     if "\x00" in text:
         text = text.replace("\x00", REPLACEMENT)
+    if text.isascii():  # the common case, checked in C: nothing else to mend
+        return text
     try:
         text.encode("utf-8")
     except UnicodeEncodeError:  # lone surrogates: a python job's str, or a surrogateescape decode
@@ -32,6 +34,8 @@ def storable_output(text: str) -> str:
     """The storable end of a job's output: at most OUTPUT_TAIL_BYTES bytes of UTF-8, cut at a
     character boundary."""
     text = storable_text(text)
+    if text.isascii() and len(text) <= OUTPUT_TAIL_BYTES:  # one byte per character
+        return text
     data = text.encode("utf-8")
     if len(data) <= OUTPUT_TAIL_BYTES:
         return text

@@ -70,11 +70,10 @@ def storable(outcome: Any) -> Any:
     surrogates replaced, sizes capped); None stays None. Idempotent."""
     if outcome is None:
         return None
-    return dataclasses.replace(
-        outcome,
-        output_tail=storable_output(outcome.output_tail),
-        error=storable_error(outcome.error),
-    )
+    output, error = storable_output(outcome.output_tail), storable_error(outcome.error)
+    if output is outcome.output_tail and error is outcome.error:
+        return outcome  # already storable: no copy on the hot path
+    return dataclasses.replace(outcome, output_tail=output, error=error)
 
 
 def run_end(run: HeldRun, status: RunStatus) -> RunEnd:

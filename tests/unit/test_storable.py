@@ -50,3 +50,18 @@ def test_any_text_becomes_utf8_without_nul_and_stays_so(text: str) -> None:
         assert "\x00" not in made
         made.encode("utf-8")  # raises on an unpaired surrogate
         assert storable_text(made) == made  # idempotent
+
+
+def test_clean_text_and_outcomes_are_passed_through_without_a_copy() -> None:
+    # The completer makes every outcome storable on the hot path: a clean one costs no copy.
+    from scheduler_daemon.executors.base import Outcome
+    from scheduler_daemon.services.completer import storable
+
+    text = "plain ascii output\n" * 100
+    assert storable_text(text) is text
+    assert storable_output(text) is text
+    clean = Outcome("success", exit_code=0, output_tail="ok\n", error=None)
+    assert storable(clean) is clean
+    dirty = Outcome("failed", output_tail="a\x00b", error="é\ud800")
+    mended = storable(dirty)
+    assert (mended.output_tail, mended.error) == (f"a{REPLACEMENT}b", f"é{REPLACEMENT}")
