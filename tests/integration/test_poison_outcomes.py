@@ -49,6 +49,18 @@ def _launch(client: Any, pool: Any, executors: Any, url: str, *specs: TaskSpec) 
     return replica
 
 
+def _runs_by_task(url: str) -> dict[str, dict[str, Any]]:
+    """Each task's (one) run by task name: its status, output and error, its occurrence's status
+    and whether the task is parked, with the error it was parked with."""
+    rows = query(
+        url,
+        "SELECT t.name, r.status, r.output_tail, r.error, o.status AS occ,"
+        " t.parked_at IS NOT NULL AS parked, t.park_error FROM run r"
+        " JOIN occurrence o ON o.id = r.occurrence_id JOIN task t ON t.id = o.task_id",
+    )
+    return {row["name"]: row for row in rows}
+
+
 def _shell(name: str, command: str) -> TaskSpec:
     return TaskSpec(name=name, executor="shell", target=command, every=timedelta(hours=1))
 
@@ -76,14 +88,7 @@ def test_output_and_errors_with_nul_bytes_are_recorded_with_the_nul_replaced(
     )
     result = replica.completer.run_once()
     assert (result.done, result.unstorable) == (4, 0)
-    rows = {
-        r["name"]: r
-        for r in query(
-            database_url,
-            "SELECT t.name, r.status, r.output_tail, r.error FROM run r"
-            " JOIN occurrence o ON o.id = r.occurrence_id JOIN task t ON t.id = o.task_id",
-        )
-    }
+    rows = _runs_by_task(database_url)
     assert rows["shell"]["status"] == "success"
     assert rows["shell"]["output_tail"] == f"a{REPLACEMENT}b"
     assert rows["shell-error"]["status"] == "failed"
@@ -111,15 +116,8 @@ def test_a_refused_outcome_in_a_batch_is_written_without_its_output_and_the_othe
     )
     result = replica.completer.run_once()
     assert (result.done, result.unstorable, len(replica.held)) == (2, 1, 0)
-    rows = {
-        r["name"]: r
-        for r in query(
-            database_url,
-            "SELECT t.name, r.status, r.output_tail, r.error, o.status AS occ FROM run r"
-            " JOIN occurrence o ON o.id = r.occurrence_id JOIN task t ON t.id = o.task_id",
-        )
-    }
-    assert rows["clean"] | {} == {
+    rows = _runs_by_task(database_url)
+    assert {k: rows["clean"][k] for k in ("name", "status", "output_tail", "error", "occ")} == {
         "name": "clean",
         "status": "success",
         "output_tail": "clean\n",
@@ -154,13 +152,8 @@ def test_an_outcome_refused_even_without_its_output_parks_its_task_and_the_pass_
     assert len(replica.held) == 0
     (fine,) = query(database_url, "SELECT status FROM run WHERE error = 'exit code 4'")
     assert fine["status"] == "failed"
-    (refused,) = query(
-        database_url,
-        "SELECT r.status, t.parked_at IS NOT NULL AS parked, t.park_error FROM run r"
-        " JOIN occurrence o ON o.id = r.occurrence_id JOIN task t ON t.id = o.task_id"
-        " WHERE t.name = 'refused'",
-    )
-    assert refused == {
+    refused = _runs_by_task(database_url)["refused"]
+    assert {k: refused[k] for k in ("status", "parked", "park_error")} == {
         "status": "running",  # left to the takeover
         "parked": True,
         "park_error": "outcome not storable: SQLSTATE 22000",
