@@ -3,7 +3,7 @@
 
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any, Protocol
+from typing import Any
 
 from scheduler_daemon.domain.row import FromRow
 
@@ -31,25 +31,3 @@ class Launched(FromRow):
     run_id: int
     attempt: int
     started_at: datetime
-
-
-@dataclass(frozen=True)
-class ClaimRequest:
-    """A claim ready to be sent: its named statement and parameters, and when it was made on
-    this host's monotonic clock (the leases it takes start no earlier, so its jobs' trust
-    deadline counts from then). The loop sends it alone, or after the successes whose slots it
-    fills, in their transaction."""
-
-    statement: tuple[str, dict[str, Any]]
-    made_at: float
-
-
-class Claimer(Protocol):
-    """What sends a claim with a batch of successes needs of the launcher (`Completer.run_once`):
-    the claim for the slots they free, and the start of what it claimed."""
-
-    def request(self, freed: int = 0) -> ClaimRequest | None:
-        """The claim for the free slots plus `freed`; None when none is free."""
-
-    def launch(self, request: ClaimRequest, rows: list[dict[str, Any]]) -> Any:
-        """Starts the jobs the committed claim `request` returned in `rows`."""

@@ -180,17 +180,17 @@ class Loop:
 
     def _pass_work(self) -> None:
         pacing, services = self.pacing, self.services
-        # This pass claims right after: its freed slots take what the outcomes unblock. The
-        # claim for the slots a batch of successes frees is sent with it (one transaction);
-        # another claim is wanted only for slots freed otherwise, or when that one did not see
-        # the end of the queue.
-        completed = services.completer.run_once(wake_peers=False, claimer=services.launcher)
-        self.metrics.record_completion(completed)
-        if completed.launched is not None:
-            self.metrics.record_launch(completed.launched)
-            if completed.launched.more:
+        # This pass claims right after: its freed slots take what the outcomes unblock (no
+        # peer is woken). The claim for the slots a batch of successes frees is sent with it
+        # (one transaction); another claim is wanted only for slots freed otherwise, or when
+        # that one did not see the end of the queue.
+        refill = services.write_and_refill()
+        self.metrics.record_completion(refill.completed)
+        if refill.launched is not None:
+            self.metrics.record_launch(refill.launched)
+            if refill.launched.more:
                 pacing.want_launch()
-        if completed.done > completed.claim_freed:
+        if refill.completed.done > refill.freed:
             pacing.want_launch()  # slots came free
         if pacing.dispatch_due():
             began = pacing.dispatch_began()

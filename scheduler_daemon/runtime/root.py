@@ -15,9 +15,9 @@ from psycopg_pool import ConnectionPool
 from scheduler_daemon.domain.held import HeldRuns
 from scheduler_daemon.executors import make_executors
 from scheduler_daemon.executors.base import Executor
-from scheduler_daemon.services.completer import Completer
+from scheduler_daemon.services.completer import Completer, CompleteResult
 from scheduler_daemon.services.dispatcher import Dispatcher
-from scheduler_daemon.services.launcher import Launcher
+from scheduler_daemon.services.launcher import Launcher, LaunchResult
 from scheduler_daemon.services.lease_keeper import LeaseKeeper
 from scheduler_daemon.services.pruner import Pruner
 from scheduler_daemon.services.reconciler import Reconciler
@@ -31,6 +31,16 @@ log = structlog.get_logger()
 
 
 @dataclass(frozen=True)
+class Refill:
+    """A pass's outcomes written (`completed`) and what the claim sent with its successes
+    launched (None when no such claim committed), which took `freed` of the slots they left."""
+
+    completed: CompleteResult
+    launched: LaunchResult | None
+    freed: int
+
+
+@dataclass(frozen=True)
 class Services:
     """One daemon's services: each a loop of its own (`run_once`), meeting in the database."""
 
@@ -41,6 +51,23 @@ class Services:
     reconciler: Reconciler
     pruner: Pruner
     waker: Waker
+
+    def write_and_refill(self) -> Refill:
+        """The hot path of a loop pass: the completer reports what finished, the launcher
+        decides what to start. The successes and the claim for the slots they free go in one
+        transaction sent in one round trip (no peer is woken: this loop claims right after);
+        what it claimed starts as soon as that commits, before the pass writes its other
+        outcomes, so a failure there cannot leave the claimed runs without their jobs."""
+        finishing = self.completer.gather()
+        freed = len(finishing.successes)
+        request = self.launcher.request(freed=freed) if freed else None
+        then = None if request is None else request.statement
+        claimed = self.completer.write_successes(finishing, wake_peers=False, then=then)
+        launched = None
+        if request is not None and claimed is not None:
+            launched = self.launcher.launch(request, claimed)
+        freed = freed if launched is not None else 0
+        return Refill(self.completer.write_rest(finishing), launched, freed)
 
 
 @dataclass(frozen=True)

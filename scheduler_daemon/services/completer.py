@@ -13,7 +13,6 @@ import structlog
 from psycopg_pool import ConnectionPool
 
 from scheduler_daemon import logconfig
-from scheduler_daemon.domain.claim import Claimer
 from scheduler_daemon.domain.held import HeldRun, HeldRuns
 from scheduler_daemon.domain.occurrence import Occurrence
 from scheduler_daemon.domain.outcome import Decision, decide, settlement
@@ -25,6 +24,7 @@ from scheduler_daemon.storage.database import (
     UNIT_LIMITS,
     Conn,
     Limits,
+    Statement,
     first_line,
     transaction,
 )
@@ -59,10 +59,19 @@ class CompleteResult:
     fenced: int = 0  # completions that found the token moved on
     unstorable: int = 0  # outcomes written without their output, or whose task was parked
     finished: list[Finished] = field(default_factory=list)
-    # What the claim sent with the successes launched (`run_once(claimer=...)`: the claimer's
-    # launch result), and how many of the runs that left the held set it counted as freed.
-    launched: Any = None
-    claim_freed: int = 0
+
+
+@dataclass
+class Finishing:
+    """What one pass writes, as `gather` sorted it: the successes (one batch, which may carry the
+    claim for the slots they free), the other outcomes, and those deferred by a locked row
+    earlier (each tried again with the full unit wait after the rest)."""
+
+    successes: list[HeldRun]
+    others: list[HeldRun]
+    deferred: list[HeldRun]
+    result: CompleteResult
+    claimed: list[dict[str, Any]] | None = None  # what the claim sent with the successes returned
 
 
 def storable(outcome: Any) -> Any:
@@ -109,28 +118,20 @@ class Completer:
         self.held = held
         self.max_interruptions = max_interruptions
 
-    def run_once(
-        self,
-        *,
-        wake_peers: bool = True,
-        claimer: Claimer | None = None,
-    ) -> CompleteResult:
+    def run_once(self, *, wake_peers: bool = True) -> CompleteResult:
         """Writes every finished job's outcome; `done` counts the runs that left the held set.
         `wake_peers=False` when this loop claims right after (its freed slots take what the
-        outcomes unblock): the successes then wake no other daemon.
-        `claimer`: its claim for the slots free once the batch of successes leaves is sent after
-        the batch, in its transaction and round trip, and what it claimed is launched as soon as
-        that commits, before anything else is written (`result.launched`; None when no batch of
-        successes committed: the caller claims on its own).
-        The finished runs are written together: one transaction, one fenced multi-row statement
-        per table, which still tells per run whether it was fenced. A batch whose rows are
-        locked by someone else past a short wait falls back to one unit per run: each unit's
-        first try waits briefly for its rows; the ones still locked are tried again after all
-        the others with the full unit wait, and deferred (kept, retried after DEFER_SECONDS) if
-        still locked: a held row delays only its own."""
-        result = CompleteResult()
+        outcomes unblock): the successes then wake no other daemon. A loop pass does it in
+        three steps, its claim sent with the successes (`Services.write_and_refill`)."""
+        finishing = self.gather()
+        self.write_successes(finishing, wake_peers=wake_peers)
+        return self.write_rest(finishing)
+
+    def gather(self) -> Finishing:
+        """Polls the held jobs and sorts the finished ones for this pass; a fenced one leaves
+        the held set here."""
+        finishing = Finishing([], [], [], CompleteResult())
         ready: list[HeldRun] = []
-        locked: list[HeldRun] = []
         for run in self.held:
             if run.outcome is None:
                 run.outcome = storable(run.job.poll())
@@ -140,19 +141,37 @@ class Completer:
                 continue
             if run.fenced:
                 self.held.remove(run.run_id)
-                result.done += 1
+                finishing.result.done += 1
                 continue
             # A deferred one waits its full unit wait after the others.
-            (locked if run.retry_at > 0 else ready).append(run)
-        successes = [run for run in ready if run.outcome.status == OutcomeStatus.SUCCESS]
-        others = [run for run in ready if run.outcome.status != OutcomeStatus.SUCCESS]
-        # A batch that meets a locked row, or a value it cannot store, wrote nothing: each of
-        # its runs is then written on its own, so one such row delays or mends only its own.
-        write_successes = functools.partial(
-            self._write_successes, wake_peers=wake_peers, claimer=claimer, result=result
-        )
-        if successes and not self._attempt_batch(successes, result, write_successes):
-            others += successes  # a row was locked: each on its own
+            (finishing.deferred if run.retry_at > 0 else ready).append(run)
+        for run in ready:
+            success = run.outcome is not None and run.outcome.status == OutcomeStatus.SUCCESS
+            (finishing.successes if success else finishing.others).append(run)
+        return finishing
+
+    def write_successes(
+        self, finishing: Finishing, *, wake_peers: bool, then: Statement | None = None
+    ) -> list[dict[str, Any]] | None:
+        """Writes the successes in one transaction sent in one round trip, and `then` (the
+        claim for the slots they free) after them in it: both commit, or neither. Returns the
+        rows `then` returned once committed; None when it was not (no successes, the database
+        unreachable, or a locked row or a value it cannot store: then the successes join the
+        others, each written on its own, so such a row delays or mends only its own)."""
+        if not finishing.successes:
+            return None
+        write = functools.partial(self._write_successes, finishing, wake_peers, then)
+        if not self._attempt_batch(finishing.successes, finishing.result, write):
+            finishing.others += finishing.successes
+        return finishing.claimed
+
+    def write_rest(self, finishing: Finishing) -> CompleteResult:
+        """Writes the other outcomes: together, under a short lock wait; one unit per run when
+        the batch meets a locked row or a value it cannot store (each unit's first try waits
+        briefly; the ones still locked, and those deferred earlier, are tried again with the
+        full unit wait, and deferred again, kept for DEFER_SECONDS, if still locked)."""
+        others, result = finishing.others, finishing.result
+        locked = list(finishing.deferred)
         if len(others) < 2 or not self._attempt_batch(others, result, self._write_batch):
             for run in others:
                 if not self._attempt(run, FIRST_TRY_LIMITS, result):
@@ -196,28 +215,19 @@ class Completer:
         return True
 
     def _write_successes(
-        self,
-        runs: list[HeldRun],
-        *,
-        wake_peers: bool,
-        claimer: Claimer | None,
-        result: CompleteResult,
+        self, finishing: Finishing, wake_peers: bool, then: Statement | None, runs: list[HeldRun]
     ) -> dict[int, Completion]:
         """Successes need no decision from the locked rows (success is final whatever the
-        attempts or a cancel request): the whole batch in one round trip, with the claim that
-        fills the slots they free (one transaction, one commit, not two)."""
-        request = None if claimer is None else claimer.request(len(runs))
-        written, claimed = run_store.succeed_many(
+        attempts or a cancel request): the whole batch in one round trip, with `then`, whose
+        rows are kept in `finishing.claimed`."""
+        written, finishing.claimed = run_store.succeed_many(
             self.pool,
             [run_end(run, RunStatus.SUCCESS) for run in runs],
             owner=self.instance_id,
             limits=FIRST_TRY_LIMITS,
             wake_peers=wake_peers,
-            then=None if request is None else request.statement,
+            then=then,
         )
-        if request is not None and claimer is not None:
-            # Committed: its jobs start now, before anything else of the pass is written.
-            result.launched, result.claim_freed = claimer.launch(request, claimed), len(runs)
         completions: dict[int, Completion] = {}
         for run in runs:
             if run.run_id in written:

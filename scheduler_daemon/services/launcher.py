@@ -13,16 +13,27 @@ import structlog
 from psycopg_pool import ConnectionPool
 
 from scheduler_daemon import logconfig
-from scheduler_daemon.domain.claim import Claim, ClaimRequest, Launched
+from scheduler_daemon.domain.claim import Claim, Launched
 from scheduler_daemon.domain.held import HeldRun, HeldRuns
 from scheduler_daemon.domain.lock_holder import REPORT_EVERY_SECONDS, LockHolder, holder_fields
 from scheduler_daemon.executors.base import Executor, JobContext
 from scheduler_daemon.settings import DaemonSettings
 from scheduler_daemon.storage import fleet_store, occurrence_store
-from scheduler_daemon.storage.database import first_line, one_trip, transaction
+from scheduler_daemon.storage.database import Statement, first_line, one_trip, transaction
 from scheduler_daemon.storage.error import DatabaseUnavailable
 
 log = structlog.get_logger()
+
+
+@dataclass(frozen=True)
+class ClaimRequest:
+    """A claim ready to be sent: its named statement and parameters, and when it was made on
+    this host's monotonic clock (the leases it takes start no earlier, so its jobs' trust
+    deadline counts from then). Sent alone (`run_once`), or after the successes whose slots it
+    fills, in their transaction (`runtime.root.Services.write_and_refill`)."""
+
+    statement: Statement
+    made_at: float
 
 
 @dataclass(frozen=True)
@@ -93,7 +104,7 @@ class Launcher:
     def request(self, freed: int = 0, now: datetime | None = None) -> ClaimRequest | None:
         """The claim for this instance's free slots; None when no slot is free. `freed` > 0:
         the claim is sent after the successes of that many held runs, in their transaction
-        (`Completer.run_once(claimer=...)`), and takes their slots too."""
+        (`runtime.root.Services.write_and_refill`), and takes their slots too."""
         free_slots = self.settings.concurrency - len(self.held) + freed
         if free_slots <= 0:
             return None

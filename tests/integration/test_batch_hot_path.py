@@ -140,8 +140,8 @@ def test_the_successes_and_the_claim_for_their_slots_commit_in_one_transaction(
     # Would fail against a pass that wrote the successes and claimed in two transactions: the
     # runs it finished and the runs it started would carry two transaction ids.
     replica = _two_slot_replica(client, pool, executors, database_url, triggers=4)
-    result = replica.completer.run_once(claimer=replica.launcher)
-    assert (result.done, result.claim_freed, result.launched.launched) == (2, 2, 2)
+    result = replica.services.write_and_refill()
+    assert (result.completed.done, result.freed, result.launched.launched) == (2, 2, 2)
     runs = query(database_url, "SELECT status, xmin::text AS xid FROM run ORDER BY id")
     assert [r["status"] for r in runs] == ["success", "success", "running", "running"]
     assert len({r["xid"] for r in runs}) == 1
@@ -156,7 +156,7 @@ def test_the_claim_sent_with_successes_counts_their_slots_free_in_the_fleet_budg
     # it would find no free budget and claim nothing.
     client.set_fleet_setting("max-concurrent-runs", "2", updated_by="test")
     replica = _two_slot_replica(client, pool, executors, database_url, triggers=3)
-    result = replica.completer.run_once(claimer=replica.launcher)
+    result = replica.services.write_and_refill()
     assert result.launched.launched == 1
     (row,) = query(
         database_url,
@@ -177,7 +177,7 @@ def test_the_claim_sent_with_successes_waits_for_the_budget_lock_as_long_as_a_cl
     with psycopg.connect(database_url) as holder:
         holder.execute("SELECT pg_advisory_xact_lock(%s)", (BUDGET_LOCK_KEY,))
         writer = threading.Thread(
-            target=lambda: results.append(replica.completer.run_once(claimer=replica.launcher))
+            target=lambda: results.append(replica.services.write_and_refill())
         )
         writer.start()
         wait_for(
@@ -212,9 +212,9 @@ def test_a_claim_that_cannot_lock_the_budget_takes_its_successes_back_to_be_writ
     replica = _two_slot_replica(client, pool, executors, database_url, triggers=4)
     with psycopg.connect(database_url) as holder:
         holder.execute("SELECT pg_advisory_xact_lock(%s)", (BUDGET_LOCK_KEY,))
-        result = replica.completer.run_once(claimer=replica.launcher)
+        result = replica.services.write_and_refill()
     assert result.launched is None
-    assert (result.done, result.fenced) == (2, 0)
+    assert (result.completed.done, result.completed.fenced) == (2, 0)
     runs = query(database_url, "SELECT status FROM run ORDER BY id")
     assert [r["status"] for r in runs] == ["success", "success"]
     queued = query(database_url, "SELECT count(*) AS n FROM occurrence WHERE status = 'queued'")
@@ -244,7 +244,7 @@ def test_the_jobs_claimed_with_the_successes_start_even_when_a_later_write_of_th
 
     monkeypatch.setattr(replica.completer, "_attempt", refuse)
     with pytest.raises(psycopg.errors.InternalError):
-        replica.completer.run_once(claimer=replica.launcher)
+        replica.services.write_and_refill()
     # The failed job's run (its outcome not written) and the two claimed with the successes.
     running = query(database_url, "SELECT id FROM run WHERE status = 'running' ORDER BY id")
     assert [run.run_id for run in sorted(replica.held, key=lambda r: r.run_id)] == [
