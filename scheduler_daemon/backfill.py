@@ -140,6 +140,6 @@ def _queue_batch(
         TaskStatus.COMPLETED,
         TaskStatus.FAILED,
         TaskStatus.CANCELLED,
-    ):  # as a manual trigger: a finished one-shot follows its newest occurrence
+    ):  # a firing run again: a finished one-shot follows its newest firing
         task_store.set_next_run(conn, task.id, next_run_at=None, status=TaskStatus.RUNNING)
     instance_store.notify_wakeup(conn, "backfill")

@@ -145,14 +145,14 @@ GROUP BY r.id, r.occurrence_id, r.owner, r.takeover_at
 ORDER BY r.id
 
 -- name: audit_one_shots :many
--- Live one-shot tasks past `enabled`, with the occurrence that decides their status (highest
--- sequence, manual triggers skipped at creation aside: they never ran), if any.
+-- Live one-shot tasks past `enabled`, with the occurrence that decides their status (their
+-- newest firing by sequence; a manual trigger never decides it), if any.
 SELECT t.id AS task_id, t.status, o.id AS occurrence_id, o.occurrence_seq,
     o.status AS occurrence_status
 FROM task t
 LEFT JOIN LATERAL (
     SELECT id, occurrence_seq, status FROM occurrence
-    WHERE task_id = t.id AND NOT (trigger = 'manual' AND status = 'skipped')
+    WHERE task_id = t.id AND trigger <> 'manual'
     ORDER BY occurrence_seq DESC LIMIT 1
 ) o ON true
 WHERE t.schedule_kind = 'once' AND t.status <> 'enabled' AND t.deleted_at IS NULL

@@ -236,10 +236,10 @@ WHERE o.id = %(id)s AND t.id = o.task_id AND o.status = 'queued' AND t.start_dea
 RETURNING o.*
 
 -- name: occurrence_latest :one
--- The occurrence that decides a one-shot task's status, read after the task lock is held: the
--- highest sequence, passing over manual triggers skipped at creation (they never ran or queued).
+-- The occurrence that decides a one-shot task's status, read after the task lock is held: its
+-- newest firing (highest sequence; a manual trigger never decides it).
 SELECT * FROM occurrence
-WHERE task_id = %(task_id)s AND NOT (trigger = 'manual' AND status = 'skipped')
+WHERE task_id = %(task_id)s AND trigger <> 'manual'
 ORDER BY occurrence_seq DESC LIMIT 1
 
 -- name: occurrence_insert_many :many
@@ -281,13 +281,11 @@ RETURNING id, scheduled_for
 
 -- name: occurrence_trigger :one
 -- A manual occurrence of a task whose row lock the caller holds, due at `now`, in one statement:
--- allocates its sequence number on the task row (and `rerun`: a finished one-shot task run again
--- moves to `rerun_status` with no next firing), inserts it (finished if its status is one of
--- `finished`), and wakes idle daemons on `channel` when the transaction commits.
+-- allocates its sequence number on the task row (a one-shot task's status stays as it is: only
+-- its firings decide it), inserts it (finished if its status is one of `finished`), and wakes
+-- idle daemons on `channel` when the transaction commits.
 WITH bumped AS (
-    UPDATE task SET occurrence_seq = occurrence_seq + 1,
-        next_run_at = CASE WHEN %(rerun)s THEN NULL ELSE next_run_at END,
-        status = CASE WHEN %(rerun)s THEN %(rerun_status)s ELSE status END
+    UPDATE task SET occurrence_seq = occurrence_seq + 1
     WHERE id = %(task_id)s
     RETURNING id, occurrence_seq
 ), wake AS (

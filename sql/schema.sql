@@ -82,6 +82,60 @@ BEGIN
 END
 $function$;
 
+CREATE OR REPLACE FUNCTION public.sd_show_outcomes_v1(p_task_ids bigint[], p_occurrence_ids bigint[], p_seqs bigint[], p_scheduled_fors timestamp with time zone[], p_statuses text[], p_errors text[], p_lifecycles text[], p_decides boolean[], p_now timestamp with time zone)
+ RETURNS integer
+ LANGUAGE plpgsql
+AS $function$
+-- Shows final outcomes on their tasks, whose rows the caller has locked. Per task: the newest
+-- outcome by sequence, only if newer than the one shown (a late writer never overwrites a newer
+-- result); and a one-shot task still `running` takes the lifecycle of its newest deciding
+-- outcome (`p_decides`: a firing of the schedule, never a manual trigger) when no newer firing
+-- exists. Returns the number of tasks changed.
+DECLARE
+    v_changed integer;
+BEGIN
+    WITH given AS (
+        SELECT * FROM unnest(p_task_ids, p_occurrence_ids, p_seqs, p_scheduled_fors, p_statuses,
+                             p_errors, p_lifecycles, p_decides)
+                 AS g(task_id, occurrence_id, seq, scheduled_for, status, error, lifecycle,
+                      decides)
+    ), newest AS (
+        SELECT DISTINCT ON (task_id) * FROM given ORDER BY task_id, seq DESC
+    ), deciding AS (
+        SELECT DISTINCT ON (task_id) task_id, seq, lifecycle FROM given WHERE decides
+        ORDER BY task_id, seq DESC
+    )
+    UPDATE task SET
+        last_outcome_seq = greatest(task.last_outcome_seq, n.seq),
+        last_occurrence_id = CASE WHEN n.seq > task.last_outcome_seq
+                                  THEN n.occurrence_id ELSE task.last_occurrence_id END,
+        last_scheduled_for = CASE WHEN n.seq > task.last_outcome_seq
+                                  THEN n.scheduled_for ELSE task.last_scheduled_for END,
+        last_status = CASE WHEN n.seq > task.last_outcome_seq
+                           THEN n.status ELSE task.last_status END,
+        last_finished_at = CASE WHEN n.seq > task.last_outcome_seq
+                                THEN coalesce(p_now, clock_timestamp())
+                                ELSE task.last_finished_at END,
+        last_error = CASE WHEN n.seq > task.last_outcome_seq
+                          THEN n.error ELSE task.last_error END,
+        status = CASE WHEN d.task_id IS NOT NULL AND task.schedule_kind = 'once'
+                           AND task.status = 'running'
+                           AND NOT EXISTS (
+                               SELECT 1 FROM occurrence newer
+                               WHERE newer.task_id = task.id AND newer.occurrence_seq > d.seq
+                                 AND newer.trigger <> 'manual')
+                      THEN d.lifecycle ELSE task.status END,
+        updated_at = coalesce(p_now, clock_timestamp())
+    FROM newest n LEFT JOIN deciding d ON d.task_id = n.task_id
+    WHERE task.id = n.task_id
+      AND (n.seq > task.last_outcome_seq
+           OR (d.task_id IS NOT NULL AND task.schedule_kind = 'once'
+               AND task.status = 'running'));
+    GET DIAGNOSTICS v_changed = ROW_COUNT;
+    RETURN v_changed;
+END
+$function$;
+
 CREATE OR REPLACE FUNCTION public.sd_succeed_runs_v1(p_ids bigint[], p_tokens bigint[], p_occurrence_ids bigint[], p_task_ids bigint[], p_exit_codes integer[], p_http_statuses integer[], p_output_tails text[], p_errors text[], p_owner text, p_channel text, p_wake boolean, p_now timestamp with time zone)
  RETURNS SETOF bigint
  LANGUAGE plpgsql
@@ -199,6 +253,71 @@ BEGIN
         RETURNING task.id
     )
     SELECT ended.id FROM ended;
+END
+$function$;
+
+CREATE OR REPLACE FUNCTION public.sd_succeed_runs_v3(p_ids bigint[], p_tokens bigint[], p_occurrence_ids bigint[], p_task_ids bigint[], p_exit_codes integer[], p_http_statuses integer[], p_output_tails text[], p_errors text[], p_owner text, p_channel text, p_wake boolean, p_now timestamp with time zone)
+ RETURNS SETOF bigint
+ LANGUAGE plpgsql
+ SET plan_cache_mode TO 'force_generic_plan'
+ SET jit TO 'off'
+ SET enable_seqscan TO 'off'
+ SET enable_hashjoin TO 'off'
+ SET enable_mergejoin TO 'off'
+AS $function$
+#variable_conflict use_column
+DECLARE
+    v_ids bigint[];
+    v_task_ids bigint[];
+    v_occurrence_ids bigint[];
+    v_seqs bigint[];
+    v_scheduled_fors timestamptz[];
+    v_errors text[];
+    v_decides boolean[];
+BEGIN
+    PERFORM 1 FROM task WHERE id = ANY(p_task_ids) ORDER BY id FOR UPDATE;
+    PERFORM 1 FROM occurrence WHERE id = ANY(p_occurrence_ids) ORDER BY id FOR UPDATE;
+    PERFORM 1 FROM run WHERE id = ANY(p_ids) ORDER BY id FOR UPDATE;
+    IF p_wake THEN
+        PERFORM pg_notify(p_channel, 'finished');
+    END IF;
+    WITH mine AS MATERIALIZED (
+        -- The runs of the batch still ours at their token, whose occurrence is still running
+        -- at that token: each looked up by its keys inside the loop over the batch.
+        SELECT f.* FROM unnest(p_ids, p_tokens, p_occurrence_ids, p_exit_codes,
+                               p_http_statuses, p_output_tails, p_errors)
+                 AS f(id, token, occurrence_id, exit_code, http_status, output_tail, error)
+        CROSS JOIN LATERAL (
+            SELECT 1 FROM run r JOIN occurrence o ON o.id = r.occurrence_id
+            WHERE r.id = f.id AND r.occurrence_id = f.occurrence_id AND r.lease_token = f.token
+              AND r.owner = p_owner AND r.finished_at IS NULL
+              AND o.status = 'running' AND o.lease_token = f.token
+            OFFSET 0) fenced
+    ), ended AS MATERIALIZED (
+        UPDATE run r SET status = 'success', exit_code = f.exit_code,
+            http_status = f.http_status, output_tail = f.output_tail, error = f.error,
+            finished_at = coalesce(p_now, clock_timestamp()), finished_by = p_owner
+        FROM mine f WHERE r.id = f.id
+        RETURNING r.id, r.occurrence_id, f.error
+    ), finished AS (
+        UPDATE occurrence o SET status = 'success', error = ended.error, reason = NULL,
+            finished_at = coalesce(p_now, clock_timestamp()),
+            updated_at = coalesce(p_now, clock_timestamp()), claim_owner = NULL
+        FROM ended WHERE o.id = ended.occurrence_id
+        RETURNING ended.id AS run_id, o.id, o.task_id, o.occurrence_seq, o.scheduled_for,
+                  o.trigger, ended.error
+    )
+    SELECT array_agg(run_id), array_agg(task_id), array_agg(id), array_agg(occurrence_seq),
+           array_agg(scheduled_for), array_agg(error), array_agg(trigger <> 'manual')
+    INTO v_ids, v_task_ids, v_occurrence_ids, v_seqs, v_scheduled_fors, v_errors, v_decides
+    FROM finished;
+    IF v_ids IS NOT NULL THEN
+        PERFORM sd_show_outcomes_v1(
+            v_task_ids, v_occurrence_ids, v_seqs, v_scheduled_fors,
+            array_fill('success'::text, ARRAY[cardinality(v_ids)]), v_errors,
+            array_fill('completed'::text, ARRAY[cardinality(v_ids)]), v_decides, p_now);
+    END IF;
+    RETURN QUERY SELECT unnest(v_ids);
 END
 $function$;
 

@@ -128,39 +128,15 @@ ORDER BY next_run_at, id
 LIMIT %(limit)s
 FOR UPDATE SKIP LOCKED
 
--- name: task_record_outcome :rowcount
--- Shows an occurrence's final outcome on its task, only if it is newer than the one shown; a
--- one-shot task's lifecycle follows it only when no newer occurrence exists (manual triggers
--- skipped at creation aside): an older one never decides the status.
-UPDATE task SET last_outcome_seq = %(occurrence_seq)s, last_occurrence_id = %(occurrence_id)s,
-    last_scheduled_for = %(scheduled_for)s, last_status = %(status)s,
-    last_finished_at = clock_timestamp(), last_error = %(error)s,
-    status = CASE WHEN schedule_kind = 'once' AND status = 'running' AND NOT EXISTS (
-                      SELECT 1 FROM occurrence newer
-                      WHERE newer.task_id = task.id AND newer.occurrence_seq > %(occurrence_seq)s
-                        AND NOT (newer.trigger = 'manual' AND newer.status = 'skipped'))
-                  THEN %(lifecycle)s ELSE status END,
-    updated_at = clock_timestamp()
-WHERE id = %(id)s AND last_outcome_seq < %(occurrence_seq)s
-
--- name: task_record_outcome_many :rowcount
--- task_record_outcome for a batch of locked tasks, each task once (its newest outcome of the
--- batch): shown only if newer than the one shown; a one-shot task's lifecycle follows it only
--- when no newer occurrence exists (manual triggers skipped at creation aside).
-UPDATE task SET last_outcome_seq = o.occurrence_seq, last_occurrence_id = o.occurrence_id,
-    last_scheduled_for = o.scheduled_for, last_status = o.status,
-    last_finished_at = coalesce(%(now)s::timestamptz, clock_timestamp()), last_error = o.error,
-    status = CASE WHEN task.schedule_kind = 'once' AND task.status = 'running' AND NOT EXISTS (
-                      SELECT 1 FROM occurrence newer
-                      WHERE newer.task_id = task.id AND newer.occurrence_seq > o.occurrence_seq
-                        AND NOT (newer.trigger = 'manual' AND newer.status = 'skipped'))
-                  THEN o.lifecycle ELSE task.status END,
-    updated_at = coalesce(%(now)s::timestamptz, clock_timestamp())
-FROM unnest(%(task_ids)s::bigint[], %(occurrence_ids)s::bigint[], %(seqs)s::bigint[],
-            %(scheduled_fors)s::timestamptz[], %(statuses)s::text[], %(errors)s::text[],
-            %(lifecycles)s::text[])
-     AS o(task_id, occurrence_id, occurrence_seq, scheduled_for, status, error, lifecycle)
-WHERE task.id = o.task_id AND task.last_outcome_seq < o.occurrence_seq
+-- name: task_record_outcome_many :scalar
+-- Shows final outcomes on their locked tasks, in sd_show_outcomes_v1 (migration 0017: the one
+-- home of the rule): per task its newest outcome, only if newer than the one shown; a one-shot
+-- task still `running` takes the lifecycle of its newest firing (never a manual trigger) once
+-- no newer firing exists. Returns how many tasks changed.
+SELECT sd_show_outcomes_v1(%(task_ids)s::bigint[], %(occurrence_ids)s::bigint[],
+    %(seqs)s::bigint[], %(scheduled_fors)s::timestamptz[], %(statuses)s::text[],
+    %(errors)s::text[], %(lifecycles)s::text[], %(decides)s::boolean[],
+    %(now)s::timestamptz) AS shown
 
 -- name: task_next_due_wake :scalar
 -- When the earliest enabled task falls due, for the loop's sleep; when `wake`, also wakes the
@@ -170,11 +146,12 @@ SELECT min(next_run_at) FROM task
 WHERE deleted_at IS NULL AND NOT paused AND status = 'enabled' AND parked_at IS NULL
 
 -- name: task_unfinished_one_shots :many
--- One-shot tasks still `running` with no active occurrence, a page at a time.
+-- One-shot tasks still `running` with no active firing (a manual trigger never decides their
+-- status, so its activity does not hold them), a page at a time.
 SELECT t.id FROM task t
 WHERE t.schedule_kind = 'once' AND t.status = 'running' AND t.deleted_at IS NULL
   AND NOT EXISTS (SELECT 1 FROM occurrence o WHERE o.task_id = t.id
-                  AND o.status IN ('queued', 'launching', 'running'))
+                  AND o.status IN ('queued', 'launching', 'running') AND o.trigger <> 'manual')
   AND t.id > %(after)s
 ORDER BY t.id
 LIMIT %(limit)s

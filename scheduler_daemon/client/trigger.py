@@ -10,7 +10,7 @@ from scheduler_daemon.client.base import ClientBase, allowed, task_ref
 from scheduler_daemon.domain import argument, backfill, control
 from scheduler_daemon.domain import limit as bound
 from scheduler_daemon.domain.occurrence import Occurrence
-from scheduler_daemon.domain.status import OccurrenceStatus, OverlapPolicy, TaskStatus, Trigger
+from scheduler_daemon.domain.status import OccurrenceStatus, OverlapPolicy, Trigger
 from scheduler_daemon.storage import instance_store, occurrence_store, task_store
 
 MAX_TRIGGER_COUNT = bound.MAX_TRIGGER_COUNT  # occurrences one `trigger(count=N)` may queue
@@ -64,7 +64,6 @@ class Triggering(ClientBase):
                 reason=plan.reason,
                 requested_by=requested_by,
                 now=db_now,
-                rerun_status=TaskStatus.RUNNING if plan.rerun else None,
                 commit=True,
             )
             return replace(occurrence, task_name=task.name)
@@ -75,7 +74,7 @@ class Triggering(ClientBase):
         argument.count_within(count, "--count", MAX_TRIGGER_COUNT)
         with self._tx() as conn:
             task = task_store.lock(conn, task_ref(ref))
-            plan = allowed(control.plan_trigger_many(task, count))
+            allowed(control.plan_trigger_many(task, count))
             db_now = task_store.clock(conn, now)
             instance_store.notify_wakeup(conn, "triggered")
             rows = occurrence_store.insert_many(
@@ -89,8 +88,6 @@ class Triggering(ClientBase):
                 status=OccurrenceStatus.QUEUED,
                 requested_by=requested_by,
             )
-            if plan.rerun:
-                task_store.set_next_run(conn, task.id, next_run_at=None, status=TaskStatus.RUNNING)
             return TriggerBatch(
                 task.id, task.name, OccurrenceStatus.QUEUED, len(rows), [row["id"] for row in rows]
             )

@@ -21,7 +21,6 @@ from scheduler_daemon.domain.task import InvalidTask, TaskRecord, TaskSpec
 
 # The changes that move a task's schedule: its due, undispatched firings are recorded first.
 SCHEDULE_FIELDS = frozenset({"cron", "every", "at", "timezone", "dst_gap", "dst_overlap"})
-FINISHED_ONE_SHOT = (TaskStatus.COMPLETED, TaskStatus.FAILED, TaskStatus.CANCELLED)
 
 
 @dataclass(frozen=True)
@@ -135,16 +134,14 @@ def plan_resume(task: TaskRecord, now: datetime) -> ResumePlan | None:
 class TriggerPlan:
     status: OccurrenceStatus  # of the manual occurrence: queued, or skipped for `reason`
     reason: str | None
-    rerun: bool  # a finished one-shot runs again: its status follows its newest occurrence
 
 
 def plan_trigger(task: TaskRecord, *, active: int) -> TriggerPlan:
     """A manual occurrence now, by the task's overlap policy (`active`: its active occurrences);
     it runs even while the task is paused."""
     if task.spec.overlap == OverlapPolicy.FORBID and active:
-        return TriggerPlan(OccurrenceStatus.SKIPPED, "overlap", rerun=False)
-    rerun = task.spec.schedule_kind == ScheduleKind.ONCE and task.status in FINISHED_ONE_SHOT
-    return TriggerPlan(OccurrenceStatus.QUEUED, None, rerun)
+        return TriggerPlan(OccurrenceStatus.SKIPPED, "overlap")
+    return TriggerPlan(OccurrenceStatus.QUEUED, None)
 
 
 def plan_trigger_many(task: TaskRecord, count: int) -> TriggerPlan | Refusal:

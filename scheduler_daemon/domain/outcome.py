@@ -4,7 +4,13 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from scheduler_daemon.domain.occurrence import Occurrence
-from scheduler_daemon.domain.status import OccurrenceStatus, OutcomeStatus, RunStatus, TaskStatus
+from scheduler_daemon.domain.status import (
+    OccurrenceStatus,
+    OutcomeStatus,
+    RunStatus,
+    TaskStatus,
+    Trigger,
+)
 
 # The task lifecycle a one-shot task takes from its occurrence's final status.
 LIFECYCLE = {
@@ -70,8 +76,10 @@ def decide(
 
 @dataclass(frozen=True)
 class TaskOutcome:
-    """A final occurrence as its task shows it (task_record_outcome): the task keeps the newest
-    outcome by sequence, and a one-shot task takes `lifecycle` when nothing newer exists."""
+    """A final occurrence as its task shows it (`sd_show_outcomes_v1`): the task keeps the
+    newest outcome by sequence, and a one-shot task takes `lifecycle` when the occurrence
+    `decides` its status (a firing of its schedule, never a manual trigger) and no newer firing
+    exists."""
 
     occurrence_id: int
     occurrence_seq: int
@@ -79,6 +87,7 @@ class TaskOutcome:
     status: OccurrenceStatus
     error: str | None
     lifecycle: TaskStatus
+    decides: bool
 
 
 def task_outcome(occurrence: Occurrence, status: str, error: str | None) -> TaskOutcome:
@@ -91,6 +100,7 @@ def task_outcome(occurrence: Occurrence, status: str, error: str | None) -> Task
         final,
         error,
         LIFECYCLE[final],
+        occurrence.trigger != Trigger.MANUAL,
     )
 
 

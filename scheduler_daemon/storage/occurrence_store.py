@@ -134,20 +134,17 @@ def insert_trigger(
     reason: str | None,
     requested_by: str,
     now: datetime,
-    rerun_status: str | None,
     commit: bool = False,
 ) -> Occurrence:
     """A manual occurrence of a locked task due at `now`, in one statement: its sequence
-    number allocated, the task moved to `rerun_status` (a finished one-shot run again; None:
-    left as it is), and idle daemons woken (`triggered`) at commit. `commit`: the statement
-    ends the transaction, COMMIT sent in the same round trip."""
+    number allocated (the task's status left as it is), and idle daemons woken (`triggered`)
+    at commit. `commit`: the statement ends the transaction, COMMIT sent in the same round
+    trip."""
     row = (query.run_and_commit if commit else query.run)(
         conn,
         "occurrence_trigger",
         {
             "task_id": task_id,
-            "rerun": rerun_status is not None,
-            "rerun_status": rerun_status,
             "channel": instance_store.WAKEUP_CHANNEL,
             "reason_woken": "triggered",
             "now": now,

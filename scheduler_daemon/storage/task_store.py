@@ -269,54 +269,37 @@ def claim_due(limit: int, now: datetime | None = None) -> Statement:
 
 
 def record_outcome(conn: psycopg.Connection[Any], task_id: int, outcome: TaskOutcome) -> bool:
-    """Shows an outcome on the locked task if it is newer than the one shown; False if older."""
-    return (
-        query.run(
-            conn,
-            "task_record_outcome",
-            {
-                "id": task_id,
-                "occurrence_id": outcome.occurrence_id,
-                "occurrence_seq": outcome.occurrence_seq,
-                "scheduled_for": outcome.scheduled_for,
-                "status": outcome.status,
-                "error": outcome.error,
-                "lifecycle": outcome.lifecycle,
-            },
-        )
-        == 1
-    )
+    """Shows an outcome on the locked task (`record_outcomes`); False when it changed nothing
+    (a newer outcome is shown, and it decides no one-shot's status)."""
+    return record_outcomes(conn, [(task_id, outcome)]) == 1
 
 
 def record_outcomes(
     conn: psycopg.Connection[Any], outcomes: Sequence[tuple[int, TaskOutcome]]
 ) -> int:
-    """`record_outcome` for a batch of (task_id, outcome) of locked tasks in one statement; per
-    task only the newest (highest occurrence_seq) is sent."""
-    newest: dict[int, TaskOutcome] = {}
-    for task_id, outcome in outcomes:
-        seen = newest.get(task_id)
-        if seen is None or outcome.occurrence_seq > seen.occurrence_seq:
-            newest[task_id] = outcome
-    if not newest:
+    """Shows a batch of (task_id, outcome) of locked tasks in one statement
+    (`task_record_outcome_many`, whose function holds the rule); returns the tasks changed."""
+    if not outcomes:
         return 0
-    task_ids = sorted(newest)
-    rows = [newest[task_id] for task_id in task_ids]
+    ordered = sorted(outcomes, key=lambda pair: (pair[0], pair[1].occurrence_seq))
+    rows = [outcome for _, outcome in ordered]
     return int(
         query.run(
             conn,
             "task_record_outcome_many",
             {
-                "task_ids": task_ids,
+                "task_ids": [task_id for task_id, _ in ordered],
                 "occurrence_ids": [o.occurrence_id for o in rows],
                 "seqs": [o.occurrence_seq for o in rows],
                 "scheduled_fors": [o.scheduled_for for o in rows],
                 "statuses": [o.status for o in rows],
                 "errors": [o.error for o in rows],
                 "lifecycles": [o.lifecycle for o in rows],
+                "decides": [o.decides for o in rows],
                 "now": None,
             },
         )
+        or 0
     )
 
 

@@ -303,13 +303,19 @@ def test_trigger_refuses_a_count_on_a_forbid_task_in_one_line(client, counts) ->
     assert client.trigger("f", requested_by="test", count=1).status == "queued"
 
 
-def test_trigger_with_a_count_restarts_a_finished_one_shot(client, db) -> None:
+@pytest.mark.parametrize("count", [1, 2])
+def test_a_trigger_runs_a_finished_one_shot_and_leaves_its_status(client, db, count) -> None:
+    # Issue 31: only a one-shot's firings decide its status; a manual trigger queues runs of
+    # it and changes nothing else (the parent commit moved it back to `running`).
     from datetime import UTC, datetime
 
     client.add_task(_spec("once", every=None, at=datetime(2099, 1, 1, tzinfo=UTC)))
     db.execute("UPDATE task SET status = 'completed', next_run_at = NULL")
-    client.trigger("once", requested_by="test", count=2)
-    assert client.get_task("once").status == "running"
+    client.trigger("once", requested_by="test", count=count)
+    assert client.get_task("once").status == "completed"
+    queued = db.execute("SELECT count(*) AS n FROM occurrence WHERE status = 'queued'").fetchone()
+    assert queued["n"] == count
+    assert client.get_task("once").next_run_at is None
 
 
 def test_the_cli_triggers_a_count_and_refuses_one_on_a_forbid_task(cli, counts) -> None:
@@ -385,17 +391,6 @@ def test_a_trigger_whose_insert_fails_writes_nothing_and_the_next_call_works(cli
     assert client.get_task("a").occurrence_seq == 0
     assert db.execute("SELECT count(*) AS n FROM occurrence").fetchone()["n"] == 0
     assert client.trigger("a", requested_by="test").occurrence_seq == 1
-
-
-def test_a_trigger_of_a_finished_one_shot_runs_it_again(client) -> None:
-    from datetime import UTC, datetime
-
-    client.add_task(_spec("once", every=None, at=datetime(2099, 1, 1, tzinfo=UTC)))
-    with psycopg.connect(client.database_url, autocommit=True) as conn:
-        conn.execute("UPDATE task SET status = 'completed', next_run_at = NULL")
-    assert client.trigger("once", requested_by="test").status == "queued"
-    task = client.get_task("once")
-    assert (task.status, task.next_run_at, task.occurrence_seq) == ("running", None, 1)
 
 
 def _waiting_for_a_lock(db: psycopg.Connection[Any]) -> bool:

@@ -55,8 +55,6 @@ def test_the_one_statement_trigger_reaches_its_task_by_primary_key_and_scans_not
 
     params = {
         "task_id": 5,
-        "rerun": False,
-        "rerun_status": None,
         "channel": "test",
         "reason_woken": "triggered",
         "now": datetime.now(UTC),

@@ -1,5 +1,7 @@
-"""A one-shot task's status follows its newest occurrence (by sequence, never by time; manual
-triggers skipped at creation never decide it), through the real completer and reconciler."""
+"""A one-shot task's status follows its newest firing (by sequence, never by time; a manual
+trigger never decides it, whether it ran, failed, was cancelled or expired, though it is shown
+in `last_*` when it is the newest outcome), through the real completer, `runs cancel` and
+reconciler (issue 31)."""
 
 from datetime import timedelta
 
@@ -137,11 +139,13 @@ def test_the_finalizer_picks_the_newest_occurrence_by_sequence_not_by_time(
         "INSERT INTO occurrence (task_id, occurrence_seq, scheduled_for, trigger, overlap, "
         "status, not_before, created_at, finished_at) VALUES "
         f"(%(t)s, 1, {later}, 'schedule', 'forbid', 'success', now(), {later}, {later}), "
-        "(%(t)s, 2, now(), 'manual', 'forbid', 'failed', now(), now(), now())",
+        "(%(t)s, 2, now(), 'backfill', 'forbid', 'failed', now(), now(), now()), "
+        "(%(t)s, 3, now(), 'manual', 'forbid', 'success', now(), now(), now())",
         {"t": task.id},
     )
     _reconciler(pool).run_once()
-    assert _status(client, task) == "failed"  # seq 2's outcome, although seq 1 looks newer
+    # seq 2's outcome, although seq 1 looks newer, and seq 3 is a manual trigger.
+    assert _status(client, task) == "failed"
 
 
 def test_the_finalizer_leaves_a_one_shot_whose_newest_occurrence_became_active_meanwhile(
@@ -164,6 +168,111 @@ def test_the_finalizer_leaves_a_one_shot_whose_newest_occurrence_became_active_m
     )
     reconciler = _reconciler(pool)
     (candidate,) = list(reconciler._candidates(reconciler._one_shots_page))
-    client.trigger(task.id, requested_by="test")  # the newest is now queued
+    query(  # the newest firing, a backfill, is now queued
+        database_url,
+        "INSERT INTO occurrence (task_id, occurrence_seq, scheduled_for, trigger, overlap, "
+        "status, not_before) VALUES (%s, 2, now(), 'backfill', 'forbid', 'queued', now())",
+        (task.id,),
+    )
     assert reconciler._finalize(candidate) is None
     assert _status(client, task) == "running"
+
+
+def test_the_finalizer_is_not_held_by_an_active_manual_trigger(client, pool, database_url):
+    # Would fail on the parent commit: a queued manual occurrence kept the task `running`
+    # although its firing had ended, until the manual run ended and then decided it.
+    task = _one_shot(client, database_url, "true")
+    query(
+        database_url,
+        "UPDATE task SET status = 'running', next_run_at = NULL, occurrence_seq = 2 WHERE id = %s",
+        (task.id,),
+    )
+    query(
+        database_url,
+        "INSERT INTO occurrence (task_id, occurrence_seq, scheduled_for, trigger, overlap, "
+        "status, not_before, finished_at) VALUES "
+        "(%(t)s, 1, now(), 'schedule', 'allow', 'failed', now(), now()), "
+        "(%(t)s, 2, now(), 'manual', 'allow', 'queued', now(), NULL)",
+        {"t": task.id},
+    )
+    _reconciler(pool).run_once()
+    assert _status(client, task) == "failed"
+
+
+def _working_firing(client, pool, executors, database_url, overlap: str, **kw):
+    """A one-shot's scheduled firing launched (its run working, as the replica holds it) and a
+    manual trigger of it recorded after (seq 2)."""
+    task = _one_shot(client, database_url, "exit 4", overlap=overlap, **kw)
+    replica = Replica(database_url, pool, executors, "a")
+    assert replica.dispatcher.run_once().queued == 1
+    assert replica.launcher.run_once().launched == 1
+    manual = client.trigger(task.id, requested_by="test")
+    assert manual.occurrence_seq == 2
+    return task, replica, manual
+
+
+def test_a_cancelled_queued_manual_trigger_does_not_decide_the_one_shot(
+    client, pool, executors, database_url
+) -> None:
+    # Issue 31's window 3. Fails on the parent commit: the cancel of the queued manual
+    # occurrence (the newest) ended the task `cancelled` while its firing still worked, and the
+    # firing's outcome then never decided it.
+    task, replica, manual = _working_firing(client, pool, executors, database_url, "queue")
+    assert manual.status == "queued"
+    client.cancel(manual.id, occurrence=True, requested_by="test")
+    assert _status(client, task) == "running"
+    assert client.get_task(task.id).last_status == "cancelled"  # the newest outcome is shown
+    replica.finished()
+    replica.completer.run_once()
+    assert _status(client, task) == "failed"  # its firing's outcome
+    assert client.get_task(task.id).last_outcome_seq == 2  # an older one never overwrites
+
+
+def test_an_expired_manual_trigger_does_not_decide_the_one_shot(
+    client, pool, executors, database_url
+) -> None:
+    # Fails on the parent commit: the reconciler's expiry of the queued manual occurrence (past
+    # its start deadline) ended the task `cancelled` while its firing still worked.
+    task, replica, manual = _working_firing(
+        client, pool, executors, database_url, "queue", start_deadline=timedelta(seconds=1)
+    )
+    query(
+        database_url,
+        "UPDATE occurrence SET scheduled_for = now() - interval '1 minute' WHERE id = %s",
+        (manual.id,),
+    )
+    assert manual.id in _reconciler(pool).run_once().ids["expired"]
+    assert _status(client, task) == "running"
+    replica.finished()
+    replica.completer.run_once()
+    assert _status(client, task) == "failed"
+
+
+@pytest.mark.parametrize("write", ["unit", "batch"])
+def test_a_manual_run_finishing_first_does_not_decide_the_one_shot(
+    client, pool, executors, database_url, write
+) -> None:
+    # Fails on the parent commit: under `allow` the manual run (seq 2, a success) finished
+    # while the firing still worked and set the task `completed`; the firing's failure, older,
+    # then changed nothing. `unit`: written alone (sd_show_outcomes_v1 through
+    # task_record_outcome_many); `batch`: the batched success (sd_succeed_runs_v3).
+    task, replica, manual = _working_firing(client, pool, executors, database_url, "allow")
+    query(  # the manual run succeeds
+        database_url,
+        'UPDATE task SET payload = \'{"command": "true"}\' WHERE id = %s',
+        (task.id,),
+    )
+    assert replica.launcher.run_once().launched == 1
+    runs = replica.finished()
+    firing, manual_run = sorted(runs, key=lambda r: r.occurrence_id)
+    assert manual_run.occurrence_id == manual.id
+    if write == "unit":
+        assert replica.completer.complete(manual_run) == "recorded"
+    else:
+        firing.retry_at = float("inf")  # held back: this pass writes the manual success only
+        assert replica.completer.run_once().done == 1
+        firing.retry_at = 0.0
+    shown = client.get_task(task.id)
+    assert (shown.status, shown.last_status) == ("running", "success")
+    replica.completer.run_once()
+    assert _status(client, task) == "failed"

@@ -77,7 +77,7 @@ def _seed(database_url: str, *, analyze: bool = True) -> None:
 
 
 def _plan(url: str, name: str, params: dict[str, Any]) -> str:
-    if "FROM sd_" in _statement(name):  # a function's statements (migration 0012), as it plans them
+    if re.search(r"\bsd_\w+_v\d+\(", _statement(name)):  # a function's statements (0012 on)
         return nested_plans(url, _statement(name), params, "SET enable_seqscan = off")
     with psycopg.connect(url) as conn:
         conn.execute("SET enable_seqscan = off")  # what matters is that an index can serve it
@@ -162,6 +162,7 @@ def _plan(url: str, name: str, params: dict[str, Any]) -> str:
                 "statuses": ["success"] * 2,
                 "errors": [None] * 2,
                 "lifecycles": ["completed"] * 2,
+                "decides": [True] * 2,
                 "now": None,
             },
             ("task_pkey",),

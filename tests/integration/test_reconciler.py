@@ -272,10 +272,10 @@ def test_a_one_shot_task_is_finalized_from_its_latest_occurrence_read_after_the_
     task = _one_shot(client, "once")
     occ = client.trigger(task.id, requested_by="test")
     query(database_url, "UPDATE task SET status = 'running' RETURNING id")
-    # A terminal occurrence the task row never heard of (e.g. written by an older version).
+    # A terminal firing the task row never heard of (e.g. written by an older version).
     query(
         database_url,
-        "UPDATE occurrence SET status = 'cancelled', reason = 'planted', "
+        "UPDATE occurrence SET trigger = 'schedule', status = 'cancelled', reason = 'planted', "
         "finished_at = now() WHERE id = %s RETURNING id",
         (occ.id,),
     )
@@ -289,7 +289,7 @@ def test_a_one_shot_task_is_finalized_from_its_latest_occurrence_read_after_the_
             """
             INSERT INTO occurrence (task_id, occurrence_seq, scheduled_for, trigger, overlap,
                                     status, not_before, finished_at)
-            VALUES (%s, 2, now(), 'manual', 'forbid', 'success', now(), now())""",
+            VALUES (%s, 2, now(), 'backfill', 'forbid', 'success', now(), now())""",
             (task.id,),
         )
         holder.execute("UPDATE task SET occurrence_seq = 2 WHERE id = %s", (task.id,))
@@ -306,6 +306,8 @@ def test_one_shot_tasks_without_occurrences_are_cancelled_and_active_ones_left_a
     empty = _one_shot(client, "empty")
     busy = _one_shot(client, "busy")
     client.trigger(busy.id, requested_by="test")
+    # Its firing is active (a manual trigger would not hold it: issue 31).
+    query(database_url, "UPDATE occurrence SET trigger = 'schedule' RETURNING id")
     query(database_url, "UPDATE task SET status = 'running' RETURNING id")
     report = reconciler(pool).run_once()
     assert report.ids["finalized_tasks"] == [empty.id]

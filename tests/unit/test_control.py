@@ -121,15 +121,16 @@ def test_resume_plans_from_now_and_cancels_a_one_shot_whose_instant_passed() -> 
     )
 
 
-def test_a_trigger_follows_the_overlap_policy_and_reruns_a_finished_one_shot() -> None:
+def test_a_trigger_follows_the_overlap_policy() -> None:
+    # A finished one-shot queues like any task: its status is its firings' to decide (issue 31).
     assert control.plan_trigger(_task(), active=1) == control.TriggerPlan(
-        OccurrenceStatus.SKIPPED, "overlap", rerun=False
+        OccurrenceStatus.SKIPPED, "overlap"
     )
     allow = _task(overlap=OverlapPolicy.ALLOW)
     assert control.plan_trigger(allow, active=1).status == OccurrenceStatus.QUEUED
-    assert control.plan_trigger(_once(TaskStatus.FAILED), active=0).rerun
-    assert not control.plan_trigger(_once(TaskStatus.RUNNING), active=0).rerun
-    assert not control.plan_trigger(_once(TaskStatus.FAILED), active=1).rerun  # skipped
+    assert control.plan_trigger(_once(TaskStatus.FAILED), active=0) == control.TriggerPlan(
+        OccurrenceStatus.QUEUED, None
+    )
 
 
 def test_delete_is_refused_while_active_unless_forced_and_records_what_is_owed() -> None:

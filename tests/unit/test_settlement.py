@@ -50,8 +50,10 @@ def _occurrence(status: str = OccurrenceStatus.RUNNING, error: str | None = None
 
 def test_a_final_outcome_names_the_occurrence_and_the_lifecycle_a_one_shot_takes() -> None:
     assert task_outcome(_occurrence(), OccurrenceStatus.TIMEOUT, "timed out") == TaskOutcome(
-        9, 4, NOW, OccurrenceStatus.TIMEOUT, "timed out", TaskStatus.FAILED
+        9, 4, NOW, OccurrenceStatus.TIMEOUT, "timed out", TaskStatus.FAILED, decides=True
     )
+    manual = Occurrence.from_row({**vars(_occurrence()), "trigger": "manual"})
+    assert not task_outcome(manual, OccurrenceStatus.SUCCESS, None).decides  # issue 31
     expired = task_outcome(_occurrence(), "expired", "start deadline passed")
     assert (expired.status, expired.lifecycle) == (OccurrenceStatus.EXPIRED, TaskStatus.CANCELLED)
 
@@ -67,7 +69,7 @@ def test_a_final_attempt_finishes_the_occurrence_and_shows_its_outcome() -> None
     settled = settlement(_occurrence(), final, None)
     assert settled.wakeup == "finished"
     assert settled.outcome == TaskOutcome(
-        9, 4, NOW, OccurrenceStatus.SUCCESS, None, TaskStatus.COMPLETED
+        9, 4, NOW, OccurrenceStatus.SUCCESS, None, TaskStatus.COMPLETED, decides=True
     )
 
 
@@ -81,5 +83,5 @@ def test_a_one_shot_is_finalized_from_its_newest_occurrence_or_waits_while_it_is
     assert ended.status == TaskStatus.FAILED
     assert ended.error is None  # the task's error comes from the recorded outcome
     assert ended.outcome == TaskOutcome(
-        9, 4, NOW, OccurrenceStatus.FAILED, "exit code 2", TaskStatus.FAILED
+        9, 4, NOW, OccurrenceStatus.FAILED, "exit code 2", TaskStatus.FAILED, decides=True
     )
