@@ -74,20 +74,43 @@ WHERE r.occurrence_id = %(occurrence_id)s
 ORDER BY r.id
 
 -- name: run_renew :many
--- Renews exactly the (run, token) pairs this process holds, in id order, touching only run rows;
--- a pair missing from the result was taken over or cancelled: its holder is fenced. A renewed
--- pair whose occurrence has a cancel request tells the owner to stop the job (and keep renewing
--- until it has confirmed the job is gone).
+-- Renews, without waiting for any row, the held (run, occurrence, token) triples this process
+-- holds, in id order, touching only run rows; returns every triple with its outcome: `renewed`
+-- (with whether its occurrence has a cancel request: the owner stops that job and keeps renewing
+-- until it is gone), `locked` (another session holds the row: not renewed, not lost either;
+-- `run_renew_one` tries it again) or `fenced` (not this owner's at that token: taken over or
+-- cancelled). One row held by someone else delays only its own renewal.
 WITH held AS (
+    SELECT * FROM unnest(%(ids)s::bigint[], %(occurrence_ids)s::bigint[], %(tokens)s::bigint[])
+        AS h(id, occurrence_id, token)
+), mine AS MATERIALIZED (
     SELECT r.id FROM run r
-    JOIN unnest(%(ids)s::bigint[], %(tokens)s::bigint[]) AS h(id, token)
-      ON r.id = h.id AND r.lease_token = h.token
+    JOIN held h ON r.id = h.id AND r.occurrence_id = h.occurrence_id AND r.lease_token = h.token
     WHERE r.owner = %(owner)s AND r.status = 'running'
-    ORDER BY r.id FOR UPDATE OF r
+    ORDER BY r.id FOR UPDATE OF r SKIP LOCKED
+), renewed AS (
+    UPDATE run SET lease_expires_at = clock_timestamp() + %(ttl)s,
+        takeover_at = clock_timestamp() + %(ttl)s + %(grace)s
+    FROM mine, occurrence o WHERE run.id = mine.id AND o.id = run.occurrence_id
+    RETURNING run.id, o.cancel_requested_at IS NOT NULL AS cancel_requested
 )
+SELECT h.id, coalesce(n.cancel_requested, false) AS cancel_requested,
+    CASE WHEN n.id IS NOT NULL THEN 'renewed' WHEN r.id IS NOT NULL THEN 'locked'
+        ELSE 'fenced' END AS outcome
+FROM held h
+LEFT JOIN renewed n ON n.id = h.id
+LEFT JOIN run r ON r.id = h.id AND r.occurrence_id = h.occurrence_id
+    AND r.lease_token = h.token AND r.owner = %(owner)s AND r.status = 'running'
+ORDER BY h.id
+
+-- name: run_renew_one :one
+-- Renews one held (run, occurrence, token) triple that `run_renew` found locked, waiting for its
+-- row up to the transaction's lock timeout (a lock error: still locked, not lost); no row: fenced.
 UPDATE run SET lease_expires_at = clock_timestamp() + %(ttl)s,
     takeover_at = clock_timestamp() + %(ttl)s + %(grace)s
-FROM held, occurrence o WHERE run.id = held.id AND o.id = run.occurrence_id
+FROM occurrence o
+WHERE run.id = %(id)s AND run.occurrence_id = %(occurrence_id)s AND run.lease_token = %(token)s
+  AND run.owner = %(owner)s AND run.status = 'running' AND o.id = run.occurrence_id
 RETURNING run.id, o.cancel_requested_at IS NOT NULL AS cancel_requested
 
 -- name: run_lock :one

@@ -3,7 +3,15 @@
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
+
+
+class Lease(NamedTuple):
+    """What a renewal matches: the run, its occurrence and the token it was launched with."""
+
+    run_id: int
+    occurrence_id: int
+    token: int
 
 
 @dataclass
@@ -24,6 +32,16 @@ class HeldRun:
     launched_at: float = 0.0  # time.monotonic() when the job started, for the duration metric
     finished_after: float = 0.0  # seconds from launch until the outcome was seen
     recorded_status: str = ""  # the run status the completer wrote
+    trusted_until: float = 0.0  # the trust deadline its own last renewal set (0: none yet)
+
+    def renewed(self, deadline: float) -> None:
+        """This run's own renewal succeeded: its job may run until `deadline`, the trust
+        deadline (monotonic) of the statement that renewed it. Only ever called for the run
+        that statement renewed, so a row someone else holds lets only its own job's deadline
+        run out; it never moves a deadline back."""
+        if deadline > self.trusted_until:
+            self.trusted_until = deadline
+            self.job.extend(deadline)
 
 
 class HeldRuns:
@@ -56,11 +74,11 @@ class HeldRuns:
         ended = sum(1 for r in runs if r.outcome is not None or r.job.poll() is not None)
         return ended, len(runs) - ended
 
-    def leases(self) -> list[tuple[int, int]]:
-        """The (run id, token) pairs to renew: held, not fenced, not being completed."""
+    def leases(self) -> list[Lease]:
+        """The leases to renew: held, not fenced, not being completed."""
         with self._lock:
             return [
-                (r.run_id, r.token)
+                Lease(r.run_id, r.occurrence_id, r.token)
                 for r in self._runs.values()
                 if not r.fenced and not r.completing
             ]

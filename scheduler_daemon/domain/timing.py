@@ -40,6 +40,18 @@ def trust_deadline(sent: float, lease_ttl: timedelta) -> float:
     return sent + (lease_ttl - trust_margin(lease_ttl)).total_seconds()
 
 
+RENEWAL_LOCK_WAIT_PER_TTL = 10  # a renewal pass waits TTL/10 for held rows, TTL/5 at most
+
+
+def renewal_lock_wait(lease_ttl: timedelta) -> timedelta:
+    """How long one renewal pass waits for rows another session holds: TTL/10 for its
+    heartbeat's instance row, and TTL/10 in all for the run rows it could not lock at once
+    (tried again one by one). A pass so lasts under TTL/5 more than its statements, and the
+    next one is sent within TTL/3 + TTL/5 of it: before any trust deadline (TTL - TTL/5), and
+    before its owner counts as no longer renewing (2 * TTL/3)."""
+    return lease_ttl / RENEWAL_LOCK_WAIT_PER_TTL
+
+
 def restart_quiet(lease_ttl: timedelta, lease_grace: timedelta) -> timedelta:
     """After a database restart, how long nothing is taken over: cut-off owners reconnect, renew
     and write the outcomes they kept first."""

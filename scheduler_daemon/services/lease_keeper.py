@@ -12,7 +12,7 @@ import psycopg
 import structlog
 
 from scheduler_daemon.domain import timing
-from scheduler_daemon.domain.held import HeldRuns
+from scheduler_daemon.domain.held import HeldRuns, Lease
 from scheduler_daemon.settings import DaemonSettings
 from scheduler_daemon.storage import instance_store, run_store
 from scheduler_daemon.storage.database import (
@@ -28,12 +28,16 @@ log = structlog.get_logger()
 
 
 class LeaseKeeper:
-    """Every TTL/3: one statement renews exactly the held (run id, token) pairs. A pair not
-    renewed was taken over: its job is stopped at once and nothing is written for it. A renewed
-    pair with a cancel request has its job stopped and stays renewed until the completer writes
-    `cancelled`, so the occurrence holds its slot until the job is gone. A renewal that fails
-    extends nothing, so each job's trust deadline (time the last good renewal was *sent* + TTL -
-    margin, on the monotonic clock) runs out before the lease does."""
+    """Every TTL/3: the heartbeat, in its own short transaction, then one statement renews every
+    held (run id, occurrence id, token) whose row it can lock without waiting. A lease not
+    renewed because it is no longer ours (taken over, cancelled) is fenced: its job is stopped
+    at once and nothing is written for it. A row another session holds is tried again alone,
+    waiting TTL/10 in all per pass; still held, it is neither renewed nor fenced: only its own
+    job's trust deadline runs on. A renewed run with a cancel request has its job stopped and
+    stays renewed until the completer writes `cancelled`, so the occurrence holds its slot until
+    the job is gone. A renewal that fails extends nothing, so each job's trust deadline (time
+    its own last good renewal was *sent* + TTL - margin, on the monotonic clock) runs out
+    before its lease does."""
 
     def __init__(
         self,
@@ -122,15 +126,23 @@ class LeaseKeeper:
             self._conn = connect(self.url, autocommit=True)
         return self._conn
 
-    def _heartbeat(self, conn: psycopg.Connection[Any]) -> None:
+    def _heartbeat(self, conn: psycopg.Connection[Any], wait: timedelta) -> None:
+        """Writes the heartbeat in its own short transaction: an instance row someone else holds
+        past `wait` skips it this pass (logged), and never holds back a renewal."""
         before = time.time()
-        db_now = instance_store.heartbeat(
-            conn,
-            self.instance_id,
-            slots_in_use=self.slots_in_use(),
-            clock_drift=self.clock_drift,
-            stopping=self.stopping(),
-        )
+        try:
+            with conn.transaction():
+                apply_limits(conn, _waiting(wait))
+                db_now = instance_store.heartbeat(
+                    conn,
+                    self.instance_id,
+                    slots_in_use=self.slots_in_use(),
+                    clock_drift=self.clock_drift,
+                    stopping=self.stopping(),
+                )
+        except psycopg.errors.LockNotAvailable:
+            log.warning("instance_heartbeat_locked", instance_id=self.instance_id)
+            return
         if db_now is None and not self.stopping():  # a peer removed us as dead: come back
             log.warning("instance_reregistered", instance_id=self.instance_id)
             self.reregister(self.clock_drift)
@@ -140,25 +152,31 @@ class LeaseKeeper:
         self.clock_drift = timing.clock_drift(db_now, before, time.time())
 
     def run_once(self) -> set[int]:
-        """One renewal pass; returns the ids of the runs found fenced."""
+        """One renewal pass; returns the ids of the runs found fenced. A run whose row another
+        session holds is not renewed this pass, and not fenced either: its job's trust deadline
+        runs on, and only that job is stopped if the row stays held until it passes."""
         if (refusal := self.refused()) is not None:
             raise refusal  # renew nothing on a schema this build cannot work with
         leases = self.held.leases()
-        sent = time.monotonic()
+        wait = timing.renewal_lock_wait(self.settings.lease_ttl)
         try:
             conn = self._connection()
-            with conn.transaction():  # short: the renewal, then the heartbeat, with lock limits
-                apply_limits(conn, Limits())
-                # The heartbeat first: an instance removed while it was frozen re-registers, and
-                # re-checks the schema, before it renews anything (a refusal rolls back).
-                self._heartbeat(conn)
-                renewed = run_store.renew(
+            # The heartbeat first: an instance removed while it was frozen re-registers, and
+            # re-checks the schema, before it renews anything (a refusal renews nothing).
+            self._heartbeat(conn, wait)
+            sent = time.monotonic()
+            with conn.transaction():  # every row it can lock now, none waited for
+                apply_limits(conn, _waiting(wait))
+                renewals = run_store.renew(
                     conn,
                     owner=self.instance_id,
                     held=leases,
                     ttl=self.settings.lease_ttl,
                     grace=self.settings.lease_grace,
                 )
+            fenced = self._settle(renewals, sent)
+            locked = [lease for lease in leases if renewals[lease.run_id].outcome == "locked"]
+            fenced |= self._retry_locked(conn, locked, time.monotonic() + wait.total_seconds())
         except psycopg.OperationalError as exc:
             if self._conn is not None and is_connection_error(exc):
                 self._conn.close()
@@ -167,15 +185,57 @@ class LeaseKeeper:
             if self._conn is not None:  # outage; the next pass connects afresh (KNOWN-FAILURES 31)
                 self._conn.close()
             raise DatabaseUnavailable(first_line(exc)) from exc
+        return fenced
+
+    def _retry_locked(
+        self, conn: psycopg.Connection[Any], locked: list[Lease], until: float
+    ) -> set[int]:
+        """Tries each lease whose row was held again, alone, waiting for its row no later than
+        `until` (monotonic); one still held is left for the next pass. Returns those fenced."""
+        fenced: set[int] = set()
+        for lease in locked:
+            sent = time.monotonic()
+            if sent >= until:  # no wait left in this pass: the next one renews it
+                self._still_locked(lease)
+                continue
+            try:
+                with conn.transaction():
+                    apply_limits(conn, _waiting(timedelta(seconds=until - sent)))
+                    renewal = run_store.renew_one(
+                        conn,
+                        owner=self.instance_id,
+                        lease=lease,
+                        ttl=self.settings.lease_ttl,
+                        grace=self.settings.lease_grace,
+                    )
+            except psycopg.errors.LockNotAvailable:
+                self._still_locked(lease)
+                continue
+            fenced |= self._settle({lease.run_id: renewal}, sent)
+        return fenced
+
+    def _still_locked(self, lease: Lease) -> None:
+        run = self.held.get(lease.run_id)
+        log.warning(
+            "run_renewal_locked",
+            run_id=lease.run_id,
+            occurrence_id=lease.occurrence_id,
+            task_id=None if run is None else run.task_id,
+            instance_id=self.instance_id,
+        )
+
+    def _settle(self, renewals: dict[int, run_store.Renewal], sent: float) -> set[int]:
+        """Applies what a statement sent at `sent` did: each renewed run's own trust deadline
+        moves; a fenced run's job is stopped; a locked one is left as it is."""
         deadline = self.settings.trust_deadline(sent)
         fenced: set[int] = set()
-        for run_id, _ in leases:
+        for run_id, renewal in renewals.items():
             run = self.held.get(run_id)
-            if run is None:
+            if run is None or renewal.outcome == "locked":
                 continue
-            if run_id in renewed:
-                run.job.extend(deadline)
-                if renewed[run_id] and not run.cancel_requested:
+            if renewal.outcome == "renewed":
+                run.renewed(deadline)
+                if renewal.cancel_requested and not run.cancel_requested:
                     # A cancel request: stop the job, keep the lease until its end is written.
                     run.cancel_requested = True
                     run.job.stop("cancelled: a cancel was requested")
@@ -199,3 +259,8 @@ class LeaseKeeper:
                     instance_id=self.instance_id,
                 )
         return fenced
+
+
+def _waiting(wait: timedelta) -> Limits:
+    """The keeper's transaction limits, waiting at most `wait` for a row lock."""
+    return Limits(lock_timeout=f"{max(1, int(wait.total_seconds() * 1000))}ms")

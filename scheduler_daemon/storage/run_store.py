@@ -3,11 +3,12 @@
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any
+from typing import Any, Literal
 
 import psycopg
 from psycopg_pool import ConnectionPool
 
+from scheduler_daemon.domain.held import Lease
 from scheduler_daemon.domain.run import Run, TakeoverCandidate
 from scheduler_daemon.domain.status import RunStatus
 from scheduler_daemon.storage import query
@@ -23,25 +24,64 @@ def running_by_build(conn: psycopg.Connection[Any]) -> dict[str, int]:
     }
 
 
+@dataclass(frozen=True)
+class Renewal:
+    """What a renewal did for one held run: `renewed` (its lease now runs from the statement's
+    time), `locked` (another session holds its row: not renewed, not lost) or `fenced` (not this
+    owner's at that token any more); a renewed run may have a cancel request."""
+
+    outcome: Literal["renewed", "locked", "fenced"]
+    cancel_requested: bool = False
+
+
 def renew(
     conn: psycopg.Connection[Any],
     *,
     owner: str,
-    held: list[tuple[int, int]],
+    held: Sequence[Lease],
     ttl: timedelta,
     grace: timedelta,
-) -> dict[int, bool]:
-    """Renews the held (run id, token) pairs in one statement; returns the ids it renewed, each
-    with whether its occurrence has a cancel request (the owner must stop that job)."""
+) -> dict[int, Renewal]:
+    """Renews, without waiting for a row, every held lease whose row it can lock, in one
+    statement; returns each held run id with what became of it."""
     if not held:
         return {}
-    ids, tokens = zip(*sorted(held), strict=True)
+    ids, occurrence_ids, tokens = zip(*sorted(held), strict=True)
     rows = query.run(
         conn,
         "run_renew",
-        {"ids": list(ids), "tokens": list(tokens), "owner": owner, "ttl": ttl, "grace": grace},
+        {
+            "ids": list(ids),
+            "occurrence_ids": list(occurrence_ids),
+            "tokens": list(tokens),
+            "owner": owner,
+            "ttl": ttl,
+            "grace": grace,
+        },
     )
-    return {row["id"]: row["cancel_requested"] for row in rows}
+    return {row["id"]: Renewal(row["outcome"], row["cancel_requested"]) for row in rows}
+
+
+def renew_one(
+    conn: psycopg.Connection[Any], *, owner: str, lease: Lease, ttl: timedelta, grace: timedelta
+) -> Renewal:
+    """Renews one lease `renew` found locked, waiting for its row up to the transaction's lock
+    timeout: `renewed` or `fenced`; still locked, it raises LockNotAvailable."""
+    row = query.run(
+        conn,
+        "run_renew_one",
+        {
+            "id": lease.run_id,
+            "occurrence_id": lease.occurrence_id,
+            "token": lease.token,
+            "owner": owner,
+            "ttl": ttl,
+            "grace": grace,
+        },
+    )
+    if row is None:
+        return Renewal("fenced")
+    return Renewal("renewed", row["cancel_requested"])
 
 
 def lock(conn: psycopg.Connection[Any], run_id: int) -> Run | None:

@@ -4,13 +4,13 @@ that stays safe while the loop and the lease keeper thread change the set."""
 from scheduler_daemon.domain.held import HeldRun, HeldRuns
 
 
-def _run(run_id: int, token: int = 1, **kw: object) -> HeldRun:
+def _run(run_id: int, token: int = 1, job: object = None, **kw: object) -> HeldRun:
     return HeldRun(
         run_id=run_id,
         token=token,
         occurrence_id=100 + run_id,
         task_id=7,
-        job=None,
+        job=job,
         **kw,  # type: ignore[arg-type]
     )
 
@@ -47,7 +47,7 @@ def test_adding_a_run_id_again_replaces_the_held_run() -> None:
     held.add(_run(1, token=1))
     held.add(_run(1, token=2))
     assert len(held) == 1
-    assert held.leases() == [(1, 2)]
+    assert held.leases() == [(1, 101, 2)]  # (run, occurrence, token)
 
 
 def test_leases_renew_every_held_run_except_the_fenced_and_the_completing() -> None:
@@ -56,7 +56,7 @@ def test_leases_renew_every_held_run_except_the_fenced_and_the_completing() -> N
     held.add(_run(2, fenced=True))  # lost to a takeover: renewing it would be refused anyway
     held.add(_run(3, completing=True))  # its outcome is being written in its own transaction
     held.add(_run(4, token=9, cancel_requested=True))  # asked to stop: keeps its lease meanwhile
-    assert sorted(held.leases()) == [(1, 5), (4, 9)]
+    assert sorted(held.leases()) == [(1, 101, 5), (4, 104, 9)]
 
 
 def test_a_lease_reflects_a_run_fenced_after_it_was_added() -> None:
@@ -65,6 +65,24 @@ def test_a_lease_reflects_a_run_fenced_after_it_was_added() -> None:
     held.add(run)
     run.fenced = True
     assert held.leases() == []
+
+
+class _Job:
+    def __init__(self) -> None:
+        self.deadlines: list[float] = []
+
+    def extend(self, deadline: float) -> None:
+        self.deadlines.append(deadline)
+
+
+def test_a_renewal_extends_only_its_own_runs_trust_deadline_and_never_moves_it_back() -> None:
+    a, b = _run(1, job=_Job()), _run(2, job=_Job())
+    a.renewed(10.0)
+    assert (a.trusted_until, a.job.deadlines) == (10.0, [10.0])
+    assert (b.trusted_until, b.job.deadlines) == (0.0, [])  # b's row was held: b's runs on
+    a.renewed(9.0)  # an older statement's answer moves nothing
+    a.renewed(12.0)
+    assert (a.trusted_until, a.job.deadlines) == (12.0, [10.0, 12.0])
 
 
 def test_iteration_is_a_snapshot_that_a_concurrent_add_or_remove_does_not_break() -> None:
