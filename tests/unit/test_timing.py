@@ -20,6 +20,17 @@ def test_renewals_come_three_times_per_ttl_and_the_margin_is_a_fifth() -> None:
     assert timing.trust_margin(TTL) == timedelta(seconds=3)
 
 
+def test_a_pass_waiting_its_longest_for_held_rows_still_renews_before_any_trust_deadline() -> None:
+    # The heartbeat's wait and the held runs' retries, TTL/10 each: the next renewal of every
+    # other run is sent within one interval plus both waits, before a job is stopped and before
+    # a peer counts the owner as no longer renewing (issue 31).
+    wait = timing.renewal_lock_wait(TTL)
+    assert wait == timedelta(seconds=1.5)
+    worst = timing.renew_interval(TTL) + 2 * wait
+    assert worst < TTL - timing.trust_margin(TTL)
+    assert worst < TTL * timing.renewal_overdue_per_ttl()
+
+
 def test_the_takeover_bound_is_the_quiet_period_plus_one_reconcile_interval() -> None:
     grace, reconcile = timedelta(seconds=5), timedelta(seconds=7)
     assert timing.restart_quiet(TTL, grace) == timedelta(seconds=20)
