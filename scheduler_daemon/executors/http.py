@@ -7,7 +7,10 @@ otherwise take it for part of the host and put it in its error message.
 
 Timeout, stop() and the trust deadline decide the Outcome at once and abandon the request
 thread, which ends on its own when its socket timeout passes. One timekeeper thread per executor
-applies timeouts and deadlines so `wake` is set without anyone polling.
+applies timeouts and deadlines so `wake` is set without anyone polling. The request thread sends
+nothing for a job already over, or whose trust deadline has passed (`stopped`,
+NOT_STARTED_ERROR, also the timekeeper's error for a request that never left): a daemon frozen
+between its claim and the request must not call a webhook its lease's successor calls.
 """
 
 import base64
@@ -24,8 +27,8 @@ from typing import Any
 from scheduler_daemon.domain.secret import redact
 from scheduler_daemon.domain.status import OutcomeStatus
 from scheduler_daemon.executors.base import FinishedJob, Job, JobContext, Outcome, decode_tail
-from scheduler_daemon.executors.timer import JobTimers, next_wake, timeout_error
-from scheduler_daemon.executors.wire import OUTPUT_TAIL_BYTES, error_line
+from scheduler_daemon.executors.timer import DEADLINE_ERROR, JobTimers, next_wake, timeout_error
+from scheduler_daemon.executors.wire import NOT_STARTED_ERROR, OUTPUT_TAIL_BYTES, error_line
 
 DEFAULT_TIMEOUT_SECONDS = 30.0
 
@@ -47,6 +50,7 @@ class HttpJob:
         # Under the executor's timer lock. stop() ends the run at once: a thread has no grace.
         self.timers = JobTimers(time.monotonic(), deadline=ctx.deadline, timeout=timeout)
         self._outcome: Outcome | None = None
+        self.sent = False  # under the timer lock: the request thread is past its last look
 
     def poll(self) -> Outcome | None:
         return self._outcome
@@ -122,6 +126,13 @@ class HttpExecutor:
             self._keeper.join()
 
     def _request(self, job: HttpJob, request: urllib.request.Request) -> None:
+        with self.timer:  # the last look before the request leaves
+            if job.poll() is not None:  # stopped, or its deadline passed, before it began
+                return
+            if time.monotonic() >= job.timers.deadline:
+                job.finish(Outcome(OutcomeStatus.STOPPED, error=NOT_STARTED_ERROR))
+                return
+            job.sent = True
         try:
             with self.opener.open(request, timeout=job.timeout) as response:
                 status = response.status
@@ -162,7 +173,10 @@ class HttpExecutor:
                 for job in self.running:
                     stop = job.timers.fire(now)
                     if stop is not None:
-                        due.append((job, Outcome(stop.status, error=stop.error)))
+                        error = stop.error
+                        if error == DEADLINE_ERROR and not job.sent:  # the request never left
+                            error = NOT_STARTED_ERROR
+                        due.append((job, Outcome(stop.status, error=error)))
                 for job, outcome in due:
                     job.finish(outcome)  # the condition's lock is re-entrant
                 if due:

@@ -6,6 +6,8 @@ the job socket itself, runs the job with fd 1 and 2 on the spool file, and sends
 it with the result. A control thread reads the control socket: it applies `cancel` and `extend`
 (each naming its job) and `os._exit()`s the worker when the running job's trust deadline passes
 or the daemon's end of either socket closes, so a frozen or dead daemon cannot let a job run on.
+The main thread never calls a job whose trust deadline passed before it could: it answers
+`stopped`, NOT_STARTED_ERROR, and waits for the next one.
 Two sockets, so that a job reaches the thread that runs it without a hop through another
 thread (a thread wake-up and a GIL hand-over per job, when the control thread read everything).
 
@@ -38,7 +40,12 @@ import time
 from datetime import datetime
 from types import SimpleNamespace
 
-from scheduler_daemon.executors.wire import OUTPUT_TAIL_BYTES, Channel, error_line
+from scheduler_daemon.executors.wire import (
+    NOT_STARTED_ERROR,
+    OUTPUT_TAIL_BYTES,
+    Channel,
+    error_line,
+)
 
 TYPE_CHECKING = False  # typing costs a worker 17 ms to import; mypy reads this as True
 if TYPE_CHECKING:
@@ -84,12 +91,17 @@ class _Running:
         self.wake_r, self.wake_w = os.pipe()
         os.set_blocking(self.wake_w, False)  # a full pipe already holds a wake-up
 
-    def begin(self, job_id: int, deadline: float) -> threading.Event:
-        """The main thread starts job `job_id`; returns its cancelled event."""
+    def begin(self, job_id: int, deadline: float) -> threading.Event | None:
+        """The main thread starts job `job_id`; returns its cancelled event, or None when its
+        trust deadline (as extended) has passed: the job must not be called, and the control
+        thread never sees it (a worker that refuses a job lives on)."""
         with self.lock:
-            self.job_id = job_id
             extended_job, extended_to = self.extend_for
-            self.deadline = extended_to if extended_job == job_id else deadline
+            deadline = extended_to if extended_job == job_id else deadline
+            if time.monotonic() >= deadline:
+                return None
+            self.job_id = job_id
+            self.deadline = deadline
             self.cancelled = threading.Event()
             if self.cancel_for == job_id:
                 self.cancelled.set()
@@ -134,6 +146,9 @@ def main(jobs_fd: int, control_fd: int) -> None:
     while True:
         _, job_id, target, fields, spool = _receive(jobs)  # read here: no hop through a thread
         cancelled = running.begin(job_id, fields["deadline"])
+        if cancelled is None:  # its trust deadline passed: the daemon froze on the way
+            jobs.send(("done", job_id, "stopped", NOT_STARTED_ERROR, b"", False))
+            continue
         fields["scheduled_for"] = datetime.fromisoformat(fields["scheduled_for"])
         job_ctx = PythonJobContext(**fields, cancelled=cancelled)
         if spool != spool_path:  # the first job, or the last one left a child writing to it

@@ -5,9 +5,11 @@ Run as `python -m scheduler_daemon.executors.watchdog --parent PID`. It reads JS
 `error`), and kills a job's whole process group when the daemon asks, when the job's timeout passes,
 when its trust deadline (absolute CLOCK_MONOTONIC) passes, or when the daemon is gone (EOF on stdin,
 a broken stdout, or the parent-death signal). It never blocks on the daemon: stdout is
-non-blocking with a queue, so a SIGSTOPped daemon cannot stall it. Standard library only, besides
-the pure `executors.timer` that decides when each job is killed and the outcome vocabulary
-(`domain.status`); the wire carries its statuses as their string values.
+non-blocking with a queue, so a SIGSTOPped daemon cannot stall it. A `start` whose trust deadline
+has already passed (the daemon froze between its claim and the start) spawns nothing: it exits at
+once `stopped`, NOT_STARTED_ERROR. Standard library only, besides the pure `executors.timer` that
+decides when each job is killed, the outcome vocabulary (`domain.status`) and `executors.wire`'s
+texts; the wire carries its statuses as their string values.
 """
 
 import contextlib
@@ -23,6 +25,7 @@ from typing import Any
 
 from scheduler_daemon.domain.status import OutcomeStatus
 from scheduler_daemon.executors.timer import JobTimers, next_wake
+from scheduler_daemon.executors.wire import NOT_STARTED_ERROR
 
 _PR_SET_PDEATHSIG = 1
 _PR_SET_CHILD_SUBREAPER = 36
@@ -101,6 +104,13 @@ class Watchdog:
             (os.POSIX_SPAWN_OPEN, 1, spool, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600),
             (os.POSIX_SPAWN_DUP2, 1, 2),
         ]
+        deadline = float(command["deadline"])
+        if time.monotonic() >= deadline:  # the daemon froze on the way: its lease may be gone
+            status, error = OutcomeStatus.STOPPED, NOT_STARTED_ERROR
+            self.emit(
+                {"event": "exited", "id": job_id, "status": status, "code": None, "error": error}
+            )
+            return
         try:
             pid = os.posix_spawn(
                 "/bin/sh",
@@ -117,7 +127,7 @@ class Watchdog:
         timeout = command.get("timeout")
         timers = JobTimers(
             time.monotonic(),
-            deadline=float(command["deadline"]),
+            deadline=deadline,
             timeout=None if timeout is None else float(timeout),
         )
         job = _Job(job_id=job_id, pid=pid, timers=timers)

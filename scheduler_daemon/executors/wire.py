@@ -21,6 +21,12 @@ if TYPE_CHECKING:
 OUTPUT_TAIL_BYTES = 65536
 """At most this many bytes of the END of a job's output are kept in `Outcome.output_tail`."""
 
+NOT_STARTED_ERROR = "not started: trust deadline passed"
+"""The error of a run refused at its start because its trust deadline had passed (an `Outcome`
+of status `stopped`, recorded `interrupted`): the launcher's, and each executor's at its last
+step before the job begins (the watchdog's spawn, the worker's call, the http request). Here
+because the worker, which imports only this module, says it too."""
+
 _HEADER = 4  # a message's length, big-endian, then the message
 
 

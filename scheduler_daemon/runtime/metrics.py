@@ -79,6 +79,12 @@ class Metrics:
         )
         self.claimed = Counter("occurrences_claimed", "Occurrences claimed for launch.", **ns)
         self.started = Counter("runs_started", "Runs launched.", ["executor"], **ns)
+        self.not_started = Counter(
+            "runs_not_started",
+            "Claimed runs whose job was refused at its start because their trust deadline had "
+            "passed (the daemon froze after its claim): recorded interrupted, requeued.",
+            **ns,
+        )
         self.finished = Counter(
             "runs_finished", "Run outcomes written, by run status.", ["status", "executor"], **ns
         )
@@ -193,6 +199,8 @@ class Metrics:
         """Per batch: one labelled child per executor, not a look-up per run (a look-up takes a
         lock and a dict walk: 4 of them a job cost about 40 us of the daemon's CPU)."""
         self.claimed.inc(result.claimed)
+        if result.not_started:
+            self.not_started.inc(result.not_started)
         if result.budget_blocked_seconds is not None:  # a claim was sent
             self.budget_blocked.set(result.budget_blocked_seconds)
             if result.budget_lock_timeout:

@@ -16,7 +16,9 @@ from scheduler_daemon import logconfig
 from scheduler_daemon.domain.claim import Claim, Launched
 from scheduler_daemon.domain.held import HeldRun, HeldRuns
 from scheduler_daemon.domain.lock_holder import REPORT_EVERY_SECONDS, LockHolder, holder_fields
-from scheduler_daemon.executors.base import Executor, JobContext
+from scheduler_daemon.domain.status import OutcomeStatus
+from scheduler_daemon.executors.base import Executor, FinishedJob, Job, JobContext, Outcome
+from scheduler_daemon.executors.wire import NOT_STARTED_ERROR as NOT_STARTED
 from scheduler_daemon.settings import DaemonSettings
 from scheduler_daemon.storage import fleet_store, occurrence_store
 from scheduler_daemon.storage.database import Statement, first_line, one_trip, transaction
@@ -57,6 +59,8 @@ class LaunchResult:
     # the first that failed (0.0: this claim took it); None: no claim was sent.
     budget_blocked_seconds: float | None = None
     budget_lock_timeout: bool = False  # this claim gave up waiting for the budget's lock
+    # Launched runs whose job was refused: the trust deadline had passed before it could start.
+    not_started: int = 0
 
 
 class Launcher:
@@ -131,7 +135,11 @@ class Launcher:
         result.more = len(launched) >= limit
         deadline = self.settings.trust_deadline(request.made_at)
         for claim, run in launched:
-            result.started.append(self._start(claim, run, deadline))
+            started = self._start(claim, run, deadline)
+            if started is None:
+                result.not_started += 1
+            else:
+                result.started.append(started)
         return result
 
     def _blocked(self, request: ClaimRequest) -> LaunchResult:
@@ -174,7 +182,12 @@ class Launcher:
             )
         self._blocked_since = self._reported_at = None
 
-    def _start(self, claim: Claim, run: Launched, deadline: float) -> Started:
+    def _start(self, claim: Claim, run: Launched, deadline: float) -> Started | None:
+        """Starts `run`'s job, unless its trust deadline passed since the claim was sent (this
+        process froze between them; a peer may have taken the run over and started it again):
+        then the executor is never called (None), and the run is held with a job over before it
+        began, `stopped` with NOT_STARTED_ERROR, which the completer records `interrupted`,
+        fenced on owner and token, its occurrence queued again with its attempt given back."""
         timeout = claim.run_timeout.total_seconds() if claim.run_timeout else None
         ctx = JobContext(
             task_id=claim.task_id,
@@ -188,7 +201,11 @@ class Launcher:
             timeout=timeout,
             deadline=deadline,
         )
-        job = self.executors[claim.executor].start(ctx, claim.payload)
+        refused = time.monotonic() >= deadline
+        if refused:
+            job: Job = FinishedJob(run.run_id, Outcome(OutcomeStatus.STOPPED, error=NOT_STARTED))
+        else:
+            job = self.executors[claim.executor].start(ctx, claim.payload)
         self.held.add(
             HeldRun(
                 run_id=run.run_id,
@@ -200,6 +217,18 @@ class Launcher:
                 launched_at=time.monotonic(),
             )
         )
+        if refused:
+            log.warning(
+                "run_not_started",
+                error=NOT_STARTED,
+                late_seconds=round(time.monotonic() - deadline, 3),
+                run_id=run.run_id,
+                lease_token=claim.lease_token,
+                task_id=claim.task_id,
+                occurrence_id=claim.id,
+                instance_id=self.instance_id,
+            )
+            return None
         if logconfig.enabled(logging.INFO):
             log.info(
                 "run_started",

@@ -15,7 +15,7 @@ import pytest
 from scheduler_daemon.domain.status import OutcomeStatus
 from scheduler_daemon.executors.base import Outcome
 from scheduler_daemon.executors.http import HttpExecutor
-from scheduler_daemon.executors.wire import OUTPUT_TAIL_BYTES
+from scheduler_daemon.executors.wire import NOT_STARTED_ERROR, OUTPUT_TAIL_BYTES
 from tests.unit.executor_support import context, wait_outcome
 
 
@@ -192,6 +192,28 @@ def test_the_trust_deadline_stops_the_run(
 
     assert outcome == Outcome("stopped", error="killed: trust deadline passed")
     assert time.monotonic() - ctx.deadline < 0.3
+
+
+def test_no_request_leaves_once_the_trust_deadline_passed(
+    http: HttpExecutor, server: Server, wake: threading.Event
+) -> None:
+    # The window is forced: the executor's lock is held (re-entrant: start() still runs) past
+    # the deadline, so the request thread reaches its last look late, as a thread of a daemon
+    # stalled between its claim and the request would. On 518d2f3 the request went out anyway.
+    with http.timer:
+        job = http.start(context(run_id=21, deadline_in=0.2), {"url": server.url})
+        time.sleep(0.4)
+
+    assert wait_outcome(job, wake) == Outcome("stopped", error=NOT_STARTED_ERROR)
+    for thread in threading.enumerate():
+        if thread.name == "http-run-21":
+            thread.join(5)
+    assert server.requests == []
+    # Within its deadline the same request is sent.
+    assert wait_outcome(http.start(context(run_id=22), {"url": server.url}), wake).status == (
+        "success"
+    )
+    assert len(server.requests) == 1
 
 
 def test_extend_keeps_a_run_alive_past_its_original_deadline(

@@ -23,7 +23,8 @@ from scheduler_daemon.executors.python_worker import (
     WORKER_ORPHANED_EXIT,
     job_message,
 )
-from scheduler_daemon.executors.wire import OUTPUT_TAIL_BYTES, Channel
+from scheduler_daemon.executors.timer import DEADLINE_ERROR
+from scheduler_daemon.executors.wire import NOT_STARTED_ERROR, OUTPUT_TAIL_BYTES, Channel
 from tests.support import wait_for
 from tests.unit.executor_support import KILL_MARGIN, context, wait_outcome
 
@@ -282,6 +283,36 @@ def test_the_worker_enforces_the_trust_deadline_when_the_daemon_is_frozen(
     print(f"worker exited {latency * 1000:.1f} ms after the trust deadline on its own")
     assert code == WORKER_DEADLINE_EXIT
     assert latency < KILL_MARGIN
+
+
+def test_the_worker_calls_no_job_whose_trust_deadline_passed_and_lives_on(
+    tmp_path: Path,
+) -> None:
+    # The worker's own last look before the call: a job that reaches it past its deadline (the
+    # daemon stalled between its claim and the send) is answered without being called. On
+    # 518d2f3 the worker called it (or its control thread exited the worker first).
+    worker = BareWorker()
+    out = str(tmp_path / "out")
+    try:
+        worker.jobs.send(job_message(1, "tests.jobs:ok", context(deadline_in=-0.1), out))
+        assert worker.jobs.recv() == ("done", 1, "stopped", NOT_STARTED_ERROR, b"", False)
+        worker.jobs.send(job_message(2, "tests.jobs:ok", context(deadline_in=30.0), out))
+        assert worker.jobs.recv() == ("done", 2, "success", None, b"ok\n", False)
+    finally:
+        worker.close()
+
+
+def test_a_python_job_past_its_trust_deadline_is_never_called(
+    python: PythonExecutor, wake: threading.Event
+) -> None:
+    # The daemon's monitor and the worker race to end it (a kill, or the worker's refusal):
+    # either way the job was not called, and the run is stopped.
+    outcome = run(python, wake, "tests.jobs:ok", deadline_in=-0.1)
+
+    assert outcome.status == "stopped"
+    assert outcome.error in (NOT_STARTED_ERROR, DEADLINE_ERROR)
+    assert "ok" not in outcome.output_tail
+    assert run(python, wake, "tests.jobs:ok") == Outcome("success", output_tail="ok\n")
 
 
 def test_the_worker_enforces_an_earlier_deadline_of_a_later_job(tmp_path: Path) -> None:

@@ -15,7 +15,7 @@ import pytest
 from scheduler_daemon.domain.status import OutcomeStatus
 from scheduler_daemon.executors.base import Outcome
 from scheduler_daemon.executors.shell import WATCHDOG_DIED, ShellExecutor, ShellJob
-from scheduler_daemon.executors.wire import OUTPUT_TAIL_BYTES
+from scheduler_daemon.executors.wire import NOT_STARTED_ERROR, OUTPUT_TAIL_BYTES
 from tests.unit.executor_support import KILL_MARGIN, context, wait_outcome
 
 
@@ -163,6 +163,34 @@ def test_the_trust_deadline_kills_the_group_within_the_margin(
     assert 0 <= latency < KILL_MARGIN
     assert outcome.status == "stopped"
     assert outcome.error == "killed: trust deadline passed"
+
+
+def test_the_watchdog_spawns_nothing_once_the_trust_deadline_passed(
+    shell: ShellExecutor, wake: threading.Event, tmp_path: Path
+) -> None:
+    # The window is forced: the watchdog is frozen while the start is on its way, and thawed
+    # past the deadline (a daemon stalled between its claim and the spawn). On 518d2f3 it
+    # spawned the job anyway and killed it a moment later: the command ran.
+    marker = tmp_path / "ran"
+    assert wait_outcome(shell.start(context(run_id=1), {"command": "true"}), wake).status == (
+        "success"
+    )
+    watchdog = shell.watchdog_pid
+    assert watchdog is not None
+    os.kill(watchdog, signal.SIGSTOP)
+    try:
+        job = shell.start(context(run_id=2, deadline_in=0.3), {"command": f"touch {marker}"})
+        time.sleep(0.5)
+    finally:
+        os.kill(watchdog, signal.SIGCONT)
+
+    assert wait_outcome(job, wake) == Outcome("stopped", error=NOT_STARTED_ERROR)
+    assert not marker.exists()
+    # Within its deadline the same command runs, on the same watchdog.
+    started = shell.start(context(run_id=3), {"command": f"touch {marker}"})
+    assert wait_outcome(started, wake).status == "success"
+    assert marker.exists()
+    assert shell.watchdog_pid == watchdog
 
 
 def test_extend_keeps_a_job_alive_past_its_original_deadline(
