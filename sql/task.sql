@@ -138,12 +138,19 @@ SELECT sd_show_outcomes_v1(%(task_ids)s::bigint[], %(occurrence_ids)s::bigint[],
     %(errors)s::text[], %(lifecycles)s::text[], %(decides)s::boolean[],
     %(now)s::timestamptz) AS shown
 
--- name: task_next_due_wake :scalar
--- When the earliest enabled task falls due, for the loop's sleep; when `wake`, also wakes the
--- idle daemons at commit (a dispatch queued more than its own claim can start).
+-- name: task_next_due_wake :one
+-- What a dispatch leaves, for the loop's sleep: when the earliest enabled task not yet due falls
+-- due (`next_due`), and the tasks still due, by due time, at most `limit` (`locked`: rows this
+-- dispatch could not lock, which the loop backs off from until its next poll). When `wake`, also
+-- wakes the idle daemons at commit (a dispatch queued more than its own claim can start).
 SELECT pg_notify(%(channel)s, 'queued') WHERE %(wake)s;
-SELECT min(next_run_at) FROM task
-WHERE deleted_at IS NULL AND NOT paused AND status = 'enabled' AND parked_at IS NULL
+SELECT (SELECT min(next_run_at) FROM task
+        WHERE deleted_at IS NULL AND NOT paused AND status = 'enabled' AND parked_at IS NULL
+          AND next_run_at > coalesce(%(now)s::timestamptz, now())) AS next_due,
+       ARRAY(SELECT id FROM task
+             WHERE deleted_at IS NULL AND NOT paused AND status = 'enabled' AND parked_at IS NULL
+               AND next_run_at <= coalesce(%(now)s::timestamptz, now())
+             ORDER BY next_run_at, id LIMIT %(limit)s) AS locked
 
 -- name: task_unfinished_one_shots :many
 -- One-shot tasks still `running` with no active firing (a manual trigger never decides their

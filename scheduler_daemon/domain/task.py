@@ -287,3 +287,13 @@ class TaskRef(FromRow):
     """A task a scan saw, by id: the fix locks it and reads it again."""
 
     id: int
+
+
+@dataclass(frozen=True)
+class DueLeft(FromRow):
+    """What a dispatch left for the loop's pacing (`task_next_due_wake`): when the earliest task
+    not yet due falls due (database clock; None: none), and the tasks still due, which that
+    dispatch could not lock (another session holds their rows)."""
+
+    next_due: datetime | None
+    locked: list[int]

@@ -17,7 +17,7 @@ from scheduler_daemon.domain.held import HeldRuns
 from scheduler_daemon.runtime.health import LoopProgress
 from scheduler_daemon.runtime.metrics import Metrics
 from scheduler_daemon.runtime.notify import Notifier
-from scheduler_daemon.runtime.pacing import Pacing
+from scheduler_daemon.runtime.pacing import LockedSpells, Pacing
 from scheduler_daemon.runtime.registration import Registration
 from scheduler_daemon.runtime.root import Services
 from scheduler_daemon.runtime.supervision import (
@@ -197,7 +197,7 @@ class Loop:
             free = self.settings.concurrency - len(self.held)
             result = services.dispatcher.run_once(claims_after=free)
             self.metrics.record_dispatch(result)
-            pacing.dispatched(began, result.next_due, result.db_now)
+            self._report(pacing.dispatched(began, result.next_due, result.db_now, result.locked))
             if result.queued:
                 pacing.want_launch()
         if pacing.launch_due():
@@ -206,6 +206,15 @@ class Loop:
             self.metrics.record_launch(launched)
             if launched.more:
                 pacing.want_launch()
+
+    def _report(self, spells: LockedSpells) -> None:
+        """Logs each spell of a due task whose row another session holds once, when it is still
+        locked a poll after a dispatch first found it so (a peer's dispatch holds it for
+        milliseconds), and its end."""
+        for task_id, seconds in spells.held:
+            self.log.warning("due_task_locked", task_id=task_id, locked_seconds=round(seconds, 1))
+        for task_id, seconds in spells.released:
+            self.log.info("due_task_unlocked", task_id=task_id, locked_seconds=round(seconds, 1))
 
     def _give_up(self, step: str) -> int:
         self.log.error(

@@ -8,15 +8,24 @@ database clock becomes one through the clock drift the daemon measured (docs/exp
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from scheduler_daemon.settings import DaemonSettings
 
-MIN_SLEEP_SECONDS = 0.02
-"""How soon a dispatch is tried again when the task it saw due is still due (a peer holds it)."""
-
 Clock = Callable[[], float]
+
+
+@dataclass(frozen=True)
+class LockedSpells:
+    """What the tasks a dispatch could not lock mean for the log, each as (task id, seconds since
+    a dispatch first found it locked): `held`, spells to report now (once each: the task is
+    still locked a poll after), and `released`, reported spells whose task is no longer left
+    due and locked."""
+
+    held: tuple[tuple[int, float], ...] = ()
+    released: tuple[tuple[int, float], ...] = ()
 
 
 class Pacing:
@@ -52,6 +61,9 @@ class Pacing:
         self.launch_wanted.set()
         self._due_hints: list[float] = []
         self._hints_lock = threading.Lock()
+        # Tasks the last dispatch found due and locked: when a dispatch first found each one
+        # locked, and whether its spell was reported.
+        self._locked: dict[int, tuple[float, bool]] = {}
 
     @classmethod
     def from_settings(
@@ -87,19 +99,47 @@ class Pacing:
         self.next_dispatch = began + self.poll
         return began
 
-    def dispatched(self, began: float, next_due: datetime | None, db_now: datetime | None) -> None:
+    def dispatched(
+        self,
+        began: float,
+        next_due: datetime | None,
+        db_now: datetime | None,
+        locked: Collection[int] = (),
+    ) -> LockedSpells:
         """Sets the next dispatch after one that began at `began` and read `next_due` (the
-        earliest next_run_at) at `db_now`, both on the database clock: the due time counted
-        from the moment the dispatch began (so neither the pass's own length nor the clock
-        drift delays it), at most one poll interval away."""
-        if next_due is None or db_now is None:
+        earliest next_run_at of the tasks not yet due) at `db_now`, both on the database clock:
+        the due time counted from the moment the dispatch began (so neither the pass's own
+        length nor the clock drift delays it), at most one poll interval away. A task the
+        dispatch found due but could not lock (`locked`: another session holds its row) is
+        backed off until that next poll: its due time is past, and dispatching again at once
+        would only skip it again, a transaction each time, for as long as the row is held. A
+        peer that holds it to dispatch it commits within milliseconds; so a task found locked
+        again at a dispatch a poll or more after the first that found it is held by something
+        else, and its spell is returned in `held`, once."""
+        if next_due is None or db_now is None or next_due <= db_now:
+            # Nothing ahead, or a due time already past: a task left due is one this dispatch
+            # could not lock, tried again at the next poll and not before.
             self.next_dispatch = began + self.poll
-            return
-        until_due = (next_due - db_now).total_seconds()
-        if until_due <= 0:  # still due after dispatching: a peer holds that task, do not spin
-            self.next_dispatch = self.clock() + MIN_SLEEP_SECONDS
         else:
-            self.next_dispatch = began + min(self.poll, until_due)
+            self.next_dispatch = began + min(self.poll, (next_due - db_now).total_seconds())
+        return self._locked_spells(began, locked)
+
+    def _locked_spells(self, began: float, locked: Collection[int]) -> LockedSpells:
+        """Carries each task's locked spell from dispatch to dispatch (see `dispatched`)."""
+        now, spells, held = self.clock(), {}, []
+        for task_id in locked:
+            since, reported = self._locked.get(task_id, (began, False))
+            if not reported and began >= since + self.poll:  # as `next_dispatch` was computed
+                held.append((task_id, now - since))
+                reported = True
+            spells[task_id] = (since, reported)
+        released = [
+            (task_id, now - since)
+            for task_id, (since, reported) in self._locked.items()
+            if reported and task_id not in spells
+        ]
+        self._locked = spells
+        return LockedSpells(tuple(held), tuple(released))
 
     def task_added(self, due: datetime | None) -> None:
         """The waker heard of a new task (on its own thread): its due time (database clock)

@@ -23,7 +23,8 @@ class DispatchResult:
     queued: int = 0
     skipped: int = 0
     db_now: datetime | None = None
-    next_due: datetime | None = None
+    next_due: datetime | None = None  # the earliest task not yet due falls due then
+    locked: tuple[int, ...] = ()  # tasks still due: rows it could not lock (held elsewhere)
 
 
 class Dispatcher:
@@ -38,10 +39,11 @@ class Dispatcher:
 
     def run_once(self, now: datetime | None = None, *, claims_after: int = 0) -> DispatchResult:
         """Dispatches every due task, a batch per transaction: the due scan goes with its BEGIN,
-        each task is one round trip, and the next due time with its COMMIT. `claims_after`: how
-        many occurrences this daemon's own claim, right after, can start; only the ones queued
-        beyond that wake the idle daemons (each woken peer takes the budget lock to claim
-        nothing)."""
+        each task is one round trip, and the next due time with its COMMIT, read beside the
+        tasks still due, whose rows the scan skipped (`locked`: the loop backs off from them
+        until its next poll). `claims_after`: how many occurrences this daemon's own claim,
+        right after, can start; only the ones queued beyond that wake the idle daemons (each
+        woken peer takes the budget lock to claim nothing)."""
         result = DispatchResult()
         while True:
             due = task_store.claim_due(self.batch, now)
@@ -52,7 +54,8 @@ class Dispatcher:
                 result.tasks += len(tasks)
                 result.db_now = tx.now
                 wake = result.queued > claims_after
-                result.next_due = task_store.commit_next_due(tx.conn, wake=wake)
+                left = task_store.commit_next_due(tx.conn, wake=wake, limit=self.batch, now=now)
+                result.next_due, result.locked = left.next_due, tuple(left.locked)
             if len(tasks) < self.batch or not dispatched:
                 return result
 

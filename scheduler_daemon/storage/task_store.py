@@ -9,7 +9,7 @@ import psycopg
 from psycopg.types.json import Jsonb
 
 from scheduler_daemon.domain.outcome import TaskOutcome
-from scheduler_daemon.domain.task import PAYLOAD_KEY, TaskRecord, TaskRef, TaskSpec
+from scheduler_daemon.domain.task import PAYLOAD_KEY, DueLeft, TaskRecord, TaskRef, TaskSpec
 from scheduler_daemon.storage import instance_store, query
 from scheduler_daemon.storage.database import Statement
 from scheduler_daemon.storage.error import Conflict, NotFound
@@ -303,11 +303,15 @@ def record_outcomes(
     )
 
 
-def commit_next_due(conn: psycopg.Connection[Any], *, wake: bool) -> datetime | None:
-    """Commits the open transaction in the round trip that reads when the earliest enabled task
-    falls due; with `wake`, the idle daemons are woken for what it queued."""
-    params = {"channel": instance_store.WAKEUP_CHANNEL, "wake": wake}
-    return query.run_and_commit(conn, "task_next_due_wake", params)
+def commit_next_due(
+    conn: psycopg.Connection[Any], *, wake: bool, limit: int, now: datetime | None = None
+) -> DueLeft:
+    """Commits the open transaction in the round trip that reads what the dispatch left: when
+    the earliest enabled task not yet due falls due, and up to `limit` tasks still due at `now`
+    (the transaction's clock unless pinned): rows it could not lock. With `wake`, the idle
+    daemons are woken for what it queued."""
+    params = {"channel": instance_store.WAKEUP_CHANNEL, "wake": wake, "limit": limit, "now": now}
+    return DueLeft.from_row(query.run_and_commit(conn, "task_next_due_wake", params))
 
 
 def python_exists(conn: psycopg.Connection[Any]) -> bool:

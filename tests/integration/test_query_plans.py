@@ -109,7 +109,11 @@ def _plan(url: str, name: str, params: dict[str, Any]) -> str:
             },
             ("task_pkey",),
         ),
-        ("task_next_due_wake", {"channel": "c", "wake": False}, ("task_due_idx",)),
+        (
+            "task_next_due_wake",
+            {"channel": "c", "wake": False, "limit": 10, "now": None},
+            ("task_due_idx",),
+        ),
         ("occurrence_claim_launch", CLAIM, ("occurrence_queue_idx",)),
         (
             "run_takeover_candidates",

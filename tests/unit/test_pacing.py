@@ -6,7 +6,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from scheduler_daemon.runtime.pacing import MIN_SLEEP_SECONDS, Pacing
+from scheduler_daemon.runtime.pacing import LockedSpells, Pacing
 from scheduler_daemon.settings import DaemonSettings
 
 DB_NOW = datetime(2030, 1, 1, tzinfo=UTC)
@@ -81,15 +81,85 @@ def test_a_due_time_further_than_a_poll_still_waits_one_poll_at_most() -> None:
     assert p.next_dispatch == began + 5.0
 
 
-def test_a_task_still_due_after_dispatching_is_retried_soon_but_without_spinning() -> None:
-    # Would catch a version that dispatched again at once (a peer holds that task: a busy loop).
+def test_a_task_it_could_not_lock_is_backed_off_until_the_next_poll() -> None:
+    # Would catch 518d2f3, which tried again 20 ms later, every 20 ms for as long as another
+    # session held the row (issue 31: 95 transactions/s against 5 idle), and a version that
+    # dispatched again at once.
     clock = FakeClock()
     p = pacing(clock)
     began = p.dispatch_began()
     clock.advance(0.3)
-    p.dispatched(began, DB_NOW, DB_NOW)
-    assert p.next_dispatch == clock() + MIN_SLEEP_SECONDS
+    assert p.dispatched(began, None, DB_NOW, locked=[7]) == LockedSpells()
+    assert p.next_dispatch == began + 5.0
+    clock.advance(4.6)
     assert not p.dispatch_due()
+    clock.advance(0.1)
+    assert p.dispatch_due()
+
+
+def test_a_due_time_already_past_is_a_task_it_could_not_take_and_waits_a_poll() -> None:
+    clock = FakeClock()
+    p = pacing(clock)
+    began = p.dispatch_began()
+    p.dispatched(began, DB_NOW, DB_NOW)
+    assert p.next_dispatch == began + 5.0
+
+
+def test_a_task_due_sooner_is_dispatched_on_time_beside_one_it_could_not_lock() -> None:
+    # The locked task holds back only itself: the next due time is the earliest of the others.
+    clock = FakeClock()
+    p = pacing(clock)
+    began = p.dispatch_began()
+    p.dispatched(began, DB_NOW + timedelta(seconds=2), DB_NOW, locked=[7])
+    assert p.next_dispatch == began + 2.0
+
+
+def _locked_at_each_dispatch(p: Pacing, clock: FakeClock, *locked: list[int]) -> list[LockedSpells]:
+    """Dispatches once a poll, finding `locked[i]` locked at the i-th; what each one returns."""
+    spells = []
+    for ids in locked:
+        clock.now = max(clock.now, p.next_dispatch)
+        spells.append(p.dispatched(p.dispatch_began(), None, DB_NOW, locked=ids))
+        clock.advance(0.01)  # the dispatch's own length
+    return spells
+
+
+def test_a_task_still_locked_a_poll_later_is_reported_once_and_its_end_once() -> None:
+    # Would catch a version that logged every pass (one line a poll for as long as it is held).
+    clock = FakeClock()
+    p = pacing(clock)
+    first, second, third, fourth = _locked_at_each_dispatch(p, clock, [7], [7], [7], [])
+    assert first == LockedSpells()  # found locked once: a peer may be dispatching it
+    assert second.held == ((7, pytest.approx(5.0)),)
+    assert third == LockedSpells()  # the same spell
+    assert fourth == LockedSpells(released=((7, pytest.approx(15.0)),))
+
+
+def test_a_row_a_peer_held_for_one_dispatch_is_never_reported() -> None:
+    clock = FakeClock()
+    p = pacing(clock)
+    spells = _locked_at_each_dispatch(p, clock, [7], [], [8], [])
+    assert spells == [LockedSpells()] * 4
+
+
+def test_a_dispatch_sooner_than_a_poll_does_not_report_a_locked_task_yet() -> None:
+    # A due hint or another task's due time brings a dispatch in: it finds the row still locked,
+    # but less than a poll after the first, when a peer's dispatch may still hold it.
+    clock = FakeClock()
+    p = pacing(clock)
+    p.dispatched(p.dispatch_began(), None, DB_NOW, locked=[7])
+    clock.advance(2.0)
+    assert p.dispatched(p.dispatch_began(), None, DB_NOW, locked=[7]) == LockedSpells()
+    clock.now = p.next_dispatch  # that one's poll: 7 s after the first
+    assert p.dispatched(p.dispatch_began(), None, DB_NOW, locked=[7]).held == ((7, 7.0),)
+
+
+def test_a_spell_that_ended_and_begins_again_is_reported_again() -> None:
+    clock = FakeClock()
+    p = pacing(clock)
+    spells = _locked_at_each_dispatch(p, clock, [7, 8], [7, 8], [8], [7, 8], [7, 8])
+    assert [[task for task, _ in s.held] for s in spells] == [[], [7, 8], [], [], [7]]
+    assert [[task for task, _ in s.released] for s in spells] == [[], [], [7], [], []]
 
 
 def test_a_failed_dispatch_is_tried_again_a_poll_later() -> None:
