@@ -86,11 +86,8 @@ CREATE OR REPLACE FUNCTION public.sd_show_outcomes_v1(p_task_ids bigint[], p_occ
  RETURNS integer
  LANGUAGE plpgsql
 AS $function$
--- Shows final outcomes on their tasks, whose rows the caller has locked. Per task: the newest
--- outcome by sequence, only if newer than the one shown (a late writer never overwrites a newer
--- result); and a one-shot task still `running` takes the lifecycle of its newest deciding
--- outcome (`p_decides`: a firing of the schedule, never a manual trigger) when no newer firing
--- exists. Returns the number of tasks changed.
+-- Shows final outcomes on their tasks, whose rows the caller has locked (the rule: migration
+-- 0017's RULE); returns the number of tasks changed.
 DECLARE
     v_changed integer;
 BEGIN
@@ -99,39 +96,43 @@ BEGIN
                              p_errors, p_lifecycles, p_decides)
                  AS g(task_id, occurrence_id, seq, scheduled_for, status, error, lifecycle,
                       decides)
-    ), newest AS (
+    ),
+    newest AS (
         SELECT DISTINCT ON (task_id) * FROM given ORDER BY task_id, seq DESC
     ), deciding AS (
         SELECT DISTINCT ON (task_id) task_id, seq, lifecycle FROM given WHERE decides
         ORDER BY task_id, seq DESC
+    ), shown AS (
+        UPDATE task SET
+            last_outcome_seq = greatest(task.last_outcome_seq, n.seq),
+            last_occurrence_id = CASE WHEN n.seq > task.last_outcome_seq
+                                      THEN n.occurrence_id ELSE task.last_occurrence_id END,
+            last_scheduled_for = CASE WHEN n.seq > task.last_outcome_seq
+                                      THEN n.scheduled_for ELSE task.last_scheduled_for END,
+            last_status = CASE WHEN n.seq > task.last_outcome_seq
+                               THEN n.status ELSE task.last_status END,
+            last_finished_at = CASE WHEN n.seq > task.last_outcome_seq
+                                    THEN coalesce(p_now, clock_timestamp())
+                                    ELSE task.last_finished_at END,
+            last_error = CASE WHEN n.seq > task.last_outcome_seq
+                              THEN n.error ELSE task.last_error END,
+            status = CASE WHEN d.task_id IS NOT NULL AND task.schedule_kind = 'once'
+                               AND task.status = 'running'
+                               AND NOT EXISTS (
+                                   SELECT 1 FROM occurrence newer
+                                   WHERE newer.task_id = task.id
+                                     AND newer.occurrence_seq > d.seq
+                                     AND newer.trigger <> 'manual')
+                          THEN d.lifecycle ELSE task.status END,
+            updated_at = coalesce(p_now, clock_timestamp())
+        FROM newest n LEFT JOIN deciding d ON d.task_id = n.task_id
+        WHERE task.id = n.task_id
+          AND (n.seq > task.last_outcome_seq
+               OR (d.task_id IS NOT NULL AND task.schedule_kind = 'once'
+                   AND task.status = 'running'))
+        RETURNING task.id
     )
-    UPDATE task SET
-        last_outcome_seq = greatest(task.last_outcome_seq, n.seq),
-        last_occurrence_id = CASE WHEN n.seq > task.last_outcome_seq
-                                  THEN n.occurrence_id ELSE task.last_occurrence_id END,
-        last_scheduled_for = CASE WHEN n.seq > task.last_outcome_seq
-                                  THEN n.scheduled_for ELSE task.last_scheduled_for END,
-        last_status = CASE WHEN n.seq > task.last_outcome_seq
-                           THEN n.status ELSE task.last_status END,
-        last_finished_at = CASE WHEN n.seq > task.last_outcome_seq
-                                THEN coalesce(p_now, clock_timestamp())
-                                ELSE task.last_finished_at END,
-        last_error = CASE WHEN n.seq > task.last_outcome_seq
-                          THEN n.error ELSE task.last_error END,
-        status = CASE WHEN d.task_id IS NOT NULL AND task.schedule_kind = 'once'
-                           AND task.status = 'running'
-                           AND NOT EXISTS (
-                               SELECT 1 FROM occurrence newer
-                               WHERE newer.task_id = task.id AND newer.occurrence_seq > d.seq
-                                 AND newer.trigger <> 'manual')
-                      THEN d.lifecycle ELSE task.status END,
-        updated_at = coalesce(p_now, clock_timestamp())
-    FROM newest n LEFT JOIN deciding d ON d.task_id = n.task_id
-    WHERE task.id = n.task_id
-      AND (n.seq > task.last_outcome_seq
-           OR (d.task_id IS NOT NULL AND task.schedule_kind = 'once'
-               AND task.status = 'running'));
-    GET DIAGNOSTICS v_changed = ROW_COUNT;
+    SELECT count(*) INTO v_changed FROM shown;
     RETURN v_changed;
 END
 $function$;
@@ -266,14 +267,6 @@ CREATE OR REPLACE FUNCTION public.sd_succeed_runs_v3(p_ids bigint[], p_tokens bi
  SET enable_mergejoin TO 'off'
 AS $function$
 #variable_conflict use_column
-DECLARE
-    v_ids bigint[];
-    v_task_ids bigint[];
-    v_occurrence_ids bigint[];
-    v_seqs bigint[];
-    v_scheduled_fors timestamptz[];
-    v_errors text[];
-    v_decides boolean[];
 BEGIN
     PERFORM 1 FROM task WHERE id = ANY(p_task_ids) ORDER BY id FOR UPDATE;
     PERFORM 1 FROM occurrence WHERE id = ANY(p_occurrence_ids) ORDER BY id FOR UPDATE;
@@ -281,6 +274,7 @@ BEGIN
     IF p_wake THEN
         PERFORM pg_notify(p_channel, 'finished');
     END IF;
+    RETURN QUERY
     WITH mine AS MATERIALIZED (
         -- The runs of the batch still ours at their token, whose occurrence is still running
         -- at that token: each looked up by its keys inside the loop over the batch.
@@ -299,25 +293,51 @@ BEGIN
             finished_at = coalesce(p_now, clock_timestamp()), finished_by = p_owner
         FROM mine f WHERE r.id = f.id
         RETURNING r.id, r.occurrence_id, f.error
-    ), finished AS (
+    ), finished AS MATERIALIZED (
         UPDATE occurrence o SET status = 'success', error = ended.error, reason = NULL,
             finished_at = coalesce(p_now, clock_timestamp()),
             updated_at = coalesce(p_now, clock_timestamp()), claim_owner = NULL
         FROM ended WHERE o.id = ended.occurrence_id
-        RETURNING ended.id AS run_id, o.id, o.task_id, o.occurrence_seq, o.scheduled_for,
-                  o.trigger, ended.error
+        RETURNING o.task_id, o.id AS occurrence_id, o.occurrence_seq AS seq, o.scheduled_for,
+                  'success'::text AS status, ended.error, 'completed'::text AS lifecycle,
+                  o.trigger <> 'manual' AS decides
+    ),
+    newest AS (
+        SELECT DISTINCT ON (task_id) * FROM finished ORDER BY task_id, seq DESC
+    ), deciding AS (
+        SELECT DISTINCT ON (task_id) task_id, seq, lifecycle FROM finished WHERE decides
+        ORDER BY task_id, seq DESC
+    ), shown AS (
+        UPDATE task SET
+            last_outcome_seq = greatest(task.last_outcome_seq, n.seq),
+            last_occurrence_id = CASE WHEN n.seq > task.last_outcome_seq
+                                      THEN n.occurrence_id ELSE task.last_occurrence_id END,
+            last_scheduled_for = CASE WHEN n.seq > task.last_outcome_seq
+                                      THEN n.scheduled_for ELSE task.last_scheduled_for END,
+            last_status = CASE WHEN n.seq > task.last_outcome_seq
+                               THEN n.status ELSE task.last_status END,
+            last_finished_at = CASE WHEN n.seq > task.last_outcome_seq
+                                    THEN coalesce(p_now, clock_timestamp())
+                                    ELSE task.last_finished_at END,
+            last_error = CASE WHEN n.seq > task.last_outcome_seq
+                              THEN n.error ELSE task.last_error END,
+            status = CASE WHEN d.task_id IS NOT NULL AND task.schedule_kind = 'once'
+                               AND task.status = 'running'
+                               AND NOT EXISTS (
+                                   SELECT 1 FROM occurrence newer
+                                   WHERE newer.task_id = task.id
+                                     AND newer.occurrence_seq > d.seq
+                                     AND newer.trigger <> 'manual')
+                          THEN d.lifecycle ELSE task.status END,
+            updated_at = coalesce(p_now, clock_timestamp())
+        FROM newest n LEFT JOIN deciding d ON d.task_id = n.task_id
+        WHERE task.id = n.task_id
+          AND (n.seq > task.last_outcome_seq
+               OR (d.task_id IS NOT NULL AND task.schedule_kind = 'once'
+                   AND task.status = 'running'))
+        RETURNING task.id
     )
-    SELECT array_agg(run_id), array_agg(task_id), array_agg(id), array_agg(occurrence_seq),
-           array_agg(scheduled_for), array_agg(error), array_agg(trigger <> 'manual')
-    INTO v_ids, v_task_ids, v_occurrence_ids, v_seqs, v_scheduled_fors, v_errors, v_decides
-    FROM finished;
-    IF v_ids IS NOT NULL THEN
-        PERFORM sd_show_outcomes_v1(
-            v_task_ids, v_occurrence_ids, v_seqs, v_scheduled_fors,
-            array_fill('success'::text, ARRAY[cardinality(v_ids)]), v_errors,
-            array_fill('completed'::text, ARRAY[cardinality(v_ids)]), v_decides, p_now);
-    END IF;
-    RETURN QUERY SELECT unnest(v_ids);
+    SELECT ended.id FROM ended;
 END
 $function$;
 
