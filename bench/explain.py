@@ -1,6 +1,7 @@
 """EXPLAIN (ANALYZE, BUFFERS) of the hot statements over a seeded database, each in a transaction
 rolled back afterwards, so the plans in docs/performance.md come from the named SQL as shipped."""
 
+import re
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -65,7 +66,12 @@ def _params(conn: psycopg.Connection[Any]) -> dict[str, Any]:
         "SELECT id, lease_token FROM occurrence WHERE status = 'queued' ORDER BY id LIMIT 1"
     ).fetchone()
     assert occurrence is not None
-    ids = [r["id"] for r in conn.execute("SELECT id FROM run WHERE status = 'running' LIMIT 10")]
+    running = conn.execute(
+        "SELECT id, occurrence_id FROM run WHERE status = 'running' ORDER BY id LIMIT 10"
+    ).fetchall()
+    ids = [r["id"] for r in running]
+    # A held lease names its run's own occurrence (run_renew matches run, occurrence and token).
+    OVERRIDES["run_renew"] = {"occurrence_ids": [r["occurrence_id"] for r in running]}
     ttl, grace = timedelta(seconds=15), timedelta(seconds=5)
     return {
         "owner": "explain",
@@ -178,7 +184,7 @@ def explain(server: str, tasks: int, occurrences: int) -> str:
                     # budget lock first) runs them in the transaction and explains the last.
                     *first, last = QUERIES[name].sql.split(";\n")
                     values = {**params, **OVERRIDES.get(name, {})}
-                    if "FROM sd_" in last:  # a function's statements: auto_explain shows them
+                    if re.search(r"\bsd_\w+_v\d+\(", last):  # a function's: auto_explain
                         out.extend(_nested(conn, last, values))
                         continue
                     with conn.transaction(force_rollback=True):
