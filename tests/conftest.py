@@ -36,23 +36,28 @@ EMBEDDED_TEST_DIR = Path(
 )
 
 
-CHAOS = Path(__file__).parent / "chaos"
+# Real-process tiers: tests/chaos (daemons under faults) and tests/ha (a streaming pair, failovers).
+SERIAL_DIRS = (Path(__file__).parent / "chaos", Path(__file__).parent / "ha")
+
+
+def _in_serial_dir(path: Path) -> bool:
+    return any(path == d or d in path.parents for d in SERIAL_DIRS)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Every test in tests/chaos is `serial`: real daemons under faults, timed against each other,
-    one at a time. A plain `pytest` (the README's command) leaves them out; `-m serial` runs
-    them (after it, in .ci/run), and so does naming a path under tests/chaos."""
+    """Every test in tests/chaos and tests/ha is `serial`: real daemons or servers under faults,
+    timed against each other, one at a time. A plain `pytest` (the README's command) leaves them
+    out; `-m serial` runs them (after it, in .ci/run), and so does naming a path under them."""
     for item in items:
-        if CHAOS in item.path.parents:
+        if _in_serial_dir(item.path):
             item.add_marker(pytest.mark.serial)
     named = [Path(arg.split("::", 1)[0]).resolve() for arg in config.args]
-    if config.option.markexpr or any(p == CHAOS or CHAOS in p.parents for p in named):
+    if config.option.markexpr or any(_in_serial_dir(p) for p in named):
         return
-    serial = [item for item in items if CHAOS in item.path.parents]
+    serial = [item for item in items if _in_serial_dir(item.path)]
     if serial:
         config.hook.pytest_deselected(items=serial)
-        items[:] = [item for item in items if CHAOS not in item.path.parents]
+        items[:] = [item for item in items if not _in_serial_dir(item.path)]
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
