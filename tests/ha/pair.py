@@ -60,12 +60,13 @@ def server_url(server: OwnedServer, database: str = DATABASE) -> str:
 
 def poll(what: str, probe: Callable[[], T], timeout: float = 30.0) -> T:
     """`probe()`'s first truthy answer within `timeout` seconds; a server that does not answer
-    yet (starting, promoting) counts as no."""
+    yet (starting, promoting) or a standby that has not replayed a table's creation yet counts
+    as no."""
 
     def answer() -> T | None:
         try:
             return probe()
-        except psycopg.OperationalError:
+        except (psycopg.OperationalError, psycopg.errors.UndefinedTable):
             return None
 
     return wait_for(answer, timeout=timeout, interval=0.1, message=what)  # type: ignore[return-value]
