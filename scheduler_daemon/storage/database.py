@@ -382,12 +382,19 @@ def make_pool(url: str, *, max_size: int, name: str) -> ConnectionPool:
 
 @contextmanager
 def _connection(pool: ConnectionPool) -> Iterator[Conn]:
-    """A pooled connection; DatabaseUnavailable when the database cannot be reached."""
+    """A pooled connection; DatabaseUnavailable when the database cannot be reached, or when
+    it refuses a write as read-only (SQLSTATE 25006: a standby, or a primary demoted or turned
+    read-only without dropping its connections): an outage like a lost connection, never a
+    failed pass, and the connection is dropped so that the next one looks for a server that
+    takes writes; what the pass could not write stays held (issue 32)."""
     try:
         with pool.connection() as conn:
-            yield cast(
-                Conn, conn
-            )  # make_pool's connections have dict rows; the pool's type can't say
+            try:
+                # make_pool's connections have dict rows; the pool's type can't say
+                yield cast(Conn, conn)
+            except psycopg.errors.ReadOnlySqlTransaction as exc:
+                conn.close()  # the pool discards a closed connection
+                raise DatabaseUnavailable(f"database is read-only: {first_line(exc)}") from exc
     except PoolTimeout as exc:
         raise DatabaseUnavailable(f"database unavailable: {first_line(exc)}") from exc
     except psycopg.OperationalError as exc:
