@@ -127,13 +127,13 @@ ORDER BY occurrence_id
 
 -- name: audit_takeover_overdue :many
 -- Running runs that a live instance should have taken over: past their takeover point (or the
--- instance's start, or the end of the restart quiet period, whichever is last) by more than
--- that instance's reconcile interval plus `slack`, on the database clock.
+-- instance's start, or the end of the quiet period after a restart or a failover, whichever is
+-- last) by more than that instance's reconcile interval plus `slack`, on the database clock.
 SELECT r.id AS run_id, r.occurrence_id, r.owner, r.takeover_at,
     array_agg(i.id ORDER BY i.id) AS live_instance_ids, clock_timestamp() AS checked_at
 FROM run r
 CROSS JOIN (
-    SELECT pg_postmaster_start_time() + coalesce(max(lease_ttl + lease_grace), interval '0')
+    SELECT {{quiet_from}} + coalesce(max(lease_ttl + lease_grace), interval '0')
         AS quiet_until
     FROM instance
 ) q

@@ -144,23 +144,24 @@ WHERE run.id = mine.id AND f.id = mine.id
 RETURNING run.id
 
 -- name: run_takeover_candidates :many
--- Runs past their takeover point (database clock), a page at a time in id order; none while the
--- server is younger than the quiet period, so owners cut off by a restart can renew first.
+-- Runs past their takeover point (database clock), a page at a time in id order; none within the
+-- quiet period after the server's start or the fleet's first sighting of its epoch (a promotion),
+-- so owners cut off by a restart or a failover can renew first.
 SELECT r.id, r.occurrence_id, o.task_id, r.lease_token, r.owner FROM run r
 JOIN occurrence o ON o.id = r.occurrence_id
 WHERE r.status = 'running' AND r.takeover_at < clock_timestamp()
-  AND clock_timestamp() > pg_postmaster_start_time() + %(restart_quiet)s
+  AND clock_timestamp() > {{quiet_from}} + %(restart_quiet)s
   AND r.id > %(after)s
 ORDER BY r.id
 LIMIT %(limit)s
 
 -- name: run_inside_lease :many
 -- Running runs, each with the point from which it can be taken over (its takeover point, or the
--- end of the quiet period after a database restart if later) and whether its owner still
+-- end of the quiet period after a database restart or a failover if later) and whether its owner still
 -- renews: its instance is registered and renewed this lease within `overdue` TTLs of its own
 -- TTL. All on the database clock, which it returns too (`recover`).
 SELECT r.id, r.occurrence_id, o.task_id, r.owner, r.lease_expires_at,
-    greatest(r.takeover_at, pg_postmaster_start_time() + %(restart_quiet)s) AS takeover_from,
+    greatest(r.takeover_at, {{quiet_from}} + %(restart_quiet)s) AS takeover_from,
     (i.id IS NOT NULL
      AND r.lease_expires_at - i.lease_ttl > clock_timestamp() - i.lease_ttl * %(overdue)s)
         AS renewing,
@@ -176,7 +177,7 @@ UPDATE run SET status = 'interrupted', finished_at = clock_timestamp(), finished
     error = %(error)s
 WHERE id = %(id)s AND lease_token = %(token)s AND status = 'running'
   AND takeover_at < clock_timestamp()
-  AND clock_timestamp() > pg_postmaster_start_time() + %(restart_quiet)s
+  AND clock_timestamp() > {{quiet_from}} + %(restart_quiet)s
 
 -- name: run_running_by_build :many
 -- Executing runs per build (`status` during a rollout); NULL: a build before revision 0004.

@@ -358,6 +358,14 @@ BEGIN
 END
 $function$;
 
+CREATE TABLE fleet_epoch (
+    system_identifier bigint NOT NULL,
+    timeline bigint NOT NULL,
+    first_seen_at timestamp with time zone NOT NULL,
+    CONSTRAINT fleet_epoch_pkey PRIMARY KEY (system_identifier, timeline)
+);
+
+
 CREATE TABLE fleet_setting (
     key text NOT NULL,
     value jsonb NOT NULL,

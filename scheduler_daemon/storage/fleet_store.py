@@ -52,3 +52,10 @@ def history_retention(conn: psycopg.Connection[Any]) -> timedelta | None:
         return None if text is None else parse_duration(text)
     except ValueError:
         return None
+
+
+def sight_epoch(conn: psycopg.Connection[Any]) -> dict[str, Any] | None:
+    """Records the fleet's first sighting of the database's current epoch (system identifier,
+    timeline), if this is it (`epoch_sight`); returns the epoch, when it was first seen and
+    whether this was the first sighting (`new`)."""
+    return query.run(conn, "epoch_sight", {})

@@ -30,6 +30,7 @@ TABLES = (
     "task_event",
     "fleet_setting_event",
     "task_pruned",
+    "fleet_epoch",
     VERSION_TABLE,
 )
 # What each role may change beyond reading every table. Row locks (SELECT ... FOR UPDATE) need
@@ -48,6 +49,7 @@ WRITES: dict[str, dict[str, tuple[str, ...]]] = {
         "run": ("INSERT", "UPDATE", "DELETE"),
         "instance": ("INSERT", "UPDATE", "DELETE"),
         "task_pruned": ("INSERT", "UPDATE"),  # the prune's mark, an upsert (revision 0016)
+        "fleet_epoch": ("INSERT",),  # a reconcile pass's first sighting (revision 0018)
     },
     "operator": {
         "task": ("INSERT", "UPDATE"),  # deletion is a soft delete

@@ -1,0 +1,33 @@
+-- name: epoch_sight :one
+-- Records when the fleet first saw the database's current epoch: its system identifier and its
+-- timeline (read from the current WAL file's name, which a promotion changes at once, where
+-- pg_control_checkpoint() lags it by minutes), `ON CONFLICT DO NOTHING` (revision 0018). Returns
+-- the epoch, when it was first seen, and whether this statement was the first sighting. On a
+-- standby pg_current_wal_lsn() fails (recovery is in progress): no epoch is recorded there.
+WITH current AS (
+    SELECT s.system_identifier,
+        ('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))::bit(32)::bigint AS timeline
+    FROM pg_control_system() s
+), sighted AS (
+    INSERT INTO fleet_epoch (system_identifier, timeline, first_seen_at)
+    SELECT system_identifier, timeline, now() FROM current
+    ON CONFLICT DO NOTHING
+    RETURNING first_seen_at
+)
+SELECT c.system_identifier, c.timeline,
+    coalesce((SELECT first_seen_at FROM sighted),
+             (SELECT e.first_seen_at FROM fleet_epoch e
+              WHERE e.system_identifier = c.system_identifier AND e.timeline = c.timeline))
+        AS first_seen_at,
+    EXISTS (SELECT 1 FROM sighted) AS new
+FROM current c
+
+-- fragment: quiet_from
+-- When the quiet period after the database's latest change of life began: its server's start,
+-- or the fleet's first sighting of a later epoch than the first it ever saw (a promotion) if
+-- later. No run is taken over within TTL + grace of it, so owners cut off by a restart or a
+-- failover renew first. The first epoch a fleet records (its first pass after revision 0018)
+-- is no change of life, and starts no quiet period.
+greatest(pg_postmaster_start_time(),
+         (SELECT max(first_seen_at) FROM fleet_epoch
+          WHERE first_seen_at > (SELECT min(first_seen_at) FROM fleet_epoch)))
