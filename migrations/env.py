@@ -20,7 +20,16 @@ def run_migrations_offline() -> None:
 
 
 def run_migrations_online() -> None:
-    engine = create_engine(config.get_main_option("sqlalchemy.url"), poolclass=pool.NullPool)
+    # scheduler_daemon.storage.migration gives the URL to libpq itself (`connect`): SQLAlchemy's
+    # URL parser refuses a multi-host URL and a keyword DSN.
+    connect = config.attributes.get("connect")
+    engine = (
+        create_engine(config.get_main_option("sqlalchemy.url"), poolclass=pool.NullPool)
+        if connect is None
+        else create_engine(
+            config.get_main_option("sqlalchemy.url"), creator=connect, poolclass=pool.NullPool
+        )
+    )
     try:
         with engine.connect() as connection:
             context.configure(

@@ -12,7 +12,7 @@ from datetime import datetime
 from typing import Any, Self, TypeAlias, cast
 
 import psycopg
-from psycopg.conninfo import conninfo_to_dict
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from psycopg.rows import DictRow, dict_row
 from psycopg_pool import ConnectionPool, PoolTimeout
 
@@ -45,29 +45,56 @@ UNPARSEABLE = "<unparseable database URL>"
 
 def describe_server(url: str) -> str:
     """`host:port/dbname` of a database URL or keyword DSN, as libpq reads it, for messages
-    (never the URL itself); UNPARSEABLE when libpq cannot read it, or reads a host with an `@`
+    (never the URL itself); a multi-host URL names each host with its port
+    (`h1:5440,h2:5441/db`); UNPARSEABLE when libpq cannot read it, or reads a host with an `@`
     (a password with an unencoded `@`: the rest of it would show as the host)."""
     try:
         params = conninfo_to_dict(url)
     except psycopg.Error:
         return UNPARSEABLE
-    host = str(params.get("host") or params.get("hostaddr") or "localhost")
-    if "@" in host:
+    hosts = str(params.get("host") or params.get("hostaddr") or "localhost").split(",")
+    if any("@" in host for host in hosts):
         return UNPARSEABLE
+    ports = str(params.get("port") or "").split(",")
+    if len(ports) != len(hosts):  # one port (or none) for every host
+        ports = [ports[0]] * len(hosts)
     dbname = params.get("dbname") or params.get("user") or "(default)"
-    return f"{host}:{params.get('port') or 5432}/{dbname}"
+    servers = ",".join(
+        f"{host or 'localhost'}:{port or 5432}" for host, port in zip(hosts, ports, strict=True)
+    )
+    return f"{servers}/{dbname}"
+
+
+READ_WRITE = "read-write"
+TARGET_SESSION_ATTRS_ENV = "PGTARGETSESSIONATTRS"
+
+
+def read_write(url: str) -> str:
+    """`url` asking libpq for a server that accepts writes (`target_session_attrs=read-write`,
+    as a keyword DSN) unless the URL or PGTARGETSESSIONATTRS sets it already: of a multi-host
+    URL the primary is found, and a demoted primary is refused at connect, not at the first
+    write. Everything else, the password included, is kept as given; a URL libpq cannot read is
+    returned unchanged (the connect that follows reports it)."""
+    try:
+        params = conninfo_to_dict(url)
+    except psycopg.Error:
+        return url
+    if params.get("target_session_attrs") or os.environ.get(TARGET_SESSION_ATTRS_ENV):
+        return url
+    return make_conninfo(url, target_session_attrs=READ_WRITE)
 
 
 def connect(url: str, *, autocommit: bool = False, **kwargs: Any) -> Conn:
     """A connection with dict rows, no server-side prepared statements (PgBouncer transaction
-    mode), TCP keepalives and a connect timeout; DatabaseUnavailable with one line naming the
-    server (`describe_server`) if not, the password masked in any form libpq echoes."""
+    mode), TCP keepalives, a connect timeout, on a server that accepts writes (`read_write`);
+    DatabaseUnavailable with one line naming the server (`describe_server`) if not, the
+    password masked in any form libpq echoes."""
     server = describe_server(url)
     if server == UNPARSEABLE:  # libpq's own message quotes the value it could not read
         raise DatabaseUnavailable(f"cannot connect to the database: {UNPARSEABLE}")
     try:
         return psycopg.connect(
-            url,
+            read_write(url),
             autocommit=autocommit,
             row_factory=dict_row,
             prepare_threshold=None,
@@ -358,10 +385,11 @@ def _first_result(cursor: psycopg.ClientCursor[DictRow], first: Statement | None
 
 
 def make_pool(url: str, *, max_size: int, name: str) -> ConnectionPool:
-    """A small pool for one daemon's loop; opened lazily so a database that is down at start
-    is retried by the caller instead of failing the constructor."""
+    """A small pool for one daemon's loop, on a server that accepts writes (`read_write`);
+    opened lazily so a database that is down at start is retried by the caller instead of
+    failing the constructor."""
     return ConnectionPool(
-        url,
+        read_write(url),
         min_size=1,
         max_size=max_size,
         open=False,

@@ -15,7 +15,12 @@ from psycopg.types.json import Jsonb
 from scheduler_daemon.domain.instance import Instance
 from scheduler_daemon.domain.schema_compat import Build, Record, Step, Verdict
 from scheduler_daemon.storage import instance_store, query
-from scheduler_daemon.storage.database import connect
+from scheduler_daemon.storage.database import (
+    CONNECT_TIMEOUT_SECONDS,
+    KEEPALIVES,
+    connect,
+    read_write,
+)
 from scheduler_daemon.storage.error import ContractBlocked, SchemaBehind, SchemaTooNew
 from scheduler_daemon.storage.resource import resource_dir
 from scheduler_daemon.version import __version__
@@ -32,12 +37,20 @@ builds before it cannot work with. Every later revision declares `phase = "expan
 COMPAT_LOCK_KEY = 0x736368656D61636B
 
 
-def sqlalchemy_url(url: str) -> str:
-    """The libpq URL with SQLAlchemy's psycopg 3 driver named."""
-    for prefix in ("postgresql://", "postgres://"):
-        if url.startswith(prefix):
-            return "postgresql+psycopg://" + url[len(prefix) :]
-    return url
+DIALECT = "postgresql+psycopg://"
+"""The SQLAlchemy URL alembic is given: the dialect alone. The connection itself comes from
+`_alembic_connection`, opened by libpq from the URL as given, since SQLAlchemy's own URL parser
+refuses a multi-host URL (`h1:5440,h2:5441`) and a keyword DSN that libpq reads."""
+
+
+def _alembic_connection(url: str) -> psycopg.Connection[Any]:
+    """A plain psycopg connection (tuple rows, as SQLAlchemy wants) with our connect settings."""
+    return psycopg.connect(
+        read_write(url),
+        connect_timeout=CONNECT_TIMEOUT_SECONDS,
+        application_name="scheduler-daemon migrate",
+        **KEEPALIVES,
+    )
 
 
 def _command() -> ModuleType:
@@ -54,8 +67,8 @@ def _config(url: str, output: io.StringIO | None = None) -> "Config":
 
     cfg = Config(output_buffer=output) if output is not None else Config()
     cfg.set_main_option("script_location", str(resource_dir("migrations")))
-    # ConfigParser interpolation treats % specially; escape it in URLs.
-    cfg.set_main_option("sqlalchemy.url", sqlalchemy_url(url).replace("%", "%%"))
+    cfg.set_main_option("sqlalchemy.url", DIALECT)
+    cfg.attributes["connect"] = functools.partial(_alembic_connection, url)  # migrations/env.py
     return cfg
 
 
@@ -313,7 +326,7 @@ def offline_steps() -> list[tuple[Step, str]]:
     for step in build().steps:
         output = io.StringIO()
         span = step.revision if previous is None else f"{previous}:{step.revision}"
-        _command().upgrade(_config("postgresql://", output), span, sql=True)
+        _command().upgrade(_config("", output), span, sql=True)
         found.append((step, output.getvalue()))
         previous = step.revision
     return found
