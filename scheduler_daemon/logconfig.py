@@ -83,8 +83,14 @@ class _Stderr:
         sys.stderr.flush()
 
 
+_STDLIB_HANDLER = "scheduler-daemon"
+"""The name of the root logger's handler `configure` installs (and replaces on a second call)."""
+
+
 def configure(level: str = "info", fmt: str = "auto") -> None:
-    """Logs go to stderr, so command output on stdout stays clean for --json."""
+    """Logs go to stderr, so command output on stdout stays clean for --json. Records of the
+    standard library's `logging` (psycopg's pool warnings) go through the same processors: one
+    JSON line each, secrets masked, at warning and above (or `level`, if higher)."""
     stream = sys.stderr
     use_json = fmt == "json" or (fmt == "auto" and not stream.isatty())
     renderer: Any = (
@@ -92,17 +98,41 @@ def configure(level: str = "info", fmt: str = "auto") -> None:
         if use_json
         else structlog.dev.ConsoleRenderer(colors=stream.isatty())
     )
+    shared: list[Any] = [
+        structlog.processors.add_log_level,
+        structlog.processors.format_exc_info,  # before _redact: tracebacks are text too
+        _redact,
+        structlog.processors.TimeStamper(fmt="iso", utc=True),  # ours: nothing to redact
+    ]
+    threshold = getattr(logging, level.upper())
     structlog.configure(
-        processors=[
-            structlog.contextvars.merge_contextvars,
-            structlog.processors.add_log_level,
-            structlog.processors.format_exc_info,  # before _redact: tracebacks are text too
-            _redact,
-            structlog.processors.TimeStamper(fmt="iso", utc=True),  # ours: nothing to redact
-            renderer,
-        ],
-        wrapper_class=structlog.make_filtering_bound_logger(getattr(logging, level.upper())),
+        processors=[structlog.contextvars.merge_contextvars, *shared, renderer],
+        wrapper_class=structlog.make_filtering_bound_logger(threshold),
         logger_factory=structlog.PrintLoggerFactory(_Stderr()),  # type: ignore[arg-type]
         cache_logger_on_first_use=False,
     )
-    logging.basicConfig(level=logging.WARNING, stream=stream)
+    _route_stdlib(max(threshold, logging.WARNING), shared, renderer)
+
+
+def _route_stdlib(level: int, shared: list[Any], renderer: Any) -> None:
+    """The root logger's handler: each record from `level` on rendered by structlog's
+    `renderer` after the `shared` processors (a multi-line message, a traceback: one JSON
+    line), with its logger's name; replaces the one an earlier call installed."""
+    handler = logging.StreamHandler(_Stderr())
+    handler.set_name(_STDLIB_HANDLER)
+    handler.setLevel(level)
+    handler.setFormatter(
+        structlog.stdlib.ProcessorFormatter(
+            foreign_pre_chain=[structlog.stdlib.add_logger_name, *shared],
+            processors=[structlog.stdlib.ProcessorFormatter.remove_processors_meta, renderer],
+        )
+    )
+    unroute_stdlib()
+    logging.getLogger().addHandler(handler)  # the root logger stays at its WARNING
+
+
+def unroute_stdlib() -> None:
+    """Removes the root logger's handler `configure` installed (a test's teardown)."""
+    root = logging.getLogger()
+    for old in [h for h in root.handlers if h.get_name() == _STDLIB_HANDLER]:
+        root.removeHandler(old)

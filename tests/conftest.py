@@ -221,7 +221,10 @@ def cli(database_url: str, capsys: pytest.CaptureFixture[str]) -> Iterator[Any]:
     yield run
     import structlog
 
+    from scheduler_daemon import logconfig
+
     structlog.reset_defaults()  # the CLI configured logging for its own run only
+    logconfig.unroute_stdlib()
 
 
 def row_counts(conn: psycopg.Connection[Any]) -> dict[str, int]:
