@@ -5,7 +5,8 @@ history (every triggered occurrence ran exactly once, nothing left claimed or ru
 the pooled server connections themselves: no session state (advisory locks, settings, prepared
 statements, LISTEN) survives a transaction, which is what transaction pooling needs
 (KNOWN-FAILURES 16, 23). `recover` takes over a killed daemon's run through PgBouncer, and the
-start lag of polling instead of LISTEN is measured.
+start lag of polling instead of LISTEN is measured. A read-only server behind PgBouncer is refused
+when the daemon connects (target_session_attrs=read-write).
 """
 
 import statistics
@@ -239,3 +240,24 @@ def test_listen_through_transaction_pooling_is_noticed_taken_back_and_replaced_b
     )
     assert daemon.stop() == 0
     assert '"listen_unavailable"' not in daemon.log().split(warning, 1)[1]  # said once
+
+
+def test_a_read_only_server_behind_pgbouncer_is_refused_at_connect(
+    bouncer: PgBouncer, database_url: str
+) -> None:
+    # libpq's target_session_attrs=read-write check (storage.database.read_write) reads the
+    # settings PgBouncer reports for its server connections; on eddeb28 this connected and only
+    # the first write failed.
+    from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+    from scheduler_daemon.storage.database import connect
+    from scheduler_daemon.storage.error import DatabaseUnavailable
+
+    name = conninfo_to_dict(database_url)["dbname"]
+    query(database_url, f"ALTER DATABASE {name} SET default_transaction_read_only = on")
+    url = bouncer.url_for(database_url)
+    with pytest.raises(DatabaseUnavailable, match="session is read-only"):
+        connect(url).close()
+    with connect(make_conninfo(url, target_session_attrs="any"), autocommit=True) as conn:
+        row = conn.execute("SHOW transaction_read_only").fetchone()
+    assert row == {"transaction_read_only": "on"}
