@@ -180,12 +180,35 @@ def status_fields(status: dict[str, Any]) -> dict[str, Any]:
         )
     parked = [{**t, "parked_at": iso(t["parked_at"])} for t in status.get("parked_tasks", [])]
     holders = [lock_holder_fields(h) for h in status.get("budget_lock_holders", [])]
+    database = dict(status.get("database", {}))
+    for key in ("first_recorded_at", "last_failover_seen_at"):
+        if database.get(key) is not None:
+            database[key] = iso(database[key])
+    if database.get("system_identifier") is not None:
+        database["system_identifier"] = str(database["system_identifier"])  # past 2^53
     return {
         **status,
         "instances": instances,
         "parked_tasks": parked,
         "budget_lock_holders": holders,
+        "database": database,
     }
+
+
+def database_text(database: dict[str, Any]) -> str:
+    """`status`'s line for the database's epoch and replication (issue 32)."""
+    if database.get("epoch_detection") != "available":
+        return f"database epoch detection {database.get('epoch_detection')}"
+    if database["in_recovery"]:
+        where = "a standby (in recovery)"
+    else:
+        where = f"timeline {database['timeline']}"
+    replication = "synchronous" if database["synchronous"] else "asynchronous or none"
+    failover = database.get("last_failover_seen_at") or "none seen"
+    return (
+        f"database: system {database['system_identifier']}, {where}, replication "
+        f"{replication}; last failover {failover}"
+    )
 
 
 def lock_holder_fields(holder: LockHolder) -> dict[str, Any]:

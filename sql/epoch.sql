@@ -31,3 +31,19 @@ FROM current c
 greatest(pg_postmaster_start_time(),
          (SELECT max(first_seen_at) FROM fleet_epoch
           WHERE first_seen_at > (SELECT min(first_seen_at) FROM fleet_epoch)))
+
+-- name: epoch_status :one
+-- What `status` says of the database's epoch, writing nothing: its system identifier, its
+-- timeline (NULL on a standby, which has no current WAL position), whether it is in recovery,
+-- whether it names synchronous standbys, and the fleet's sightings: the first epoch it recorded
+-- and the latest first sighting (a failover when they differ).
+SELECT s.system_identifier,
+    CASE WHEN pg_is_in_recovery() THEN NULL
+         ELSE ('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))::bit(32)::bigint
+    END AS timeline,
+    pg_is_in_recovery() AS in_recovery,
+    current_setting('synchronous_standby_names') <> '' AS synchronous,
+    (SELECT min(first_seen_at) FROM fleet_epoch) AS first_recorded_at,
+    (SELECT max(first_seen_at) FROM fleet_epoch
+     WHERE first_seen_at > (SELECT min(first_seen_at) FROM fleet_epoch)) AS last_failover_seen_at
+FROM pg_control_system() s

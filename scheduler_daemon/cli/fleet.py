@@ -300,6 +300,7 @@ def status(ctx: click.Context) -> None:
         text += f"\nparked: {parked['name']} (id {parked['id']}): {parked['park_error']}"
     for holder in fields["budget_lock_holders"]:
         text += "\n" + presentation.lock_holder_text(holder)
+    text += "\n" + presentation.database_text(fields["database"])
     emit(ctx, fields, text)
 
 

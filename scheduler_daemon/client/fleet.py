@@ -5,6 +5,8 @@ import time
 from dataclasses import replace
 from typing import Any
 
+import psycopg
+
 from scheduler_daemon.client.base import ClientBase
 from scheduler_daemon.domain import argument
 from scheduler_daemon.domain.instance import Instance
@@ -17,6 +19,7 @@ from scheduler_daemon.storage import (
     run_store,
     task_store,
 )
+from scheduler_daemon.storage.database import first_line
 
 
 class Fleet(ClientBase):
@@ -47,7 +50,20 @@ class Fleet(ClientBase):
                 "parked_tasks": task_store.parked(conn),
             }
             holders = fleet_store.budget_lock_holders(conn)
-        return {**status, "budget_lock_holders": self._still_holding(holders)}
+        return {
+            **status,
+            "budget_lock_holders": self._still_holding(holders),
+            "database": self._database(),
+        }
+
+    def _database(self) -> dict[str, Any]:
+        """The database's epoch and replication (issue 32), in a transaction of its own: a
+        server that refuses `pg_control_system()` (some managed services) fails only this part."""
+        try:
+            with self._tx() as conn:
+                return {"epoch_detection": "available", **(fleet_store.epoch_status(conn) or {})}
+        except psycopg.errors.InsufficientPrivilege as exc:
+            return {"epoch_detection": f"unavailable: {first_line(exc)}"}
 
     def _still_holding(self, first: list[LockHolder]) -> list[LockHolder]:
         """The holders of the budget's lock in `first` whose transaction still holds it a moment

@@ -59,3 +59,8 @@ def sight_epoch(conn: psycopg.Connection[Any]) -> dict[str, Any] | None:
     timeline), if this is it (`epoch_sight`); returns the epoch, when it was first seen and
     whether this was the first sighting (`new`)."""
     return query.run(conn, "epoch_sight", {})
+
+
+def epoch_status(conn: psycopg.Connection[Any]) -> dict[str, Any] | None:
+    """The database's epoch as `status` shows it (`epoch_status`), writing nothing."""
+    return query.run(conn, "epoch_status", {})

@@ -73,6 +73,9 @@ def test_a_switchover_with_a_gap_takes_no_run_over_and_every_kept_outcome_lands(
     assert strangers == [], f"runs ended by someone other than their owner: {strangers}"
     epochs = query(url, "SELECT timeline FROM fleet_epoch ORDER BY timeline")
     assert [e["timeline"] for e in epochs] == [1, 2]  # both sightings, the promotion's recorded
+    database = cli("status", "--json", url=url).json()["database"]
+    assert (database["timeline"], database["in_recovery"]) == (2, False)
+    assert database["last_failover_seen_at"] is not None
     audit = cli("audit", url=url)
     assert audit.code == 0, audit.out + audit.err
     for daemon in daemons:

@@ -60,3 +60,27 @@ def test_no_run_is_taken_over_within_the_quiet_period_after_a_new_epoch_is_first
     )
     assert quiet.run_once().ids["taken_over"] == [run.run_id]
     run.job.stop("test over")
+
+
+def test_status_shows_the_epoch_replication_and_the_last_failover_seen(cli, pool, database_url):
+    fresh = cli("status", "--json")
+    assert fresh.code == 0, fresh.err
+    database = fresh.json()["database"]
+    (control,) = query(database_url, "SELECT system_identifier::text AS s FROM pg_control_system()")
+    assert database["epoch_detection"] == "available"
+    assert database["system_identifier"] == control["s"]
+    assert database["timeline"] >= 1
+    assert (database["in_recovery"], database["synchronous"]) == (False, False)
+    assert database["last_failover_seen_at"] is None  # the fleet has seen one epoch, if any
+    _reconciler(pool, 0).run_once()
+    query(  # a promotion seen later: a second epoch
+        database_url,
+        "INSERT INTO fleet_epoch SELECT system_identifier, "
+        "(SELECT max(timeline) + 1 FROM fleet_epoch), now() + interval '1 s' "
+        "FROM pg_control_system() RETURNING 1",
+    )
+    after = cli("status", "--json").json()["database"]
+    assert after["last_failover_seen_at"] is not None
+    text = cli("status").out
+    assert "database: system " + control["s"] in text
+    assert "replication asynchronous or none; last failover 20" in text
