@@ -1,12 +1,10 @@
 -- name: epoch_sight :one
 -- Records when the fleet first saw the database's current epoch: its system identifier and its
--- timeline (read from the current WAL file's name, which a promotion changes at once, where
--- pg_control_checkpoint() lags it by minutes), `ON CONFLICT DO NOTHING` (revision 0018). Returns
+-- timeline, `ON CONFLICT DO NOTHING` (revision 0018). Returns
 -- the epoch, when it was first seen, and whether this statement was the first sighting. On a
 -- standby pg_current_wal_lsn() fails (recovery is in progress): no epoch is recorded there.
 WITH current AS (
-    SELECT s.system_identifier,
-        ('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))::bit(32)::bigint AS timeline
+    SELECT s.system_identifier, {{epoch_timeline}} AS timeline
     FROM pg_control_system() s
 ), sighted AS (
     INSERT INTO fleet_epoch (system_identifier, timeline, first_seen_at)
@@ -22,15 +20,23 @@ SELECT c.system_identifier, c.timeline,
     EXISTS (SELECT 1 FROM sighted) AS new
 FROM current c
 
+-- fragment: epoch_timeline
+-- The server's timeline, from the current WAL file's name (a promotion changes it at once;
+-- pg_control_checkpoint() lags it by minutes). It fails on a standby (recovery is in progress).
+('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))::bit(32)::bigint
+
+-- fragment: failover_seen
+-- The fleet's latest first sighting of an epoch later than the first it ever recorded (a
+-- promotion); NULL when it has seen one epoch. The first epoch a fleet records (its first pass
+-- after revision 0018) is no change of life.
+(SELECT max(first_seen_at) FROM fleet_epoch
+ WHERE first_seen_at > (SELECT min(first_seen_at) FROM fleet_epoch))
+
 -- fragment: quiet_from
 -- When the quiet period after the database's latest change of life began: its server's start,
--- or the fleet's first sighting of a later epoch than the first it ever saw (a promotion) if
--- later. No run is taken over within TTL + grace of it, so owners cut off by a restart or a
--- failover renew first. The first epoch a fleet records (its first pass after revision 0018)
--- is no change of life, and starts no quiet period.
-greatest(pg_postmaster_start_time(),
-         (SELECT max(first_seen_at) FROM fleet_epoch
-          WHERE first_seen_at > (SELECT min(first_seen_at) FROM fleet_epoch)))
+-- or the last failover the fleet saw if later. No run is taken over within TTL + grace of it,
+-- so owners cut off by a restart or a failover renew first.
+greatest(pg_postmaster_start_time(), {{failover_seen}})
 
 -- name: epoch_status :one
 -- What `status` says of the database's epoch, writing nothing: its system identifier, its
@@ -38,12 +44,9 @@ greatest(pg_postmaster_start_time(),
 -- whether it names synchronous standbys, and the fleet's sightings: the first epoch it recorded
 -- and the latest first sighting (a failover when they differ).
 SELECT s.system_identifier,
-    CASE WHEN pg_is_in_recovery() THEN NULL
-         ELSE ('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))::bit(32)::bigint
-    END AS timeline,
+    CASE WHEN pg_is_in_recovery() THEN NULL ELSE {{epoch_timeline}} END AS timeline,
     pg_is_in_recovery() AS in_recovery,
     current_setting('synchronous_standby_names') <> '' AS synchronous,
     (SELECT min(first_seen_at) FROM fleet_epoch) AS first_recorded_at,
-    (SELECT max(first_seen_at) FROM fleet_epoch
-     WHERE first_seen_at > (SELECT min(first_seen_at) FROM fleet_epoch)) AS last_failover_seen_at
+    {{failover_seen}} AS last_failover_seen_at
 FROM pg_control_system() s

@@ -10,8 +10,8 @@ Cardinalities: `:one` (a row or None), `:many` (all rows), `:scalar` (first colu
 or None), `:rowcount` (number of rows touched: a fenced write learns it lost from a 0).
 
 A block headed `-- fragment: run_row` is no statement: it is text that statements of any file
-include as `{{run_row}}` (one column list several statements select, written once). An unknown
-or unused fragment is an error.
+include as `{{run_row}}` (one column list several statements select, written once); a fragment
+may include others. An unknown, unused or circular fragment is an error.
 """
 
 import functools
@@ -102,6 +102,10 @@ def load(directory: Path) -> dict[str, Query]:
         used.add(match["name"])
         return fragments[match["name"]]
 
+    for _ in fragments:  # a fragment may include others: as deep as there are fragments
+        fragments = {n: _INCLUDE.sub(include, sql) for n, sql in fragments.items()}
+    if circular := sorted(n for n, sql in fragments.items() if _INCLUDE.search(sql)):
+        raise QueryError(f"fragment(s) {', '.join(circular)} include themselves")
     statements = {
         n: Query(q.name, q.cardinality, q.doc, _INCLUDE.sub(include, q.sql), q.source)
         for n, q in found.items()

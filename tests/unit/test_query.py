@@ -56,10 +56,22 @@ def test_a_fragment_is_written_once_and_included_by_the_statements_of_any_file(
     assert found["x_list"].sql == "SELECT id, name, extra FROM x"
 
 
+def test_a_fragment_may_include_another(tmp_path: Path) -> None:
+    (tmp_path / "a.sql").write_text(
+        "-- fragment: outer\ngreatest(a, {{inner}})\n\n-- fragment: inner\n(SELECT 1)\n\n"
+        "-- name: x_get :one\nSELECT {{outer}} FROM x\n"
+    )
+    assert load(tmp_path)["x_get"].sql == "SELECT greatest(a, (SELECT 1)) FROM x"
+
+
 @pytest.mark.parametrize(
     ("text", "message"),
     [
         ("-- name: x_get :one\nSELECT {{nope}} FROM x\n", "unknown fragment {{nope}}"),
+        (
+            "-- fragment: a\n{{b}}\n\n-- fragment: b\n{{a}}\n\n-- name: x :one\nSELECT {{a}}\n",
+            "fragment(s) a, b include themselves",
+        ),
         ("-- fragment: cols\nid\n\n-- name: x_get :one\nSELECT 1\n", "included by no statement"),
     ],
 )
