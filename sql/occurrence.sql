@@ -3,12 +3,14 @@
 -- of `finished`; a scheduled firing that exists already is not inserted again (no row returned).
 INSERT INTO occurrence (
     task_id, occurrence_seq, scheduled_for, last_scheduled_for, firing_count, trigger, overlap,
-    concurrency_key, status, reason, requested_by, not_before, created_at, updated_at, finished_at)
+    concurrency_key, status, reason, requested_by, not_before, created_at, updated_at, finished_at,
+    idempotency_key)
 VALUES (
     %(task_id)s, %(occurrence_seq)s, %(scheduled_for)s, %(last_scheduled_for)s, %(firing_count)s,
     %(trigger)s, %(overlap)s, %(concurrency_key)s, %(status)s, %(reason)s, %(requested_by)s,
     %(scheduled_for)s, %(now)s, %(now)s,
-    CASE WHEN %(status)s = ANY(%(finished)s::text[]) THEN %(now)s::timestamptz END)
+    CASE WHEN %(status)s = ANY(%(finished)s::text[]) THEN %(now)s::timestamptz END,
+    sd_occurrence_key_v1(%(task_id)s, %(trigger)s, %(scheduled_for)s))
 ON CONFLICT (task_id, scheduled_for) WHERE trigger = 'schedule' DO NOTHING
 RETURNING *
 
@@ -27,11 +29,12 @@ WITH firing AS (
     INSERT INTO occurrence (
         task_id, occurrence_seq, scheduled_for, last_scheduled_for, firing_count, trigger,
         overlap, concurrency_key, status, reason, not_before, created_at, updated_at,
-        finished_at)
+        finished_at, idempotency_key)
     SELECT %(task_id)s, t.occurrence_seq + f.ord, f.scheduled_for, f.last_scheduled_for,
         f.firing_count, 'schedule', %(overlap)s, %(concurrency_key)s, f.status, f.reason,
         f.scheduled_for, %(now)s, %(now)s,
-        CASE WHEN f.status = ANY(%(finished)s::text[]) THEN %(now)s::timestamptz END
+        CASE WHEN f.status = ANY(%(finished)s::text[]) THEN %(now)s::timestamptz END,
+        sd_occurrence_key_v1(%(task_id)s, 'schedule', f.scheduled_for)
     FROM firing f CROSS JOIN (SELECT occurrence_seq FROM task WHERE id = %(task_id)s) t
     ORDER BY f.ord
     ON CONFLICT (task_id, scheduled_for) WHERE trigger = 'schedule' DO NOTHING
@@ -85,14 +88,14 @@ WHERE o.id = %(id)s
 SELECT count(*) FROM occurrence WHERE status IN ('launching', 'running')
 
 -- fragment: claim_launch
-SELECT * FROM sd_claim_launch_v1(%(key)s::bigint, %(slots)s::int, %(owner)s::text,
+SELECT * FROM sd_claim_launch_v2(%(key)s::bigint, %(slots)s::int, %(owner)s::text,
     %(ttl)s::interval, %(grace)s::interval, %(build_revision)s::text, %(now)s::timestamptz)
 
 -- name: occurrence_claim_launch :many
 -- A whole claim in one round trip and one transaction (sent after the per-transaction limits
 -- as one simple query, no BEGIN or COMMIT: `database.one_trip`), so the fleet budget's lock is
--- held for the server's work alone, never across a round trip: sd_claim_launch_v1 (migration
--- 0012), whose statements are planned once per server process (a simple query's are parsed and
+-- held for the server's work alone, never across a round trip: sd_claim_launch_v2 (migration
+-- 0019; v1 of 0012 and 0015 with the failover rules below), whose statements are planned once per server process (a simple query's are parsed and
 -- planned on every call). The function:
 -- 1. Plans without sequential or bitmap scans, sorts or JIT (its SET clauses), so the plan does
 --    not depend on fresh statistics (a queue that grew since the last ANALYZE, or since the
@@ -106,12 +109,18 @@ SELECT * FROM sd_claim_launch_v1(%(key)s::bigint, %(slots)s::int, %(owner)s::tex
 --    occurrence_executing_idx); up to that many queued occurrences that may start now, fewest
 --    attempts first, then oldest; each moves straight to running (token raised, attempt
 --    counted) and gets its run, leased on the database clock until now + ttl (takeover after
---    that + grace), naming this build. No claim is ever committed `launching`, so none can
+--    that + grace), naming this build; returned with the occurrence's idempotency key (the
+--    legacy `scheduler-daemon-occurrence-{id}` when none is stored) and the run's uuid. No claim is ever committed `launching`, so none can
 --    expire unlaunched, and the run exists before any job starts (KNOWN-FAILURES 7).
 -- Exclusion looks at who is executing, not at logical time: never one whose concurrency key (or
 -- whose `queue` task) has any launching or running occurrence, whatever its age, nor one with an
 -- older queued occurrence of that key or task (FIFO among the waiting). Claims are serialized by
 -- the budget lock, so occurrence_key_executing_key never fires.
+-- Failover (issue 32): the token is greatest(token, (timeline - 1) * 2^32) + 1 over the newest
+-- timeline in fleet_epoch, so every token after a promotion exceeds every token of a lost
+-- branch; after a failover the fleet saw (`failover_seen`), an exclusive occurrence (`forbid`,
+-- `queue`, keyed) waits until that sighting + the longest lease TTL + grace registered, past
+-- the trust deadline of every job claimed on the lost branch.
 -- The locking select is a MATERIALIZED CTE so the planner cannot re-run it and claim more.
 -- The first claim records its snapshot: `audit` asks it which older occurrences were visible.
 -- Time is clock_timestamp() (read after the budget lock wait) unless a test pins `now`.
@@ -248,9 +257,10 @@ ORDER BY occurrence_seq DESC LIMIT 1
 -- (Client.trigger with a count: manual, queued); in sequence order.
 INSERT INTO occurrence (
     task_id, occurrence_seq, scheduled_for, trigger, overlap, concurrency_key, status,
-    requested_by, not_before, created_at, updated_at)
+    requested_by, not_before, created_at, updated_at, idempotency_key)
 SELECT %(task_id)s, seq, %(now)s, %(trigger)s, %(overlap)s, %(concurrency_key)s, %(status)s,
-    %(requested_by)s, %(now)s, %(now)s, %(now)s
+    %(requested_by)s, %(now)s, %(now)s, %(now)s,
+    sd_occurrence_key_v1(%(task_id)s, %(trigger)s, %(now)s)
 FROM generate_series(%(first_seq)s::bigint, %(last_seq)s::bigint) AS seq
 ORDER BY seq
 RETURNING id, occurrence_seq
@@ -272,10 +282,11 @@ WHERE task_id = %(task_id)s AND trigger = 'backfill'
 -- one already is not inserted again (no row returned: occurrence_task_backfill_key).
 INSERT INTO occurrence (
     task_id, occurrence_seq, scheduled_for, trigger, overlap, concurrency_key, status,
-    requested_by, not_before, created_at, updated_at)
+    requested_by, not_before, created_at, updated_at, idempotency_key)
 VALUES (
     %(task_id)s, %(occurrence_seq)s, %(scheduled_for)s, 'backfill', %(overlap)s,
-    %(concurrency_key)s, 'queued', %(requested_by)s, %(now)s, %(now)s, %(now)s)
+    %(concurrency_key)s, 'queued', %(requested_by)s, %(now)s, %(now)s, %(now)s,
+    sd_occurrence_key_v1(%(task_id)s, 'backfill', %(scheduled_for)s))
 ON CONFLICT (task_id, scheduled_for) WHERE trigger = 'backfill' DO NOTHING
 RETURNING id, scheduled_for
 
@@ -293,9 +304,10 @@ WITH bumped AS (
 )
 INSERT INTO occurrence (
     task_id, occurrence_seq, scheduled_for, trigger, overlap, concurrency_key, status, reason,
-    requested_by, not_before, created_at, updated_at, finished_at)
+    requested_by, not_before, created_at, updated_at, finished_at, idempotency_key)
 SELECT bumped.id, bumped.occurrence_seq, %(now)s, 'manual', %(overlap)s, %(concurrency_key)s,
     %(status)s, %(reason)s, %(requested_by)s, %(now)s, %(now)s, %(now)s,
-    CASE WHEN %(status)s = ANY(%(finished)s::text[]) THEN %(now)s::timestamptz END
+    CASE WHEN %(status)s = ANY(%(finished)s::text[]) THEN %(now)s::timestamptz END,
+    sd_occurrence_key_v1(bumped.id, 'manual', %(now)s)
 FROM bumped CROSS JOIN wake
 RETURNING *

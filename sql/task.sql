@@ -9,7 +9,7 @@ id, name, schedule_kind, cron_expr, run_at, anchor_at, timezone, dst_gap, dst_ov
     executor, payload, concurrency_key, overlap, misfire, catchup_limit, max_attempts, status,
     paused, next_run_at, occurrence_seq, last_outcome_seq, last_occurrence_id,
     last_scheduled_for, last_status, last_finished_at, last_error, created_at, updated_at,
-    deleted_at, parked_at, park_error, source,
+    deleted_at, parked_at, park_error, source, uuid,
     CASE WHEN every > interval '36525 days' THEN interval '36525 days'
          ELSE every END AS every,
     CASE WHEN misfire_grace > interval '36525 days' THEN interval '36525 days'

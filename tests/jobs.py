@@ -59,6 +59,7 @@ def identify(ctx: Any) -> None:
                 "attempt": ctx.attempt,
                 "lease_token": ctx.lease_token,
                 "idempotency_key": ctx.idempotency_key,
+                "run_uuid": ctx.run_uuid,
                 "timeout": ctx.timeout,
                 "cancelled": ctx.cancelled.is_set(),
             }

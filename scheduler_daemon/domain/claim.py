@@ -4,6 +4,7 @@
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
+from uuid import UUID
 
 from scheduler_daemon.domain.row import FromRow
 
@@ -21,6 +22,7 @@ class Claim(FromRow):
     executor: str
     payload: dict[str, Any]
     run_timeout: timedelta | None
+    idempotency_key: str  # stored on the occurrence at its creation (the legacy one if none)
 
 
 @dataclass(frozen=True)
@@ -31,3 +33,4 @@ class Launched(FromRow):
     run_id: int
     attempt: int
     started_at: datetime
+    run_uuid: UUID

@@ -43,9 +43,10 @@ class JobContext:
     scheduled_for: datetime  # aware UTC
     attempt: int
     lease_token: int
-    idempotency_key: str  # stable across attempts of one occurrence
+    idempotency_key: str  # stable across attempts of one occurrence, never another firing's
     timeout: float | None  # seconds; None = no timeout
     deadline: float  # absolute time.monotonic(): kill the job when it passes without extend()
+    run_uuid: str  # this run's, unique even where run ids repeat (a failover that lost commits)
 
     def identifiers(self) -> dict[str, Any]:
         """The identifying fields as JSON-ready values (the HTTP body, the python ctx)."""
@@ -58,6 +59,7 @@ class JobContext:
             "attempt": self.attempt,
             "lease_token": self.lease_token,
             "idempotency_key": self.idempotency_key,
+            "run_uuid": self.run_uuid,
         }
 
     def environment(self) -> dict[str, str]:
@@ -71,6 +73,7 @@ class JobContext:
             "SCHEDULER_ATTEMPT": str(self.attempt),
             "SCHEDULER_LEASE_TOKEN": str(self.lease_token),
             "SCHEDULER_IDEMPOTENCY_KEY": self.idempotency_key,
+            "SCHEDULER_RUN_UUID": self.run_uuid,
         }
 
 

@@ -60,7 +60,7 @@ WORKER_ORPHANED_EXIT = 76
 
 class PythonJobContext(SimpleNamespace):
     """What a python job receives: the JobContext fields (task_id, task_name, occurrence_id,
-    run_id, scheduled_for, attempt, lease_token, idempotency_key, timeout, deadline) as
+    run_id, scheduled_for, attempt, lease_token, idempotency_key, timeout, deadline, run_uuid) as
     attributes, plus `cancelled`, the threading.Event that stop() sets."""
 
 

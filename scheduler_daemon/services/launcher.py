@@ -197,9 +197,10 @@ class Launcher:
             scheduled_for=claim.scheduled_for,
             attempt=run.attempt,
             lease_token=claim.lease_token,
-            idempotency_key=f"scheduler-daemon-occurrence-{claim.id}",
+            idempotency_key=claim.idempotency_key,
             timeout=timeout,
             deadline=deadline,
+            run_uuid=str(run.run_uuid),
         )
         refused = time.monotonic() >= deadline
         if refused:

@@ -2,6 +2,7 @@
 connections, jobs that crash or flood output, a wrong schema, contradictory settings."""
 
 import time
+import uuid
 from typing import Any
 
 import pytest
@@ -136,7 +137,15 @@ def test_jobs_that_crash_flood_or_raise_fail_their_run_and_the_daemon_keeps_goin
     assert by_name["floods"]["tail"] <= 65536
     assert "ModuleNotFoundError" in by_name["missing"]["error"]
     job_env = by_name["environment"]["output_tail"]
-    assert "SCHEDULER_IDEMPOTENCY_KEY=scheduler-daemon-occurrence-" in job_env
+    (stored,) = query(
+        database_url,
+        "SELECT o.idempotency_key AS key, r.uuid FROM occurrence o"
+        " JOIN run r ON r.occurrence_id = o.id JOIN task t ON t.id = o.task_id"
+        " WHERE t.name = 'environment'",
+    )
+    uuid.UUID(stored["key"])  # a manual firing's key is a random UUID, stored at its creation
+    assert f"SCHEDULER_IDEMPOTENCY_KEY={stored['key']}" in job_env
+    assert f"SCHEDULER_RUN_UUID={stored['uuid']}" in job_env
     assert "SCHEDULER_LEASE_TOKEN=1" in job_env
     assert "SCHEDULER_DATABASE_URL" not in job_env  # jobs do not get the daemon's database role
 

@@ -25,6 +25,7 @@ def context(
         idempotency_key="occ-7-key",
         timeout=timeout,
         deadline=time.monotonic() + deadline_in,
+        run_uuid="0b7e4a52-6c1d-4c9e-9a53-2f1d8e0c7a11",
     )
 
 

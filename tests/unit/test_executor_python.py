@@ -217,6 +217,7 @@ def test_the_run_identifiers_and_cancelled_are_in_ctx(
         "attempt": 2,
         "lease_token": 5,
         "idempotency_key": "occ-7-key",
+        "run_uuid": "0b7e4a52-6c1d-4c9e-9a53-2f1d8e0c7a11",
         "timeout": 20.0,
         "cancelled": False,
     }

@@ -233,6 +233,7 @@ def test_the_run_identifiers_are_in_the_job_environment(
         "SCHEDULER_ATTEMPT=2",
         "SCHEDULER_LEASE_TOKEN=5",
         "SCHEDULER_IDEMPOTENCY_KEY=occ-7-key",
+        "SCHEDULER_RUN_UUID=0b7e4a52-6c1d-4c9e-9a53-2f1d8e0c7a11",
     } <= lines
     assert f"HOME={os.environ['HOME']}" in lines  # the daemon's own environment is kept
 
@@ -337,7 +338,7 @@ OWNER = textwrap.dedent(
     deadline_in = float(sys.argv[1])
     executor = ShellExecutor(threading.Event())
     ctx = JobContext(1, "owner", 1, 1, datetime.now(UTC), 1, 1, "k", None,
-                     time.monotonic() + deadline_in)
+                     time.monotonic() + deadline_in, "0b7e4a52-6c1d-4c9e-9a53-2f1d8e0c7a11")
     job = executor.start(ctx, {"command": "sleep 100 & wait"})
     limit = time.monotonic() + 10
     while job.pgid is None and time.monotonic() < limit:
