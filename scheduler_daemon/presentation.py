@@ -254,7 +254,7 @@ def _audit_value(value: Value) -> Any:
 
 
 def audit_fields(report: AuditReport) -> dict[str, Any]:
-    """`audit --json`: the window, the checks run, every violation with its rows."""
+    """`audit --json`: the window, the checks run, every violation with its rows, the notices."""
     window = report.window
     return {
         "ok": report.ok,
@@ -271,14 +271,23 @@ def audit_fields(report: AuditReport) -> dict[str, Any]:
             for v in report.violations
         ],
         "incomplete": [{"check": n.check, "message": n.message} for n in report.incomplete],
+        "notices": [
+            {
+                "notice": n.name,
+                "message": n.message,
+                "rows": {k: _audit_value(x) for k, x in n.rows.items()},
+            }
+            for n in report.notices
+        ],
     }
 
 
 def audit_text(report: AuditReport) -> str:
-    """One line per violation (`check: message`), the notes, then a summary line."""
+    """One line per violation (`check: message`), the notes, the notices, then a summary line."""
     window = report.window
     lines = [f"{v.check}: {v.message}" for v in report.violations]
     lines += [f"not fully checked, {n.check}: {n.message}" for n in report.incomplete]
+    lines += [f"notice, {n.name}: {n.message}" for n in report.notices]
     span = f"since {iso(window.since) or 'the beginning'} until {iso(window.until)}"
     verdict = f"{len(report.violations)} violation(s)" if report.violations else "no violations"
     lines.append(f"audit: {verdict} in {len(report.checked)} check(s), {span}")

@@ -180,3 +180,16 @@ FROM occurrence o JOIN run r ON r.occurrence_id = o.id
 WHERE o.status = 'cancelled' AND r.status = 'running'
 GROUP BY o.id, o.task_id
 ORDER BY o.id
+
+-- name: audit_epoch_change_reruns :many
+-- Per failover the fleet saw (epoch_changes, sql/epoch.sql; oldest first): the occurrences
+-- created before its first sighting with a run started after it (and at or after `since`).
+-- Their claims on the lost branch may have run too: their count, and the first `shown` ids.
+SELECT e.timeline, e.first_seen_at, count(DISTINCT o.id) AS occurrence_count,
+    (array_agg(DISTINCT o.id ORDER BY o.id))[1:%(shown)s] AS occurrence_ids
+FROM {{epoch_changes}} e
+JOIN run r ON r.started_at > e.first_seen_at
+    AND r.started_at >= coalesce(%(since)s::timestamptz, '-infinity')
+JOIN occurrence o ON o.id = r.occurrence_id AND o.created_at < e.first_seen_at
+GROUP BY e.system_identifier, e.timeline, e.first_seen_at
+ORDER BY e.first_seen_at, e.timeline

@@ -25,12 +25,17 @@ FROM current c
 -- pg_control_checkpoint() lags it by minutes). It fails on a standby (recovery is in progress).
 ('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))::bit(32)::bigint
 
+-- fragment: epoch_changes
+-- The fleet's first sightings of epochs later than the first it ever recorded: its failovers,
+-- as fleet_epoch rows. The first epoch a fleet records (its first pass after revision 0018) is no
+-- change of life.
+(SELECT * FROM fleet_epoch
+ WHERE first_seen_at > (SELECT min(first_seen_at) FROM fleet_epoch))
+
 -- fragment: failover_seen
 -- The fleet's latest first sighting of an epoch later than the first it ever recorded (a
--- promotion); NULL when it has seen one epoch. The first epoch a fleet records (its first pass
--- after revision 0018) is no change of life.
-(SELECT max(first_seen_at) FROM fleet_epoch
- WHERE first_seen_at > (SELECT min(first_seen_at) FROM fleet_epoch))
+-- promotion); NULL when it has seen one epoch.
+(SELECT max(first_seen_at) FROM {{epoch_changes}} changes)
 
 -- fragment: quiet_from
 -- When the quiet period after the database's latest change of life began: its server's start,

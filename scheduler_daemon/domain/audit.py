@@ -1,4 +1,5 @@
-"""The vocabulary of `scheduler-daemon audit`: the checks by name, a violation, the report (pure).
+"""The vocabulary of `scheduler-daemon audit`: the checks and notices by name, a violation, a
+notice, the report (pure).
 
 The names are stable: they appear in `--json` output and in docs/cli.md, and scripts match on them.
 """
@@ -22,6 +23,8 @@ CHECKS: dict[str, str] = {
     "cancelled_run_still_running": "no cancelled occurrence has a run still running",
 }
 CHECK_NAMES = tuple(CHECKS)
+# How many ids a notice names; its count covers them all.
+NOTICE_IDS_SHOWN = 10
 # Firings newer than `until` minus this are not owed yet: the dispatcher may not have reached them.
 DEFAULT_SETTLE = timedelta(seconds=30)
 
@@ -49,6 +52,18 @@ class Incomplete:
 
 
 @dataclass(frozen=True)
+class Notice:
+    """History the guarantees allow that may hide a repeat no check can see, with how many and a
+    few ids; it never changes the exit code. The one notice (a stable name):
+    `epoch_change_rerun`, occurrences created before a failover and run after it, which may have
+    run on the lost branch too."""
+
+    name: str
+    message: str
+    rows: Mapping[str, Value]
+
+
+@dataclass(frozen=True)
 class AuditWindow:
     """The history examined, with both ends on the database clock. Firings after `cutoff`
     (`until` minus `settle`) are not owed yet."""
@@ -68,6 +83,7 @@ class AuditReport:
     checked: tuple[str, ...]
     violations: tuple[Violation, ...]
     incomplete: tuple[Incomplete, ...] = ()
+    notices: tuple[Notice, ...] = ()
 
     @property
     def ok(self) -> bool:

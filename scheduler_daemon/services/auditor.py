@@ -31,9 +31,11 @@ from psycopg_pool import ConnectionPool
 from scheduler_daemon.domain.audit import (
     CHECK_NAMES,
     DEFAULT_SETTLE,
+    NOTICE_IDS_SHOWN,
     AuditReport,
     AuditWindow,
     Incomplete,
+    Notice,
     Violation,
 )
 from scheduler_daemon.domain.coverage import (
@@ -131,8 +133,17 @@ class Auditor:
             found, notes = self._confirmed(name, window)
             violations += found
             incomplete += notes
-        log.debug("audit_finished", violations=len(violations), incomplete=len(incomplete))
-        return AuditReport(window, self.checks, tuple(violations), tuple(incomplete))
+        with transaction(self.pool, LIMITS, snapshot=True) as tx:
+            notices = self._epoch_change_reruns(tx.conn, window)
+        log.debug(
+            "audit_finished",
+            violations=len(violations),
+            incomplete=len(incomplete),
+            notices=len(notices),
+        )
+        return AuditReport(
+            window, self.checks, tuple(violations), tuple(incomplete), tuple(notices)
+        )
 
     def _window(self, since: TimeBound | None, until: TimeBound | None) -> AuditWindow:
         with transaction(self.pool, LIMITS, snapshot=True) as tx:
@@ -166,6 +177,27 @@ class Auditor:
         kept = [v for v in second.violations if v.identity in seen]
         log.debug("audit_rechecked", check=name, first=len(first.violations), confirmed=len(kept))
         return (second.condense(kept) if second.condense else kept), second.incomplete
+
+    def _epoch_change_reruns(self, conn: audit_store.Conn, window: AuditWindow) -> list[Notice]:
+        """Per failover the fleet saw, the occurrences created before it and run after it: a run
+        of theirs on the lost branch is gone from this database, so no check can tell whether
+        they ran twice; a notice, not a violation."""
+        return [
+            Notice(
+                "epoch_change_rerun",
+                f"{r.occurrence_count} occurrence(s) created before the failover to timeline "
+                f"{r.timeline} (first seen {r.first_seen_at.isoformat()}) have a run started "
+                f"after it and may have run twice: {list(r.occurrence_ids)}"
+                + (" …" if r.occurrence_count > len(r.occurrence_ids) else ""),
+                {
+                    "timeline": r.timeline,
+                    "failover_seen_at": r.first_seen_at,
+                    "occurrence_count": r.occurrence_count,
+                    "occurrence_ids": r.occurrence_ids,
+                },
+            )
+            for r in audit_store.epoch_change_reruns(conn, window.since, NOTICE_IDS_SHOWN)
+        ]
 
     # -- the checks, in CHECKS order: each reads one snapshot --------------------------------------
     def _firing_recorded_twice(self, conn: audit_store.Conn, window: AuditWindow) -> Findings:

@@ -93,6 +93,16 @@ class CancelledRunning:
     run_ids: tuple[int, ...]
 
 
+@dataclass(frozen=True)
+class EpochChangeReruns:
+    """The occurrences created before one failover's first sighting and run after it."""
+
+    timeline: int
+    first_seen_at: datetime
+    occurrence_count: int
+    occurrence_ids: tuple[int, ...]  # the first `shown` of them
+
+
 def _ids(row: dict[str, Any], *names: str) -> dict[str, Any]:
     """`row` with the array columns `names` as tuples (hashable, immutable)."""
     return {**row, **{n: tuple(row[n]) for n in names}}
@@ -186,3 +196,8 @@ def tokens_out_of_order(conn: Conn, since: datetime | None) -> list[TokenOutOfOr
 def cancelled_running(conn: Conn) -> list[CancelledRunning]:
     rows = query.run(conn, "audit_cancelled_run_still_running")
     return [CancelledRunning(**_ids(r, "run_ids")) for r in rows]
+
+
+def epoch_change_reruns(conn: Conn, since: datetime | None, shown: int) -> list[EpochChangeReruns]:
+    rows = query.run(conn, "audit_epoch_change_reruns", {"since": since, "shown": shown})
+    return [EpochChangeReruns(**_ids(r, "occurrence_ids")) for r in rows]

@@ -625,6 +625,7 @@ def test_a_clean_database_reports_clean_with_the_documented_json_shape(cli, data
         "checked",
         "violations",
         "incomplete",
+        "notices",
     }
     assert report["ok"] is True
     assert report["checked"] == list(CHECK_NAMES)
