@@ -29,7 +29,7 @@ FROM current c
 -- The fleet's first sightings of epochs later than the first it ever recorded: its failovers,
 -- as fleet_epoch rows. The first epoch a fleet records (its first pass after revision 0018) is no
 -- change of life.
-(SELECT * FROM fleet_epoch
+(SELECT system_identifier, timeline, first_seen_at FROM fleet_epoch
  WHERE first_seen_at > (SELECT min(first_seen_at) FROM fleet_epoch))
 
 -- fragment: failover_seen

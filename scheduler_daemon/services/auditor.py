@@ -1,5 +1,6 @@
 """Auditor: checks the recorded history against the invariants of docs/guarantees.md and reports
-every violation with the rows involved. It only reads.
+every violation with the rows involved, and as notices what the guarantees allow but no check can
+judge (runs after a failover that the lost branch may have run too). It only reads.
 
 Safe on a live database. Each check runs in its own REPEATABLE READ, READ ONLY transaction, so a
 check that relates rows sees them at one moment; a check that finds anything runs again in a
