@@ -1,10 +1,12 @@
-"""Fixtures of the HA tier: a streaming pair per test, stopped and removed however the test ends."""
+"""Fixtures of the HA tier: a streaming pair or a Patroni cluster per test, stopped and removed
+however the test ends."""
 
 from collections.abc import Iterator
 
 import pytest
 
 from tests.ha.pair import ReplicationPair
+from tests.ha.patroni import PatroniCluster
 
 
 @pytest.fixture
@@ -16,3 +18,16 @@ def pair() -> Iterator[ReplicationPair]:
         yield pair.start()
     finally:
         pair.close()
+
+
+@pytest.fixture
+def patroni() -> Iterator[PatroniCluster]:
+    """One etcd and two Patroni-managed nodes, the database migrated (tests/ha/patroni.py);
+    skipped without patroni, etcd or server binaries, failed instead under CI=true. Everything
+    it started is stopped and its directory removed however the test ends."""
+    cluster = PatroniCluster()
+    try:
+        yield cluster.start()
+    finally:
+        print(cluster.log())  # shown by pytest when the test failed
+        cluster.close()
