@@ -10,8 +10,10 @@ service on the default ports changes nothing.
 
 `start()` bootstraps the cluster, creates the database and migrates it; `url()` is the multi-host
 URL of both nodes; `leader()` asks the nodes' REST APIs; `switchover()` runs `patronictl
-switchover --force` to the replica; `kill_leader()` SIGKILLs the leader's Patroni and its
-postmaster together. `close()` stops everything it started and removes its directory.
+switchover --force` to the replica; `stall_replication()` stops the replica's walreceiver, so a
+leader lost meanwhile takes its latest commits with it; `kill_leader()` SIGKILLs the leader's
+Patroni and its postmaster together. `close()` stops everything it started and removes its
+directory.
 """
 
 import contextlib
@@ -95,6 +97,7 @@ class PatroniCluster:
         self.home = Path(tempfile.mkdtemp(prefix="scheduler-daemon-patroni-", dir="/var/tmp"))
         self.etcd_port, self.etcd_peer_port = free_port(), free_port()
         self.etcd: subprocess.Popen[bytes] | None = None
+        self._stalled: list[int] = []  # walreceivers stall_replication() stopped
         self.nodes = [
             Node(f"node{i}", self.home / f"node{i}", free_port(), free_port()) for i in range(NODES)
         ]
@@ -346,6 +349,23 @@ class PatroniCluster:
         self.wait_leader(replica, timeout)
         return replica
 
+    def stall_replication(self) -> None:
+        """SIGSTOP the replica's walreceiver: from now on the leader's commits (asynchronous,
+        so nothing waits) stay on the leader alone, as over a lagging network, until
+        `resume_replication()`. A leader lost meanwhile takes them with it."""
+        replica = self.replica()
+        with psycopg.connect(self.node_url(replica), autocommit=True, connect_timeout=5) as c:
+            row = c.execute("SELECT pid FROM pg_stat_wal_receiver").fetchone()
+        assert row is not None, f"{replica.name} has no walreceiver"
+        os.kill(row[0], signal.SIGSTOP)
+        self._stalled.append(row[0])
+
+    def resume_replication(self) -> None:
+        """SIGCONT every walreceiver `stall_replication()` stopped."""
+        while self._stalled:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self._stalled.pop(), signal.SIGCONT)
+
     def kill_leader(self) -> Node:
         """SIGKILL the leader's Patroni process and its postmaster at once (the backends go when
         they notice their postmaster died); returns the node killed."""
@@ -371,6 +391,7 @@ class PatroniCluster:
     def close(self) -> None:
         """Stop every Patroni (it stops its server), then etcd; SIGKILL whatever remains of their
         sessions and of the servers; remove the directory. Safe to call twice."""
+        self.resume_replication()  # a stopped walreceiver would hold up its server's shutdown
         procs = [n.proc for n in self.nodes if n.proc is not None]
         for proc in procs:
             if proc.poll() is None:

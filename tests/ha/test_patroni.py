@@ -13,6 +13,7 @@ import itertools
 import json
 import time
 from collections import defaultdict
+from datetime import UTC
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +26,8 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
 
 TTL, GRACE, RECONCILE = 3.0, 1.0, 1.0  # tests.support.FAST
 SETTLE = TTL + GRACE + RECONCILE + 2.0  # past any quiet period and takeover bound, with slack
+LAG = 5.0  # seconds of commits the leader loss takes with it (issue 32 measured 8-10 s lost)
+LOST = 10  # the leader loss must have lost at least this many runs that jobs saw start
 FIELDS = ("task", "scheduled_for", "attempt", "token", "key", "run", "run_uuid")
 JOB = """#!/bin/sh
 # job LOG OVERLAPS SECONDS [LOCK]: logs what it was given, holds LOCK for its whole life (the sleep
@@ -127,13 +130,21 @@ class Fleet:
                     found.append({"daemon": daemon.name, **event})
         return found
 
-    def assert_alive_and_audited(self) -> None:
+    def problems(self) -> list[str]:
+        """What the job's OS locks, `audit` and the daemons' exit codes found wrong."""
+        found = []
         overlaps = self.overlaps.read_text()
-        assert overlaps == "", f"jobs overlapped (OS locks):\n{overlaps}"
+        if overlaps:
+            found.append(f"jobs overlapped (OS locks):\n{overlaps}")
         audit = self.cli("audit", url=self.url)
-        assert audit.code == 0, audit.out + audit.err
-        for daemon in self.daemons:
-            assert daemon.proc.poll() is None, f"{daemon.name} exited {daemon.proc.returncode}"
+        if audit.code != 0:
+            found.append(f"audit exited {audit.code}:\n{audit.out}{audit.err}")
+        found += [
+            f"{daemon.name} exited {daemon.proc.returncode}"
+            for daemon in self.daemons
+            if daemon.proc.poll() is not None
+        ]
+        return found
 
 
 def _now(url: str) -> Any:
@@ -174,7 +185,8 @@ def test_a_patronictl_switchover_under_load_takes_no_run_over_and_every_kept_out
     assert unfinished == [], f"runs still running long after the switchover: {unfinished}"
     strangers = [r for r in ended if r["finished_by"] != r["owner"]]
     assert strangers == [], f"runs ended by someone other than their owner: {strangers}"
-    fleet.assert_alive_and_audited()
+    problems = fleet.problems()
+    assert problems == [], "\n".join(problems)
     print(
         f"switchover: {len(running)} runs running at it, patronictl + promotion"
         f" {switch_seconds:.1f} s, test {time.monotonic() - started:.1f} s"
@@ -186,12 +198,15 @@ def test_an_unplanned_leader_loss_promotes_the_replica_and_no_firing_runs_beside
 ) -> None:
     started = time.monotonic()
     fleet = Fleet(patroni, tmp_path, spawn, cli)
-    replica = patroni.replica()
-    timeline = patroni.timeline(replica)  # a replica's WAL position names the leader's timeline
+    leader, replica = patroni.leader(), patroni.replica()
+    assert leader is not None
+    timeline = patroni.timeline(leader)
     wait_for(lambda: fleet.running(5), timeout=30, message="at least 5 runs running")
+    patroni.stall_replication()
+    time.sleep(LAG)  # the fleet commits on the leader alone
     killed_at = time.monotonic()
-    killed = patroni.kill_leader()
-    assert killed is not replica
+    assert patroni.kill_leader() is leader
+    patroni.resume_replication()
     patroni.wait_leader(replica, timeout=60)
     failover_seconds = time.monotonic() - killed_at
     assert patroni.timeline(replica) == timeline + 1
@@ -214,35 +229,45 @@ def test_an_unplanned_leader_loss_promotes_the_replica_and_no_firing_runs_beside
     time.sleep(SETTLE)
 
     lines = fleet.lines()
+    recorded = {
+        (r["name"], r["at"].astimezone(UTC).isoformat(), str(r["token"]), str(r["id"]))
+        for r in query(
+            fleet.url,
+            "SELECT t.name, o.scheduled_for AS at, r.lease_token AS token, r.id FROM run r"
+            " JOIN occurrence o ON o.id = r.occurrence_id JOIN task t ON t.id = o.task_id",
+        )
+    }
+    lost = [
+        line
+        for line in lines
+        if (line["task"], line["scheduled_for"], line["token"], line["run"]) not in recorded
+    ]
     firings_of_key: dict[str, set[tuple[str, str]]] = defaultdict(set)
     tokens_of_firing: dict[tuple[str, str], list[int]] = defaultdict(list)
     for line in lines:
         firing = (line["task"], line["scheduled_for"])
         firings_of_key[line["key"]].add(firing)
         tokens_of_firing[firing].append(int(line["token"]))
+    again = sum(1 for tokens in tokens_of_firing.values() if len(tokens) > 1)
+    problems = fleet.problems()  # before the print: the cli fixture's capsys reads stdout
+    print(
+        f"leader loss: failover {failover_seconds:.1f} s, {len(lines)} job starts,"
+        f" {len(lost)} runs the new primary lacks, {again} firings started twice,"
+        f" test {time.monotonic() - started:.1f} s"
+    )
+    # The test entered its window: the promotion lost runs whose jobs had started.
+    assert len(lost) >= LOST, f"only {len(lost)} runs lost: the failover lost too little"
+
     shared = {key: sorted(f) for key, f in firings_of_key.items() if len(f) > 1}
-    assert shared == {}, f"{len(shared)} idempotency keys given to two firings: {shared}"
+    if shared:
+        problems.append(f"{len(shared)} idempotency keys given to two firings: {shared}")
     unordered = {
         firing: tokens
         for firing, tokens in tokens_of_firing.items()
         if any(later <= earlier for earlier, later in itertools.pairwise(tokens))
     }
-    assert unordered == {}, (
-        f"{len(unordered)} firings whose later attempt's token is not higher: {unordered}"
-    )
-    fleet.assert_alive_and_audited()
-    recorded = {
-        (str(r["id"]), r["name"])
-        for r in query(
-            fleet.url,
-            "SELECT r.id, t.name FROM run r JOIN occurrence o ON o.id = r.occurrence_id"
-            " JOIN task t ON t.id = o.task_id",
+    if unordered:
+        problems.append(
+            f"{len(unordered)} firings whose later attempt's token is not higher: {unordered}"
         )
-    }
-    lost = sum(1 for line in lines if (line["run"], line["task"]) not in recorded)
-    again = sum(1 for tokens in tokens_of_firing.values() if len(tokens) > 1)
-    print(
-        f"leader loss: failover {failover_seconds:.1f} s, {len(lines)} job starts,"
-        f" {lost} runs the new primary lacks, {again} firings started twice,"
-        f" test {time.monotonic() - started:.1f} s"
-    )
+    assert problems == [], "\n".join(problems)
