@@ -70,11 +70,15 @@ class Node:
         return self.home / "data"
 
     def postmaster_pid(self) -> int | None:
-        """The pid postmaster.pid names, or None when the node runs no server."""
+        """The pid of this node's running postmaster, or None: the pid postmaster.pid names,
+        if that process still runs on this data directory (a killed server leaves the file,
+        and its pid may since belong to someone else)."""
         try:
-            return int((self.data / "postmaster.pid").read_text().split("\n", 1)[0])
+            pid = int((self.data / "postmaster.pid").read_text().split("\n", 1)[0])
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
         except (OSError, ValueError):
             return None
+        return pid if str(self.data).encode() in cmdline else None
 
     def api(self, path: str) -> Any:
         """The JSON answer of GET `path` on this node's REST API (an error status's body too)."""
@@ -226,22 +230,20 @@ class PatroniCluster:
 
     # -- the cluster -----------------------------------------------------------------------
     def start(self) -> "PatroniCluster":
-        """etcd up, the first node bootstrapped as leader, the database created and migrated,
-        the second node cloned from it and streaming."""
+        """etcd up, both nodes started at once (the first to take etcd's initialize key
+        bootstraps and leads, the other clones it), the database created and migrated on the
+        leader, the replica streaming."""
         from scheduler_daemon.storage import migration
 
         self._start_etcd()
         for node in self.nodes:
             self._write_config(node)
-        first, *others = self.nodes
-        self._start_node(first)
-        poll("the first node to lead", lambda: self.leader() is first, timeout=60)
-        with psycopg.connect(self.node_url(first, "postgres"), autocommit=True) as conn:
-            conn.execute(f"CREATE DATABASE {DATABASE}")
-        migration.upgrade(self.node_url(first))
-        for node in others:
             self._start_node(node)
-        self.wait_streaming()
+        leader = poll("a node to lead", self.leader, timeout=90)
+        with psycopg.connect(self.node_url(leader, "postgres"), autocommit=True) as conn:
+            conn.execute(f"CREATE DATABASE {DATABASE}")
+        migration.upgrade(self.node_url(leader))
+        self.wait_streaming(timeout=90)
         return self
 
     def node_url(self, node: Node, database: str = DATABASE) -> str:
@@ -406,11 +408,10 @@ class PatroniCluster:
             if pid is not None:
                 with contextlib.suppress(ProcessLookupError, PermissionError):
                     os.kill(pid, signal.SIGKILL)
-        for proc in [*procs, self.etcd]:
-            if proc is None:
-                continue
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(proc.pid, signal.SIGKILL)  # the session: postmaster, backends, etcd
+        for proc in [*procs, *([self.etcd] if self.etcd else [])]:
+            if proc.poll() is None:  # still ours: its pid cannot have been reused
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(proc.pid, signal.SIGKILL)  # its session (etcd, a stuck Patroni)
             with contextlib.suppress(subprocess.TimeoutExpired):
                 proc.wait(10)
         shutil.rmtree(self.home, ignore_errors=True)

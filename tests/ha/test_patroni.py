@@ -85,9 +85,10 @@ class Fleet:
         for daemon in self.daemons:
             daemon.instance_id(timeout=60)
 
-    def running(self, at_least: int) -> list[dict[str, Any]] | None:
+    def running(self, at_least: int) -> list[dict[str, Any]]:
+        """The running runs, once there are at least `at_least` of them (else none)."""
         rows = query(self.url, "SELECT id, owner FROM run WHERE status = 'running' ORDER BY id")
-        return rows if len(rows) >= at_least else None
+        return rows if len(rows) >= at_least else []
 
     def back_at_work(self, since: Any) -> None:
         """Until runs that started 2 s after `since` (the promotion) have succeeded, a keyed
@@ -152,7 +153,7 @@ def _now(url: str) -> Any:
 
 
 def test_a_patronictl_switchover_under_load_takes_no_run_over_and_every_kept_outcome_lands(
-    patroni: PatroniCluster, spawn, cli, tmp_path: Path
+    patroni: PatroniCluster, spawn: Any, cli: Any, tmp_path: Path
 ) -> None:
     started = time.monotonic()
     fleet = Fleet(patroni, tmp_path, spawn, cli)
@@ -194,7 +195,7 @@ def test_a_patronictl_switchover_under_load_takes_no_run_over_and_every_kept_out
 
 
 def test_an_unplanned_leader_loss_promotes_the_replica_and_no_firing_runs_beside_its_twin(
-    patroni: PatroniCluster, spawn, cli, tmp_path: Path
+    patroni: PatroniCluster, spawn: Any, cli: Any, tmp_path: Path
 ) -> None:
     started = time.monotonic()
     fleet = Fleet(patroni, tmp_path, spawn, cli)
