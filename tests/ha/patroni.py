@@ -10,10 +10,10 @@ service on the default ports changes nothing.
 
 `start()` bootstraps the cluster, creates the database and migrates it; `url()` is the multi-host
 URL of both nodes; `leader()` asks the nodes' REST APIs; `switchover()` runs `patronictl
-switchover --force` to the replica; `stall_replication()` stops the replica's walreceiver, so a
-leader lost meanwhile takes its latest commits with it; `kill_leader()` SIGKILLs the leader's
-Patroni and its postmaster together. `close()` stops everything it started and removes its
-directory.
+switchover --force` to the replica; `kill_leader()` SIGKILLs the leader's Patroni and its
+postmaster together; `stall_replication()` stops the replica's walreceiver and
+`drop_stalled_stream()` ends it unread, so a leader killed in between takes its latest commits
+along. `close()` stops everything it started and removes its directory.
 """
 
 import contextlib
@@ -353,14 +353,24 @@ class PatroniCluster:
 
     def stall_replication(self) -> None:
         """SIGSTOP the replica's walreceiver: from now on the leader's commits (asynchronous,
-        so nothing waits) stay on the leader alone, as over a lagging network, until
-        `resume_replication()`. A leader lost meanwhile takes them with it."""
+        so nothing waits) stay on the leader and in the socket between them, as over a lagging
+        network, until `drop_stalled_stream()` or `resume_replication()`."""
         replica = self.replica()
         with psycopg.connect(self.node_url(replica), autocommit=True, connect_timeout=5) as c:
             row = c.execute("SELECT pid FROM pg_stat_wal_receiver").fetchone()
         assert row is not None, f"{replica.name} has no walreceiver"
         os.kill(row[0], signal.SIGSTOP)
         self._stalled.append(row[0])
+
+    def drop_stalled_stream(self) -> None:
+        """End every stalled walreceiver without letting it read what its socket still holds
+        (on loopback that can be every commit of the stall): SIGTERM, then SIGCONT, so it
+        exits on waking (its latch is set) before it reads again. The recovery process starts
+        a new one after wal_retrieve_retry_interval, from whatever leads by then."""
+        for pid in self._stalled:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGTERM)
+        self.resume_replication()
 
     def resume_replication(self) -> None:
         """SIGCONT every walreceiver `stall_replication()` stopped."""
