@@ -18,6 +18,7 @@ from scheduler_daemon.services.reconciler import Reconciler, ReconcileReport
 from scheduler_daemon.settings import DaemonSettings
 from scheduler_daemon.storage import instance_store, migration
 from scheduler_daemon.storage.database import Session, connect, make_pool
+from scheduler_daemon.storage.epoch import EpochWatch
 
 
 def recover(
@@ -32,7 +33,10 @@ def recover(
     running. With `wait`, waits that long at most for the takeover points of the runs whose
     owner stopped renewing and takes them over (Reconciler.wait_for_takeovers)."""
     connect(url).close()  # one line when the database is unreachable, not pool warnings
-    pool = make_pool(url, max_size=1, name="scheduler-daemon recover")
+    # Its connection sights the server's epoch first, so that a promotion starts its quiet
+    # period; a dry run writes nothing.
+    epoch = None if dry_run else EpochWatch()
+    pool = make_pool(url, max_size=1, name="scheduler-daemon recover", configure=epoch)
     pool.open(wait=True, timeout=10)
     try:
         instance_id = new_instance_id(f"recover@{socket.gethostname()}")

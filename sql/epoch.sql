@@ -1,18 +1,25 @@
 -- name: epoch_sight :one
 -- Records when the fleet first saw the database's current epoch: its system identifier and its
--- timeline, `ON CONFLICT DO NOTHING` (revision 0018). Returns
--- the epoch, when it was first seen, and whether this statement was the first sighting. On a
--- standby pg_current_wal_lsn() fails (recovery is in progress): no epoch is recorded there.
+-- timeline, `ON CONFLICT DO NOTHING` (revision 0018), unless the epoch is older than one already
+-- seen: a later timeline of the same system recorded here, or `seen_timeline` of `seen_system`
+-- (the latest this process reached; NULL: none), so an older epoch is refused without a write. Returns the epoch,
+-- when it was first seen (NULL for an older epoch never recorded), whether this statement was
+-- the first sighting, and the newest timeline recorded for the system before it. On a standby
+-- pg_current_wal_lsn() fails (recovery is in progress): no epoch is recorded there.
 WITH current AS (
-    SELECT s.system_identifier, {{epoch_timeline}} AS timeline
+    SELECT s.system_identifier, {{epoch_timeline}} AS timeline,
+        (SELECT max(e.timeline) FROM fleet_epoch e
+         WHERE e.system_identifier = s.system_identifier) AS newest_timeline
     FROM pg_control_system() s
 ), sighted AS (
     INSERT INTO fleet_epoch (system_identifier, timeline, first_seen_at)
     SELECT system_identifier, timeline, now() FROM current
+    WHERE timeline >= coalesce(greatest(newest_timeline, CASE
+        WHEN system_identifier = %(seen_system)s::bigint THEN %(seen_timeline)s::bigint END), 0)
     ON CONFLICT DO NOTHING
     RETURNING first_seen_at
 )
-SELECT c.system_identifier, c.timeline,
+SELECT c.system_identifier, c.timeline, c.newest_timeline,
     coalesce((SELECT first_seen_at FROM sighted),
              (SELECT e.first_seen_at FROM fleet_epoch e
               WHERE e.system_identifier = c.system_identifier AND e.timeline = c.timeline))

@@ -36,6 +36,7 @@ from scheduler_daemon.runtime.supervision import (
     Vital,
 )
 from scheduler_daemon.settings import DaemonSettings
+from scheduler_daemon.storage.epoch import EpochWatch
 from scheduler_daemon.version import __version__
 
 log = structlog.get_logger()
@@ -61,6 +62,13 @@ class Daemon:
         self.metrics = Metrics(self.instance_id, __version__, settings.concurrency)
         self.progress = LoopProgress(settings.stall_timeout.total_seconds())
         self.progress.on_progress.append(self.notifier.progress)
+        # Every new connection this process opens sights the server's epoch first (issue 32).
+        self.epoch = EpochWatch(
+            self.instance_id,
+            on_new=self.metrics.epochs_seen.inc,
+            on_timeline=self.metrics.timeline.set,
+            on_older=self.metrics.epoch_older.inc,
+        )
         self.registration = Registration(
             url,
             instance_id=self.instance_id,
@@ -68,6 +76,7 @@ class Daemon:
             progress=self.progress,
             notifier=self.notifier,
             on_refused=self.wake.set,
+            configure=self.epoch,
         )
         self.pacing = Pacing.from_settings(
             self.settings, drift=lambda: self.registration.clock_drift
@@ -128,7 +137,7 @@ class Daemon:
         if not self.registration.wait_for_database(stop):
             return 0
         self.registration.register()
-        pool = open_pool(self.url, self.instance_id)
+        pool = open_pool(self.url, self.instance_id, self.epoch)
         executors = start_executors(
             pool,
             self.wake,
@@ -173,6 +182,7 @@ class Daemon:
             wake=self.wake,
             on_task_added=self.pacing.task_added,
             launch_wanted=self.pacing.launch_wanted,
+            epoch=self.epoch,
         )
         services = build_services(
             pool,

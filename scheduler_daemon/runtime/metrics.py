@@ -186,6 +186,23 @@ class Metrics:
             "Claims that gave up waiting for the fleet budget's lock (lock_timeout).",
             **ns,
         )
+        self.epochs_seen = Counter(
+            "database_epochs_seen",
+            "Database epochs (system identifier, timeline) whose first sighting in the fleet "
+            "this replica recorded: a promotion adds one across the fleet (aggregate with sum).",
+            **ns,
+        )
+        self.timeline = Gauge(
+            "database_timeline",
+            "The timeline of the server this replica's latest new connection reached.",
+            **ns,
+        )
+        self.epoch_older = Counter(
+            "database_epoch_older",
+            "New connections refused because their server is on an older timeline than one "
+            "already seen (a former primary still taking writes: fence it).",
+            **ns,
+        )
 
     def _sample_age(self) -> float:
         return float("nan") if self._sampled_at is None else time.monotonic() - self._sampled_at

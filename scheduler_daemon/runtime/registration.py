@@ -19,7 +19,7 @@ from scheduler_daemon.runtime.health import LoopProgress
 from scheduler_daemon.runtime.notify import Notifier
 from scheduler_daemon.settings import DaemonSettings
 from scheduler_daemon.storage import instance_store, migration
-from scheduler_daemon.storage.database import connect, first_line, transaction
+from scheduler_daemon.storage.database import Configure, connect, first_line, transaction
 from scheduler_daemon.storage.error import DatabaseUnavailable, SchemaMismatch
 from scheduler_daemon.version import __version__
 
@@ -39,6 +39,7 @@ class Registration:
         progress: LoopProgress,
         notifier: Notifier,
         on_refused: Callable[[], None],
+        configure: Configure | None = None,
     ) -> None:
         self.url = url
         self.instance_id = instance_id
@@ -46,6 +47,7 @@ class Registration:
         self.progress = progress
         self.notifier = notifier
         self.on_refused = on_refused
+        self.configure = configure  # run on each new connection first (the epoch's sighting)
         self.clock_drift: timedelta | None = None
         self.refused: SchemaMismatch | None = None  # the schema turned incompatible: exit
         self._head: str | None = None
@@ -56,7 +58,7 @@ class Registration:
         delay = 1.0
         while not stop.is_set():
             try:
-                connect(self.url).close()
+                connect(self.url, configure=self.configure).close()
             except DatabaseUnavailable as exc:
                 self.log.warning("database_unavailable_at_start", error=str(exc), retry_in=delay)
                 self.notifier.status(f"waiting for the database (retry in {delay:g}s): {exc}")
@@ -85,7 +87,7 @@ class Registration:
 
     def measure_drift(self) -> timedelta:
         """Database clock minus this host's; reported, never used to coordinate."""
-        with connect(self.url, autocommit=True) as conn:
+        with connect(self.url, autocommit=True, configure=self.configure) as conn:
             before = time.time()
             db_now = instance_store.database_clock(conn)
             after = time.time()
@@ -100,7 +102,7 @@ class Registration:
         waited for, and a schema this build cannot work with is refused before any write."""
         head = self.head_revision()
         self.clock_drift = clock_drift
-        with connect(self.url) as conn, conn.transaction():
+        with connect(self.url, configure=self.configure) as conn, conn.transaction():
             migration.check_before_write(conn)
             instance_store.register(
                 conn,
@@ -148,5 +150,5 @@ class Registration:
         self.on_refused()
 
     def deregister(self) -> None:
-        with connect(self.url) as conn, conn.transaction():
+        with connect(self.url, configure=self.configure) as conn, conn.transaction():
             instance_store.deregister(conn, self.instance_id)

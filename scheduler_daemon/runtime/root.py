@@ -25,6 +25,7 @@ from scheduler_daemon.services.waker import Waker
 from scheduler_daemon.settings import DaemonSettings
 from scheduler_daemon.storage import task_store
 from scheduler_daemon.storage.database import first_line, make_pool, transaction
+from scheduler_daemon.storage.epoch import EpochWatch
 from scheduler_daemon.storage.error import DatabaseUnavailable, SchemaMismatch
 
 log = structlog.get_logger()
@@ -87,6 +88,7 @@ class Hooks:
     wake: threading.Event | None = None  # None: an event of the waker's own
     on_task_added: Callable[[datetime | None], None] | None = None
     launch_wanted: threading.Event | None = None
+    epoch: EpochWatch | None = None  # sights each new connection of the keeper and the waker
 
 
 def build_services(
@@ -126,6 +128,7 @@ def build_services(
             on_pass=hooks.on_renewal,
             on_failure=hooks.on_renewal_failure,
             on_death=hooks.on_keeper_death,
+            configure=hooks.epoch,
         ),
         reconciler=Reconciler.from_settings(pool, instance_id, settings),
         pruner=Pruner(pool, instance_id=instance_id),
@@ -136,13 +139,15 @@ def build_services(
             on_task_added=hooks.on_task_added,
             launch_wanted=hooks.launch_wanted,
             on_failure=hooks.on_waker_failure,
+            configure=hooks.epoch,
         ),
     )
 
 
-def open_pool(url: str, instance_id: str) -> ConnectionPool:
-    """The loop's pool: two connections, opened in the background."""
-    pool = make_pool(url, max_size=2, name=f"scheduler-daemon {instance_id}")
+def open_pool(url: str, instance_id: str, epoch: EpochWatch | None = None) -> ConnectionPool:
+    """The loop's pool: two connections, opened in the background, each sighting the server's
+    epoch (`epoch`) before it is used."""
+    pool = make_pool(url, max_size=2, name=f"scheduler-daemon {instance_id}", configure=epoch)
     pool.open(wait=False)
     return pool
 

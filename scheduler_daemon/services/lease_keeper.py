@@ -16,6 +16,7 @@ from scheduler_daemon.domain.held import HeldRuns, Lease
 from scheduler_daemon.settings import DaemonSettings
 from scheduler_daemon.storage import instance_store, run_store
 from scheduler_daemon.storage.database import (
+    Configure,
     Limits,
     apply_limits,
     connect,
@@ -54,6 +55,7 @@ class LeaseKeeper:
         refused: Callable[[], SchemaMismatch | None] = lambda: None,
         on_failure: Callable[[Exception], None] = lambda _exc: None,
         on_death: Callable[[BaseException | None], None] = lambda _exc: None,
+        configure: Configure | None = None,
     ) -> None:
         self.url = url
         self.instance_id = instance_id
@@ -67,6 +69,7 @@ class LeaseKeeper:
         self.refused = refused  # set once the schema is one this build cannot work with
         self.on_failure = on_failure  # each failed pass (a refusal aside), for supervision
         self.on_death = on_death  # the thread ended before stop(): the daemon cannot go on
+        self.configure = configure  # run on each new connection first (the epoch's sighting)
         self._conn: psycopg.Connection[Any] | None = None
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="lease-keeper", daemon=True)
@@ -123,7 +126,7 @@ class LeaseKeeper:
 
     def _connection(self) -> psycopg.Connection[Any]:
         if self._conn is None or self._conn.closed or self._conn.broken:
-            self._conn = connect(self.url, autocommit=True)
+            self._conn = connect(self.url, autocommit=True, configure=self.configure)
         return self._conn
 
     def _heartbeat(self, conn: psycopg.Connection[Any], wait: timedelta) -> None:

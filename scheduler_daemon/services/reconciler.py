@@ -12,7 +12,6 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Protocol
 
-import psycopg
 import structlog
 from psycopg_pool import ConnectionPool
 
@@ -24,7 +23,6 @@ from scheduler_daemon.domain.status import OccurrenceStatus, OutcomeStatus, Task
 from scheduler_daemon.domain.task import TaskRef
 from scheduler_daemon.settings import DaemonSettings
 from scheduler_daemon.storage import (
-    fleet_store,
     instance_store,
     occurrence_store,
     run_store,
@@ -38,7 +36,7 @@ from scheduler_daemon.storage.database import (
     first_line,
     transaction,
 )
-from scheduler_daemon.storage.error import LOCK_ERRORS, DatabaseUnavailable
+from scheduler_daemon.storage.error import LOCK_ERRORS
 
 log = structlog.get_logger()
 LOCKED = object()  # a unit's rows were locked by someone else past its lock wait
@@ -90,7 +88,6 @@ class Reconciler:
         self.dead_after = dead_after
         self.page = page
         self.log = log.bind(instance_id=instance_id)
-        self._epoch_unavailable = False  # said once: the server refuses to tell its epoch
 
     @classmethod
     def from_settings(
@@ -107,8 +104,6 @@ class Reconciler:
 
     def run_once(self, *, dry_run: bool = False) -> ReconcileReport:
         report = ReconcileReport(dry_run=dry_run)
-        if not dry_run:
-            self._sight_epoch()
         steps: list[tuple[str, Callable[..., Sequence[Seen]], Callable[[Any, Limits], Any]]] = [
             ("taken_over", self._takeover_page, self._take_over),
             ("requeued_claims", self._claims_page, self._requeue_claim),
@@ -191,29 +186,6 @@ class Reconciler:
                 if not passed.counts["taken_over"]:  # locked, or lost a race: not a spin
                     time.sleep(poll / 4)
             inside = self.inside_lease()
-
-    def _sight_epoch(self) -> None:
-        """Records the fleet's first sighting of the database's epoch before anything is taken
-        over, so that a promotion starts a quiet period as a restart does (revision 0018;
-        `{{quiet_from}}`). A server that refuses to say (a managed service may revoke the
-        functions) leaves the restart rule alone: said once. A standby is an outage."""
-        try:
-            with transaction(self.pool) as tx:
-                epoch = fleet_store.sight_epoch(tx.conn)
-        except psycopg.errors.ObjectNotInPrerequisiteState as exc:  # recovery is in progress
-            raise DatabaseUnavailable(f"database is in recovery: {first_line(exc)}") from exc
-        except psycopg.errors.InsufficientPrivilege as exc:
-            if not self._epoch_unavailable:
-                self._epoch_unavailable = True
-                self.log.warning("epoch_detection_unavailable", error=first_line(exc))
-            return
-        if epoch is not None and epoch["new"]:
-            self.log.warning(
-                "database_epoch_new",
-                system_identifier=str(epoch["system_identifier"]),
-                timeline=epoch["timeline"],
-                first_seen_at=epoch["first_seen_at"].isoformat(),
-            )
 
     def _isolated(
         self,

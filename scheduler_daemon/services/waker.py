@@ -13,7 +13,7 @@ import psycopg
 import structlog
 
 from scheduler_daemon.storage import instance_store
-from scheduler_daemon.storage.database import connect
+from scheduler_daemon.storage.database import Configure, connect
 
 log = structlog.get_logger()
 PROBE = "probe"
@@ -39,6 +39,7 @@ class Waker:
         on_task_added: Callable[[datetime | None], None] | None = None,
         launch_wanted: threading.Event | None = None,
         on_failure: Callable[[Exception], None] = lambda _exc: None,
+        configure: Configure | None = None,
     ) -> None:
         self.url = url
         self.wake = wake
@@ -49,6 +50,7 @@ class Waker:
         self.launch_wanted = launch_wanted
         self.instance_id = instance_id
         self.on_failure = on_failure  # each failed session, counted and logged by the daemon
+        self.configure = configure  # run on each new connection first (the epoch's sighting)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="waker", daemon=True)
 
@@ -85,7 +87,7 @@ class Waker:
         while not self._stop.is_set():
             listening = False
             try:
-                with connect(self.url, autocommit=True) as conn:
+                with connect(self.url, autocommit=True, configure=self.configure) as conn:
                     instance_store.listen_wakeups(conn)
                     if not self._probe(conn):
                         self._give_up(conn)
@@ -108,7 +110,7 @@ class Waker:
         would come back through a pooler too, on the server connection just lent.) Other
         wake-ups heard meanwhile count as usual."""
         token = f"{PROBE} {self.instance_id} {secrets.token_hex(4)}"
-        with connect(self.url, autocommit=True) as other:
+        with connect(self.url, autocommit=True, configure=self.configure) as other:
             instance_store.notify_wakeup(other, token)
         deadline = time.monotonic() + PROBE_SECONDS
         while (left := deadline - time.monotonic()) > 0 and not self._stop.is_set():

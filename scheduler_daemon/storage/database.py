@@ -5,7 +5,7 @@ the Client's reused connection. Its messages never echo the URL: they name the s
 
 import os
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
@@ -84,16 +84,23 @@ def read_write(url: str) -> str:
     return make_conninfo(url, target_session_attrs=READ_WRITE)
 
 
-def connect(url: str, *, autocommit: bool = False, **kwargs: Any) -> Conn:
+Configure: TypeAlias = Callable[[Conn], None]
+"""Run on each new connection before it is used (storage.epoch.EpochWatch); raising refuses it."""
+
+
+def connect(
+    url: str, *, autocommit: bool = False, configure: Configure | None = None, **kwargs: Any
+) -> Conn:
     """A connection with dict rows, no server-side prepared statements (PgBouncer transaction
-    mode), TCP keepalives, a connect timeout, on a server that accepts writes (`read_write`);
-    DatabaseUnavailable with one line naming the server (`describe_server`) if not, the
-    password masked in any form libpq echoes."""
+    mode), TCP keepalives, a connect timeout, on a server that accepts writes (`read_write`),
+    passed to `configure` first; DatabaseUnavailable with one line naming the server
+    (`describe_server`) if not, the password masked in any form libpq echoes."""
     server = describe_server(url)
     if server == UNPARSEABLE:  # libpq's own message quotes the value it could not read
         raise DatabaseUnavailable(f"cannot connect to the database: {UNPARSEABLE}")
+    conn: Conn | None = None
     try:
-        return psycopg.connect(
+        conn = psycopg.connect(
             read_write(url),
             autocommit=autocommit,
             row_factory=dict_row,
@@ -103,9 +110,16 @@ def connect(url: str, *, autocommit: bool = False, **kwargs: Any) -> Conn:
             **KEEPALIVES,
             **kwargs,
         )
-    except psycopg.Error as exc:
+        if configure is not None:
+            configure(conn)
+    except BaseException as exc:
+        if conn is not None:
+            conn.close()
+        if not isinstance(exc, psycopg.Error):
+            raise
         reason = mask_values(first_line(exc), url_passwords(url))
         raise DatabaseUnavailable(f"cannot connect to the database at {server}: {reason}") from exc
+    return conn
 
 
 # -- the ways to run a transaction ---------------------------------------------------------------
@@ -384,12 +398,16 @@ def _first_result(cursor: psycopg.ClientCursor[DictRow], first: Statement | None
     return query.result(cursor, query.QUERIES[first[0]].cardinality)
 
 
-def make_pool(url: str, *, max_size: int, name: str) -> ConnectionPool:
-    """A small pool for one daemon's loop, on a server that accepts writes (`read_write`);
+def make_pool(
+    url: str, *, max_size: int, name: str, configure: Configure | None = None
+) -> ConnectionPool:
+    """A small pool for one daemon's loop, on a server that accepts writes (`read_write`), each
+    new connection passed to `configure` before it is used (one that raises is discarded);
     opened lazily so a database that is down at start is retried by the caller instead of
     failing the constructor."""
     return ConnectionPool(
         read_write(url),
+        configure=cast(Any, configure),  # dict rows (kwargs below); the pool's type can't say
         min_size=1,
         max_size=max_size,
         open=False,

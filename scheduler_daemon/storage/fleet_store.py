@@ -54,11 +54,16 @@ def history_retention(conn: psycopg.Connection[Any]) -> timedelta | None:
         return None
 
 
-def sight_epoch(conn: psycopg.Connection[Any]) -> dict[str, Any] | None:
+def sight_epoch(
+    conn: psycopg.Connection[Any], seen_system: int | None = None, seen_timeline: int | None = None
+) -> dict[str, Any] | None:
     """Records the fleet's first sighting of the database's current epoch (system identifier,
-    timeline), if this is it (`epoch_sight`); returns the epoch, when it was first seen and
-    whether this was the first sighting (`new`)."""
-    return query.run(conn, "epoch_sight", {})
+    timeline), if this is it and it is no older than a timeline recorded before or
+    `seen_timeline` of `seen_system` (`epoch_sight`); returns the epoch, when it was first
+    seen, whether this was the first sighting (`new`) and the newest timeline recorded before
+    it (`newest_timeline`)."""
+    params = {"seen_system": seen_system, "seen_timeline": seen_timeline}
+    return query.run(conn, "epoch_sight", params)
 
 
 def epoch_status(conn: psycopg.Connection[Any]) -> dict[str, Any] | None:
