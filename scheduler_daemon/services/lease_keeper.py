@@ -26,6 +26,10 @@ from scheduler_daemon.storage.database import (
 from scheduler_daemon.storage.error import LOCK_ERRORS, DatabaseUnavailable, SchemaMismatch
 
 log = structlog.get_logger()
+RECONNECT_SECONDS = (0.25, 1.0)
+"""After a pass that found the database unavailable, the keeper tries to connect again after
+the first, doubling up to the second: the first renewal after an outage goes as soon as a
+connection is back, not a renewal interval later."""
 
 
 class LeaseKeeper:
@@ -70,6 +74,7 @@ class LeaseKeeper:
         self.on_failure = on_failure  # each failed pass (a refusal aside), for supervision
         self.on_death = on_death  # the thread ended before stop(): the daemon cannot go on
         self.configure = configure  # run on each new connection first (the epoch's sighting)
+        self._down_since: float | None = None  # monotonic: the first pass of an outage failed
         self._conn: psycopg.Connection[Any] | None = None
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="lease-keeper", daemon=True)
@@ -102,8 +107,30 @@ class LeaseKeeper:
 
     def _loop(self) -> None:
         interval = self.settings.renew_interval.total_seconds()
-        while not self._stop.wait(interval):
+        wait = interval
+        while not self._stop.wait(wait):
+            if self._down_since is not None and not self._reconnected():
+                wait = min(wait * 2, RECONNECT_SECONDS[1])
+                continue
             self.reported_once()
+            wait = RECONNECT_SECONDS[0] if self._down_since is not None else interval
+
+    def _reconnected(self) -> bool:
+        """During an outage: whether a connection (sighting the epoch) can be had now; then the
+        pass that follows at once renews every held run and stops the jobs of those whose rows
+        are gone or no longer this owner's at their token (fenced)."""
+        try:
+            self._connection()
+        except DatabaseUnavailable:
+            return False
+        assert self._down_since is not None
+        log.info(
+            "lease_keeper_reconnected",
+            down_seconds=round(time.monotonic() - self._down_since, 3),
+            held=len(self.held),
+            instance_id=self.instance_id,
+        )
+        return True
 
     def reported_once(self) -> set[int] | None:
         """One pass as the thread runs it: its failure is logged and reported (`on_failure`),
@@ -111,9 +138,12 @@ class LeaseKeeper:
         fenced: set[int] | None = None
         try:
             fenced = self.run_once()
+            self._down_since = None
         except SchemaMismatch as exc:  # the daemon stops; nothing was renewed
             log.warning("lease_renewal_refused", error=str(exc), instance_id=self.instance_id)
         except Exception as exc:  # reported: an outage or contention is no surprise
+            if isinstance(exc, DatabaseUnavailable) and self._down_since is None:
+                self._down_since = time.monotonic()
             if isinstance(exc, (DatabaseUnavailable, *LOCK_ERRORS)):
                 log.warning(
                     "lease_renewal_failed", error=first_line(exc), instance_id=self.instance_id
