@@ -4,7 +4,7 @@ Built on tests/owned_server.py (the machine's server binaries, run as `postgres`
 pair knows the two ports it started on; `url()` is the multi-host URL a fleet is given. It can
 switch over (clean stop, a gap, promote), cut the stream so later commits never reach the standby,
 stop a server `-m immediate`, promote, and start a former primary on a port no daemon knows, to
-count what the promotion lost. `close()` stops both servers and removes their data directories.
+count what the promotion lost, or on a port the URL lists, to show it is refused. `close()` stops both servers and removes their data directories.
 """
 
 import os
@@ -204,6 +204,14 @@ class ReplicationPair:
         can reach it, and return its single-host URL: for counting what the promotion lost."""
         assert server is not self.primary
         server.port = free_port()
+        server.start()
+        return server_url(server)
+
+    def start_listed(self, server: OwnedServer, port: int) -> str:
+        """Start a stopped server (a former primary, read-write on its own timeline) on `port`,
+        one `url()` lists: the split brain an HA tool must fence. Returns its single-host URL."""
+        assert port in self.ports
+        server.port = port
         server.start()
         return server_url(server)
 
