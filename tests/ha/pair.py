@@ -4,7 +4,8 @@ Built on tests/owned_server.py (the machine's server binaries, run as `postgres`
 pair knows the two ports it started on; `url()` is the multi-host URL a fleet is given. It can
 switch over (clean stop, a gap, promote), cut the stream so later commits never reach the standby,
 stop a server `-m immediate`, promote, and start a former primary on a port no daemon knows, to
-count what the promotion lost, or on a port the URL lists, to show it is refused. `close()` stops both servers and removes their data directories.
+count what the promotion lost, or on a port the URL lists, to show it is refused. `close()` stops
+both servers and removes their data directories.
 """
 
 import os
