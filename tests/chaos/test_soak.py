@@ -30,6 +30,7 @@ import signal
 import socket
 import time
 from collections import Counter
+from collections.abc import Iterator
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -38,7 +39,8 @@ import psycopg
 import pytest
 
 from scheduler_daemon.runtime.endpoint import MAX_CONNECTIONS, READ_TIMEOUT_SECONDS
-from scheduler_daemon.storage import migration
+from tests.chaos.soak_switchover import Switchover
+from tests.ha.pair import ReplicationPair
 from tests.support import DaemonProcess, free_port, http_get, query, wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
@@ -251,10 +253,18 @@ class Held:
 
 class Driver:
     def __init__(
-        self, url: str, *, fleet: Fleet, work: Workload, server: Any, cli: Any, rng: random.Random
+        self,
+        pair: ReplicationPair,
+        *,
+        fleet: Fleet,
+        work: Workload,
+        cli: Any,
+        rng: random.Random,
     ) -> None:
-        self.url, self.fleet, self.work, self.server, self.cli = url, fleet, work, server, cli
+        self.url, self.fleet, self.work, self.pair, self.cli = pair.url(), fleet, work, pair, cli
         self.rng = rng
+        self.switchover = Switchover(pair, self.url, lambda: set(fleet.ids.values()))
+        self.switched_at: float | None = None  # when it began, as a share of the fault time
         self.injected = Counter[str]()
         self.cancels_while_running = 0
         self.takeover_findings: list[dict[str, Any]] = []
@@ -401,7 +411,7 @@ class Driver:
             self.cancels_while_running += 1
 
     def restart_server(self) -> None:
-        self.server.restart()
+        self.pair.primary.restart()  # the current primary: the standby reconnects to it
 
     def check_takeovers(self) -> None:
         """Mid-soak, while live daemons exist: nothing is past its takeover point for long."""
@@ -425,6 +435,7 @@ class Driver:
             e.get("event") == "reconcile_unit_failed" and e.get("category") == "taken_over"
             for e in events
         )
+        counts["switchover_past_leases"] = self.switchover.leases_passed
         return counts
 
     def run(self, seconds: float) -> None:
@@ -444,13 +455,19 @@ class Driver:
         self.rng.shuffle(plan)
         plan.insert(self.rng.randrange(2, len(plan)), "restart_server")
         faults["restart_server"] = self.restart_server
-        deadline = time.monotonic() + seconds
+        faults["switchover"] = self.switchover.run
+        began = time.monotonic()
+        deadline = began + seconds
         while time.monotonic() < deadline:
-            if plan:
+            elapsed = time.monotonic() - began
+            if self.switched_at is None and elapsed >= seconds * 2 / 3:
+                # Once, late: after two thirds of the fault time, before the faults stop.
+                kind, self.switched_at = "switchover", elapsed / seconds
+            elif plan:
                 kind = plan.pop(0)
             else:  # at random, but first the fault behind a race window not yet entered
                 missed = [DRIVES[w] for w, n in self.windows().items() if not n and w in DRIVES]
-                kind = self.rng.choice(missed or sorted(set(faults) - {"restart_server"}))
+                kind = self.rng.choice(missed or sorted(set(faults) - ONCE))
             time.sleep(self.rng.uniform(0.5, 2.5))
             faults[kind]()
             self.injected[kind] += 1
@@ -483,6 +500,8 @@ WINDOWS = {
                       AND s.trigger = 'schedule')""",
 }
 
+
+ONCE = {"restart_server", "switchover"}  # faults injected exactly once
 
 # The fault that drives each window, chosen again while its window has not been entered.
 DRIVES = {
@@ -547,18 +566,28 @@ def _figures(url: str, events: list[dict[str, Any]], driver: Driver) -> dict[str
     }
 
 
+@pytest.fixture
+def pair() -> Iterator[ReplicationPair]:
+    """The soak's servers: a migrated primary and an async standby streaming from it
+    (tests/ha/pair.py), stopped and removed however the soak ends."""
+    pair = ReplicationPair()
+    try:
+        yield pair.start()
+    finally:
+        pair.close()
+
+
 def test_the_fleet_keeps_every_guarantee_under_faults_by_the_jobs_and_the_audit(
-    owned_server, cli, capsys, tmp_path, soak
+    pair, cli, capsys, tmp_path, soak
 ) -> None:
     rng = random.Random(soak.seed)
+    began = time.monotonic()
     with capsys.disabled():  # the cli fixture reads what is captured; the seed must show
         print(
             f"\nsoak seed {soak.seed}, {soak.seconds:.0f} s of faults"
             f" (rerun: pytest {__file__} -s --soak-seed {soak.seed})"
         )
-    owned_server.start()
-    url = owned_server.url
-    migration.upgrade(url)
+    url = pair.url()  # every daemon, `recover` and `audit` follow the primary through it
     work = Workload(tmp_path, rng)
     (start,) = query(url, "SELECT now() AS t")
     work.build(soak.seconds, start["t"] + timedelta(seconds=10))
@@ -570,7 +599,7 @@ def test_the_fleet_keeps_every_guarantee_under_faults_by_the_jobs_and_the_audit(
         assert cli("tasks", "trigger", f"once-{i}", url=url).code == 0
 
     fleet = Fleet(url, tmp_path)
-    driver = Driver(url, fleet=fleet, work=work, server=owned_server, cli=cli, rng=rng)
+    driver = Driver(pair, fleet=fleet, work=work, cli=cli, rng=rng)
     try:
         for i in range(DAEMONS):
             fleet.start(i)
@@ -596,8 +625,14 @@ def test_the_fleet_keeps_every_guarantee_under_faults_by_the_jobs_and_the_audit(
     events = fleet.logs()
     windows = driver.windows()
     overlaps = work.overlaps.read_text().splitlines()
+    switched = driver.switchover.problems(events)
     with capsys.disabled():
         _report(driver, windows, _figures(url, events, driver), verdict, overlaps)
+        print(
+            f"switchover at {driver.switched_at or 0:.2f} of the fault time:"
+            f" {driver.switchover.figures()}; problems {switched[:20]}"
+        )
+        print(f"wall time {time.monotonic() - began:.0f} s")
 
     assert overlaps == [], "jobs that must exclude each other really ran at once"
     assert verdict["violations"] == [], audit.out[-5000:]
@@ -605,6 +640,7 @@ def test_the_fleet_keeps_every_guarantee_under_faults_by_the_jobs_and_the_audit(
     assert verdict["incomplete"] == []
     assert driver.takeover_findings == []
     assert driver.endpoint_failures == []
+    assert switched == [], "the switchover took runs from live owners"
     missed = [name for name, count in windows.items() if count == 0]
     assert not missed, f"the soak never entered {missed} (seed {soak.seed})"
 
