@@ -273,6 +273,9 @@ class Driver:
         self.endpoint_failures: list[str] = []
         self.kills: list[tuple[str, datetime]] = []
         self.held_tasks: set[int] = set()  # their takeovers wait for the test, not the fleet
+        # The server restarts' start times: after the switchover, pg_postmaster_start_time() is
+        # the new primary's (the standby's start), no longer the restarted primary's.
+        self.restarts: list[datetime] = []
 
     def hold(self, task_ids: list[int]) -> Held:
         self.held_tasks.update(task_ids)
@@ -412,6 +415,7 @@ class Driver:
 
     def restart_server(self) -> None:
         self.pair.primary.restart()  # the current primary: the standby reconnects to it
+        self.restarts.append(query(self.url, "SELECT pg_postmaster_start_time() AS t")[0]["t"])
 
     def check_takeovers(self) -> None:
         """Mid-soak, while live daemons exist: nothing is past its takeover point for long."""
@@ -538,16 +542,28 @@ def _figures(url: str, events: list[dict[str, Any]], driver: Driver) -> dict[str
            WHERE r.attempt = 1 AND o.trigger = 'schedule' GROUP BY 1 ORDER BY 1""",
     )
     taken = [e for e in events if e.get("event") == "run_taken_over"]
+    # A takeover waits out the quiet period of the database's latest change of life before it:
+    # a server restart (its start time) or the switchover (the fleet's first sighting of the
+    # new epoch, recorded in fleet_epoch).
     delays = query(
         url,
-        """SELECT r.finished_at - (r.lease_expires_at - %s * interval '1 second') AS since_renewal,
-                  r.finished_at - CASE WHEN r.finished_at < pg_postmaster_start_time()
-                      THEN r.takeover_at
-                      ELSE greatest(r.takeover_at,
-                          pg_postmaster_start_time() + %s * interval '1 second') END AS past_point
+        """WITH life AS (
+               SELECT unnest(%s::timestamptz[]) AS at
+               UNION SELECT first_seen_at FROM fleet_epoch
+               WHERE first_seen_at > (SELECT min(first_seen_at) FROM fleet_epoch))
+           SELECT r.finished_at - (r.lease_expires_at - %s * interval '1 second') AS since_renewal,
+                  r.finished_at - greatest(r.takeover_at,
+                      (SELECT max(at) FROM life WHERE at <= r.finished_at)
+                      + %s * interval '1 second') AS past_point
            FROM run r JOIN occurrence o ON o.id = r.occurrence_id
            WHERE r.id = ANY(%s) AND NOT o.task_id = ANY(%s)""",
-        (TTL, TTL + GRACE, [e["run_id"] for e in taken], sorted(driver.held_tasks)),
+        (
+            driver.restarts,
+            TTL,
+            TTL + GRACE,
+            [e["run_id"] for e in taken],
+            sorted(driver.held_tasks),
+        ),
     )
     fenced = sum(
         e.get("event") in ("run_fenced", "renewal_fenced") or "fenced" in str(e.get("result", ""))
@@ -560,7 +576,8 @@ def _figures(url: str, events: list[dict[str, Any]], driver: Driver) -> dict[str
         "kills": len(driver.kills),
         "fenced_writes": fenced,
         # Over the takeovers of rows the test did not hold (those wait for the test); "past its
-        # point" counts from the end of the restart quiet period when that is later (guarantee 11).
+        # point" counts from the end of a restart's or the switchover's quiet period when that is
+        # later (guarantee 11).
         "max_takeover_since_last_renewal": max((d["since_renewal"] for d in delays), default=None),
         "max_takeover_past_its_point": max((d["past_point"] for d in delays), default=None),
     }
