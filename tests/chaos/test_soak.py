@@ -1,26 +1,35 @@
-"""The fault soak: three real daemons and a few hundred tasks under injected faults, judged by
-what the job processes really did and by `scheduler-daemon audit` over the whole history.
+"""The fault soak: three real daemons and a few hundred tasks under injected faults, on a
+streaming pair that switches over late in the run, judged by what the job processes really did
+and by `scheduler-daemon audit` over the whole history.
 
-Every `forbid` or `queue` job holds an OS lock (`flock -n`) on a file of its task, and every keyed
-job one on a file of its key, for its whole life (the `sleep` inherits the descriptors). A job
-that finds a lock taken writes a line to the overlap file: two jobs that really ran at once,
-whatever the database recorded. The fault driver injects, at random but seeded: more idle and
-slow-header connections than each daemon's HTTP endpoint admits, SIGKILL (the
-daemon is restarted), SIGTERM and a restart (a rolling upgrade's drain: jobs past the drain timeout
-are interrupted), SIGSTOP past the lease then SIGCONT, `pg_terminate_backend` of a daemon's
-connections, one PostgreSQL restart, row locks held on busy task rows (during completions, and
-during takeovers after a kill), cancels of running jobs, and one daemon runs under libfaketime
-skew. At the end the faults stop, every takeover point passes, `recover` runs, and `audit` must
-report nothing and the overlap file must be empty.
+The servers are a primary and an async standby (tests/ha/pair.py); the daemons, `recover` and
+`audit` are given the pair's multi-host URL (`target_session_attrs=read-write`) and follow the
+primary through it. Every `forbid` or `queue` job holds an OS lock (`flock -n`) on a file of its
+task, and every keyed job one on a file of its key, for its whole life (the `sleep` inherits the
+descriptors). A job that finds a lock taken writes a line to the overlap file: two jobs that
+really ran at once, whatever the database recorded. The fault driver injects, at random but
+seeded: more idle and slow-header connections than each daemon's HTTP endpoint admits, SIGKILL
+(the daemon is restarted), SIGTERM and a restart (a rolling upgrade's drain: jobs past the drain
+timeout are interrupted), SIGSTOP past the lease then SIGCONT, `pg_terminate_backend` of a
+daemon's connections, one restart of the current primary, row locks held on busy task rows
+(during completions, and during takeovers after a kill), cancels of running jobs, and one daemon
+runs under libfaketime skew. Once, after two thirds of the fault time, a planned switchover
+(tests/chaos/soak_switchover.py): the primary stopped cleanly, no primary for TTL + grace + 2 s,
+the standby promoted; every daemon must run jobs again on the new primary. At the end the faults
+stop, every takeover point passes, `recover` runs, and `audit` must report nothing, the overlap
+file must be empty, and no run that was running at the stop may have been taken over or ended by
+anyone but its owner.
 
 A race that shows only on some seeds is still entered on every run: the soak counts each window
 it drove and fails when one count is zero (an older keyed occurrence committing after a younger
 one of its key started; a cancel while the job runs; a job interrupted by a drain; a completion and
-a takeover deferred by a held row lock; a manual and a scheduled occurrence of one one-shot task).
+a takeover deferred by a held row lock; a manual and a scheduled occurrence of one one-shot task;
+runs whose leases passed while the switchover left no primary).
 Every daemon must still be running at the end and exit 0 on SIGTERM: failing, crashing and timed
 out jobs, and jobs printing NUL bytes or megabytes, never take one down.
 
-`pytest tests/chaos/test_soak.py -s --soak-seed N --soak-seconds S` for a chosen or a long run.
+`pytest tests/chaos/test_soak.py -s --soak-seed N --soak-seconds S` for a chosen or a long run;
+it needs server binaries with pg_basebackup (skipped without them, failed under CI=true).
 """
 
 import json
