@@ -451,6 +451,10 @@ class Driver:
         counts["switchover_past_leases"] = self.switchover.leases_passed
         return counts
 
+    def missed(self) -> list[str]:
+        """The faults that drive the race windows not entered so far."""
+        return sorted({DRIVES[w] for w, n in self.windows().items() if not n and w in DRIVES})
+
     def run(self, seconds: float) -> None:
         faults = {
             "kill": self.kill,
@@ -463,24 +467,29 @@ class Driver:
             "cancel": self.cancel,
             "hold_idle_connections": self.hold_idle_connections,
         }
-        # Each kind at least once, the server restart exactly once, then at random.
+        # Each kind at least once, the server restart exactly once (early: before the switchover
+        # even on a loaded machine), then at random.
         plan = [*faults, "hold_keyed_row", "cancel", "hold_busy_rows"]
         self.rng.shuffle(plan)
-        plan.insert(self.rng.randrange(2, len(plan)), "restart_server")
+        plan.insert(self.rng.randrange(2, 6), "restart_server")
         faults["restart_server"] = self.restart_server
         faults["switchover"] = self.switchover.run
         began = time.monotonic()
         deadline = began + seconds
         while time.monotonic() < deadline:
             elapsed = time.monotonic() - began
+            # Once the plan is done, or the switchover has taken its share of the time, the
+            # faults behind race windows not yet entered come first.
+            missed = self.missed() if self.switched_at is not None or not plan else []
             if self.switched_at is None and elapsed >= seconds * 2 / 3:
                 # Once, late: after two thirds of the fault time, before the faults stop.
                 kind, self.switched_at = "switchover", elapsed / seconds
+            elif missed:
+                kind = self.rng.choice(missed)
             elif plan:
                 kind = plan.pop(0)
-            else:  # at random, but first the fault behind a race window not yet entered
-                missed = [DRIVES[w] for w, n in self.windows().items() if not n and w in DRIVES]
-                kind = self.rng.choice(missed or sorted(set(faults) - ONCE))
+            else:
+                kind = self.rng.choice(sorted(set(faults) - ONCE))
             time.sleep(self.rng.uniform(0.5, 2.5))
             faults[kind]()
             self.injected[kind] += 1
