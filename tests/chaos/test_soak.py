@@ -37,6 +37,7 @@ import os
 import random
 import signal
 import socket
+import subprocess
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -215,13 +216,27 @@ class Fleet:
         self.ports = {i: free_port() for i in range(DAEMONS)}  # each daemon's endpoint
 
     def env(self, i: int) -> dict[str, str]:
+        dump = {"PYTHONFAULTHANDLER": "1"}  # SIGABRT writes every thread's stack to the log
         if i != 2 or LIBFAKETIME is None:
-            return {}
+            return dump
         return {
+            **dump,
             "LD_PRELOAD": str(LIBFAKETIME),
             "FAKETIME": SKEW,
             "FAKETIME_DONT_FAKE_MONOTONIC": "1",
         }
+
+    def stop(self, proc: DaemonProcess) -> int:
+        """SIGTERM and the exit code; a daemon still running 30 s later is aborted so that its
+        log ends with every thread's stack (one hung once, logging nothing after the signal)."""
+        try:
+            return proc.stop()
+        except subprocess.TimeoutExpired:
+            proc.signal(signal.SIGABRT)
+            proc.proc.wait(10)
+            raise AssertionError(
+                f"{proc.name} ignored SIGTERM for 30 s:\n{proc.log()[-8000:]}"
+            ) from None
 
     def start(self, i: int) -> None:
         self.generation[i] += 1
@@ -347,7 +362,7 @@ class Driver:
         except AssertionError:
             i = self.rng.randrange(DAEMONS)
         proc = self.fleet.procs[i]
-        code = proc.stop()
+        code = self.fleet.stop(proc)
         assert code == 0, proc.log()[-3000:]
         self.fleet.start(i)
 
@@ -646,7 +661,7 @@ def test_the_fleet_keeps_every_guarantee_under_faults_by_the_jobs_and_the_audit(
         driver.check_takeovers()
         (stopped,) = query(url, "SELECT now() AS t")
         for proc in fleet.procs.values():
-            assert proc.stop() == 0, proc.log()[-3000:]
+            assert fleet.stop(proc) == 0, proc.log()[-3000:]
     finally:
         for proc in fleet.all:
             proc.kill()
