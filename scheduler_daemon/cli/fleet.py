@@ -251,11 +251,11 @@ def fleet_timing_options(f: Callable[..., Any]) -> Callable[..., Any]:
 @click.pass_context
 def run(ctx: click.Context, embedded: bool, **options: Any) -> None:
     """Run the daemon until SIGTERM/SIGINT (a second signal stops at once)."""
-    import signal
     import threading
 
     from scheduler_daemon.runtime.daemon import Daemon
     from scheduler_daemon.runtime.notify import Notifier
+    from scheduler_daemon.runtime.signals import SignalRelay
 
     notifier = Notifier.from_environment()  # before any job could inherit NOTIFY_SOCKET
     settings = DaemonSettings(**options, watchdog=notifier.watchdog).validate()
@@ -271,12 +271,11 @@ def run(ctx: click.Context, embedded: bool, **options: Any) -> None:
 
     daemon = Daemon(url, settings, notifier=notifier)
 
-    def on_signal(signum: int, _frame: Any) -> None:
+    def on_signal(_signum: int) -> None:  # on the relay's thread: it may wait for any lock
         (hard_stop if stop.is_set() else stop).set()
         daemon.wake.set()
 
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
+    SignalRelay(on_signal)
     ctx.exit(daemon.run(stop, hard_stop))
 
 
