@@ -223,7 +223,8 @@ def _has_children() -> bool:
     return True
 
 
-def _resolve(target: str) -> Any:
+def resolve(target: str) -> Any:
+    """The object `module:attribute.path` names, importing its module (an error raises)."""
     module_name, _, attribute = target.partition(":")
     found = importlib.import_module(module_name)
     for part in attribute.split("."):
@@ -235,25 +236,39 @@ def _run(target: str, ctx: PythonJobContext) -> tuple[str, str | None]:
     """Run one job (its output goes to fd 1 and 2, the spool file); ("success", None) or
     ("failed", error line)."""
     try:
-        result = _resolve(target)(ctx)
-        if result is not None:
-            print(str(result)[-OUTPUT_TAIL_BYTES:])
-    except SystemExit as exc:
-        if exc.code in (None, 0):
-            return "success", None
-        return "failed", error_line(exc) if str(exc) else f"SystemExit: {exc.code}"
+        result = resolve(target)(ctx)
     except BaseException as exc:  # the job's failure is the run's failure, never the worker's
+        return call_outcome(exc=exc)
+    return call_outcome(result)
+
+
+def call_outcome(result: object = None, exc: BaseException | None = None) -> tuple[str, str | None]:
+    """What a job's call came to, as the worker and the in-process executor record it: its
+    return value (printed) or the exception it raised (its traceback printed, less the frame
+    that caught it), on sys.stdout and sys.stderr, which are the job's output; ("success",
+    None) or ("failed", error line). A SystemExit of 0 or None is a success."""
+    try:
+        if exc is None:
+            if result is not None:
+                print(str(result)[-OUTPUT_TAIL_BYTES:])
+            return "success", None
+        if isinstance(exc, SystemExit):
+            if exc.code in (None, 0):
+                return "success", None
+            return "failed", error_line(exc) if str(exc) else f"SystemExit: {exc.code}"
         import traceback  # here, not at the top: most workers never need it
 
-        # Leave out our own frame: the traceback starts at the job.
         traceback.print_exception(
             type(exc), exc, exc.__traceback__.tb_next if exc.__traceback__ else None
         )
         return "failed", error_line(exc)
+    except BaseException as failure:  # a return value whose str() raised
+        if exc is not None:
+            return "failed", error_line(exc)
+        return call_outcome(exc=failure)
     finally:
         sys.stdout.flush()
         sys.stderr.flush()
-    return "success", None
 
 
 if __name__ == "__main__":

@@ -100,3 +100,58 @@ def next_wake(timers: Iterable[JobTimers]) -> float | None:
     """The earliest wake_at() of several jobs; None when none has a timer pending."""
     pending = [at for at in (t.wake_at() for t in timers) if at is not None]
     return min(pending) if pending else None
+
+
+class CooperativeTimers:
+    """The timers of one in-process job, started at monotonic time `now`: a thread cannot be
+    killed, so where JobTimers decides a kill this decides a request and what follows it.
+    `fire(now)` returns each event once, earliest rule first:
+    - "untrusted": the trust deadline passed while the job runs (the daemon must exit at once);
+    - "stop": the timeout passed (ask the job to stop; `reason` says `timeout`);
+    - "stuck": `grace` seconds passed since the job was asked to stop (by `stop()` or its
+      timeout) and it is still running (the daemon stops claiming and exits)."""
+
+    def __init__(self, now: float, *, deadline: float, timeout: float | None, grace: float) -> None:
+        self.deadline = deadline
+        self.timeout = timeout
+        self.timeout_at = None if timeout is None else now + timeout
+        self.grace = grace
+        self.asked_at: float | None = None  # when the job was asked to stop
+        self.reason: Stop | None = None
+        self.untrusted = False
+        self.stuck = False
+
+    def extend(self, deadline: float) -> None:
+        """Move the trust deadline (a lease renewal); never back."""
+        self.deadline = max(self.deadline, deadline)
+
+    def stop(self, now: float, error: str = "") -> bool:
+        """The job is asked to stop at `now`; False if it already was (nothing changes)."""
+        if self.reason is not None:
+            return False
+        self.reason, self.asked_at = Stop(OutcomeStatus.STOPPED, error), now
+        return True
+
+    def fire(self, now: float) -> str | None:
+        """The next event due at `now`, once; None when none is."""
+        if not self.untrusted and now >= self.deadline:
+            self.untrusted = True
+            return "untrusted"
+        if self.reason is None and self.timeout_at is not None and now >= self.timeout_at:
+            assert self.timeout is not None
+            self.reason = Stop(OutcomeStatus.TIMEOUT, timeout_error(self.timeout))
+            self.asked_at = now
+            return "stop"
+        if self.asked_at is not None and not self.stuck and now >= self.asked_at + self.grace:
+            self.stuck = True
+            return "stuck"
+        return None
+
+    def wake_at(self) -> float | None:
+        """When fire() may next have something to do."""
+        pending = [] if self.untrusted else [self.deadline]
+        if self.reason is None and self.timeout_at is not None:
+            pending.append(self.timeout_at)
+        if self.asked_at is not None and not self.stuck:
+            pending.append(self.asked_at + self.grace)
+        return min(pending) if pending else None

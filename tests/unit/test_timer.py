@@ -165,3 +165,33 @@ def test_the_next_wake_of_several_jobs_is_the_earliest_and_skips_killed_ones() -
     assert next_wake(jobs) == T0 + 4.0
     assert next_wake([killed]) is None
     assert next_wake([]) is None
+
+
+def test_cooperative_timers_ask_on_timeout_then_report_stuck_after_the_grace() -> None:
+    from scheduler_daemon.executors.timer import CooperativeTimers
+
+    timers = CooperativeTimers(0.0, deadline=100.0, timeout=5.0, grace=2.0)
+
+    assert timers.fire(4.9) is None
+    assert timers.wake_at() == 5.0
+    assert timers.fire(5.0) == "stop"
+    assert timers.reason == ("timeout", "timed out after 5 s")
+    assert timers.stop(5.5, "cancelled") is False  # the timeout's reason stays
+    assert timers.fire(6.9) is None
+    assert timers.wake_at() == 7.0
+    assert timers.fire(7.0) == "stuck"
+    assert timers.fire(8.0) is None
+    assert timers.wake_at() == 100.0
+
+
+def test_cooperative_timers_report_the_trust_deadline_first_and_once() -> None:
+    from scheduler_daemon.executors.timer import CooperativeTimers
+
+    timers = CooperativeTimers(0.0, deadline=3.0, timeout=None, grace=1.0)
+    assert timers.stop(1.0, "fenced")
+    timers.extend(2.5)  # never moved back
+
+    assert timers.fire(3.0) == "untrusted"
+    assert timers.fire(3.0) == "stuck"
+    assert timers.fire(3.0) is None
+    assert timers.wake_at() is None
