@@ -53,6 +53,9 @@ class DaemonSettings:
     http_host: str = "127.0.0.1"
     http_port: int = 0  # 0: no HTTP endpoint
     max_failed_passes: int = 10
+    # How long an in-process job asked to stop (timeout, cancel, fenced) may take to return
+    # before the daemon stops claiming, drains and exits (a thread cannot be killed; ADR 0009).
+    in_process_stop_grace: timedelta = timedelta(seconds=30)
     watchdog: timedelta | None = None  # systemd's WATCHDOG_USEC, when the unit sets one
 
     @property
@@ -122,6 +125,10 @@ class DaemonSettings:
         check(0 <= self.http_port <= 65535, "--http-port must be between 0 (off) and 65535")
         check(bool(self.http_host.strip()), "--http-host must not be empty")
         check(self.max_failed_passes >= 1, "--max-failed-passes must be at least 1")
+        check(
+            self.in_process_stop_grace > timedelta(0),
+            "--in-process-stop-grace must be positive",
+        )
         check(
             self.watchdog is None or self.watchdog > self.stall_timeout,
             f"the systemd watchdog ({_seconds(self.watchdog)}s, WatchdogSec=) must be longer "

@@ -23,7 +23,11 @@ from scheduler_daemon.cli.base import (
 )
 from scheduler_daemon.domain import limit
 from scheduler_daemon.domain.duration import format_duration, parse_duration
-from scheduler_daemon.runtime.supervision import EXIT_FAILED_PASSES, EXIT_LEASE_KEEPER_FAILED
+from scheduler_daemon.runtime.supervision import (
+    EXIT_FAILED_PASSES,
+    EXIT_IN_PROCESS_STUCK,
+    EXIT_LEASE_KEEPER_FAILED,
+)
 from scheduler_daemon.settings import (
     DATABASE_URL_ENV,
     DaemonSettings,
@@ -241,6 +245,14 @@ def fleet_timing_options(f: Callable[..., Any]) -> Callable[..., Any]:
     "waits do not count), so the supervisor restarts the daemon.",
 )
 @click.option(
+    "--in-process-stop-grace",
+    envvar="SCHEDULER_IN_PROCESS_STOP_GRACE",
+    type=DURATION,
+    **setting("in_process_stop_grace"),
+    help="How long an in-process job asked to stop (timeout, cancel) may take to return; past "
+    f"it the daemon stops claiming, drains and exits {EXIT_IN_PROCESS_STUCK}.",
+)
+@click.option(
     "--embedded",
     envvar="SCHEDULER_EMBEDDED",
     is_flag=True,
@@ -276,7 +288,15 @@ def run(ctx: click.Context, embedded: bool, **options: Any) -> None:
         daemon.wake.set()
 
     SignalRelay(on_signal)
-    ctx.exit(daemon.run(stop, hard_stop))
+    code = daemon.run(stop, hard_stop)
+    if daemon.lingering:  # an in-process job's thread (or one it started) must not hold the exit
+        import atexit
+
+        from scheduler_daemon.runtime.daemon import exit_now
+
+        atexit._run_exitfuncs()  # the embedded server's release, as a normal exit runs it
+        exit_now(code)
+    ctx.exit(code)
 
 
 @cli.command("status")

@@ -3,6 +3,7 @@
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any, NamedTuple
 
 
@@ -33,6 +34,7 @@ class HeldRun:
     finished_after: float = 0.0  # seconds from launch until the outcome was seen
     recorded_status: str = ""  # the run status the completer wrote
     trusted_until: float = 0.0  # the trust deadline its own last renewal set (0: none yet)
+    requeue_delay: timedelta = timedelta(0)  # an interruption's wait in the queue (ADR 0009)
 
     def renewed(self, deadline: float) -> None:
         """This run's own renewal succeeded: its job may run until `deadline`, the trust

@@ -53,10 +53,12 @@ def decide(
     max_interruptions: int,
     backoff: timedelta,
     cancel_reason: str | None = None,
+    requeue_delay: timedelta = timedelta(0),
 ) -> Decision:
     """`attempts` counts this one (attempts count at launch). With `cancel_reason` (a cancel
     was requested while it ran) the attempt is final: `cancelled`, unless the job succeeded
-    before it could be stopped."""
+    before it could be stopped. An interruption goes back to the queue after `requeue_delay`
+    (an in-process job still running as its daemon exits: its retry must not start beside it)."""
     run_status = RUN_STATUS[OutcomeStatus(outcome_status)]  # a stranger: ValueError, no default
     if cancel_reason is not None and run_status != RunStatus.SUCCESS:
         return Decision(RunStatus.CANCELLED, OccurrenceStatus.CANCELLED, reason=cancel_reason)
@@ -64,7 +66,7 @@ def decide(
         return Decision(run_status, OccurrenceStatus.QUEUED, delay=backoff)
     if run_status == RunStatus.INTERRUPTED:
         if interruptions < max_interruptions:
-            return Decision(run_status, OccurrenceStatus.QUEUED, refund=True)
+            return Decision(run_status, OccurrenceStatus.QUEUED, delay=requeue_delay, refund=True)
         return Decision(
             run_status,
             OccurrenceStatus.INTERRUPTED,

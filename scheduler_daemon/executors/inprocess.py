@@ -23,15 +23,12 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-import structlog
-
 from scheduler_daemon.domain.status import OutcomeStatus
 from scheduler_daemon.executors import capture
 from scheduler_daemon.executors.base import FinishedJob, Job, JobContext, Outcome, decode_tail
 from scheduler_daemon.executors.python_worker import PythonJobContext, call_outcome, resolve
 from scheduler_daemon.executors.timer import CooperativeTimers
 
-log = structlog.get_logger()
 _TARGET = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_][\w.]*")
 ABANDONED_ERROR = "shutdown: in-process job still running at exit (it ends with the process)"
 _CLOSE_JOIN_SECONDS = 1.0
@@ -304,10 +301,8 @@ class InProcessExecutor:
         if event == "stop":
             self._ask_to_stop(job)
         elif event == "stuck":
-            log.error("in_process_job_stuck", stop_grace_seconds=self.stop_grace, **job.ids)
             self.on_stuck(job)
         elif event == "untrusted":
-            log.critical("in_process_trust_deadline_passed", **job.ids)
             self.on_untrusted(job)
 
     def _finish(self, job: InProcessJob, status: str, error: str | None) -> None:

@@ -4,6 +4,9 @@ stop (drain, or abandon when the schema is refused or the lease keeper failed; t
 services, heartbeats last, and deregister). What each phase does lives beside it in runtime/:
 root (composition), loop and pacing, registration, drain."""
 
+import contextlib
+import os
+import sys
 import threading
 from pathlib import Path
 
@@ -13,6 +16,7 @@ from psycopg_pool import ConnectionPool
 from scheduler_daemon.domain.held import HeldRuns
 from scheduler_daemon.domain.instance import new_instance_id
 from scheduler_daemon.executors.base import Executor
+from scheduler_daemon.executors.inprocess import InProcessExecutor, InProcessJob
 from scheduler_daemon.runtime.drain import Drain
 from scheduler_daemon.runtime.endpoint import Endpoint
 from scheduler_daemon.runtime.health import LoopProgress, Readiness
@@ -29,6 +33,8 @@ from scheduler_daemon.runtime.root import (
     start_executors,
 )
 from scheduler_daemon.runtime.supervision import (
+    EXIT_IN_PROCESS_STUCK,
+    EXIT_IN_PROCESS_UNTRUSTED,
     EXIT_LEASE_KEEPER_FAILED,
     Degradable,
     SideThreads,
@@ -43,6 +49,10 @@ log = structlog.get_logger()
 
 
 class Daemon:
+    stuck_run: int | None = None  # an in-process job's run past its stop grace (exit 8)
+    _serving: threading.Event | None = None  # the stop event `run` was given
+    _in_process: InProcessExecutor | None = None
+
     def __init__(
         self,
         url: str,
@@ -105,8 +115,11 @@ class Daemon:
 
     def run(self, stop: threading.Event, hard_stop: threading.Event | None = None) -> int:
         """Runs until `stop` is set, then drains; `hard_stop` skips the drain's wait. Returns the
-        exit code: 0, EXIT_FAILED_PASSES when the loop gave up (after draining too), or
-        EXIT_LEASE_KEEPER_FAILED when the lease keeper failed (after abandoning the jobs)."""
+        exit code: 0, EXIT_FAILED_PASSES when the loop gave up (after draining too),
+        EXIT_LEASE_KEEPER_FAILED when the lease keeper failed (after abandoning the jobs), or
+        EXIT_IN_PROCESS_STUCK when an in-process job ignored a stop past its grace (it sets
+        `stop`, and the daemon drains). An in-process job running at its trust deadline ends
+        the process at once with EXIT_IN_PROCESS_UNTRUSTED."""
         if self.settings.http_port:
             self._open_endpoint()
             endpoint = self.side.parts["endpoint"]
@@ -138,16 +151,21 @@ class Daemon:
             return 0
         self.registration.register()
         pool = open_pool(self.url, self.instance_id, self.epoch)
+        self._serving = stop
         executors = start_executors(
             pool,
             self.wake,
             self.spool_dir,
             instance_id=self.instance_id,
             settings=self.settings,
+            on_stuck=self._in_process_stuck,
+            on_untrusted=self._in_process_untrusted,
         )
+        in_process = executors.get(InProcessExecutor.kind)
+        self._in_process = in_process if isinstance(in_process, InProcessExecutor) else None
         services = self._build(pool, executors)
         self._start(services)
-        code = 0
+        code, drained = 0, False
         try:
             code = self._serve(stop, pool, services)
             if self.registration.refused is not None:  # no write on a schema this build cannot
@@ -160,10 +178,13 @@ class Daemon:
                 )
             else:
                 self.drain.drain(pool, services.completer, hard_stop)
+                drained = True
         finally:
-            self._stop(pool, services, executors)
+            self._stop(pool, services, executors, drained=drained)
         if self.registration.refused is not None:
             raise self.registration.refused
+        if code == 0 and self.stuck_run is not None:
+            code = EXIT_IN_PROCESS_STUCK
         self.log.info("instance_stopped", exit_code=code)
         return code
 
@@ -214,6 +235,35 @@ class Daemon:
         self.keeper_watch.died(exc)
         self.wake.set()
 
+    # -- the in-process executor's reports, from its monitor thread (ADR 0009) --------------------
+    def _in_process_stuck(self, job: InProcessJob) -> None:
+        """A job asked to stop did not return within the grace: stop claiming, drain the other
+        jobs, exit EXIT_IN_PROCESS_STUCK; its run is left to a takeover."""
+        self.log.error(
+            "in_process_job_stuck",
+            stop_grace_seconds=self.settings.in_process_stop_grace.total_seconds(),
+            exit_code=EXIT_IN_PROCESS_STUCK,
+            **job.ids,
+        )
+        if self.stuck_run is None:
+            self.stuck_run = job.run_id
+        if self._serving is not None:
+            self._serving.set()
+        self.wake.set()
+
+    def _in_process_untrusted(self, job: InProcessJob) -> None:
+        """A job still runs at its trust deadline: its lease may run out and its run be taken
+        over, and a thread cannot be killed; the process can, before the takeover point."""
+        self.log.critical(
+            "in_process_trust_deadline_passed", exit_code=EXIT_IN_PROCESS_UNTRUSTED, **job.ids
+        )
+        exit_now(EXIT_IN_PROCESS_UNTRUSTED)
+
+    @property
+    def lingering(self) -> bool:
+        """Whether an in-process job has not returned (its thread ends with the process)."""
+        return self._in_process is not None and bool(self._in_process.running())
+
     def _start(self, services: Services) -> None:
         services.keeper.start()
         if self.settings.listen:
@@ -239,8 +289,16 @@ class Daemon:
         return loop.run(stop)
 
     def _stop(
-        self, pool: ConnectionPool, services: Services, executors: dict[str, Executor]
+        self,
+        pool: ConnectionPool,
+        services: Services,
+        executors: dict[str, Executor],
+        *,
+        drained: bool,
     ) -> None:
+        if drained and self._in_process is not None:  # the last write before the exit
+            in_process = self._in_process
+            self.drain.safely(lambda: self.drain.end_in_process(in_process, services.completer))
         for job_owner in executors.values():
             job_owner.close()
         services.waker.stop()
@@ -248,3 +306,11 @@ class Daemon:
         if self.registration.refused is None:
             self.drain.safely(self.registration.deregister)
         pool.close()
+
+
+def exit_now(code: int) -> None:
+    """Ends the process with `code` at once, whatever its threads are doing (the log flushed)."""
+    for stream in (sys.stderr, sys.stdout):
+        with contextlib.suppress(OSError, ValueError):
+            stream.flush()
+    os._exit(code)

@@ -1,7 +1,9 @@
 """The daemon's way out: on a stop it drains (gives back its claims, lets running jobs finish up
-to --drain-timeout, stops the rest and records them interrupted); on a schema it cannot work with,
-or when its lease keeper failed (ADR 0005), it abandons its jobs without writing. Every shutdown
-step logs what it meets and goes on."""
+to --drain-timeout, stops the rest and records them interrupted; an in-process job that ignores
+the stop is recorded just before the exit, queued again after twice the poll interval, and one
+stuck past its stop grace is left to a takeover); on a schema it cannot work with, or when its
+lease keeper failed (ADR 0005), it abandons its jobs without writing. Every shutdown step logs
+what it meets and goes on."""
 
 import threading
 import time
@@ -10,7 +12,8 @@ from collections.abc import Callable
 import structlog
 from psycopg_pool import ConnectionPool
 
-from scheduler_daemon.domain.held import HeldRuns
+from scheduler_daemon.domain.held import HeldRun, HeldRuns
+from scheduler_daemon.executors.inprocess import InProcessExecutor, InProcessJob
 from scheduler_daemon.runtime.health import LoopProgress, Readiness
 from scheduler_daemon.runtime.metrics import Metrics
 from scheduler_daemon.runtime.notify import Notifier
@@ -65,7 +68,7 @@ class Drain:
         )
         self.safely(lambda: self._release_claims(pool))
         deadline = time.monotonic() + self.settings.drain_timeout.total_seconds()
-        while len(self.held) and time.monotonic() < deadline and not hard_stop.is_set():
+        while self._unwritten() and time.monotonic() < deadline and not hard_stop.is_set():
             self._step(completer)
         for run in self.held:
             if run.outcome is None:
@@ -77,8 +80,35 @@ class Drain:
                     task_id=run.task_id,
                 )
         stop_deadline = time.monotonic() + STOP_WAIT_SECONDS
-        while len(self.held) and time.monotonic() < stop_deadline:
+        while self._unwritten() and time.monotonic() < stop_deadline:
             self._step(completer)
+
+    def end_in_process(self, executor: InProcessExecutor, completer: Completer) -> None:
+        """The drain's last write, just before the process exits: the in-process jobs still
+        running (their threads end with the process) are recorded interrupted, and their
+        occurrences queued again no earlier than twice the poll interval later (database
+        clock), so no retry starts beside them while the process exits. A job stuck past its
+        stop grace is not written: its run is taken over at its takeover point (exit 8)."""
+        abandoned = {job.run_id for job in executor.abandon()}
+        delay = 2 * self.settings.poll_interval
+        for run in self.held:
+            if run.run_id in abandoned:
+                run.requeue_delay = delay
+                self.log.warning(
+                    "run_interrupted_in_process_at_exit",
+                    requeue_delay_seconds=delay.total_seconds(),
+                    run_id=run.run_id,
+                    occurrence_id=run.occurrence_id,
+                    task_id=run.task_id,
+                )
+        stop_deadline = time.monotonic() + STOP_WAIT_SECONDS
+        while any(r.run_id in abandoned for r in self.held) and time.monotonic() < stop_deadline:
+            self._step(completer)
+
+    def _unwritten(self) -> bool:
+        """Whether a held run is still to be written: any but an in-process job stuck past its
+        stop grace, whose run is left to a takeover."""
+        return any(not _left_to_takeover(run) for run in self.held)
 
     def abandon(
         self,
@@ -118,3 +148,7 @@ class Drain:
             step()
         except Exception as exc:
             self.log.warning("shutdown_step_failed", error=first_line(exc))
+
+
+def _left_to_takeover(run: HeldRun) -> bool:
+    return isinstance(run.job, InProcessJob) and run.job.stuck

@@ -7,6 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import psycopg
 import structlog
@@ -27,6 +28,9 @@ from scheduler_daemon.storage import task_store
 from scheduler_daemon.storage.database import first_line, make_pool, transaction
 from scheduler_daemon.storage.epoch import EpochWatch
 from scheduler_daemon.storage.error import DatabaseUnavailable, SchemaMismatch
+
+if TYPE_CHECKING:
+    from scheduler_daemon.executors.inprocess import InProcessJob
 
 log = structlog.get_logger()
 
@@ -159,13 +163,20 @@ def start_executors(
     *,
     instance_id: str,
     settings: DaemonSettings,
+    on_stuck: "Callable[[InProcessJob], None] | None" = None,
+    on_untrusted: "Callable[[InProcessJob], None] | None" = None,
 ) -> dict[str, Executor]:
-    """The daemon's executors, a job's end setting `wake`."""
+    """The daemon's executors, a job's end setting `wake`; the in-process one (key
+    "inprocess") reports a job stuck past its stop grace, or past its trust deadline, to
+    `on_stuck` and `on_untrusted`."""
     return make_executors(
         wake,
         spool_dir,
         concurrency=settings.concurrency,
         python_workers=python_workers(pool, instance_id=instance_id, settings=settings),
+        in_process_stop_grace=settings.in_process_stop_grace.total_seconds(),
+        on_stuck=on_stuck,
+        on_untrusted=on_untrusted,
     )
 
 

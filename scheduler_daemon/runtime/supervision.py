@@ -31,6 +31,12 @@ EXIT_FAILED_PASSES = 3
 EXIT_LEASE_KEEPER_FAILED = 7
 """`run` exits with this when its lease keeper's thread died or failed --max-failed-passes
 renewal passes in a row; it stopped its jobs first, without writing (their runs are taken over)."""
+EXIT_IN_PROCESS_STUCK = 8
+"""`run` exits with this when an in-process job did not return --in-process-stop-grace after it
+was asked to stop; it stopped claiming and drained its other jobs first (ADR 0009)."""
+EXIT_IN_PROCESS_UNTRUSTED = 9
+"""`run` exits with this at once when an in-process job is still running at its trust deadline:
+the only way to stop its thread before the run's takeover point (ADR 0009)."""
 LOG_EVERY_SECONDS = 60.0
 """A degraded part's failures are logged at most this often (each one is counted)."""
 BACKOFF_SECONDS = (1.0, 60.0)

@@ -285,6 +285,7 @@ class Completer:
             max_interruptions=self.max_interruptions,
             backoff=spec.backoff,
             cancel_reason=occ.cancel_reason,
+            requeue_delay=run.requeue_delay,
         )
 
     def _log(self, run: HeldRun, completion: Completion) -> None:

@@ -84,6 +84,21 @@ def test_an_interruption_under_its_bound_gives_the_attempt_back_and_queues_at_on
     assert not decision.final
 
 
+def test_an_interruption_with_a_requeue_delay_waits_that_long_in_the_queue() -> None:
+    """An in-process job still running as its daemon exits (ADR 0009): its retry must not start
+    before the process is gone. Failures keep their backoff, and a final interruption has none."""
+    wait = timedelta(seconds=2)
+    args = {"attempts": 1, "max_attempts": 3, "backoff": BACKOFF, "requeue_delay": wait}
+
+    queued = decide(OutcomeStatus.STOPPED, interruptions=0, max_interruptions=3, **args)  # type: ignore[arg-type]
+    final = decide(OutcomeStatus.STOPPED, interruptions=3, max_interruptions=3, **args)  # type: ignore[arg-type]
+    failed = decide(OutcomeStatus.FAILED, interruptions=0, max_interruptions=3, **args)  # type: ignore[arg-type]
+
+    assert (queued.occurrence_status, queued.delay, queued.refund) == ("queued", wait, True)
+    assert final.final
+    assert failed.delay == BACKOFF
+
+
 def test_an_interruption_gives_the_attempt_back_even_on_the_last_attempt() -> None:
     decision = _decide(OutcomeStatus.STOPPED, attempts=3, max_attempts=3, interruptions=0)
     assert (decision.occurrence_status, decision.refund) == (OccurrenceStatus.QUEUED, True)
