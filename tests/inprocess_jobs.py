@@ -96,3 +96,17 @@ def sleeper(ctx: Any) -> str:
 def exits(ctx: Any) -> None:
     """SystemExit with a non-zero code fails the run, never the daemon."""
     raise SystemExit(3)
+
+
+def sleeper_once(ctx: Any) -> str:
+    """In a real daemon: the first attempt (no file at $INPROC_MARKER yet) creates it and
+    sleeps 60 s whatever it is asked; a later attempt returns at once."""
+    import os
+    from pathlib import Path
+
+    marker = Path(os.environ["INPROC_MARKER"])
+    if marker.exists():
+        return "second attempt"
+    marker.touch()
+    time.sleep(60)
+    return "woke"
