@@ -16,7 +16,12 @@ from scheduler_daemon.cli.base import (
     EXIT_SCHEMA_TOO_NEW,
     EXIT_UNAVAILABLE,
 )
-from scheduler_daemon.runtime.supervision import EXIT_FAILED_PASSES, EXIT_LEASE_KEEPER_FAILED
+from scheduler_daemon.runtime.supervision import (
+    EXIT_FAILED_PASSES,
+    EXIT_IN_PROCESS_STUCK,
+    EXIT_IN_PROCESS_UNTRUSTED,
+    EXIT_LEASE_KEEPER_FAILED,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 CLI_MD = ROOT / "docs" / "cli.md"
@@ -83,6 +88,8 @@ def test_the_table_is_what_the_code_exits_with() -> None:
         EXIT_SCHEMA_TOO_NEW,
         EXIT_CONTRACT_BLOCKED,
         EXIT_LEASE_KEEPER_FAILED,
+        EXIT_IN_PROCESS_STUCK,
+        EXIT_IN_PROCESS_UNTRUSTED,
     }
     assert set(_table_codes()) == {0, 130, *codes}
     assert "migrate" in _table_codes()[EXIT_SCHEMA_BEHIND]
