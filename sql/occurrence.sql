@@ -88,14 +88,15 @@ WHERE o.id = %(id)s
 SELECT count(*) FROM occurrence WHERE status IN ('launching', 'running')
 
 -- fragment: claim_launch
-SELECT * FROM sd_claim_launch_v2(%(key)s::bigint, %(slots)s::int, %(owner)s::text,
+SELECT * FROM sd_claim_launch_v3(%(key)s::bigint, %(slots)s::int, %(owner)s::text,
     %(ttl)s::interval, %(grace)s::interval, %(build_revision)s::text, %(now)s::timestamptz)
 
 -- name: occurrence_claim_launch :many
 -- A whole claim in one round trip and one transaction (sent after the per-transaction limits
 -- as one simple query, no BEGIN or COMMIT: `database.one_trip`), so the fleet budget's lock is
--- held for the server's work alone, never across a round trip: sd_claim_launch_v2 (migration
--- 0019; v1 of 0012 and 0015 with the failover rules below), whose statements are planned once per server process (a simple query's are parsed and
+-- held for the server's work alone, never across a round trip: sd_claim_launch_v3 (migration
+-- 0020: v2 of 0019, v1 of 0012 and 0015 with the failover rules below, and the task's
+-- `in_process`, which picks the executor), whose statements are planned once per server process (a simple query's are parsed and
 -- planned on every call). The function:
 -- 1. Plans without sequential or bitmap scans, sorts or JIT (its SET clauses), so the plan does
 --    not depend on fresh statistics (a queue that grew since the last ANALYZE, or since the

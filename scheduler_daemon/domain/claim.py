@@ -23,6 +23,7 @@ class Claim(FromRow):
     payload: dict[str, Any]
     run_timeout: timedelta | None
     idempotency_key: str  # stored on the occurrence at its creation (the legacy one if none)
+    in_process: bool  # run by the in-process executor, not `executor`'s (task.in_process)
 
 
 @dataclass(frozen=True)

@@ -25,6 +25,7 @@ from scheduler_daemon.storage.database import Statement, first_line, one_trip, t
 from scheduler_daemon.storage.error import DatabaseUnavailable
 
 log = structlog.get_logger()
+IN_PROCESS = "inprocess"  # the executors' key of the in-process one (runtime.root)
 
 
 @dataclass(frozen=True)
@@ -182,6 +183,11 @@ class Launcher:
             )
         self._blocked_since = self._reported_at = None
 
+    def _executor(self, claim: Claim) -> Executor:
+        """The executor of a claim's job: the in-process one for a task marked so, else its
+        executor's."""
+        return self.executors[IN_PROCESS if claim.in_process else claim.executor]
+
     def _start(self, claim: Claim, run: Launched, deadline: float) -> Started | None:
         """Starts `run`'s job, unless its trust deadline passed since the claim was sent (this
         process froze between them; a peer may have taken the run over and started it again):
@@ -206,7 +212,7 @@ class Launcher:
         if refused:
             job: Job = FinishedJob(run.run_id, Outcome(OutcomeStatus.STOPPED, error=NOT_STARTED))
         else:
-            job = self.executors[claim.executor].start(ctx, claim.payload)
+            job = self._executor(claim).start(ctx, claim.payload)
         self.held.add(
             HeldRun(
                 run_id=run.run_id,
