@@ -64,6 +64,7 @@ def task_fields(task: TaskRecord, *, show_secrets: bool = False) -> dict[str, An
         "dst_gap": spec.dst_gap,
         "dst_overlap": spec.dst_overlap,
         "executor": spec.executor,
+        "in_process": spec.in_process,
         "target": target,
         "headers": headers,
         "concurrency_key": spec.concurrency_key,
@@ -186,13 +187,29 @@ def status_fields(status: dict[str, Any]) -> dict[str, Any]:
             database[key] = iso(database[key])
     if database.get("system_identifier") is not None:
         database["system_identifier"] = str(database["system_identifier"])  # past 2^53
+    refused_by = [
+        {name: getattr(i, name) for name in ("id", "hostname", "version", "schema_revision")}
+        for i in status.get("in_process_refused_by", [])
+    ]
     return {
         **status,
         "instances": instances,
+        "in_process_refused_by": refused_by,
         "parked_tasks": parked,
         "budget_lock_holders": holders,
         "database": database,
     }
+
+
+def in_process_refused_text(refused_by: list[dict[str, Any]]) -> str | None:
+    """`status`'s line naming the instances whose build refuses in-process tasks; None: none."""
+    if not refused_by:
+        return None
+    names = ", ".join(
+        f"{i['id']} (host {i['hostname']}, version {i['version']}, schema {i['schema_revision']})"
+        for i in refused_by
+    )
+    return f"in-process tasks refused while these older builds are registered: {names}"
 
 
 def database_text(database: dict[str, Any]) -> str:

@@ -35,3 +35,13 @@ DELETE FROM instance WHERE heartbeat_at < clock_timestamp() - %(dead_after)s RET
 -- name: instance_dead :many
 -- The instances `instance_remove_dead` would remove (for `recover --dry-run`).
 SELECT id FROM instance WHERE heartbeat_at < clock_timestamp() - %(dead_after)s ORDER BY id
+
+-- name: instance_before_revision :many
+-- The registered instances (live, or not yet expired) of builds whose schema head is before
+-- `revision` (revisions are numbered in order): those that cannot run what it added. First the
+-- schema compatibility lock (`key`, exclusive, for the transaction), which every registration
+-- takes shared: one in progress is waited for, and read by the next statement, whose snapshot
+-- is taken after the wait; a later one waits until the caller's transaction ends.
+SELECT pg_advisory_xact_lock(%(key)s);
+SELECT *, clock_timestamp() - heartbeat_at AS silent_for FROM instance
+WHERE schema_revision < %(revision)s ORDER BY started_at, id

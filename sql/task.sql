@@ -9,7 +9,7 @@ id, name, schedule_kind, cron_expr, run_at, anchor_at, timezone, dst_gap, dst_ov
     executor, payload, concurrency_key, overlap, misfire, catchup_limit, max_attempts, status,
     paused, next_run_at, occurrence_seq, last_outcome_seq, last_occurrence_id,
     last_scheduled_for, last_status, last_finished_at, last_error, created_at, updated_at,
-    deleted_at, parked_at, park_error, source, uuid,
+    deleted_at, parked_at, park_error, source, uuid, in_process,
     CASE WHEN every > interval '36525 days' THEN interval '36525 days'
          ELSE every END AS every,
     CASE WHEN misfire_grace > interval '36525 days' THEN interval '36525 days'
@@ -35,14 +35,14 @@ WITH added AS (
         name, schedule_kind, cron_expr, every, run_at, anchor_at, timezone, dst_gap, dst_overlap,
         executor, payload, concurrency_key, overlap, misfire, misfire_grace, catchup_limit,
         catchup_window, start_deadline, run_timeout, max_attempts, backoff, paused, next_run_at,
-        history_retention, source, created_at, updated_at)
+        history_retention, source, in_process, created_at, updated_at)
     VALUES (
         %(name)s, %(schedule_kind)s, %(cron_expr)s, %(every)s, %(run_at)s, %(anchor_at)s,
         %(timezone)s, %(dst_gap)s, %(dst_overlap)s, %(executor)s, %(payload)s,
         %(concurrency_key)s, %(overlap)s, %(misfire)s, %(misfire_grace)s, %(catchup_limit)s,
         %(catchup_window)s, %(start_deadline)s, %(run_timeout)s, %(max_attempts)s, %(backoff)s,
-        %(paused)s, %(next_run_at)s, %(history_retention)s, %(source)s, %(anchor_at)s,
-        %(anchor_at)s)
+        %(paused)s, %(next_run_at)s, %(history_retention)s, %(source)s, %(in_process)s,
+        %(anchor_at)s, %(anchor_at)s)
     ON CONFLICT (name) WHERE deleted_at IS NULL DO NOTHING
     RETURNING *
 ), wake AS (
@@ -98,7 +98,7 @@ UPDATE task SET
     run_timeout = %(run_timeout)s, max_attempts = %(max_attempts)s, backoff = %(backoff)s,
     paused = %(paused)s, next_run_at = %(next_run_at)s, status = %(status)s,
     history_retention = %(history_retention)s, source = coalesce(%(source)s, source),
-    updated_at = %(now)s
+    in_process = %(in_process)s, updated_at = %(now)s
 WHERE id = %(id)s AND deleted_at IS NULL
 RETURNING *
 
@@ -194,11 +194,11 @@ INSERT INTO task (
     name, schedule_kind, cron_expr, every, run_at, anchor_at, timezone, dst_gap, dst_overlap,
     executor, payload, concurrency_key, overlap, misfire, misfire_grace, catchup_limit,
     catchup_window, start_deadline, run_timeout, max_attempts, backoff, paused, next_run_at,
-    created_at, updated_at)
+    in_process, created_at, updated_at)
 SELECT name, schedule_kind, cron_expr, every, run_at, anchor_at, timezone, dst_gap, dst_overlap,
     executor, payload, concurrency_key, overlap, misfire, misfire_grace, catchup_limit,
     catchup_window, start_deadline, run_timeout, max_attempts, backoff, paused, next_run_at,
-    anchor_at, anchor_at
+    in_process, anchor_at, anchor_at
 FROM unnest(
     %(name)s::text[], %(schedule_kind)s::text[], %(cron_expr)s::text[], %(every)s::interval[],
     %(run_at)s::timestamptz[], %(anchor_at)s::timestamptz[], %(timezone)s::text[],
@@ -206,11 +206,12 @@ FROM unnest(
     %(concurrency_key)s::text[], %(overlap)s::text[], %(misfire)s::text[],
     %(misfire_grace)s::interval[], %(catchup_limit)s::integer[], %(catchup_window)s::interval[],
     %(start_deadline)s::interval[], %(run_timeout)s::interval[], %(max_attempts)s::integer[],
-    %(backoff)s::interval[], %(paused)s::boolean[], %(next_run_at)s::timestamptz[])
+    %(backoff)s::interval[], %(paused)s::boolean[], %(next_run_at)s::timestamptz[],
+    %(in_process)s::boolean[])
     WITH ORDINALITY AS r(name, schedule_kind, cron_expr, every, run_at, anchor_at, timezone,
         dst_gap, dst_overlap, executor, payload, concurrency_key, overlap, misfire, misfire_grace,
         catchup_limit, catchup_window, start_deadline, run_timeout, max_attempts, backoff, paused,
-        next_run_at, ord)
+        next_run_at, in_process, ord)
 ORDER BY ord
 RETURNING *
 

@@ -319,6 +319,9 @@ def status(ctx: click.Context) -> None:
         text += f"\nparked: {parked['name']} (id {parked['id']}): {parked['park_error']}"
     for holder in fields["budget_lock_holders"]:
         text += "\n" + presentation.lock_holder_text(holder)
+    refused = presentation.in_process_refused_text(fields["in_process_refused_by"])
+    if refused is not None:
+        text += "\n" + refused
     text += "\n" + presentation.database_text(fields["database"])
     emit(ctx, fields, text)
 

@@ -104,6 +104,15 @@ def _executor_options(adding: bool) -> list[Option]:
         click.option(
             "--call", metavar="MODULE:FUNCTION", help="Python callable (python executor)."
         ),
+        click.option(
+            "--in-process/--no-in-process" if not adding else "--in-process",
+            "in_process",
+            is_flag=True,
+            default=False if adding else None,
+            help="Run the --call function in the daemon (threads, or its event loop for an "
+            "async def) instead of a worker process."
+            + ("" if adding else "  --no-in-process: back to a worker process."),
+        ),
     ]
 
 

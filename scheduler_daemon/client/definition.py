@@ -23,7 +23,8 @@ from scheduler_daemon.domain.misfire import Firing
 from scheduler_daemon.domain.occurrence import Occurrence
 from scheduler_daemon.domain.status import Trigger
 from scheduler_daemon.domain.task import InvalidTask, TaskRecord, TaskSpec
-from scheduler_daemon.storage import instance_store, occurrence_store, task_store
+from scheduler_daemon.storage import instance_store, migration, occurrence_store, task_store
+from scheduler_daemon.storage.error import Conflict
 
 
 class TaskDefinition(ClientBase):
@@ -53,6 +54,8 @@ class TaskDefinition(ClientBase):
     ) -> TaskRecord:
         spec = spec.with_changes(anchor=db_now)
         spec.validate(db_now)
+        if spec.in_process:
+            _allow_in_process(conn, spec.name)
         return task_store.insert(conn, spec, spec.schedule().next_after(db_now), source=source)
 
     def add_tasks(
@@ -71,6 +74,9 @@ class TaskDefinition(ClientBase):
         if not specs:
             return []
         with self._tx() as conn:
+            made = [s.name for s in specs if s.in_process]
+            if made:
+                _allow_in_process(conn, made[0])
             db_now = task_store.clock(conn, now)
             ready = []
             for given in specs:
@@ -102,6 +108,8 @@ class TaskDefinition(ClientBase):
     ) -> TaskRecord:
         """update_task inside the caller's transaction; `source` makes an apply source own it."""
         control.check_update(changes)
+        if changes.get("in_process"):  # before the task's lock: the order `migrate` takes them
+            _allow_in_process(conn, str(ref))
         task = task_store.lock(conn, task_ref(ref))
         db_now = task_store.clock(conn, now)
         plan = allowed(control.plan_update(task, changes, db_now))
@@ -263,6 +271,16 @@ class TaskDefinition(ClientBase):
         )
         task_store.delete(conn, task.id, db_now)
         return cancelled
+
+
+def _allow_in_process(conn: psycopg.Connection[Any], task_name: str) -> None:
+    """Refuses (Conflict) making a task in-process while an instance of an older build is
+    registered, in the transaction that writes it, under the compatibility lock
+    (`migration.instances_before`): no registration slips in between the check and the commit."""
+    older = migration.instances_before(conn, control.IN_PROCESS_SINCE)
+    refusal = control.plan_in_process(task_name, older)
+    if refusal is not None:
+        raise Conflict(refusal.message)
 
 
 def _named(spec: TaskSpec, check: Callable[[], None]) -> None:

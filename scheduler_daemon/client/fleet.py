@@ -8,7 +8,7 @@ from typing import Any
 import psycopg
 
 from scheduler_daemon.client.base import ClientBase
-from scheduler_daemon.domain import argument
+from scheduler_daemon.domain import argument, control
 from scheduler_daemon.domain.instance import Instance
 from scheduler_daemon.domain.lock_holder import CONFIRM_AFTER_SECONDS, LockHolder, held_throughout
 from scheduler_daemon.storage import (
@@ -48,6 +48,10 @@ class Fleet(ClientBase):
                 "executing_runs": occurrence_store.executing_count(conn),
                 "max_concurrent_runs": fleet_store.budget(conn),
                 "parked_tasks": task_store.parked(conn),
+                # the instances whose build refuses a task `in_process` (ADR 0010)
+                "in_process_refused_by": [
+                    row for row in instances if row.schema_revision < control.IN_PROCESS_SINCE
+                ],
             }
             holders = fleet_store.budget_lock_holders(conn)
         return {

@@ -5,11 +5,12 @@ out in one transaction. A change the task's state refuses comes back as a `Refus
 raises it as a Conflict); a change that is malformed raises InvalidTask.
 """
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from scheduler_daemon.domain.instance import Instance
 from scheduler_daemon.domain.misfire import Firing, skip_past_due
 from scheduler_daemon.domain.status import (
     OccurrenceStatus,
@@ -19,6 +20,9 @@ from scheduler_daemon.domain.status import (
 )
 from scheduler_daemon.domain.task import InvalidTask, TaskRecord, TaskSpec
 
+# The schema revision that added `task.in_process` (migration 0020_task_in_process): a build
+# whose head is before it runs an in-process task in a worker process, or not at all.
+IN_PROCESS_SINCE = "0020"
 # The changes that move a task's schedule: its due, undispatched firings are recorded first.
 SCHEDULE_FIELDS = frozenset({"cron", "every", "at", "timezone", "dst_gap", "dst_overlap"})
 
@@ -28,6 +32,22 @@ class Refusal:
     """A change the task's current state does not allow; `message` is one line."""
 
     message: str
+
+
+def plan_in_process(task_name: str, older: Sequence[Instance]) -> Refusal | None:
+    """Whether a task may be made in-process now: refused, naming them, while `older` (the
+    registered instances of builds before IN_PROCESS_SINCE) is not empty (ADR 0010)."""
+    if not older:
+        return None
+    names = ", ".join(
+        f"{i.id} (host {i.hostname}, version {i.version}, schema {i.schema_revision})"
+        for i in older
+    )
+    return Refusal(
+        f"task '{task_name}' cannot run in-process while instance(s) {names} of builds before "
+        f"schema {IN_PROCESS_SINCE} are registered (they would run it in a worker process); roll "
+        "them to this build, or wait until a stopped one's row expires"
+    )
 
 
 def owed_firings(

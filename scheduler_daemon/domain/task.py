@@ -70,6 +70,7 @@ class TaskSpec:
     anchor: datetime | None = field(default=None, compare=False)
     headers: tuple[tuple[str, str], ...] = ()  # http only: (name, value) pairs sent as given
     history_retention: timedelta | None = None  # None: the fleet's history-retention
+    in_process: bool = False  # python only: run by the daemon's in-process executor (ADR 0010)
     # `tasks apply`: the `${VAR}` template each header value was resolved from, so that
     # `tasks export` writes the reference, not the secret.
     header_refs: tuple[tuple[str, str], ...] = ()
@@ -113,6 +114,11 @@ class TaskSpec:
             and "headers" not in changes
         ):
             changes["headers"] = ()  # headers belong to the http target they were given with
+        if (
+            changes.get("executor", ExecutorKind.PYTHON) != ExecutorKind.PYTHON
+            and "in_process" not in changes
+        ):
+            changes["in_process"] = False  # in-process belongs to the python target
         if "headers" in changes and "header_refs" not in changes:
             changes["header_refs"] = ()  # new values, given as they are
         return replace(self, **changes)
@@ -199,6 +205,10 @@ class TaskSpec:
                 _PYTHON_TARGET.match(self.target) is not None,
                 f"--call needs MODULE:FUNCTION, got '{self.target[:80]}'",
             )
+        _check(
+            not self.in_process or self.executor == ExecutorKind.PYTHON,
+            "--in-process is for --call (python) tasks only",
+        )
         self._validate_headers()
         size = len(json.dumps(self.payload).encode())
         _check(

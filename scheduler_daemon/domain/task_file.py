@@ -53,7 +53,8 @@ _TEXTS = {
     "dst-overlap": "dst_overlap",
 }
 _INTS = {"catchup-limit": "catchup_limit", "max-attempts": "max_attempts"}
-FIELDS = (*_TEXTS, *_DURATIONS, *_INTS, "at", "paused", "headers", *_TARGETS)
+_FLAGS = {"paused": "paused", "in-process": "in_process"}
+FIELDS = (*_TEXTS, *_DURATIONS, *_INTS, "at", *_FLAGS, "headers", *_TARGETS)
 _DEFAULTS = {f.name: f.default for f in fields(TaskSpec)}
 
 
@@ -155,10 +156,10 @@ def _spec(  # noqa: PLR0912 - one branch per kind of field, in one place
             if not isinstance(value, int) or isinstance(value, bool):
                 raise fail(key, "must be a whole number")
             values[_INTS[key]] = value
-        elif key == "paused":
+        elif key in _FLAGS:
             if not isinstance(value, bool):
                 raise fail(key, "must be true or false")
-            values["paused"] = value
+            values[_FLAGS[key]] = value
         elif key == "headers":
             if not isinstance(value, dict) or not all(isinstance(v, str) for v in value.values()):
                 raise fail(key, "must be a table of strings")
@@ -268,8 +269,7 @@ def render(
             if isinstance(value, timedelta):
                 value = format_duration(value)
             lines.append(f"{key} = {json.dumps(value)}")
-        if spec.paused:
-            lines.append("paused = true")
+        lines += [f"{key} = true" for key, attr in _FLAGS.items() if getattr(spec, attr)]
         if spec.headers:
             refs = dict(spec.header_refs)
             shown = {

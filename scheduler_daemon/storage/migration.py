@@ -271,6 +271,17 @@ def incompatible_instances(conn: psycopg.Connection[Any], oldest: str) -> list[I
     ]
 
 
+def instances_before(conn: psycopg.Connection[Any], revision: str) -> list[Instance]:
+    """Registered instances (live, or not yet expired) of builds whose schema head is before
+    `revision`, read after taking the compatibility lock for the transaction: a registration in
+    progress is waited for and seen here, and a later one waits until this transaction ends, so
+    what the transaction writes next is judged against every registration before it."""
+    cursor = psycopg.ClientCursor(conn)  # both statements in one round trip
+    name = "instance_before_revision"
+    cursor.execute(query.QUERIES[name].sql, {"key": COMPAT_LOCK_KEY, "revision": revision})
+    return [Instance.from_row(row) for row in query.last_result(cursor, name, before=0)]
+
+
 def contract(url: str, target: str | None = None) -> MigrateReport:
     """`migrate --contract`: every pending step up to `target` (default: the head), contract
     steps included; refused, naming them and the instances, while an instance of a build they

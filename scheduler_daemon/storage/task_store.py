@@ -40,6 +40,7 @@ def _columns(spec: TaskSpec) -> dict[str, Any]:
         "backoff": spec.backoff,
         "paused": spec.paused,
         "history_retention": spec.history_retention,
+        "in_process": spec.in_process,
     }
 
 
@@ -70,6 +71,7 @@ def record(row: dict[str, Any]) -> TaskRecord:
         headers=tuple(row["payload"].get("headers", {}).items()),
         history_retention=row.get("history_retention"),
         header_refs=tuple(row["payload"].get("header_refs", {}).items()),
+        in_process=bool(row.get("in_process")),  # NULL (an older build's): not in-process
     )
     return TaskRecord(
         id=row["id"],
