@@ -19,6 +19,7 @@ from scheduler_daemon.client.base import (
 )
 from scheduler_daemon.domain import argument, control
 from scheduler_daemon.domain import limit as bound
+from scheduler_daemon.domain.instance import Instance
 from scheduler_daemon.domain.misfire import Firing
 from scheduler_daemon.domain.occurrence import Occurrence
 from scheduler_daemon.domain.status import Trigger
@@ -55,7 +56,7 @@ class TaskDefinition(ClientBase):
         spec = spec.with_changes(anchor=db_now)
         spec.validate(db_now)
         if spec.in_process:
-            _allow_in_process(conn, spec.name)
+            _allow_in_process(spec.name, _older_builds(conn))
         return task_store.insert(conn, spec, spec.schedule().next_after(db_now), source=source)
 
     def add_tasks(
@@ -76,7 +77,7 @@ class TaskDefinition(ClientBase):
         with self._tx() as conn:
             made = [s.name for s in specs if s.in_process]
             if made:
-                _allow_in_process(conn, made[0])
+                _allow_in_process(made[0], _older_builds(conn))
             db_now = task_store.clock(conn, now)
             ready = []
             for given in specs:
@@ -108,9 +109,10 @@ class TaskDefinition(ClientBase):
     ) -> TaskRecord:
         """update_task inside the caller's transaction; `source` makes an apply source own it."""
         control.check_update(changes)
-        if changes.get("in_process"):  # before the task's lock: the order `migrate` takes them
-            _allow_in_process(conn, str(ref))
+        # The instances' lock before the task's: the order `migrate --contract` takes them.
+        older = _older_builds(conn) if changes.get("in_process") else []
         task = task_store.lock(conn, task_ref(ref))
+        _allow_in_process(task.name, older)
         db_now = task_store.clock(conn, now)
         plan = allowed(control.plan_update(task, changes, db_now))
         self._record_owed(conn, task, plan.owed, db_now)
@@ -273,11 +275,15 @@ class TaskDefinition(ClientBase):
         return cancelled
 
 
-def _allow_in_process(conn: psycopg.Connection[Any], task_name: str) -> None:
-    """Refuses (Conflict) making a task in-process while an instance of an older build is
-    registered, in the transaction that writes it, under the compatibility lock
-    (`migration.instances_before`): no registration slips in between the check and the commit."""
-    older = migration.instances_before(conn, control.IN_PROCESS_SINCE)
+def _older_builds(conn: psycopg.Connection[Any]) -> list[Instance]:
+    """The registered instances of builds that cannot run an in-process task, read in the
+    transaction that writes it under the compatibility lock (`migration.instances_before`): no
+    registration slips in between this read and the commit."""
+    return migration.instances_before(conn, control.IN_PROCESS_SINCE)
+
+
+def _allow_in_process(task_name: str, older: list[Instance]) -> None:
+    """Refuses (Conflict) making a task in-process while `older` (`_older_builds`) is not empty."""
     refusal = control.plan_in_process(task_name, older)
     if refusal is not None:
         raise Conflict(refusal.message)
