@@ -4,7 +4,8 @@ of each, the roll of the old replicas, and `migrate --contract`; then `audit` ov
 Every process runs as its role of `db roles --create`: the owner migrates and grants (each build
 its own `db roles`, the new one while old replicas run), the operator defines the tasks, the
 daemons of both builds are the daemon role. So an old build that writes something the new
-build's grants leave out meets `permission denied`, and the test fails on it.
+build's grants leave out meets `permission denied`, and the test fails on it. While the old
+build is registered, `tasks add --in-process` is refused (exit 2); once it left, it succeeds.
 
 The old build comes from `git archive` of that commit, found from the history of
 migrations/versions/ (not a fixed hash), into a virtualenv of its own that reuses this one's
@@ -32,6 +33,9 @@ VERSIONS = "migrations/versions"
 # A SIGKILLed old replica stays registered this long: the contract is refused, then passes.
 TIMING = ("--instance-expiry", "15s")
 TASKS = 8
+# Refused while a build before 0020 is registered; paused, so no daemon of this branch runs it.
+IN_PROCESS = ("tasks", "add", "inproc", "--every", "1h", "--call", "tests.jobs:ok")
+IN_PROCESS += ("--in-process", "--paused")
 
 
 def _git(*args: str) -> str:
@@ -188,6 +192,14 @@ def test_a_rolling_upgrade_never_drops_or_doubles_a_run(
         expanded = new_cli("migrate")
         assert expanded.returncode == 0, expanded.stderr
         grant(new_python)  # the new build's grants, while the old replicas keep working
+        # While the old build is registered, an in-process task is refused with one line that
+        # names its instances, and nothing is written (ADR 0010): it would run it in a worker.
+        refused = new_cli(*IN_PROCESS, role=roles.operator)
+        assert refused.returncode == 2, refused.stdout + refused.stderr
+        assert refused.stderr.count("\n") == 1, refused.stderr
+        assert "cannot run in-process" in refused.stderr, refused.stderr
+        assert {old_a_id, old_b_id} <= set(refused.stderr.split()), refused.stderr
+        assert not query(url, "SELECT 1 FROM task WHERE name = 'inproc'")
         # A release whose newest step is a contract leaves it pending; one whose newest steps
         # are all expand steps (an earlier contract ran in that migrate) leaves none.
         build = migration.build()
@@ -249,6 +261,17 @@ def test_a_rolling_upgrade_never_drops_or_doubles_a_run(
             late = start("old-late", old_python)
             late.instance_id()
             assert late.stop() == 0, late.log()[-3000:]
+        # Once no old build is registered (the killed one's row expires), the same command
+        # succeeds.
+        wait_for(
+            lambda: new_cli(*IN_PROCESS, role=roles.operator).returncode == 0,
+            timeout=40,
+            interval=1,
+            message="the in-process task to be accepted once the old build left",
+        )
+        assert query(url, "SELECT in_process FROM task WHERE name = 'inproc'") == [
+            {"in_process": True}
+        ]
         time.sleep(3)  # the new build works on after the contract
         (stopped,) = query(url, "SELECT now() AS t")
         for daemon in (new_b, new_c):
