@@ -108,7 +108,14 @@ def test_upgrade_downgrade_upgrade_keeps_tasks_occurrences_and_runs(
 
     def rows() -> dict[str, list[dict]]:
         # columns of later steps (a task's uuid is filled in when it is added)
-        added = {"build_revision", "history_retention", "source", "uuid", "idempotency_key"}
+        added = {
+            "build_revision",
+            "history_retention",
+            "source",
+            "uuid",
+            "idempotency_key",
+            "in_process",
+        }
         return {
             "task": [
                 {k: v for k, v in r.items() if k not in added}
