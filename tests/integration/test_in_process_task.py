@@ -236,10 +236,12 @@ def test_an_older_build_registering_while_the_task_is_written_is_seen_and_refuse
         adding = threading.Thread(target=add)
         adding.start()
         wait_for(
-            lambda: not adding.is_alive()
-            or query(
-                database_url,
-                "SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND NOT granted",
+            lambda: (
+                not adding.is_alive()
+                or query(
+                    database_url,
+                    "SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND NOT granted",
+                )
             ),
             message="the add to wait for the registration's lock",
         )
