@@ -12,6 +12,7 @@ from typing import Any
 import psycopg
 import pytest
 
+from scheduler_daemon.domain import control
 from scheduler_daemon.domain.task import TaskSpec
 from scheduler_daemon.executors.base import Executor, Job, JobContext
 from scheduler_daemon.storage import migration
@@ -152,7 +153,8 @@ def old_instance(db) -> str:
 
 REFUSED = (
     "error: task 'hello' cannot run in-process while instance(s) old-a (host old-host, version "
-    "0.9.0, schema 0019) of builds before schema 0020 are registered (they would run it in a "
+    f"0.9.0, schema 0019) of builds before schema {control.IN_PROCESS_SINCE} are registered (they "
+    "would run it in a "
     "worker process); roll them to this build, or wait until a stopped one's row expires\n"
 )
 
