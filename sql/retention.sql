@@ -11,8 +11,9 @@ FROM task WHERE history_retention IS NOT NULL
 -- (its own, else `retention`, the fleet's; NULL: kept). The scan walks occurrence_finished_idx
 -- oldest first from the cursor (`after_at`, `after_id`), at most `scan` rows, below the oldest
 -- cutoff any task can have (`min_retention`). A live task keeps its latest outcome and every
--- occurrence newer than it (one-shot status, `tasks show`); a deleted task keeps nothing. Rows another
--- transaction holds are skipped, and nothing with a running run is touched. In the same
+-- occurrence newer than it (one-shot status, `tasks show`: retention_doomed); a deleted task
+-- keeps nothing. Rows another transaction holds are skipped, and nothing with a running run is
+-- touched. In the same
 -- statement, each task's newest deleted scheduled firing (a summary row's last) raises its
 -- task_pruned mark (revision 0016; `audit` owes no firing at or before it), in task id order so
 -- two prunes never wait on each other's marks in a cycle. Returns the counts and the cursor to go
@@ -73,7 +74,10 @@ SELECT o.id, o.finished_at FROM occurrence o
 -- fragment: retention_doomed
 -- Of the scanned, those past their task's retention (or the fleet's; either capped at 36,525
 -- days, so no value written by hand subtracts past the calendar) that are neither the task's
--- latest outcome nor newer, and have no running run; a deleted task keeps nothing. With
+-- latest outcome nor newer, and have no running run; a deleted task keeps nothing. The latest
+-- outcome is read from the occurrences, as `tasks show` reads it (a newer finished one, not
+-- `skipped`: occurrence_task_outcome_idx, revision 0021), never from the task row's
+-- `last_outcome_seq`, which a recurring task's successes no longer write. With
 -- `task_id`, only that task's (the pruner's fallback when a batch cannot delete one task's rows).
 SELECT o.id FROM occurrence o
     JOIN scanned s ON s.id = o.id
@@ -83,8 +87,10 @@ SELECT o.id FROM occurrence o
             THEN interval '36525 days'
             ELSE coalesce(t.history_retention, %(retention)s::interval) END
       AND (%(task_id)s::bigint IS NULL OR o.task_id = %(task_id)s::bigint)
-      AND (t.deleted_at IS NOT NULL OR (
-            o.occurrence_seq < t.last_outcome_seq AND o.id IS DISTINCT FROM t.last_occurrence_id))
+      AND (t.deleted_at IS NOT NULL OR EXISTS (
+            SELECT 1 FROM occurrence newer
+            WHERE newer.task_id = o.task_id AND newer.occurrence_seq > o.occurrence_seq
+              AND newer.finished_at IS NOT NULL AND newer.status <> 'skipped'))
       AND NOT EXISTS (SELECT 1 FROM run r WHERE r.occurrence_id = o.id AND r.status = 'running')
 
 -- name: retention_window :one

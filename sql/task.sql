@@ -1,14 +1,12 @@
--- fragment: task_read
--- A task row as the daemon reads it to act on it: every column (test_poison_settings.py holds
--- the list to the table's), each interval capped at 36,525 days (100 years: the longest duration
--- any input takes, domain.limit.MAX_DURATION, so a value it accepted is read unchanged). A value
--- an older build or a hand wrote past that (one Python cannot hold, past 999,999,999 days, or
--- one that adds to a time past the calendar) would otherwise fail the read of a whole batch,
--- every pass.
+-- fragment: task_defined
+-- A task row's columns but its shown outcome's (`last_*`), each interval capped at 36,525 days
+-- (100 years: the longest duration any input takes, domain.limit.MAX_DURATION, so a value it
+-- accepted is read unchanged). A value an older build or a hand wrote past that (one Python
+-- cannot hold, past 999,999,999 days, or one that adds to a time past the calendar) would
+-- otherwise fail the read of a whole batch, every pass.
 id, name, schedule_kind, cron_expr, run_at, anchor_at, timezone, dst_gap, dst_overlap,
     executor, payload, concurrency_key, overlap, misfire, catchup_limit, max_attempts, status,
-    paused, next_run_at, occurrence_seq, last_outcome_seq, last_occurrence_id,
-    last_scheduled_for, last_status, last_finished_at, last_error, created_at, updated_at,
+    paused, next_run_at, occurrence_seq, created_at, updated_at,
     deleted_at, parked_at, park_error, source, uuid, in_process,
     CASE WHEN every > interval '36525 days' THEN interval '36525 days'
          ELSE every END AS every,
@@ -24,6 +22,47 @@ id, name, schedule_kind, cron_expr, run_at, anchor_at, timezone, dst_gap, dst_ov
          ELSE backoff END AS backoff,
     CASE WHEN history_retention > interval '36525 days' THEN interval '36525 days'
          ELSE history_retention END AS history_retention
+
+-- fragment: task_read
+-- A task row as the daemon reads it to act on it: every column (test_poison_settings.py holds
+-- the list to the table's), its intervals capped (task_defined), its `last_*` as the row holds
+-- them.
+{{task_defined}}, last_outcome_seq, last_occurrence_id, last_scheduled_for, last_status,
+    last_finished_at, last_error
+
+-- fragment: task_shown
+-- A task row `t` (joined with {{task_outcome}}) as `tasks list/show`, `--json` and the Client
+-- show it: every column, its intervals capped, and its newest outcome (`last_*`): a recurring
+-- task's read from its occurrences (revision 0021: its successes no longer write its row, whose
+-- `last_*` are stale), a one-shot task's from its row (finalized with its deciding occurrence).
+{{task_defined}},
+    CASE WHEN schedule_kind = 'once' THEN last_outcome_seq
+         ELSE coalesce(shown.shown_seq, 0) END AS last_outcome_seq,
+    CASE WHEN schedule_kind = 'once' THEN last_occurrence_id
+         ELSE shown.shown_id END AS last_occurrence_id,
+    CASE WHEN schedule_kind = 'once' THEN last_scheduled_for
+         ELSE shown.shown_scheduled_for END AS last_scheduled_for,
+    CASE WHEN schedule_kind = 'once' THEN last_status
+         ELSE shown.shown_status END AS last_status,
+    CASE WHEN schedule_kind = 'once' THEN last_finished_at
+         ELSE shown.shown_finished_at END AS last_finished_at,
+    CASE WHEN schedule_kind = 'once' THEN last_error
+         ELSE shown.shown_error END AS last_error
+
+-- fragment: task_outcome
+-- The newest outcome of a recurring task `t`: its finished occurrence of highest sequence, a
+-- `skipped` one aside (no writer ever showed one), with its error, else its reason; one read
+-- of occurrence_task_outcome_idx (revision 0021), none for a one-shot task.
+LEFT JOIN LATERAL (
+    SELECT o.occurrence_seq AS shown_seq, o.id AS shown_id,
+        o.scheduled_for AS shown_scheduled_for, o.status AS shown_status,
+        o.finished_at AS shown_finished_at, coalesce(o.error, o.reason) AS shown_error
+    FROM occurrence o
+    WHERE o.task_id = t.id AND t.schedule_kind <> 'once'
+      AND o.finished_at IS NOT NULL AND o.status <> 'skipped'
+    ORDER BY o.occurrence_seq DESC
+    LIMIT 1
+) shown ON true
 
 -- name: task_insert :one
 -- Inserts a task, unless a live task has its name (then no row: the caller's Conflict, and its
@@ -51,17 +90,17 @@ WITH added AS (
 SELECT added.* FROM added CROSS JOIN wake
 
 -- name: task_find :one
--- A task by id (deleted ones too, for history) or by the name of a live task.
-SELECT * FROM task
+-- A task by id (deleted ones too, for history) or by the name of a live task, as it is shown.
+SELECT {{task_shown}} FROM task t {{task_outcome}}
 WHERE (id = %(id)s) OR (%(id)s::bigint IS NULL AND name = %(name)s AND deleted_at IS NULL)
 
 -- name: task_lock_ref :one
 -- Finds a task as task_find does and takes its row lock in the same statement (one round trip):
 -- the parent lock every Client change takes first. A task deleted while this waited for the lock
--- no longer matches by name; by id the caller sees its deleted_at.
-SELECT * FROM task
+-- no longer matches by name; by id the caller sees its deleted_at. As it is shown.
+SELECT {{task_shown}} FROM task t {{task_outcome}}
 WHERE (id = %(id)s) OR (%(id)s::bigint IS NULL AND name = %(name)s AND deleted_at IS NULL)
-FOR UPDATE
+FOR UPDATE OF t
 
 -- name: task_lock :one
 -- Locks a task row, deleted or not: the parent lock every multi-row change takes first (the
@@ -77,7 +116,8 @@ SELECT {{task_read}} FROM task WHERE id = ANY(%(ids)s::bigint[]) ORDER BY id FOR
 -- Live tasks, a page at a time in the byte order of their names (task_name_c_idx, whatever the
 -- database's collation), after the name `after`; optionally only the names matching `pattern`
 -- (a LIKE-escaped prefix and `%`: an index range), one status, paused or not. No limit: all.
-SELECT * FROM task
+-- As they are shown: one read of occurrence_task_outcome_idx per task of the page.
+SELECT {{task_shown}} FROM task t {{task_outcome}}
 WHERE deleted_at IS NULL
   AND (%(after)s::text IS NULL OR (name COLLATE "C") > %(after)s::text)
   AND (%(pattern)s::text IS NULL OR (name COLLATE "C") LIKE %(pattern)s::text)
@@ -87,7 +127,8 @@ ORDER BY name COLLATE "C"
 LIMIT %(limit)s
 
 -- name: task_update :one
--- Rewrites a locked task's definition; takes effect from its next firing.
+-- Rewrites a locked task's definition; takes effect from its next firing. Returns it as shown.
+WITH t AS (
 UPDATE task SET
     schedule_kind = %(schedule_kind)s, cron_expr = %(cron_expr)s, every = %(every)s,
     run_at = %(run_at)s, anchor_at = %(anchor_at)s, timezone = %(timezone)s, dst_gap = %(dst_gap)s,
@@ -101,13 +142,19 @@ UPDATE task SET
     in_process = %(in_process)s, updated_at = %(now)s
 WHERE id = %(id)s AND deleted_at IS NULL
 RETURNING *
+)
+SELECT {{task_shown}} FROM t {{task_outcome}}
 
 -- name: task_set_paused :one
--- Pauses or resumes a locked task; resume passes the next firing from now (paused firings are not owed).
+-- Pauses or resumes a locked task; resume passes the next firing from now (paused firings are
+-- not owed). Returns it as shown.
+WITH t AS (
 UPDATE task SET paused = %(paused)s, next_run_at = %(next_run_at)s, status = %(status)s,
     last_error = coalesce(%(last_error)s, last_error), updated_at = %(now)s
 WHERE id = %(id)s AND deleted_at IS NULL
 RETURNING *
+)
+SELECT {{task_shown}} FROM t {{task_outcome}}
 
 -- name: task_next_seq :scalar
 -- Allocates the next occurrence sequence number of a task whose row lock the caller holds.
