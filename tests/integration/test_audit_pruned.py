@@ -94,15 +94,16 @@ def _history(
     url: str, task_id: int, *, gaps: tuple[datetime, ...] = (), outcome: int = -1
 ) -> list[datetime]:
     """A row for every owed firing but `gaps`; the one at index `outcome` of them is the task's
-    latest outcome (the prune keeps it and every newer one). Returns the firings with a row."""
+    latest outcome, the newer ones `skipped` (the prune keeps it and every newer one). Returns
+    the firings with a row."""
     recorded = [f for f in _firings(url, task_id) if f not in gaps]
-    ids = [_occurrence(url, task_id, seq, f) for seq, f in enumerate(recorded, start=1)]
-    shown = outcome % len(ids)
+    shown = outcome % len(recorded)
+    for seq, f in enumerate(recorded, start=1):
+        _occurrence(url, task_id, seq, f, status="success" if seq <= shown + 1 else "skipped")
     query(
         url,
-        "UPDATE task SET occurrence_seq = %s, last_outcome_seq = %s, last_occurrence_id = %s, "
-        "last_status = 'success', next_run_at = %s WHERE id = %s",
-        (len(ids), shown + 1, ids[shown], recorded[-1] + EVERY, task_id),
+        "UPDATE task SET occurrence_seq = %s, next_run_at = %s WHERE id = %s",
+        (len(recorded), recorded[-1] + EVERY, task_id),
     )
     return recorded
 

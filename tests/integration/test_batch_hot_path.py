@@ -81,7 +81,8 @@ def test_a_batch_with_two_outcomes_of_one_task_shows_the_newer_one(
     client, pool, executors, database_url
 ):
     # Would fail against a multi-row task update fed both rows of the task: PostgreSQL applies
-    # one of them, whichever the join meets first, so the task could show the older outcome.
+    # one of them, whichever the join meets first, so the task could show the older outcome;
+    # since revision 0021 the newest outcome is read from the occurrences, by sequence.
     task = shell_task(client, overlap="allow")
     for _ in range(2):
         client.trigger(task.id, requested_by="test")
@@ -91,8 +92,11 @@ def test_a_batch_with_two_outcomes_of_one_task_shows_the_newer_one(
     seq = {row["id"]: row["occurrence_seq"] for row in seqs}  # a held run knows its id only
     _older, newer = sorted(replica.finished(), key=lambda r: seq[r.occurrence_id])
     assert replica.completer.run_once().done == 2
-    (t,) = query(database_url, "SELECT last_outcome_seq, last_occurrence_id FROM task")
-    assert t == {"last_outcome_seq": 2, "last_occurrence_id": newer.occurrence_id}
+    shown = client.get_task(task.id)
+    (scheduled_for,) = query(
+        database_url, "SELECT scheduled_for FROM occurrence WHERE id = %s", (newer.occurrence_id,)
+    )
+    assert (shown.last_outcome_seq, shown.last_scheduled_for) == (2, scheduled_for["scheduled_for"])
 
 
 def test_a_batch_mixing_a_retry_and_a_final_outcome_writes_each(

@@ -44,6 +44,14 @@ def tasks(database_url: str) -> str:
         SELECT n, 'interval', '1 hour', now(), 'shell', '{"command": "true"}'
         FROM unnest(ARRAY['T-upper', 't_x', 'tab%', 'a']) n RETURNING 1""",
     )
+    query(  # a history: a recurring task's newest outcome is read from its occurrences
+        database_url,
+        """
+        INSERT INTO occurrence (task_id, occurrence_seq, scheduled_for, trigger, overlap, status,
+                                not_before, finished_at)
+        SELECT t.id, s, now(), 'manual', 'allow', 'success', now(), now()
+        FROM task t CROSS JOIN generate_series(1, 3) s RETURNING 1""",
+    )
     query(database_url, "ANALYZE")
     return database_url
 
@@ -163,7 +171,8 @@ TASK_PAGE = {"after": None, "pattern": None, "status": None, "paused": None, "li
 )
 def test_a_task_page_walks_the_name_index_in_byte_order(tasks, params) -> None:
     # Would catch ordering by the database's collation (task_name_key cannot serve
-    # `name COLLATE "C"`) or a prefix test the index cannot bound: a Seq Scan and a Sort.
+    # `name COLLATE "C"`) or a prefix test the index cannot bound: a Seq Scan and a Sort; or a
+    # newest outcome the outcome index cannot serve (revision 0021).
     with psycopg.connect(tasks, prepare_threshold=None) as conn:
         plan = "\n".join(
             r[0]
@@ -172,6 +181,7 @@ def test_a_task_page_walks_the_name_index_in_byte_order(tasks, params) -> None:
             )
         )
     assert "Index Scan using task_name_c_idx" in plan, plan
+    assert "Index Scan Backward using occurrence_task_outcome_idx" in plan, plan
     assert "Sort" not in plan, plan
     assert "Seq Scan" not in plan, plan
     if params.get("pattern"):

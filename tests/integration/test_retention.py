@@ -132,6 +132,37 @@ def test_a_prune_keeps_the_latest_outcome_and_takes_all_of_a_deleted_task(
     assert cli("prune", "--json").json()["occurrences"] == 0  # a second prune finds nothing
 
 
+def test_a_prune_keeps_the_newest_outcome_its_occurrences_name_not_the_stale_task_row(
+    cli, client, database_url
+) -> None:
+    """Fails on a keep rule that keys on `task.last_outcome_seq`: a recurring task's successes
+    no longer write it (revision 0021), so it still names the first outcome and that rule
+    deletes nothing; the rule that reads the occurrences keeps only the newest outcome and the
+    `skipped` firing after it."""
+    task = shell_task(client, name="stale")
+    ids = _history(database_url, task.id, [50 * DAY, 45 * DAY, 40 * DAY])
+    now = _now(database_url)
+    (skipped,) = query(
+        database_url,
+        """
+        INSERT INTO occurrence (task_id, occurrence_seq, scheduled_for, trigger, overlap,
+            status, reason, not_before, created_at, finished_at)
+        VALUES (%s, 4, %s, 'schedule', 'allow', 'skipped', 'overlap', %s, %s, %s) RETURNING id
+        """,
+        (task.id, now - 35 * DAY, now, now - 35 * DAY, now - 35 * DAY),
+    )
+    query(
+        database_url,
+        "UPDATE task SET occurrence_seq = 4, last_outcome_seq = 1, last_occurrence_id = %s "
+        "WHERE id = %s RETURNING id",
+        (ids[0], task.id),
+    )
+    cli("config", "set", "history-retention", "30d")
+    assert cli("prune", "--json").json()["occurrences"] == 2
+    assert _ids(database_url, task.id) == [ids[-1], skipped["id"]]
+    assert cli("tasks", "show", "stale", "--json").json()["last_outcome_seq"] == 3
+
+
 def test_a_one_shot_keeps_the_occurrence_its_status_follows(cli, client, database_url) -> None:
     at = _now(database_url) + timedelta(hours=1)
     task = client.add_task(TaskSpec(name="once", executor="shell", target="true", at=at))
