@@ -89,8 +89,8 @@ COLUMNS: dict[str, dict[str, tuple[Column, ...]]] = {
             Column("status"),
             Column("updated_at"),
             # A final outcome shown on its task: sd_show_outcomes_v1 (task_record_outcome_many,
-            # sd_succeed_runs_v3), and older builds' sd_succeed_runs_v1/_v2 and inline
-            # statements; a one-shot's end: task_finish_lifecycle.
+            # sd_succeed_runs_v4 for one-shots), and older builds' sd_succeed_runs_v1/_v2/_v3
+            # and inline statements; a one-shot's end: task_finish_lifecycle.
             Column("last_outcome_seq"),
             Column("last_occurrence_id"),
             Column("last_scheduled_for"),

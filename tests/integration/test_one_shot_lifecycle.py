@@ -255,7 +255,7 @@ def test_a_manual_run_finishing_first_does_not_decide_the_one_shot(
     # Fails on the parent commit: under `allow` the manual run (seq 2, a success) finished
     # while the firing still worked and set the task `completed`; the firing's failure, older,
     # then changed nothing. `unit`: written alone (sd_show_outcomes_v1 through
-    # task_record_outcome_many); `batch`: the batched success (sd_succeed_runs_v3).
+    # task_record_outcome_many); `batch`: the batched success (sd_succeed_runs_v4).
     task, replica, manual = _working_firing(client, pool, executors, database_url, "allow")
     query(  # the manual run succeeds
         database_url,
