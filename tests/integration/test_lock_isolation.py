@@ -21,6 +21,14 @@ def _hold_task_row(database_url: str, task_id: int) -> psycopg.Connection:
     return holder
 
 
+def _hold_occurrence_rows(database_url: str, task_id: int) -> psycopg.Connection:
+    """The task's occurrence rows held: a recurring task's successes do not lock its task row
+    (revision 0021), but they lock their occurrences."""
+    holder = psycopg.connect(database_url)
+    holder.execute("SELECT 1 FROM occurrence WHERE task_id = %s FOR UPDATE", (task_id,))
+    return holder
+
+
 def test_a_locked_task_row_defers_only_its_own_completion(
     client, pool, executors, database_url
 ) -> None:
@@ -32,7 +40,7 @@ def test_a_locked_task_row_defers_only_its_own_completion(
     replica = Replica(database_url, pool, executors, "a")
     assert replica.launcher.run_once().launched == 2
     replica.finished()
-    holder = _hold_task_row(database_url, locked.id)
+    holder = _hold_occurrence_rows(database_url, locked.id)
     try:
         with structlog.testing.capture_logs() as logs:
             assert replica.completer.run_once().done == 1
