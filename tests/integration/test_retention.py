@@ -221,6 +221,7 @@ SERVED_BY = {
         "occurrence_key_active_idx",
         "occurrence_pkey",
         "task_pkey",
+        "fleet_epoch_pkey",  # the newest timeline and the last failover (revision 0019)
     },
     "task_claim_due": {"task_due_idx"},
 }
