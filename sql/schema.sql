@@ -40,6 +40,8 @@ BEGIN
     ), picked AS MATERIALIZED (
         SELECT o.id FROM occurrence o
         WHERE o.status = 'queued' AND o.not_before <= coalesce(p_now, clock_timestamp())
+          -- An in-process task (0020) is not this build's: it would run it in a worker process.
+          AND NOT EXISTS (SELECT 1 FROM task t WHERE t.id = o.task_id AND t.in_process)
           AND (o.concurrency_key IS NULL OR NOT EXISTS (
                 SELECT 1 FROM occurrence other
                 WHERE other.concurrency_key = o.concurrency_key
@@ -119,6 +121,8 @@ BEGIN
     ), picked AS MATERIALIZED (
         SELECT o.id FROM occurrence o
         WHERE o.status = 'queued' AND o.not_before <= coalesce(p_now, clock_timestamp())
+          -- An in-process task (0020) is not this build's: it would run it in a worker process.
+          AND NOT EXISTS (SELECT 1 FROM task t WHERE t.id = o.task_id AND t.in_process)
           AND (v_exclusive_from IS NULL
                OR coalesce(p_now, clock_timestamp()) >= v_exclusive_from
                OR (o.overlap = 'allow' AND o.concurrency_key IS NULL))

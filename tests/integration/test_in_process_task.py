@@ -111,6 +111,29 @@ def test_the_claim_returns_in_process_and_false_for_what_an_older_build_stored(
     ]
 
 
+@pytest.mark.parametrize("claim", ["sd_claim_launch_v1", "sd_claim_launch_v2"])
+def test_the_claims_of_older_builds_pass_over_an_in_process_task(
+    client, database_url, claim: str
+) -> None:
+    """An older build registered after an in-process task exists claims through v1 (before 0019)
+    or v2 (0019): it takes every other firing and leaves the in-process one queued for a build
+    that runs it in-process (migration 0022). Before 0022 both claimed it, and the test fails."""
+    for name, in_process in (("inproc", True), ("worker", False), ("older", False)):
+        task = client.add_task(_spec(name, in_process=in_process))
+        client.trigger(task.id, requested_by="test")
+    query(database_url, "UPDATE task SET in_process = NULL WHERE name = 'older'")
+    rows = query(database_url, f"SELECT task_name FROM {claim}(1, 10, 'o', '5s', '1s', 'x', NULL)")
+    assert sorted(r["task_name"] for r in rows) == ["older", "worker"]
+    left = "SELECT t.name, o.status FROM occurrence o JOIN task t ON t.id = o.task_id"
+    assert query(database_url, left + " WHERE t.in_process") == [
+        {"name": "inproc", "status": "queued"}
+    ]
+    rows = query(
+        database_url, "SELECT task_name FROM sd_claim_launch_v3(1, 10, 'o', '5s', '1s', 'x', NULL)"
+    )
+    assert [r["task_name"] for r in rows] == ["inproc"]
+
+
 class KeyRecorder:
     """A real executor of the codebase registered under `key`, noting the tasks it started."""
 
