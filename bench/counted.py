@@ -5,18 +5,26 @@
 Every statement a cursor sends (`execute`, `executemany`) and every transaction command psycopg
 sends itself (BEGIN, COMMIT, ROLLBACK, SAVEPOINT) is one round trip; connecting is not counted.
 At exit the counts go to BENCH_COUNTS/<pid>.json.
+
+For bench/fleet_size.py a daemon's counts also say how many claims it sent (statements calling
+`sd_claim_launch_*`) with their round-trip seconds, and how many wake-ups its waker heard; with
+BENCH_COUNTS_LIVE set they are written every half second as well, so a measurement can take the
+difference over a window while the daemons run.
 """
 
 import atexit
 import json
 import os
 import sys
+import threading
+import time
 from typing import Any
 
 import psycopg
 from psycopg import _connection_base
 
-COUNTS = {"statements": 0, "commands": 0}
+COUNTS: dict[str, Any] = {"statements": 0, "commands": 0, "claims": 0, "wakeups": 0}
+CLAIM_SECONDS: list[float] = []  # each claim's round trip, lock wait included
 
 
 def install() -> dict[str, int]:
@@ -27,6 +35,13 @@ def install() -> dict[str, int]:
 
         def counted(self: Any, *args: Any, **kwargs: Any) -> Any:
             COUNTS[key] += 1
+            if key == "statements" and args and "sd_claim_launch" in str(args[0]):
+                began = time.perf_counter()
+                try:
+                    return original(self, *args, **kwargs)
+                finally:
+                    COUNTS["claims"] += 1
+                    CLAIM_SECONDS.append(time.perf_counter() - began)
             return original(self, *args, **kwargs)
 
         setattr(cls, name, counted)
@@ -38,19 +53,45 @@ def install() -> dict[str, int]:
     return COUNTS
 
 
+def _count_wakeups() -> None:
+    """Counts each wake-up the daemon's waker hears (its own LISTEN probes left out)."""
+    from scheduler_daemon.services import waker
+
+    original = waker.Waker.heard
+
+    def heard(self: Any, payload: str) -> None:
+        if payload.partition(" ")[0] != waker.PROBE:
+            COUNTS["wakeups"] += 1
+        original(self, payload)
+
+    waker.Waker.heard = heard  # type: ignore[method-assign]
+
+
 def _dump() -> None:
     directory = os.environ.get("BENCH_COUNTS")
     if directory:
-        with open(os.path.join(directory, f"{os.getpid()}.json"), "w", encoding="ascii") as f:
-            json.dump(COUNTS, f)
+        path = os.path.join(directory, f"{os.getpid()}.json")
+        with open(path + ".tmp", "w", encoding="ascii") as f:
+            json.dump({**COUNTS, "claim_seconds": CLAIM_SECONDS}, f)
+        os.replace(path + ".tmp", path)  # a reader never sees half a file
+
+
+def _dump_live() -> None:
+    while True:
+        time.sleep(0.5)
+        _dump()
 
 
 def main() -> None:
     install()
     atexit.register(_dump)
     program, args = sys.argv[1], sys.argv[2:]
+    if os.environ.get("BENCH_COUNTS_LIVE"):
+        threading.Thread(target=_dump_live, name="bench-counts", daemon=True).start()
     if program == "scheduler-daemon":
         from scheduler_daemon.cli import main as cli_main
+
+        _count_wakeups()
 
         cli_main(args)
     elif program == "pgqueuer":
