@@ -190,6 +190,9 @@ SELECT sd_show_outcomes_v1(%(task_ids)s::bigint[], %(occurrence_ids)s::bigint[],
 -- due (`next_due`), and the tasks still due, by due time, at most `limit` (`locked`: rows this
 -- dispatch could not lock, which the loop backs off from until its next poll). When `wake`, also
 -- wakes the idle daemons at commit (a dispatch queued more than its own claim can start).
+-- `queue_due`: whether any queued occurrence may start by now (a retry whose backoff ended, work
+-- a wake-up never announced), read on occurrence_queue_idx up to the first such row: the loop
+-- claims on a poll only then, so an idle fleet sends no claims (issue 33 item 3).
 SELECT pg_notify(%(channel)s, 'queued') WHERE %(wake)s;
 SELECT (SELECT min(next_run_at) FROM task
         WHERE deleted_at IS NULL AND NOT paused AND status = 'enabled' AND parked_at IS NULL
@@ -197,7 +200,10 @@ SELECT (SELECT min(next_run_at) FROM task
        ARRAY(SELECT id FROM task
              WHERE deleted_at IS NULL AND NOT paused AND status = 'enabled' AND parked_at IS NULL
                AND next_run_at <= coalesce(%(now)s::timestamptz, now())
-             ORDER BY next_run_at, id LIMIT %(limit)s) AS locked
+             ORDER BY next_run_at, id LIMIT %(limit)s) AS locked,
+       EXISTS (SELECT 1 FROM occurrence
+               WHERE status = 'queued'
+                 AND not_before <= coalesce(%(now)s::timestamptz, now())) AS queue_due
 
 -- name: task_unfinished_one_shots :many
 -- One-shot tasks still `running` with no active firing (a manual trigger never decides their

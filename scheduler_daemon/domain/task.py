@@ -302,8 +302,10 @@ class TaskRef(FromRow):
 @dataclass(frozen=True)
 class DueLeft(FromRow):
     """What a dispatch left for the loop's pacing (`task_next_due_wake`): when the earliest task
-    not yet due falls due (database clock; None: none), and the tasks still due, which that
-    dispatch could not lock (another session holds their rows)."""
+    not yet due falls due (database clock; None: none), the tasks still due, which that
+    dispatch could not lock (another session holds their rows), and whether a queued
+    occurrence may start by now (`queue_due`: a poll claims only then)."""
 
     next_due: datetime | None
     locked: list[int]
+    queue_due: bool

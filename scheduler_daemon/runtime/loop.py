@@ -98,7 +98,6 @@ class Loop:
                 self.wake.clear()
                 self._gather(stop)
                 pacing.take_due_hints()
-            pacing.slept(woken)
         return 0
 
     def _gather(self, stop: threading.Event) -> None:
@@ -198,7 +197,7 @@ class Loop:
             result = services.dispatcher.run_once(claims_after=free)
             self.metrics.record_dispatch(result)
             self._report(pacing.dispatched(began, result.next_due, result.db_now, result.locked))
-            if result.queued:
+            if result.queued or result.queue_due:
                 pacing.want_launch()
         if pacing.launch_due():
             pacing.launching()

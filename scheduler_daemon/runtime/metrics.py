@@ -181,6 +181,12 @@ class Metrics:
             "(someone holds it: its log names the holder, `status` too); 0 once one takes it.",
             **ns,
         )
+        self.claims = Counter(
+            "claims",
+            "Claims sent, each under the fleet budget's lock; over runs_started, the claim "
+            "attempts per started job.",
+            **ns,
+        )
         self.budget_lock_timeouts = Counter(
             "budget_lock_timeouts",
             "Claims that gave up waiting for the fleet budget's lock (lock_timeout).",
@@ -219,6 +225,7 @@ class Metrics:
         if result.not_started:
             self.not_started.inc(result.not_started)
         if result.budget_blocked_seconds is not None:  # a claim was sent
+            self.claims.inc()
             self.budget_blocked.set(result.budget_blocked_seconds)
             if result.budget_lock_timeout:
                 self.budget_lock_timeouts.inc()

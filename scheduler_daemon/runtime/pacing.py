@@ -29,11 +29,11 @@ class LockedSpells:
 
 
 class Pacing:
-    """The loop's timetable. `next_dispatch`, `next_launch` and `next_reconcile` are monotonic
-    deadlines (0.0: at once). `launch_wanted` says whether claiming may find something: set by
-    wake-ups that queue work or free budget, by a poll, by a dispatch that queued; cleared by a
-    claim that saw the end of the queue. Due hints come from the waker's thread, all else from
-    the loop's."""
+    """The loop's timetable. `next_dispatch` and `next_reconcile` are monotonic deadlines (0.0:
+    at once). `launch_wanted` says whether claiming may find something: set by wake-ups that
+    queue work or free budget, by a dispatch that queued or saw a queued occurrence that may
+    start; cleared by a claim that saw the end of the queue. Due hints come from the waker's
+    thread, all else from the loop's."""
 
     def __init__(
         self,
@@ -55,7 +55,6 @@ class Pacing:
         # task's due time arrives with its wake-up (`task_added`); a task added without one is
         # dispatched at once.
         self.next_dispatch = 0.0
-        self.next_launch = 0.0  # the latest the next claim is tried
         self.next_reconcile = 0.0
         self.launch_wanted = threading.Event()
         self.launch_wanted.set()
@@ -165,23 +164,20 @@ class Pacing:
         self.launch_wanted.set()
 
     def launch_due(self) -> bool:
-        """Claim when something may be claimable, and at least once a poll interval whatever
-        woke the loop: a retry's backoff ends without a wake-up."""
-        return self.launch_wanted.is_set() or self.clock() >= self.next_launch
+        """Claim when something may be claimable: a wake-up said so, a dispatch queued work or
+        found a queued occurrence that may start (it runs at least once a poll interval: a
+        retry's backoff ends without a wake-up), or a pass failed. Never on a poll alone: in an
+        idle fleet every daemon's claim would take the budget's lock once a poll for nothing
+        (issue 33 item 3: 50 daemons sent 49 claims/s, each serialized on that lock)."""
+        return self.launch_wanted.is_set()
 
     def launching(self) -> None:
         self.launch_wanted.clear()
-        self.next_launch = self.clock() + self.poll
 
     # -- sleep and gather ------------------------------------------------------------------------
     def sleep_seconds(self) -> float:
         """How long the loop may sleep before the next dispatch is due."""
         return max(0.0, self.next_dispatch - self.clock())
-
-    def slept(self, woken: bool) -> None:
-        """After the sleep: a poll, or a due time, means a retry's backoff may have passed."""
-        if not woken:
-            self.launch_wanted.set()
 
     def gather_until(self) -> float | None:
         """The end of the --batch-window that begins now; None when there is no window."""

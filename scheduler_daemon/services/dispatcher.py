@@ -25,6 +25,7 @@ class DispatchResult:
     db_now: datetime | None = None
     next_due: datetime | None = None  # the earliest task not yet due falls due then
     locked: tuple[int, ...] = ()  # tasks still due: rows it could not lock (held elsewhere)
+    queue_due: bool = False  # a queued occurrence may start by now (read at the last commit)
 
 
 class Dispatcher:
@@ -56,6 +57,7 @@ class Dispatcher:
                 wake = result.queued > claims_after
                 left = task_store.commit_next_due(tx.conn, wake=wake, limit=self.batch, now=now)
                 result.next_due, result.locked = left.next_due, tuple(left.locked)
+                result.queue_due = left.queue_due
             if len(tasks) < self.batch or not dispatched:
                 return result
 

@@ -101,3 +101,18 @@ def test_a_waker_on_a_direct_connection_hears_its_own_probe_and_keeps_listening(
         assert launch.is_set()
         waker.stop()
     assert [e for e in logs if e["event"] == "listen_unavailable"] == []
+
+
+def test_a_dispatch_says_whether_a_queued_occurrence_may_start_by_now(
+    client, pool, executors, database_url
+) -> None:
+    """What the loop claims on when no wake-up came (issue 33 item 3): nothing queued, or only a
+    retry still backing off, is no reason to take the budget's lock; a backoff that ended is."""
+    task = shell_task(client)
+    replica = Replica(database_url, pool, executors, "r")
+    assert replica.dispatcher.run_once().queue_due is False
+    client.trigger(task.id, requested_by="test")
+    query(database_url, "UPDATE occurrence SET not_before = now() + interval '1 hour' RETURNING 1")
+    assert replica.dispatcher.run_once().queue_due is False
+    query(database_url, "UPDATE occurrence SET not_before = now() - interval '1 ms' RETURNING 1")
+    assert replica.dispatcher.run_once().queue_due is True
