@@ -22,6 +22,9 @@ SHUTDOWN_MARGIN = timedelta(seconds=5)
 PASS_BLOCK_BOUND = timedelta(seconds=90)
 # A longer window would delay every outcome and every refill by more than a start-lag budget.
 MAX_BATCH_WINDOW = timedelta(milliseconds=100)
+# Seven series a task: at 10,000 tasks a scrape is 5.6 MB and takes 0.9 s to format
+# (bench/task_metrics.py); past it, a scrape would outgrow its interval.
+MAX_METRICS_TASK_LIMIT = 10_000
 
 
 class InvalidSettings(ValueError):
@@ -53,6 +56,8 @@ class DaemonSettings:
     http_host: str = "127.0.0.1"
     http_port: int = 0  # 0: no HTTP endpoint
     max_failed_passes: int = 10
+    # The per-task gauges name the first this many live tasks by id; the rest share "_other".
+    metrics_task_limit: int = 500
     # How long an in-process job asked to stop (timeout, cancel, fenced) may take to return
     # before the daemon stops claiming, drains and exits (a thread cannot be killed; ADR 0009).
     in_process_stop_grace: timedelta = timedelta(seconds=30)
@@ -124,6 +129,11 @@ class DaemonSettings:
         )
         check(0 <= self.http_port <= 65535, "--http-port must be between 0 (off) and 65535")
         check(bool(self.http_host.strip()), "--http-host must not be empty")
+        check(
+            0 <= self.metrics_task_limit <= MAX_METRICS_TASK_LIMIT,
+            f"--metrics-task-limit must be between 0 (no per-task gauges) and "
+            f"{MAX_METRICS_TASK_LIMIT:,}",
+        )
         check(self.max_failed_passes >= 1, "--max-failed-passes must be at least 1")
         check(
             self.in_process_stop_grace > timedelta(0),

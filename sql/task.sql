@@ -279,3 +279,76 @@ RETURNING occurrence_seq
 -- (idle workers cost memory a fleet of shell and HTTP tasks would pay for nothing). Read once at
 -- start; a python task added later gets its workers on demand.
 SELECT EXISTS (SELECT 1 FROM task WHERE executor = 'python' AND deleted_at IS NULL) AS found
+
+-- fragment: task_metrics_live
+-- The live tasks the per-task gauges name (runtime/task_metrics.py): the first `task_limit` by
+-- id keep their names (a stable set: a new task never pushes an older one out), the rest are
+-- `other`; `due` is when a task fires next, when it is set to fire at all.
+SELECT t.id, CASE WHEN row_number() OVER (ORDER BY t.id) <= %(task_limit)s THEN t.name
+                  ELSE %(other)s END AS task,
+    row_number() OVER (ORDER BY t.id) <= %(task_limit)s AS kept,
+    CASE WHEN t.status = 'enabled' AND NOT t.paused AND t.parked_at IS NULL
+         THEN t.next_run_at END AS due
+FROM task t
+WHERE t.deleted_at IS NULL
+
+-- name: task_metrics_sample :many
+-- The per-task gauges, a row per label value: the finish of the newest successful occurrence
+-- (occurrence_task_outcome_idx, walked back from the newest outcome), the newest scheduled
+-- firing (occurrence_task_scheduled_for_key; a kept task's only), the next one, the executing occurrences, and the
+-- failed outcomes (failed, timeout, interrupted) since the last success. `other` sums the
+-- running and keeps the most failures; it has no times (none would mean anything for a set).
+WITH live AS MATERIALIZED ({{task_metrics_live}}),
+figures AS (
+    SELECT l.task, l.kept, l.due, success.finished_at AS last_success, fired.at AS last_schedule,
+        executing.n AS running, failed.n AS failures
+    FROM live l
+    LEFT JOIN LATERAL (
+        SELECT o.occurrence_seq, o.finished_at FROM occurrence o
+        WHERE o.task_id = l.id AND o.finished_at IS NOT NULL AND o.status <> 'skipped'
+          AND o.status = 'success'
+        ORDER BY o.occurrence_seq DESC
+        LIMIT 1
+    ) success ON true
+    LEFT JOIN LATERAL (
+        SELECT greatest(o.scheduled_for, o.last_scheduled_for) AS at FROM occurrence o
+        WHERE o.task_id = l.id AND o.trigger = 'schedule' AND l.kept
+        ORDER BY o.scheduled_for DESC
+        LIMIT 1
+    ) fired ON true
+    CROSS JOIN LATERAL (
+        SELECT count(*) AS n FROM occurrence o
+        WHERE o.task_id = l.id AND o.status IN ('launching', 'running')
+    ) executing
+    CROSS JOIN LATERAL (
+        SELECT count(*) AS n FROM occurrence o
+        WHERE o.task_id = l.id AND o.finished_at IS NOT NULL AND o.status <> 'skipped'
+          AND o.occurrence_seq > coalesce(success.occurrence_seq, 0)
+          AND o.status IN ('failed', 'timeout', 'interrupted')
+    ) failed
+)
+SELECT task,
+    CASE WHEN bool_and(kept) THEN extract(epoch FROM max(last_success))::float8 END AS last_success,
+    CASE WHEN bool_and(kept) THEN extract(epoch FROM max(last_schedule))::float8 END AS last_schedule,
+    CASE WHEN bool_and(kept) THEN extract(epoch FROM max(due))::float8 END AS next_schedule,
+    sum(running)::bigint AS running, max(failures) AS failures
+FROM figures
+GROUP BY task
+ORDER BY task
+
+-- name: task_lost_firings :many
+-- The firings each label value's tasks lost, by reason, as far as the history kept reaches
+-- (pruning lowers it): skipped and expired occurrences (occurrence_own_row_idx), a summary row
+-- counting its firings; counted per task before the join (a hash aggregate, no sort).
+WITH live AS MATERIALIZED ({{task_metrics_live}}),
+lost AS (
+    SELECT o.task_id, o.reason, sum(o.firing_count) AS firings
+    FROM occurrence o
+    WHERE o.status IN ('skipped', 'expired')
+    GROUP BY o.task_id, o.reason
+)
+SELECT l.task, lost.reason, sum(lost.firings)::bigint AS firings
+FROM lost
+JOIN live l ON l.id = lost.task_id
+GROUP BY l.task, lost.reason
+ORDER BY l.task, lost.reason

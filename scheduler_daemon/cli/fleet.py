@@ -236,6 +236,14 @@ def fleet_timing_options(f: Callable[..., Any]) -> Callable[..., Any]:
     help="Address the endpoint listens on (0.0.0.0 for a Kubernetes probe).",
 )
 @click.option(
+    "--metrics-task-limit",
+    envvar="SCHEDULER_METRICS_TASK_LIMIT",
+    type=int,
+    **setting("metrics_task_limit"),
+    help="Per-task gauges on /metrics name the first this many live tasks by id; the rest "
+    'share task="_other"; 0: no per-task gauges.',
+)
+@click.option(
     "--max-failed-passes",
     envvar="SCHEDULER_MAX_FAILED_PASSES",
     type=int,

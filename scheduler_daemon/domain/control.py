@@ -13,6 +13,7 @@ from typing import Any
 from scheduler_daemon.domain.instance import Instance
 from scheduler_daemon.domain.misfire import Firing, skip_past_due
 from scheduler_daemon.domain.status import (
+    LostReason,
     OccurrenceStatus,
     OverlapPolicy,
     ScheduleKind,
@@ -99,9 +100,9 @@ def plan_update(
     next_run_at = task.next_run_at
     if rescheduled or task.parked_at is not None:
         if task.parked_at is not None:
-            owed = owed_firings(task, spec, now, "parked")
+            owed = owed_firings(task, spec, now, LostReason.PARKED)
         else:
-            owed = owed_firings(task, task.spec, now, "rescheduled")
+            owed = owed_firings(task, task.spec, now, LostReason.RESCHEDULED)
         next_run_at = spec.schedule().next_after(now)
     status = TaskStatus.ENABLED if spec.schedule_kind != ScheduleKind.ONCE else task.status
     return UpdatePlan(spec, owed, next_run_at, status, rescheduled or task.parked_at is not None)
@@ -117,7 +118,9 @@ class PausePlan:
 def plan_pause(task: TaskRecord, now: datetime) -> PausePlan:
     """Stops firing. Firings already due are recorded as skipped and the next firing is planned
     from now; a one-shot whose one firing was skipped is cancelled, as the dispatcher does."""
-    owed = () if task.parked_at is not None else owed_firings(task, task.spec, now, "paused")
+    owed = (
+        () if task.parked_at is not None else owed_firings(task, task.spec, now, LostReason.PAUSED)
+    )
     if not owed:
         return PausePlan(owed, task.next_run_at, task.status)
     once = task.spec.schedule_kind == ScheduleKind.ONCE
@@ -160,7 +163,7 @@ def plan_trigger(task: TaskRecord, *, active: int) -> TriggerPlan:
     """A manual occurrence now, by the task's overlap policy (`active`: its active occurrences);
     it runs even while the task is paused."""
     if task.spec.overlap == OverlapPolicy.FORBID and active:
-        return TriggerPlan(OccurrenceStatus.SKIPPED, "overlap")
+        return TriggerPlan(OccurrenceStatus.SKIPPED, LostReason.OVERLAP)
     return TriggerPlan(OccurrenceStatus.QUEUED, None)
 
 
@@ -188,5 +191,7 @@ def plan_delete(
         return Refusal(
             f"task '{task.name}' has {active} active occurrence(s); --force cancels them"
         )
-    owed = () if task.parked_at is not None else owed_firings(task, task.spec, now, "deleted")
+    owed = (
+        () if task.parked_at is not None else owed_firings(task, task.spec, now, LostReason.DELETED)
+    )
     return DeletePlan(owed)

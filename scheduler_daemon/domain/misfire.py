@@ -14,7 +14,12 @@ from datetime import datetime, timedelta
 from itertools import pairwise
 
 from scheduler_daemon.domain.schedule.base import Schedule
-from scheduler_daemon.domain.status import MisfirePolicy, OccurrenceStatus, OverlapPolicy
+from scheduler_daemon.domain.status import (
+    LostReason,
+    MisfirePolicy,
+    OccurrenceStatus,
+    OverlapPolicy,
+)
 
 # One pass writes at most this many queued rows and this many individual skipped rows; older
 # skipped firings are collapsed into one summary row per reason.
@@ -136,35 +141,37 @@ def _decide(due: list[datetime], policy: _Policy) -> list[tuple[datetime, str | 
         if not missed[i]:
             continue
         if policy.misfire == MisfirePolicy.SKIP:
-            reasons[i] = "misfired"
+            reasons[i] = LostReason.MISFIRED
         elif policy.misfire == MisfirePolicy.RUN_ONCE:
             newest_missed = i == len(due) - 1 or not missed[i + 1]
-            reasons[i] = "coalesced" if fresh or not newest_missed else None
+            reasons[i] = LostReason.COALESCED if fresh or not newest_missed else None
         elif policy.outside_window(due[i]):
-            reasons[i] = "catchup_window"
+            reasons[i] = LostReason.CATCHUP_WINDOW
         else:
             limit = policy.catchup_limit
-            reasons[i] = "catchup_limit" if limit is not None and in_window >= limit else None
+            reasons[i] = (
+                LostReason.CATCHUP_LIMIT if limit is not None and in_window >= limit else None
+            )
             in_window += 1
     queued = [i for i, reason in enumerate(reasons) if reason is None]
     for i in queued[:-MAX_FIRING_ROWS]:
-        reasons[i] = "catchup_limit"
+        reasons[i] = LostReason.CATCHUP_LIMIT
     queued = queued[-MAX_FIRING_ROWS:]
     if policy.overlap == OverlapPolicy.FORBID:
         for i in queued if policy.active else queued[1:]:
-            reasons[i] = "overlap"
+            reasons[i] = LostReason.OVERLAP
     return list(zip(due, reasons, strict=True))
 
 
 def _head_reason(f: datetime, policy: _Policy) -> str:
     """The reason of a firing older than the newest 2 * MAX_FIRING_ROWS; such firings never run."""
     if not policy.missed(f):
-        return "catchup_limit"
+        return LostReason.CATCHUP_LIMIT
     if policy.misfire == MisfirePolicy.SKIP:
-        return "misfired"
+        return LostReason.MISFIRED
     if policy.misfire == MisfirePolicy.RUN_ONCE:
-        return "coalesced"
-    return "catchup_window" if policy.outside_window(f) else "catchup_limit"
+        return LostReason.COALESCED
+    return LostReason.CATCHUP_WINDOW if policy.outside_window(f) else LostReason.CATCHUP_LIMIT
 
 
 def _head_runs(

@@ -34,6 +34,10 @@ NOT_STARTED = (OccurrenceStatus.QUEUED, OccurrenceStatus.LAUNCHING)
 FINISHED = tuple(s for s in OccurrenceStatus if s not in ACTIVE)
 # Final with a `reason` saying why (occurrence_reason_check).
 NEEDS_REASON = (OccurrenceStatus.SKIPPED, OccurrenceStatus.EXPIRED, OccurrenceStatus.CANCELLED)
+# A firing lost without a job: the per-task lost-firings gauge counts these (by LostReason).
+LOST = (OccurrenceStatus.SKIPPED, OccurrenceStatus.EXPIRED)
+# A job's failed outcome: the per-task gauge counts these since the task's last success.
+FAILED_OUTCOMES = (OccurrenceStatus.FAILED, OccurrenceStatus.TIMEOUT, OccurrenceStatus.INTERRUPTED)
 # The statuses an occurrence can hold that its latest run does not show, so `runs list` gives it
 # a row of its own: not started (yet, or again after an attempt), or ended without a run. Every
 # other status is set by a run of that status in the same transaction (outcome.decide).
@@ -132,3 +136,21 @@ class TaskEventKind(StrEnum):
     CREATED = "created"
     CHANGED = "changed"
     DELETED = "deleted"
+
+
+class LostReason(StrEnum):
+    """Why a firing was recorded skipped or expired (its occurrence's `reason`). Not a CHECK:
+    `reason` is free text for a cancel. The misfire planner, the operator plans, the manual
+    trigger and the start deadline write these; the metrics count any other under OTHER."""
+
+    MISFIRED = "misfired"  # past the misfire grace (misfire `skip`)
+    COALESCED = "coalesced"  # folded into the newest (misfire `run_once`)
+    CATCHUP_WINDOW = "catchup_window"
+    CATCHUP_LIMIT = "catchup_limit"
+    OVERLAP = "overlap"  # its task was still running (overlap `forbid`)
+    PAUSED = "paused"
+    PARKED = "parked"
+    RESCHEDULED = "rescheduled"
+    DELETED = "deleted"
+    START_DEADLINE = "start_deadline"  # expired: not started within its start deadline
+    OTHER = "other"

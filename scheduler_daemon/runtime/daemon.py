@@ -42,6 +42,8 @@ from scheduler_daemon.runtime.supervision import (
     Vital,
 )
 from scheduler_daemon.settings import DaemonSettings
+from scheduler_daemon.storage import task_sample
+from scheduler_daemon.storage.database import make_pool
 from scheduler_daemon.storage.epoch import EpochWatch
 from scheduler_daemon.version import __version__
 
@@ -164,6 +166,7 @@ class Daemon:
         in_process = executors.get(InProcessExecutor.kind)
         self._in_process = in_process if isinstance(in_process, InProcessExecutor) else None
         services = self._build(pool, executors)
+        sample_pool = self._task_sample_pool()
         self._start(services)
         code, drained = 0, False
         try:
@@ -181,12 +184,31 @@ class Daemon:
                 drained = True
         finally:
             self._stop(pool, services, executors, drained=drained)
+            if sample_pool is not None:
+                sample_pool.close()
         if self.registration.refused is not None:
             raise self.registration.refused
         if code == 0 and self.stuck_run is not None:
             code = EXIT_IN_PROCESS_STUCK
         self.log.info("instance_stopped", exit_code=code)
         return code
+
+    def _task_sample_pool(self) -> ConnectionPool | None:
+        """With the endpoint on and --metrics-task-limit above 0: a one-connection pool of its
+        own for the per-task gauges' sample, read on a scrape's thread, so a scrape never waits
+        for the loop's connections nor the loop for a scrape's (ADR 0013)."""
+        limit = self.settings.metrics_task_limit
+        if not (self.settings.http_port and limit):
+            return None
+        pool = make_pool(
+            self.url,
+            max_size=1,
+            name=f"scheduler-daemon {self.instance_id} metrics",
+            configure=self.epoch,
+        )
+        pool.open(wait=False)
+        self.metrics.tasks.attach(lambda: task_sample.sample(pool, limit))
+        return pool
 
     def _build(self, pool: ConnectionPool, executors: dict[str, Executor]) -> Services:
         registration = self.registration

@@ -3,10 +3,11 @@ services' `run_once` results report (services never import this module).
 
 Labels are bounded: `status` (run statuses, dispatch statuses), `executor` (shell, http, python),
 `stage` (completion, renewal), `kind` (of database error), `step`, `part` (waker, endpoint,
-pruner). Task, occurrence and
-run ids never become labels. The instance id is a label of `scheduler_daemon_info` only: the
-scrape adds its own `instance` label (host:port) to every series, and a per-start id on each
-series would start a new series at every restart.
+pruner); the per-task gauges (`task_metrics.TaskGauges`) carry `task`, a name among at most
+--metrics-task-limit (the rest share one value), and `reason` (domain.status.LostReason).
+Occurrence and run ids never become labels. The instance id is a label of
+`scheduler_daemon_info` only: the scrape adds its own `instance` label (host:port) to every
+series, and a per-start id on each series would start a new series at every restart.
 
 Per-replica figures (counters, histograms, `slots_in_use`) add up across the fleet: `sum`.
 Fleet-wide figures (`scheduler_daemon_queue_depth`, `scheduler_daemon_executing_runs`,
@@ -33,6 +34,7 @@ from prometheus_client import (
 )
 
 from scheduler_daemon.domain.status import OccurrenceStatus
+from scheduler_daemon.runtime.task_metrics import TaskGauges
 from scheduler_daemon.services.completer import CompleteResult
 from scheduler_daemon.services.dispatcher import DispatchResult
 from scheduler_daemon.services.launcher import LaunchResult
@@ -62,6 +64,8 @@ class Metrics:
         self._runs(ns)
         self._loop(ns, concurrency)
         self._fleet(ns)
+        self.tasks = TaskGauges()  # served empty until the daemon attaches its sample
+        r.register(self.tasks)
         for stage in ("completion", "renewal"):  # every series exists from the start
             self.fenced.labels(stage)
         for kind in ("unavailable", "contention", "other"):

@@ -19,7 +19,7 @@ from scheduler_daemon.domain import timing
 from scheduler_daemon.domain.occurrence import ExpiredClaim, OccurrenceRef
 from scheduler_daemon.domain.outcome import decide, finalize_one_shot, settlement, task_outcome
 from scheduler_daemon.domain.run import TakeoverCandidate
-from scheduler_daemon.domain.status import OccurrenceStatus, OutcomeStatus, TaskStatus
+from scheduler_daemon.domain.status import LostReason, OccurrenceStatus, OutcomeStatus, TaskStatus
 from scheduler_daemon.domain.task import TaskRef
 from scheduler_daemon.settings import DaemonSettings
 from scheduler_daemon.storage import (
@@ -306,7 +306,7 @@ class Reconciler:
             "occurrence_expired",
             occurrence_id=seen.id,
             task_id=seen.task_id,
-            reason="start_deadline",
+            reason=LostReason.START_DEADLINE,
         )
         return seen.id
 

@@ -13,7 +13,9 @@ from scheduler_daemon.domain import status
 from scheduler_daemon.domain.status import (
     ACTIVE,
     EXECUTING,
+    FAILED_OUTCOMES,
     FINISHED,
+    LOST,
     NEEDS_REASON,
     NOT_STARTED,
     OWN_HISTORY_ROW,
@@ -64,7 +66,13 @@ INDEXES = {
     "occurrence_executing_idx": EXECUTING,
     "occurrence_own_row_idx": OWN_HISTORY_ROW,
 }
-NAMED_SETS = {"ACTIVE": ACTIVE, "EXECUTING": EXECUTING, "OWN_HISTORY_ROW": OWN_HISTORY_ROW}
+NAMED_SETS = {
+    "ACTIVE": ACTIVE,
+    "EXECUTING": EXECUTING,
+    "OWN_HISTORY_ROW": OWN_HISTORY_ROW,
+    "LOST": LOST,
+    "FAILED_OUTCOMES": FAILED_OUTCOMES,
+}
 # Column → the values a literal compared with it may take, in the statements and the schema.
 COLUMNS: dict[str, set[str]] = {
     "status": {*OccurrenceStatus, *RunStatus, *TaskStatus},
@@ -139,6 +147,8 @@ def test_the_named_sets_are_occurrence_statuses_and_final_is_the_rest() -> None:
     assert set(ACTIVE) | set(FINISHED) == set(OccurrenceStatus)
     assert set(EXECUTING) | set(NOT_STARTED) == set(ACTIVE)
     assert set(NEEDS_REASON) <= set(FINISHED)
+    assert set(LOST) <= set(NEEDS_REASON)
+    assert set(FAILED_OUTCOMES) <= set(FINISHED) - set(NEEDS_REASON)
     assert all(isinstance(s, OccurrenceStatus) for s in (*ACTIVE, *FINISHED, *NOT_STARTED))
     assert set(OWN_HISTORY_ROW) == set(NOT_STARTED) | set(NEEDS_REASON)
 
