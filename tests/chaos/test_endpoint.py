@@ -12,9 +12,11 @@ from scheduler_daemon.storage import migration
 from tests.support import free_port, http_get, query, wait_for
 
 pytestmark = pytest.mark.slow
-# Every label a series may carry: bounded sets only, never a task, occurrence or run id.
-# `part` (waker, endpoint, pruner) names a side part that degrades (ADR 0005).
+# Every label a series may carry: bounded sets only, never an occurrence or run id. `part`
+# (waker, endpoint, pruner) names a side part that degrades (ADR 0005); `task` (capped by
+# --metrics-task-limit) and `reason` (LostReason) are the per-task gauges' (ADR 0013).
 ALLOWED_LABELS = {"status", "executor", "stage", "kind", "part", "instance_id", "version"}
+ALLOWED_LABELS |= {"task", "reason"}
 
 
 def scrape(port: int) -> dict[str, list[Any]]:

@@ -143,10 +143,12 @@ def test_every_alert_rule_is_complete_and_uses_documented_metrics() -> None:
     import yaml
 
     metrics = documented_metrics()
-    (group,) = yaml.safe_load(RULES.read_text())["groups"]
-    names = [rule["alert"] for rule in group["rules"]]
+    groups = yaml.safe_load(RULES.read_text())["groups"]
+    assert [g["name"] for g in groups] == ["scheduler-daemon", "scheduler-daemon-tasks"]
+    rules = [rule for group in groups for rule in group["rules"]]
+    names = [rule["alert"] for rule in rules]
     assert len(names) == len(set(names))
-    for rule in group["rules"]:
+    for rule in rules:
         assert set(rule) <= {"alert", "expr", "for", "labels", "annotations"}, rule["alert"]
         assert rule["labels"]["severity"] in ("info", "warning", "critical"), rule["alert"]
         assert {"summary", "description"} <= set(rule["annotations"]), rule["alert"]

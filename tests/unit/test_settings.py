@@ -39,6 +39,8 @@ ACCEPTED = {
     "instance expiry one step past ttl plus grace": {"instance_expiry": TTL + GRACE + TICK},
     "http port 0 (off)": {"http_port": 0},
     "the highest http port": {"http_port": 65535},
+    "no per-task gauges": {"metrics_task_limit": 0},
+    "the most tasks named": {"metrics_task_limit": 10_000},
     "one failed pass": {"max_failed_passes": 1},
     "no batch window": {"batch_window": timedelta(0)},
     "the longest batch window": {"batch_window": timedelta(milliseconds=100)},
@@ -110,6 +112,14 @@ REFUSED = {
         "--http-port must be between 0 (off) and 65535",
     ),
     "a blank http host": ({"http_host": " "}, "--http-host must not be empty"),
+    "a negative task limit": (
+        {"metrics_task_limit": -1},
+        "--metrics-task-limit must be between 0 (no per-task gauges) and 10,000",
+    ),
+    "a task limit past 10,000": (
+        {"metrics_task_limit": 10_001},
+        "--metrics-task-limit must be between 0 (no per-task gauges) and 10,000",
+    ),
     "no failed pass allowed": (
         {"max_failed_passes": 0},
         "--max-failed-passes must be at least 1",
