@@ -23,9 +23,10 @@ from urllib.parse import urlsplit, urlunsplit
 import psycopg
 from prometheus_client import generate_latest
 
+from scheduler_daemon.domain.task_figures import OTHER_TASK
 from scheduler_daemon.runtime.metrics import Metrics
 from scheduler_daemon.runtime.task_metrics import TaskGauges
-from scheduler_daemon.storage import migration, task_sample
+from scheduler_daemon.storage import migration, query, task_sample
 from scheduler_daemon.storage.database import make_pool
 
 
@@ -122,6 +123,12 @@ def main() -> None:
                     f"one round trip), one scrape formatted {scrape:.1f} ms, "
                     f"{series} per-task series, {len(body)} bytes"
                 )
+                params = {"task_limit": limit, "other": OTHER_TASK}
+                with psycopg.connect(url, prepare_threshold=None) as conn:
+                    conn.execute("SET jit = off")
+                    for name in ("task_metrics_sample", "task_lost_firings"):
+                        alone = _median(lambda n=name, p=params: query.run(conn, n, p))
+                        print(f"  statement only: {name}: {alone:.1f} ms")
         finally:
             pool.close()
     finally:

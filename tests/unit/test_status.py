@@ -22,6 +22,7 @@ from scheduler_daemon.domain.status import (
     DstGapPolicy,
     DstOverlapPolicy,
     ExecutorKind,
+    LostReason,
     MisfirePolicy,
     OccurrenceStatus,
     OverlapPolicy,
@@ -186,3 +187,15 @@ def test_members_are_the_strings_rows_hold() -> None:
     assert {TaskStatus.ENABLED: 1}["enabled"] == 1
     assert "queued" in ACTIVE
     assert status.__doc__
+
+
+def test_every_skip_or_expiry_reason_the_statements_write_is_a_lost_reason() -> None:
+    # The per-task lost-firings gauge counts an unknown reason as `other`: a new one written in
+    # SQL without its member would vanish into it.
+    written = {
+        reason
+        for path in QUERY_FILES
+        for reason in re.findall(r"\breason = '(\w+)'", path.read_text())
+    }
+    assert written, "no reason literal found; the pattern is wrong"
+    assert written - set(LostReason) == set()
