@@ -1,7 +1,7 @@
 """The per-task gauges end to end: a real daemon's /metrics over rows its own runs wrote (a task
 that succeeds on its schedule, one that failed twice, one whose manual firing was skipped while
 it ran, one past --metrics-task-limit), each value checked against the database, and the sample
-cached between scrapes then read again."""
+cached between scrapes then read again; a second replica serves the same values."""
 
 import math
 from pathlib import Path
@@ -119,12 +119,33 @@ def test_a_daemon_serves_each_task_s_gauges_from_the_database(
     (age,) = cached["scheduler_daemon_task_sample_age_seconds"]
     assert age.value < 15, "the sample was read again too soon to show the cache"
     assert _by_task(cached, "consecutive_failures")[("bad",)] == 2
-    wait_for(
-        lambda: _by_task(scrape(port), "consecutive_failures")[("bad",)] == 3,
+    latest = wait_for(
+        lambda: (
+            (found := scrape(port))
+            and _by_task(found, "consecutive_failures")[("bad",)] == 3
+            and found
+        ),
         timeout=40,
         interval=1,
         message="the next sample to show the third failure",
     )
+
+    # A second replica reads the same rows: the same values (hence `max by (task)`).
+    peer_port = free_port()
+    peer = spawn(url, "peer", "--http-port", str(peer_port), "--metrics-task-limit", "3")
+    peer.instance_id()
+    peer_samples = wait_for(  # served empty until its sample's connection is set up
+        lambda: (found := scrape(peer_port)) and _by_task(found, "running") and found,
+        message="the peer's first sample",
+    )
+    for name in ("consecutive_failures", "running", "lost_firings"):  # `ok` runs meanwhile
+        theirs, ours = _by_task(peer_samples, name), _by_task(latest, name)
+        assert {k: v for k, v in theirs.items() if k[0] != "ok"} == {
+            k: v for k, v in ours.items() if k[0] != "ok"
+        }, name
+    peer_next = _by_task(peer_samples, "next_schedule_timestamp_seconds")
+    assert peer_next[("bad",)] == _by_task(latest, "next_schedule_timestamp_seconds")[("bad",)]
+    assert peer.stop() == 0, peer.log()
 
     release.touch()
     assert daemon.stop() == 0, daemon.log()
