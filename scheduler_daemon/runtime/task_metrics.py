@@ -68,7 +68,12 @@ class TaskGauges(Collector):
         self._figures, self._lost, self._sampled_at = figures, lost, self._clock()
 
     def _refresh_when_due(self) -> None:
-        with self._lock:  # one scrape reads; a concurrent one waits and serves that sample
+        """One scrape reads; one that comes meanwhile serves the last sample at once rather than
+        wait, so a slow database holds at most one of the endpoint's two handler threads and
+        /readyz keeps answering on the other."""
+        if not self._lock.acquire(blocking=False):
+            return
+        try:
             now = self._clock()
             if self._sample is None or (
                 self._tried_at is not None and now - self._tried_at < self._interval
@@ -79,6 +84,8 @@ class TaskGauges(Collector):
                 self.refresh()
             except Exception as exc:  # an outage, a timeout: the last sample is served
                 log.warning("task_sample_failed", error=repr(exc))
+        finally:
+            self._lock.release()
 
     def collect(self) -> Iterator[Metric]:
         self._refresh_when_due()

@@ -103,6 +103,28 @@ def test_a_failed_read_serves_the_last_sample_and_waits_an_interval_to_try_again
     assert (reads.calls, age.value) == (3, 0)
 
 
+def test_a_scrape_during_a_read_serves_the_last_sample_without_waiting() -> None:
+    reads, clock = Reads(), Clock()
+    gauges, registry = _gauges(None, clock)
+    gauges.attach(reads)
+    _scrape(registry)
+    seen: list[dict[str, list[Any]]] = []
+
+    def slow_read() -> Any:  # another scrape arrives while this read is in flight
+        seen.append(_scrape(registry))
+        return reads()
+
+    gauges.attach(slow_read)
+    reads.failures = 7
+    clock.now += 15
+    after = _scrape(registry)
+    (during,) = seen
+    failures = "scheduler_daemon_task_consecutive_failures"
+    assert {s.labels["task"]: s.value for s in during[failures]}["nightly"] == 0
+    assert {s.labels["task"]: s.value for s in after[failures]}["nightly"] == 7
+    assert reads.calls == 2
+
+
 def test_without_a_sample_the_families_are_served_empty() -> None:
     gauges, registry = _gauges(None, Clock())
     samples = _scrape(registry)
