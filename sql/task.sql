@@ -282,8 +282,8 @@ SELECT EXISTS (SELECT 1 FROM task WHERE executor = 'python' AND deleted_at IS NU
 
 -- fragment: task_metrics_live
 -- The live tasks the per-task gauges name (runtime/task_metrics.py): the first `task_limit` by
--- id keep their names (a stable set: a new task never pushes an older one out), the rest are
--- `other`; `due` is when a task fires next, when it is set to fire at all.
+-- id keep their names (a stable set: a new task never pushes an older one out), the rest share
+-- `other` (`_other`); `due` is when a task fires next, when it is set to fire at all.
 SELECT t.id, CASE WHEN row_number() OVER (ORDER BY t.id) <= %(task_limit)s THEN t.name
                   ELSE %(other)s END AS task,
     row_number() OVER (ORDER BY t.id) <= %(task_limit)s AS kept,
@@ -295,9 +295,10 @@ WHERE t.deleted_at IS NULL
 -- name: task_metrics_sample :many
 -- The per-task gauges, a row per label value: the finish of the newest successful occurrence
 -- (occurrence_task_outcome_idx, walked back from the newest outcome), the newest scheduled
--- firing (occurrence_task_scheduled_for_key; a kept task's only), the next one, the executing occurrences, and the
--- failed outcomes (failed, timeout, interrupted) since the last success. `other` sums the
--- running and keeps the most failures; it has no times (none would mean anything for a set).
+-- firing (occurrence_task_scheduled_for_key; a kept task's only), the next one, the executing
+-- occurrences, and the failed outcomes (failed, timeout, interrupted) since the last success.
+-- `other` sums the running and keeps the most failures; it has no times (none would mean
+-- anything for a set). JIT off (session_jit_off): compiling it cost more than running it.
 WITH live AS MATERIALIZED ({{task_metrics_live}}),
 figures AS (
     SELECT l.task, l.kept, l.due, success.finished_at AS last_success, fired.at AS last_schedule,
@@ -328,9 +329,12 @@ figures AS (
     ) failed
 )
 SELECT task,
-    CASE WHEN bool_and(kept) THEN extract(epoch FROM max(last_success))::float8 END AS last_success,
-    CASE WHEN bool_and(kept) THEN extract(epoch FROM max(last_schedule))::float8 END AS last_schedule,
-    CASE WHEN bool_and(kept) THEN extract(epoch FROM max(due))::float8 END AS next_schedule,
+    CASE WHEN bool_and(kept)
+         THEN extract(epoch FROM max(last_success))::float8 END AS last_success,
+    CASE WHEN bool_and(kept)
+         THEN extract(epoch FROM max(last_schedule))::float8 END AS last_schedule,
+    CASE WHEN bool_and(kept)
+         THEN extract(epoch FROM max(due))::float8 END AS next_schedule,
     sum(running)::bigint AS running, max(failures) AS failures
 FROM figures
 GROUP BY task
