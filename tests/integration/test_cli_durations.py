@@ -89,6 +89,11 @@ def test_run_flags_take_fractions_bare_seconds_and_a_zero_drain_timeout(cli, cou
         (("--drain-timeout", "-1"), "duration must not be negative: '-1'"),
         (("--lease-ttl", "0.1us"), "duration under 1us: '0.1us'"),
         (("--stop-timeout", "0s"), "'--stop-timeout': duration must be positive"),
+        (
+            ("--metrics-task-limit", "-1"),
+            "--metrics-task-limit must be between 0 (no per-task gauges) and 10,000",
+        ),
+        (("--metrics-task-limit", "all"), "'all' is not a valid integer"),
     ],
 )
 def test_a_refused_run_flag_is_one_line_and_exit_2(cli, counts, args, message) -> None:
@@ -97,6 +102,17 @@ def test_a_refused_run_flag_is_one_line_and_exit_2(cli, counts, args, message) -
     assert result.code == 2, result
     assert message in result.err
     assert result.err.count("\n") == 1
+    assert counts() == before
+
+
+def test_the_task_limit_variable_is_refused_like_its_flag(cli, counts, monkeypatch) -> None:
+    before = counts()
+    monkeypatch.setenv("SCHEDULER_METRICS_TASK_LIMIT", "10001")
+    result = cli("run")
+    assert (result.code, result.err) == (
+        2,
+        "error: --metrics-task-limit must be between 0 (no per-task gauges) and 10,000\n",
+    )
     assert counts() == before
 
 
