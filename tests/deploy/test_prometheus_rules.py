@@ -178,8 +178,8 @@ CASES: dict[str, tuple[dict[str, Any], ...]] = {
             },
             [],
         ),
-        _case(  # a weekday cron: Friday's success, Monday's firing due at Tuesday's gap
-            "10m",  # (3 days since the success, but the one missed firing is Monday's)
+        _case(  # a weekday cron on Friday: it succeeded; its next firing is 3 days away,
+            "10m",  # and a long gap ahead is no missed firing
             {
                 f"scheduler_daemon_task_last_success_timestamp_seconds{{{TASK}}}": "1005x10",
                 f"scheduler_daemon_task_last_schedule_timestamp_seconds{{{TASK}}}": "1000x10",
@@ -187,6 +187,16 @@ CASES: dict[str, tuple[dict[str, Any], ...]] = {
                 f"scheduler_daemon_task_running{{{TASK}}}": "0x10",
             },
             [],
+        ),
+        _case(  # the same cron on Monday: that firing failed. The rule measures time, so
+            "10m",  # three days without a success are more than two of its (daily) intervals
+            {
+                f"scheduler_daemon_task_last_success_timestamp_seconds{{{TASK}}}": "1005x10",
+                f"scheduler_daemon_task_last_schedule_timestamp_seconds{{{TASK}}}": "260200x10",
+                f"scheduler_daemon_task_next_schedule_timestamp_seconds{{{TASK}}}": "346600x10",
+                f"scheduler_daemon_task_running{{{TASK}}}": "0x10",
+            },
+            [{"task": "nightly"}],
         ),
     ),
     "SchedulerDaemonTaskLosingFirings": (
