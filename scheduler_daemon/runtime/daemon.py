@@ -184,7 +184,8 @@ class Daemon:
                 drained = True
         finally:
             self._stop(pool, services, executors, drained=drained)
-            if sample_pool is not None:
+            if sample_pool is not None:  # scrapes until the endpoint stops: the last sample
+                self.metrics.tasks.attach(None)
                 sample_pool.close()
         if self.registration.refused is not None:
             raise self.registration.refused

@@ -58,7 +58,8 @@ class TaskGauges(Collector):
         self._sampled_at: float | None = None
         self._tried_at: float | None = None
 
-    def attach(self, sample: Callable[[], Sample]) -> None:
+    def attach(self, sample: Callable[[], Sample] | None) -> None:
+        """Reads with `sample` from now on; None: reads no more, serves the last sample."""
         self._sample = sample
 
     def refresh(self) -> None:
