@@ -100,9 +100,52 @@ def _json(value: Any) -> Any:
     return iso(value) if isinstance(value, datetime) else value
 
 
+ERROR_SUMMARY_CHARS = 40
+"""At most this many characters of a run's error line in `runs list`'s ERROR column (then `…`)."""
+
+
+def duration_seconds(started_at: datetime | None, finished_at: datetime | None) -> float | None:
+    """A finished run's duration (both ends recorded by the database), to the millisecond;
+    None while it runs or when it never started."""
+    if started_at is None or finished_at is None:
+        return None
+    return round((finished_at - started_at).total_seconds(), 3)
+
+
+def error_summary(
+    status: str, exit_code: int | None, http_status: int | None, error: str | None
+) -> str | None:
+    """Why a run did not succeed, in a few words for a table cell. A `failed` run: `HTTP 500` (a
+    response outside 2xx), `exit code 3` (a shell job's non-zero exit; `signal 9` for a negative
+    one), else its error; any other end (`timeout`, `cancelled`, `interrupted`): its error, else
+    those codes. The error is its first line, cut to ERROR_SUMMARY_CHARS characters, with `…`
+    when anything was left out (`RuntimeError: boom…`). None for a success, a running run, and a
+    row with nothing recorded."""
+    if status in ("success", "running"):
+        return None
+    codes = None
+    if http_status is not None and not 200 <= http_status < 300:
+        codes = f"HTTP {http_status}"
+    elif exit_code is not None and exit_code < 0:
+        codes = f"signal {-exit_code}"
+    elif exit_code:
+        codes = f"exit code {exit_code}"
+    text = (error or "").strip()
+    if (status == "failed" and codes is not None) or not text:
+        return codes
+    line = text.splitlines()[0].rstrip()
+    if len(line) > ERROR_SUMMARY_CHARS:
+        return line[: ERROR_SUMMARY_CHARS - 1].rstrip() + "…"
+    return line + "…" if line != text else line
+
+
 def run_fields(row: HistoryRow) -> dict[str, Any]:
-    """A history row (run or never-run occurrence) with the documented field names."""
-    return {name: _json(getattr(row, name)) for name in RUN_FIELDS}
+    """A history row (run or never-run occurrence) with the documented field names, then its
+    `duration_seconds` and `error_summary`."""
+    out = {name: _json(getattr(row, name)) for name in RUN_FIELDS}
+    out["duration_seconds"] = duration_seconds(row.started_at, row.finished_at)
+    out["error_summary"] = error_summary(row.status, row.exit_code, row.http_status, row.error)
+    return out
 
 
 OCCURRENCE_FIELDS = (
@@ -144,8 +187,9 @@ def occurrence_fields(
 
 
 def run_detail_fields(run: RunDetail) -> dict[str, Any]:
-    """`runs show`: the history fields plus the lease columns and the output tail."""
-    return {name: _json(getattr(run, name)) for name in RUN_DETAIL_FIELDS}
+    """`runs show`: the run row's fields (`run_fields`) plus the lease columns and the output
+    tail."""
+    return run_fields(run) | {name: _json(getattr(run, name)) for name in RUN_DETAIL_FIELDS}
 
 
 def fire_time_fields(instant: datetime, zone: str) -> dict[str, str | None]:

@@ -36,7 +36,8 @@ RUN_COLUMNS = (
     "status",
     "reason",
     "instance_id",
-    "exit_code",
+    "duration_seconds",
+    "error_summary",
 )
 TASK_COLUMNS = (
     "id",

@@ -4,7 +4,7 @@ from datetime import datetime
 
 import pytest
 
-from tests.support import EVERY_MINUTE
+from tests.support import EVERY_MINUTE, launched_shell_run, query
 
 pytestmark = pytest.mark.smoke
 
@@ -51,3 +51,21 @@ def test_cancelling_an_occurrence_shows_on_the_task(cli, db) -> None:
     assert task == {"last_status": "cancelled", "last_occurrence_id": occ["id"]}
     again = cli("runs", "cancel", "--occurrence", str(occ["id"]))
     assert (again.code, again.err) == (2, f"error: occurrence {occ['id']} is already cancelled\n")
+
+
+def test_runs_list_shows_a_failed_runs_duration_and_short_error(
+    cli, client, pool, executors, database_url
+) -> None:
+    replica = launched_shell_run(
+        client, pool, executors, database_url, name="boom", command="sleep 0.2; exit 3"
+    ).replica
+    (run,) = replica.finished()
+    assert replica.completer.complete(run) == "recorded"
+    (row,) = query(database_url, "SELECT finished_at - started_at AS took FROM run")
+    rows = cli("runs", "list", "--task", "boom", "--json").json()
+    assert [(r["status"], r["error_summary"]) for r in rows] == [("failed", "exit code 3")]
+    assert rows[0]["duration_seconds"] == round(row["took"].total_seconds(), 3)
+    assert rows[0]["duration_seconds"] >= 0.2
+    text = cli("runs", "list", "--task", "boom").out.splitlines()
+    assert text[0].split()[-2:] == ["DURATION_SECONDS", "ERROR_SUMMARY"]
+    assert text[1].split()[-4:] == [str(rows[0]["duration_seconds"]), "exit", "code", "3"]
