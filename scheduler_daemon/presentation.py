@@ -9,6 +9,7 @@ from zoneinfo import ZoneInfo
 
 from scheduler_daemon.domain.audit import AuditReport, Value
 from scheduler_daemon.domain.instance import Instance
+from scheduler_daemon.domain.liveness import InstanceState, instance_state, unserved_queue_warning
 from scheduler_daemon.domain.lock_holder import LockHolder
 from scheduler_daemon.domain.occurrence import Occurrence
 from scheduler_daemon.domain.run import HistoryRow, RunDetail
@@ -200,11 +201,21 @@ def status_fields(status: dict[str, Any]) -> dict[str, Any]:
     """`status --json`: instances with drift and takeover bound, queue depth, budget use."""
     instances = []
     row: Instance
+    states = []
     for row in status["instances"]:
         bound = takeover_bound(row.lease_ttl, row.lease_grace, row.reconcile_interval)
+        state = instance_state(
+            row.silent_for or timedelta(0),
+            lease_ttl=row.lease_ttl,
+            lease_grace=row.lease_grace,
+            reconcile_interval=row.reconcile_interval,
+            stopping=row.stopping,
+        )
+        states.append(state)
         instances.append(
             {
                 "id": row.id,
+                "state": state.value,
                 "hostname": row.hostname,
                 "pid": row.pid,
                 "version": row.version,
@@ -235,14 +246,22 @@ def status_fields(status: dict[str, Any]) -> dict[str, Any]:
         {name: getattr(i, name) for name in ("id", "hostname", "version", "schema_revision")}
         for i in status.get("in_process_refused_by", [])
     ]
+    warning = unserved_queue_warning(status.get("queue_depth", 0), states)
     return {
         **status,
         "instances": instances,
+        "live_instances": states.count(InstanceState.LIVE),
+        "warnings": [] if warning is None else [warning],
         "in_process_refused_by": refused_by,
         "parked_tasks": parked,
         "budget_lock_holders": holders,
         "database": database,
     }
+
+
+def instances_table_rows(instances: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """`status`'s instance table: the JSON objects with each `state` in words."""
+    return [{**i, "state": InstanceState(i["state"]).text} for i in instances]
 
 
 def in_process_refused_text(refused_by: list[dict[str, Any]]) -> str | None:

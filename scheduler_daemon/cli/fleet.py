@@ -314,9 +314,12 @@ def status(ctx: click.Context) -> None:
     """Registered instances, queue depth, executing runs against the budget, takeover bounds."""
     fields = presentation.status_fields(client_for(ctx).status())
     text = (
-        output.table(fields["instances"], output.INSTANCE_COLUMNS)
+        output.table(
+            presentation.instances_table_rows(fields["instances"]), output.INSTANCE_COLUMNS
+        )
         + f"\n\nqueue depth {fields['queue_depth']}, executing "
         f"{fields['executing_runs']}/{fields['max_concurrent_runs']}"
+        + "".join(f"\nwarning: {warning}" for warning in fields["warnings"])
         + f"\n{_schema_line(fields['schema'])}"
     )
     if fields["running_by_build"]:

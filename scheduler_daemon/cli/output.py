@@ -52,6 +52,7 @@ TASK_COLUMNS = (
 )
 INSTANCE_COLUMNS = (
     "id",
+    "state",
     "version",
     "schema_revision",
     "compatible",
