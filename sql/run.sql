@@ -79,7 +79,9 @@ ORDER BY r.id
 -- (with whether its occurrence has a cancel request: the owner stops that job and keeps renewing
 -- until it is gone), `locked` (another session holds the row: not renewed, not lost either;
 -- `run_renew_one` tries it again) or `fenced` (not this owner's at that token: taken over or
--- cancelled). One row held by someone else delays only its own renewal.
+-- cancelled). One row held by someone else delays only its own renewal. A renewed run says too
+-- whether someone follows its output (`followed_at` within `follow_window` of the database's
+-- clock): read from the row the update holds, so an unfollowed run costs no more.
 WITH held AS (
     SELECT * FROM unnest(%(ids)s::bigint[], %(occurrence_ids)s::bigint[], %(tokens)s::bigint[])
         AS h(id, occurrence_id, token)
@@ -92,9 +94,11 @@ WITH held AS (
     UPDATE run SET lease_expires_at = clock_timestamp() + %(ttl)s,
         takeover_at = clock_timestamp() + %(ttl)s + %(grace)s
     FROM mine, occurrence o WHERE run.id = mine.id AND o.id = run.occurrence_id
-    RETURNING run.id, o.cancel_requested_at IS NOT NULL AS cancel_requested
+    RETURNING run.id, o.cancel_requested_at IS NOT NULL AS cancel_requested,
+        run.followed_at > clock_timestamp() - %(follow_window)s AS followed
 )
 SELECT h.id, coalesce(n.cancel_requested, false) AS cancel_requested,
+    coalesce(n.followed, false) AS followed,
     CASE WHEN n.id IS NOT NULL THEN 'renewed' WHEN r.id IS NOT NULL THEN 'locked'
         ELSE 'fenced' END AS outcome
 FROM held h
@@ -106,12 +110,39 @@ ORDER BY h.id
 -- name: run_renew_one :one
 -- Renews one held (run, occurrence, token) triple that `run_renew` found locked, waiting for its
 -- row up to the transaction's lock timeout (a lock error: still locked, not lost); no row: fenced.
+-- Whether it is followed as in `run_renew`.
 UPDATE run SET lease_expires_at = clock_timestamp() + %(ttl)s,
     takeover_at = clock_timestamp() + %(ttl)s + %(grace)s
 FROM occurrence o
 WHERE run.id = %(id)s AND run.occurrence_id = %(occurrence_id)s AND run.lease_token = %(token)s
   AND run.owner = %(owner)s AND run.status = 'running' AND o.id = run.occurrence_id
-RETURNING run.id, o.cancel_requested_at IS NOT NULL AS cancel_requested
+RETURNING run.id, o.cancel_requested_at IS NOT NULL AS cancel_requested,
+    coalesce(run.followed_at > clock_timestamp() - %(follow_window)s, false) AS followed
+
+-- name: run_write_output :rowcount
+-- The owner writes a followed running run's output so far (the storable last 64 KiB), fenced on
+-- owner and token: 0 rows means the run is no longer this owner's at that token, and nothing
+-- was written.
+UPDATE run SET output_tail = %(output_tail)s
+WHERE id = %(id)s AND occurrence_id = %(occurrence_id)s AND lease_token = %(token)s
+  AND owner = %(owner)s AND status = 'running'
+
+-- name: run_follow :one
+-- A follower (`runs logs -f`) reads one run's status and output tail (the owner's live writes
+-- while it runs, the final one after), and marks a running run followed at the database's clock
+-- when its mark is older than `refresh` (a follower polling often writes the row no more often).
+WITH mark AS (
+    UPDATE run SET followed_at = clock_timestamp()
+    WHERE id = %(id)s AND status = 'running'
+      AND (followed_at IS NULL OR followed_at < clock_timestamp() - %(refresh)s)
+    RETURNING id
+)
+SELECT r.id, r.status, r.output_tail, r.owner, r.exit_code, r.http_status, r.error
+FROM run r WHERE r.id = %(id)s
+
+-- name: run_output :one
+-- One run's status and output tail, for `runs logs` without -f (nothing written).
+SELECT id, status, output_tail, owner, exit_code, http_status, error FROM run WHERE id = %(id)s
 
 -- name: run_lock :one
 -- Locks one run (after its occurrence: the one lock order).

@@ -759,6 +759,7 @@ CREATE TABLE run (
     finished_at timestamp with time zone,
     build_revision text,
     uuid uuid DEFAULT gen_random_uuid(),
+    followed_at timestamp with time zone,
     CONSTRAINT run_attempt_check CHECK (((attempt >= 1) AND (lease_token >= 1))),
     CONSTRAINT run_build_revision_check CHECK (((build_revision IS NULL) OR ((length(build_revision) >= 1) AND (length(build_revision) <= 64)))),
     CONSTRAINT run_build_revision_running_check CHECK (((status <> 'running'::text) OR (build_revision IS NOT NULL))),

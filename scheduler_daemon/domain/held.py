@@ -35,6 +35,7 @@ class HeldRun:
     recorded_status: str = ""  # the run status the completer wrote
     trusted_until: float = 0.0  # the trust deadline its own last renewal set (0: none yet)
     requeue_delay: timedelta = timedelta(0)  # an interruption's wait in the queue (ADR 0009)
+    output_written: str = ""  # the output the keeper last wrote live for a follower (ADR 0014)
 
     def renewed(self, deadline: float) -> None:
         """This run's own renewal succeeded: its job may run until `deadline`, the trust

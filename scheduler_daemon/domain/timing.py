@@ -19,6 +19,16 @@ def renew_interval(lease_ttl: timedelta) -> timedelta:
     return lease_ttl / RENEWALS_PER_TTL
 
 
+FOLLOWS_PER_WINDOW = 3  # a follower's mark counts for three renewal intervals of the owner
+
+
+def follow_window(lease_ttl: timedelta) -> timedelta:
+    """How long a follower's mark (`run.followed_at`, set by `runs logs -f` every second or so)
+    keeps the owner writing the run's output with its renewals: three renewal intervals (one
+    TTL), so a follower's short pause or one skipped renewal does not stop the writes."""
+    return renew_interval(lease_ttl) * FOLLOWS_PER_WINDOW
+
+
 RENEWALS_OVERDUE = 2  # an owner two renewals late has stopped renewing; one is a hiccup
 
 

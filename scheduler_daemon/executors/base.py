@@ -105,6 +105,11 @@ class Job(Protocol):
         """Move the trust deadline (an absolute time.monotonic() value)."""
         ...
 
+    def live_output(self) -> str | None:
+        """The end of the output so far (at most OUTPUT_TAIL_BYTES, as the outcome will hold
+        it), for a follower; None when this kind of job has none before it ends. Never raises."""
+        ...
+
 
 class Executor(Protocol):
     """Starts jobs of one kind; owns whatever processes and threads they need."""
@@ -141,6 +146,9 @@ class FinishedJob:
     def extend(self, deadline: float) -> None:
         """Nothing to extend."""
 
+    def live_output(self) -> str | None:
+        return self._outcome.output_tail
+
 
 def decode_tail(data: bytes) -> str:
     """The last OUTPUT_TAIL_BYTES of `data`, decoded leniently."""
@@ -151,14 +159,29 @@ def take_spool_tail(path: Path) -> str:
     """Read the end of a spool file and delete it; a missing file is empty output."""
     try:
         with path.open("rb") as spool:
-            size = spool.seek(0, os.SEEK_END)
-            spool.seek(max(0, size - OUTPUT_TAIL_BYTES))
-            data = spool.read(OUTPUT_TAIL_BYTES)
+            data = _spool_end(spool)
     except FileNotFoundError:
         return ""
     finally:
         path.unlink(missing_ok=True)
     return decode_tail(data)
+
+
+def peek_spool_tail(path: Path) -> str | None:
+    """The end of a spool file as `take_spool_tail` will read it, leaving the file; None when it
+    cannot be read (not there yet, or gone)."""
+    try:
+        with path.open("rb") as spool:
+            return decode_tail(_spool_end(spool))
+    except OSError:
+        return None
+
+
+def _spool_end(spool: Any) -> bytes:
+    size = spool.seek(0, os.SEEK_END)
+    spool.seek(max(0, size - OUTPUT_TAIL_BYTES))
+    data: bytes = spool.read(OUTPUT_TAIL_BYTES)
+    return data
 
 
 class SpoolDir:

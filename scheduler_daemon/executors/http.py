@@ -63,6 +63,11 @@ class HttpJob:
             self.timers.extend(deadline)
             self.executor.timer.notify()
 
+    def live_output(self) -> str | None:
+        """An HTTP job's output is its response body, known once it ends."""
+        outcome = self._outcome
+        return None if outcome is None else outcome.output_tail
+
     def finish(self, outcome: Outcome) -> None:
         """Record `outcome` unless another one came first."""
         with self.executor.timer:

@@ -57,6 +57,10 @@ class InProcessJob:
     def extend(self, deadline: float) -> None:
         self.executor.extend_job(self, deadline)
 
+    def live_output(self) -> str | None:
+        outcome = self.outcome
+        return outcome.output_tail if outcome is not None else self.tail.text()
+
     @property
     def stuck(self) -> bool:
         """Asked to stop, and not returned within the stop grace: left to a takeover."""

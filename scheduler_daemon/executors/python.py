@@ -36,6 +36,7 @@ from scheduler_daemon.executors.base import (
     SpoolDir,
     decode_tail,
     job_environment,
+    peek_spool_tail,
     take_spool_tail,
 )
 from scheduler_daemon.executors.python_worker import WORKER_DEADLINE_EXIT, job_message
@@ -131,6 +132,10 @@ class PythonJob:
 
     def extend(self, deadline: float) -> None:
         self.executor.extend_job(self, deadline)
+
+    def live_output(self) -> str | None:
+        outcome = self.outcome
+        return outcome.output_tail if outcome is not None else peek_spool_tail(self.spool)
 
 
 class PythonExecutor:

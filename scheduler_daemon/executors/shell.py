@@ -28,6 +28,7 @@ from scheduler_daemon.executors.base import (
     Outcome,
     SpoolDir,
     job_environment,
+    peek_spool_tail,
     take_spool_tail,
 )
 
@@ -57,6 +58,11 @@ class ShellJob:
             return
         self._stop_reason = reason
         self._watchdog.send({"op": "stop", "id": self.job_id})
+
+    def live_output(self) -> str | None:
+        if self._outcome is not None:
+            return self._outcome.output_tail
+        return peek_spool_tail(self.spool)
 
     def extend(self, deadline: float) -> None:
         if self._outcome is None:

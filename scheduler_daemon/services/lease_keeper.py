@@ -13,6 +13,7 @@ import structlog
 
 from scheduler_daemon.domain import timing
 from scheduler_daemon.domain.held import HeldRuns, Lease
+from scheduler_daemon.domain.storable import storable_output
 from scheduler_daemon.settings import DaemonSettings
 from scheduler_daemon.storage import instance_store, run_store
 from scheduler_daemon.storage.database import (
@@ -209,7 +210,12 @@ class LeaseKeeper:
                 )
             fenced = self._settle(renewals, sent)
             locked = [lease for lease in leases if renewals[lease.run_id].outcome == "locked"]
-            fenced |= self._retry_locked(conn, locked, time.monotonic() + wait.total_seconds())
+            fenced |= self._retry_locked(
+                conn, locked, time.monotonic() + wait.total_seconds(), renewals
+            )
+            followed = [lease for lease in leases if renewals[lease.run_id].followed]
+            for lease in followed:  # none unless someone runs `runs logs -f` (ADR 0014)
+                self._write_output(conn, lease, wait)
         except psycopg.OperationalError as exc:
             if self._conn is not None and is_connection_error(exc):
                 self._conn.close()
@@ -221,10 +227,15 @@ class LeaseKeeper:
         return fenced
 
     def _retry_locked(
-        self, conn: psycopg.Connection[Any], locked: list[Lease], until: float
+        self,
+        conn: psycopg.Connection[Any],
+        locked: list[Lease],
+        until: float,
+        renewals: dict[int, run_store.Renewal],
     ) -> set[int]:
         """Tries each lease whose row was held again, alone, waiting for its row no later than
-        `until` (monotonic); one still held is left for the next pass. Returns those fenced."""
+        `until` (monotonic); one still held is left for the next pass. Returns those fenced;
+        what became of each is put in `renewals`."""
         fenced: set[int] = set()
         for lease in locked:
             sent = time.monotonic()
@@ -244,8 +255,39 @@ class LeaseKeeper:
             except psycopg.errors.LockNotAvailable:
                 self._still_locked(lease)
                 continue
+            renewals[lease.run_id] = renewal
             fenced |= self._settle({lease.run_id: renewal}, sent)
         return fenced
+
+    def _write_output(self, conn: psycopg.Connection[Any], lease: Lease, wait: timedelta) -> None:
+        """A followed run just renewed: writes its job's output so far, made storable (NUL
+        replaced, the last 64 KiB cut at a character boundary), when it changed since the last
+        write; fenced on owner and token in its own short transaction. A lost fence, a held row
+        or a refused value writes nothing and is left to the next renewal."""
+        run = self.held.get(lease.run_id)
+        if run is None or run.fenced or run.completing:
+            return
+        text = storable_output(run.job.live_output() or "")
+        if text == run.output_written:
+            return
+        try:
+            with conn.transaction():
+                apply_limits(conn, _waiting(wait))
+                written = run_store.write_output(
+                    conn, owner=self.instance_id, lease=lease, output_tail=text or None
+                )
+        except _OUTPUT_NOT_WRITTEN as exc:
+            log.warning(
+                "run_output_not_written",
+                run_id=lease.run_id,
+                error=first_line(exc),
+                instance_id=self.instance_id,
+            )
+            return
+        if written:
+            run.output_written = text
+        else:  # the next renewal finds it fenced and stops its job
+            log.info("run_output_fenced", run_id=lease.run_id, instance_id=self.instance_id)
 
     def _still_locked(self, lease: Lease) -> None:
         run = self.held.get(lease.run_id)
@@ -292,6 +334,13 @@ class LeaseKeeper:
                     instance_id=self.instance_id,
                 )
         return fenced
+
+
+_OUTPUT_NOT_WRITTEN: tuple[type[psycopg.Error], ...] = (
+    *LOCK_ERRORS,
+    psycopg.DataError,  # a value the column refuses: nothing is lost but the live view
+    psycopg.IntegrityError,
+)
 
 
 def _waiting(wait: timedelta) -> Limits:

@@ -8,6 +8,7 @@ from typing import Any, Literal
 import psycopg
 from psycopg_pool import ConnectionPool
 
+from scheduler_daemon.domain import timing
 from scheduler_daemon.domain.held import Lease
 from scheduler_daemon.domain.run import Run, TakeoverCandidate
 from scheduler_daemon.domain.status import RunStatus
@@ -32,6 +33,7 @@ class Renewal:
 
     outcome: Literal["renewed", "locked", "fenced"]
     cancel_requested: bool = False
+    followed: bool = False  # renewed, and someone follows its output (`runs logs -f`)
 
 
 def renew(
@@ -57,9 +59,12 @@ def renew(
             "owner": owner,
             "ttl": ttl,
             "grace": grace,
+            "follow_window": timing.follow_window(ttl),
         },
     )
-    return {row["id"]: Renewal(row["outcome"], row["cancel_requested"]) for row in rows}
+    return {
+        row["id"]: Renewal(row["outcome"], row["cancel_requested"], row["followed"]) for row in rows
+    }
 
 
 def renew_one(
@@ -77,11 +82,31 @@ def renew_one(
             "owner": owner,
             "ttl": ttl,
             "grace": grace,
+            "follow_window": timing.follow_window(ttl),
         },
     )
     if row is None:
         return Renewal("fenced")
-    return Renewal("renewed", row["cancel_requested"])
+    return Renewal("renewed", row["cancel_requested"], row["followed"])
+
+
+def write_output(
+    conn: psycopg.Connection[Any], *, owner: str, lease: Lease, output_tail: str | None
+) -> bool:
+    """Writes a followed running run's output so far (storable already); False: fenced, the run
+    is no longer this owner's at that token and nothing was written."""
+    count = query.run(
+        conn,
+        "run_write_output",
+        {
+            "id": lease.run_id,
+            "occurrence_id": lease.occurrence_id,
+            "token": lease.token,
+            "owner": owner,
+            "output_tail": output_tail,
+        },
+    )
+    return bool(count)
 
 
 def lock(conn: psycopg.Connection[Any], run_id: int) -> Run | None:

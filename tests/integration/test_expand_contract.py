@@ -115,6 +115,7 @@ def test_upgrade_downgrade_upgrade_keeps_tasks_occurrences_and_runs(
             "uuid",
             "idempotency_key",
             "in_process",
+            "followed_at",
         }
         return {
             "task": [
