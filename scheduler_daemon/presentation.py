@@ -12,7 +12,7 @@ from scheduler_daemon.domain.instance import Instance
 from scheduler_daemon.domain.liveness import InstanceState, instance_state, unserved_queue_warning
 from scheduler_daemon.domain.lock_holder import LockHolder
 from scheduler_daemon.domain.occurrence import Occurrence
-from scheduler_daemon.domain.run import HistoryRow, RunDetail
+from scheduler_daemon.domain.run import HistoryRow, RunDetail, RunOutput
 from scheduler_daemon.domain.secret import MASK, mask_headers, redact
 from scheduler_daemon.domain.status import ExecutorKind
 from scheduler_daemon.domain.task import TaskRecord
@@ -191,6 +191,56 @@ def run_detail_fields(run: RunDetail) -> dict[str, Any]:
     """`runs show`: the run row's fields (`run_fields`) plus the lease columns and the output
     tail."""
     return run_fields(run) | {name: _json(getattr(run, name)) for name in RUN_DETAIL_FIELDS}
+
+
+def run_output_fields(run: RunOutput) -> dict[str, Any]:
+    """`runs logs --json`: the run's id, status, owner, result and output tail."""
+    return {
+        "id": run.id,
+        "status": run.status,
+        "instance_id": run.owner,
+        "exit_code": run.exit_code,
+        "http_status": run.http_status,
+        "error": run.error,
+        "error_summary": error_summary(run.status, run.exit_code, run.http_status, run.error),
+        "output_tail": run.output_tail,
+    }
+
+
+OUTPUT_SKIPPED = "[… output skipped: more than the last 64 KiB was written between two reads …]\n"
+
+
+def unseen_output(shown: str, tail: str) -> str:
+    """What of a run's output tail `tail` a follower that printed `shown` has not printed: the
+    part after the longest start of `tail` that ends `shown` (the tail is the last 64 KiB, so
+    its start slides on as the job writes). When nothing overlaps but something was shown, more
+    was written between two reads than the tail holds: OUTPUT_SKIPPED, then the whole tail."""
+    if not tail or tail.startswith(shown):
+        return tail[len(shown) :]
+    overlap = _overlap(shown[-len(tail) :], tail)
+    if overlap == 0 and shown:
+        return OUTPUT_SKIPPED + tail
+    return tail[overlap:]
+
+
+def _overlap(before: str, after: str) -> int:
+    """The length of the longest start of `after` that is an end of `before`, in linear time
+    (the prefix function of `after`, then a match of it along `before`)."""
+    prefix = [0] * len(after)
+    k = 0
+    for i in range(1, len(after)):
+        while k and after[i] != after[k]:
+            k = prefix[k - 1]
+        if after[i] == after[k]:
+            k += 1
+        prefix[i] = k
+    k = 0
+    for char in before:
+        while k and (k == len(after) or char != after[k]):
+            k = prefix[k - 1]
+        if k < len(after) and char == after[k]:
+            k += 1
+    return k
 
 
 def fire_time_fields(instant: datetime, zone: str) -> dict[str, str | None]:

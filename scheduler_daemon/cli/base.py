@@ -33,6 +33,8 @@ EXIT_SCHEMA_TOO_NEW = 5
 EXIT_CONTRACT_BLOCKED = 6
 """`migrate --contract` refused: an instance of an older build is still registered."""
 # 7 is EXIT_LEASE_KEEPER_FAILED (runtime/supervision.py).
+EXIT_RUN_NOT_SUCCESSFUL = 10
+"""`runs logs -f`: the followed run ended other than `success`."""
 
 
 class Duration(click.ParamType):

@@ -1,10 +1,13 @@
 """`scheduler-daemon runs …`: run history and cancellation (parsing and printing only)."""
 
+import time
+
 import click
 
 from scheduler_daemon import presentation
 from scheduler_daemon.cli import output
 from scheduler_daemon.cli.base import (
+    EXIT_RUN_NOT_SUCCESSFUL,
     cli,
     client_for,
     emit,
@@ -63,6 +66,58 @@ def runs_show(ctx: click.Context, ident: int, occurrence: bool) -> None:
     else:
         fields = presentation.run_detail_fields(client.show_run(ident))
         emit(ctx, fields, output.pairs(fields))
+
+
+FOLLOW_POLL_SECONDS = 0.5
+"""How often `runs logs -f` reads the run (it marks it followed at most once a second)."""
+
+
+@runs.command("logs")
+@click.argument("ident", type=int, metavar="ID")
+@click.option(
+    "-f", "--follow", is_flag=True, help="Follow a running run until it ends (Ctrl-C to stop)."
+)
+@json_option
+@click.pass_context
+def runs_logs(ctx: click.Context, ident: int, follow: bool) -> None:
+    """A run's output (the last 64 KiB); with -f, a running run's output as it is written, until
+    the run ends: exit 0 when it succeeded, 10 otherwise."""
+    if follow and ctx.obj["json"]:
+        raise click.UsageError("--json shows the output once: use it without -f")
+    client = client_for(ctx)
+    if not follow:
+        run = client.run_output(ident)
+        if ctx.obj["json"]:
+            emit(ctx, presentation.run_output_fields(run), "")
+            return
+        _write(run.output_tail or "")
+        if run.status == "running":
+            click.echo(
+                f"run {ident} is running; its output shows here when it ends, or as it is "
+                f"written while followed: runs logs -f {ident}",
+                err=True,
+            )
+        return
+    shown = ""
+    while True:
+        run = client.run_output(ident, follow=True)
+        text = run.output_tail or ""
+        _write(presentation.unseen_output(shown, text))
+        shown = text or shown
+        if run.status != "running":
+            break
+        time.sleep(FOLLOW_POLL_SECONDS)
+    if run.status != "success":
+        summary = presentation.error_summary(run.status, run.exit_code, run.http_status, run.error)
+        ended = f"run {ident} ended {run.status}" + (f": {summary}" if summary else "")
+        click.echo(output.printable(ended), err=True)
+        ctx.exit(EXIT_RUN_NOT_SUCCESSFUL)
+
+
+def _write(text: str) -> None:
+    """A job's output as it is, its control characters escaped (newline and tab kept)."""
+    if text:
+        click.echo(output.printable(text), nl=False)
 
 
 @runs.command("cancel")

@@ -2,7 +2,7 @@
 occurrence in full, and the cancel of an occurrence."""
 
 from dataclasses import dataclass, replace
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, Literal
 
 import psycopg
@@ -18,7 +18,7 @@ from scheduler_daemon.client.base import (
 from scheduler_daemon.domain import argument
 from scheduler_daemon.domain.occurrence import Occurrence
 from scheduler_daemon.domain.outcome import task_outcome
-from scheduler_daemon.domain.run import HistoryRow, RunDetail
+from scheduler_daemon.domain.run import HistoryRow, RunDetail, RunOutput
 from scheduler_daemon.domain.status import OccurrenceStatus, RunStatus
 from scheduler_daemon.domain.timing import renew_interval
 from scheduler_daemon.executors.base import STOP_GRACE_SECONDS
@@ -36,6 +36,10 @@ class Cancellation:
     cancel: Literal["cancelled", "requested"]
     stop_within_seconds: float | None = None
     takeover_at: datetime | None = None
+
+
+FOLLOW_REFRESH = timedelta(seconds=1)
+"""A follower marks its run followed at most this often, however often it polls."""
 
 
 def history_cursor(row: HistoryRow) -> str:
@@ -95,6 +99,19 @@ class History(ClientBase):
         if run is None:
             raise NotFound(f"unknown run {run_id}")
         return run
+
+    def run_output(self, run_id: int, *, follow: bool = False) -> RunOutput:
+        """One run's status and output tail (`runs logs`); with `follow`, in the same short
+        transaction a running run is marked followed, so its owner writes its output with
+        its next renewals (ADR 0014)."""
+        with self._tx() as conn:
+            if follow:
+                row = history.follow(conn, run_id, FOLLOW_REFRESH)
+            else:
+                row = history.output(conn, run_id)
+        if row is None:
+            raise NotFound(f"unknown run {run_id}")
+        return row
 
     def show_occurrence(self, occurrence_id: int) -> tuple[Occurrence, list[RunDetail]]:
         """One occurrence and its runs, oldest first."""

@@ -78,3 +78,16 @@ class RunDetail(HistoryRow):
     takeover_at: datetime
     finished_by: str | None
     output_tail: str | None
+
+
+@dataclass(frozen=True)
+class RunOutput(FromRow):
+    """`runs logs`: one run's status, owner, result and output tail (run_output, run_follow)."""
+
+    id: int
+    status: str
+    owner: str
+    output_tail: str | None
+    exit_code: int | None
+    http_status: int | None
+    error: str | None

@@ -1,10 +1,12 @@
-"""Reads run history: runs, and occurrences whose status no run shows (sql/run.sql)."""
+"""Reads run history: runs, occurrences whose status no run shows, and a run's output (the one
+write: a follower's mark, `run.followed_at`) (sql/run.sql)."""
 
+from datetime import timedelta
 from typing import Any
 
 import psycopg
 
-from scheduler_daemon.domain.run import HistoryRow, RunDetail
+from scheduler_daemon.domain.run import HistoryRow, RunDetail, RunOutput
 from scheduler_daemon.domain.status import RunStatus
 from scheduler_daemon.storage import query
 
@@ -43,3 +45,16 @@ def runs_of(conn: psycopg.Connection[Any], occurrence_id: int) -> list[RunDetail
     """The runs of one occurrence, oldest first."""
     rows = query.run(conn, "run_list_for_occurrence", {"occurrence_id": occurrence_id})
     return [RunDetail.from_row(row) for row in rows]
+
+
+def follow(conn: psycopg.Connection[Any], run_id: int, refresh: timedelta) -> RunOutput | None:
+    """`runs logs -f`: the run's status and output tail, marking a running run followed (at
+    most once per `refresh`); None: no such run."""
+    row = query.run(conn, "run_follow", {"id": run_id, "refresh": refresh})
+    return None if row is None else RunOutput.from_row(row)
+
+
+def output(conn: psycopg.Connection[Any], run_id: int) -> RunOutput | None:
+    """`runs logs`: the run's status and output tail; None: no such run."""
+    row = query.run(conn, "run_output", {"id": run_id})
+    return None if row is None else RunOutput.from_row(row)
