@@ -12,6 +12,7 @@ from scheduler_daemon.cli.audit import EXIT_VIOLATIONS
 from scheduler_daemon.cli.base import (
     EXIT_BAD_INPUT,
     EXIT_CONTRACT_BLOCKED,
+    EXIT_RUN_NOT_SUCCESSFUL,
     EXIT_SCHEMA_BEHIND,
     EXIT_SCHEMA_TOO_NEW,
     EXIT_UNAVAILABLE,
@@ -90,6 +91,7 @@ def test_the_table_is_what_the_code_exits_with() -> None:
         EXIT_LEASE_KEEPER_FAILED,
         EXIT_IN_PROCESS_STUCK,
         EXIT_IN_PROCESS_UNTRUSTED,
+        EXIT_RUN_NOT_SUCCESSFUL,
     }
     assert set(_table_codes()) == {0, 130, *codes}
     assert "migrate" in _table_codes()[EXIT_SCHEMA_BEHIND]
