@@ -267,7 +267,10 @@ class LeaseKeeper:
         run = self.held.get(lease.run_id)
         if run is None or run.fenced or run.completing:
             return
-        text = storable_output(run.job.live_output() or "")
+        live = run.job.live_output()
+        if live is None:  # nothing to read (an http job, a spool between two owners of it)
+            return
+        text = storable_output(live)
         if text == run.output_written:
             return
         try:
