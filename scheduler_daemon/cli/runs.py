@@ -98,9 +98,16 @@ def runs_logs(ctx: click.Context, ident: int, follow: bool) -> None:
                 err=True,
             )
         return
-    shown = ""
+    shown, told = "", False
     while True:
-        run = client.run_output(ident, follow=True)
+        run, marked = client.follow_run(ident)
+        if not marked and not told and run.status == "running":
+            told = True
+            click.echo(
+                f"this role may not mark run {ident} followed (UPDATE on run): its output "
+                "shows when it ends; the operator role can follow it as it is written",
+                err=True,
+            )
         text = run.output_tail or ""
         _write(presentation.unseen_output(shown, text))
         shown = text or shown

@@ -100,18 +100,27 @@ class History(ClientBase):
             raise NotFound(f"unknown run {run_id}")
         return run
 
-    def run_output(self, run_id: int, *, follow: bool = False) -> RunOutput:
-        """One run's status and output tail (`runs logs`); with `follow`, in the same short
-        transaction a running run is marked followed, so its owner writes its output with
-        its next renewals (ADR 0014)."""
+    def run_output(self, run_id: int) -> RunOutput:
+        """One run's status and output tail (`runs logs`)."""
         with self._tx() as conn:
-            if follow:
-                row = history.follow(conn, run_id, FOLLOW_REFRESH)
-            else:
-                row = history.output(conn, run_id)
+            row = history.output(conn, run_id)
         if row is None:
             raise NotFound(f"unknown run {run_id}")
         return row
+
+    def follow_run(self, run_id: int) -> tuple[RunOutput, bool]:
+        """`runs logs -f`, one poll: the run's status and output tail, and in the same short
+        transaction a running run marked followed, so its owner writes its output with its next
+        renewals (ADR 0014). The flag says whether this role may mark it: one that may not
+        update `run` (the reader) reads it unmarked, and sees its output when it ends."""
+        try:
+            with self._tx() as conn:
+                row = history.follow(conn, run_id, FOLLOW_REFRESH)
+        except psycopg.errors.InsufficientPrivilege:
+            return self.run_output(run_id), False
+        if row is None:
+            raise NotFound(f"unknown run {run_id}")
+        return row, True
 
     def show_occurrence(self, occurrence_id: int) -> tuple[Occurrence, list[RunDetail]]:
         """One occurrence and its runs, oldest first."""

@@ -107,9 +107,16 @@ def test_a_nul_byte_and_a_long_output_are_written_storable(
 
 
 def test_runs_logs_follow_shows_the_lines_of_a_real_daemons_run_before_it_ends(
-    cli, database_url, spawn
+    cli, database_url, spawn, tmp_path
 ) -> None:
-    script = "for i in 1 2 3 4 5 6; do echo line$i; sleep 0.5; done"
+    """The job prints two lines, then cannot end until the test has read the first from the
+    follower (a file it waits for, 30 s at most): seeing it is seeing it before the run ended.
+    Fails on a build whose output reaches the database only at the end."""
+    seen = tmp_path / "seen"
+    script = (
+        "echo line1; sleep 0.3; echo line2; "
+        f"for i in $(seq 300); do [ -e {seen} ] && break; sleep 0.1; done; echo line3"
+    )
     assert cli("tasks", "add", "talk", "--every", "1h", "--command", script).code == 0
     daemon = spawn(database_url, "follow")
     daemon.instance_id()
@@ -128,13 +135,14 @@ def test_runs_logs_follow_shows_the_lines_of_a_real_daemons_run_before_it_ends(
     )
     assert follower.stdout is not None
     first = follower.stdout.readline()
-    (seen,) = query(database_url, "SELECT status FROM run WHERE id = %s", (run["id"],))
-    assert (first, seen["status"]) == ("line1\n", "running")  # seen before the run ended
-    rest = follower.stdout.read()
-    assert follower.wait(30) == 0, follower.stderr.read() if follower.stderr else ""
-    assert first + rest == "".join(f"line{i}\n" for i in range(1, 7))
+    (status,) = query(database_url, "SELECT status FROM run WHERE id = %s", (run["id"],))
+    assert (first, status["status"]) == ("line1\n", "running")
+    seen.touch()  # now the job may end
+    out = follower.stdout.read()  # through the reader that buffered what followed line1
+    assert follower.wait(60) == 0, follower.stderr.read() if follower.stderr else ""
+    assert first + out == "line1\nline2\nline3\n"  # each line once, in order
     (done,) = query(database_url, "SELECT status, output_tail FROM run WHERE id = %s", (run["id"],))
-    assert done == {"status": "success", "output_tail": first + rest}
+    assert done == {"status": "success", "output_tail": "line1\nline2\nline3\n"}
 
 
 def test_runs_logs_follow_of_a_failed_run_exits_10_and_says_why(cli, database_url, spawn) -> None:

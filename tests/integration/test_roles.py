@@ -7,6 +7,7 @@ everything and writes nothing, neither the daemon nor the operator can change th
 
 import os
 import signal
+import subprocess
 import sys
 import uuid
 from collections.abc import Callable, Iterator
@@ -638,3 +639,45 @@ def test_a_whole_daemon_cycle_runs_as_the_daemon_role_and_its_jobs_cannot_plant_
     assert codes == [0]  # the survivor drained; the other was SIGKILLed
     for process in started:
         assert "permission denied" not in process.log(), process.log()[-6000:]
+
+
+def test_the_reader_follows_a_run_unmarked_and_sees_its_output_when_it_ends(
+    fleet: Fleet, cli
+) -> None:
+    """`runs logs -f` marks a run followed (an UPDATE): the reader may not, so it says so once,
+    marks nothing, and prints the output when the run ends."""
+    operator = fleet.url(fleet.names.operator)
+    assert (
+        cli("tasks", "add", "tail-me", "--every", "1h", "--command", "true", url=operator).code == 0
+    )
+    (run,) = query(
+        fleet.admin_url,
+        "WITH o AS (INSERT INTO occurrence (task_id, occurrence_seq, scheduled_for, trigger, "
+        "overlap, status, not_before, lease_token, attempts) SELECT id, 1, now(), 'manual', "
+        "'forbid', 'running', now(), 1, 1 FROM task WHERE name = 'tail-me' RETURNING id) "
+        "INSERT INTO run (occurrence_id, attempt, owner, lease_token, lease_expires_at, "
+        "takeover_at, status, build_revision) SELECT id, 1, 'someone', 1, now() + '1 h', "
+        "now() + '1 h', 'running', '0024' FROM o RETURNING id, occurrence_id",
+    )
+    follower = subprocess.Popen(
+        [sys.executable, "-m", "scheduler_daemon", "runs", "logs", "-f", str(run["id"])],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "SCHEDULER_DATABASE_URL": fleet.url(fleet.names.reader)},
+    )
+    assert follower.stderr is not None
+    assert follower.stderr.readline().startswith(f"this role may not mark run {run['id']} followed")
+    (row,) = query(fleet.admin_url, "SELECT followed_at FROM run WHERE id = %s", (run["id"],))
+    assert row["followed_at"] is None
+    query(
+        fleet.admin_url,
+        "WITH r AS (UPDATE run SET status = 'success', finished_at = now(), output_tail = "
+        "'done\n' WHERE id = %(run)s RETURNING id) UPDATE occurrence SET status = 'success', "
+        "finished_at = now() WHERE id = %(occurrence)s RETURNING id",
+        {"run": run["id"], "occurrence": run["occurrence_id"]},
+    )
+    assert follower.wait(30) == 0
+    assert follower.stdout is not None
+    # through the readers: the one of stderr may have buffered past the line read above
+    assert (follower.stdout.read(), follower.stderr.read()) == ("done\n", "")
