@@ -69,3 +69,16 @@ def test_runs_list_shows_a_failed_runs_duration_and_short_error(
     text = cli("runs", "list", "--task", "boom").out.splitlines()
     assert text[0].split()[-2:] == ["DURATION_SECONDS", "ERROR_SUMMARY"]
     assert text[1].split()[-4:] == [str(rows[0]["duration_seconds"]), "exit", "code", "3"]
+
+
+def test_runs_logs_of_a_running_run_nobody_follows_prints_nothing_and_says_how_to_follow(
+    cli, client, pool, executors, database_url
+) -> None:
+    run = launched_shell_run(
+        client, pool, executors, database_url, name="quiet", command="echo hi; sleep 30"
+    ).run
+    shown = cli("runs", "logs", str(run.run_id))
+    assert (shown.code, shown.out) == (0, "")
+    assert shown.err.startswith(f"run {run.run_id} is running;")
+    assert f"runs logs -f {run.run_id}" in shown.err
+    assert cli("runs", "logs", str(run.run_id), "--json").json()["output_tail"] is None
