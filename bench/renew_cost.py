@@ -45,7 +45,7 @@ def _seed(url: str, runs: int) -> tuple[list[int], list[int], list[int]]:
         rows = conn.execute(
             "INSERT INTO run (occurrence_id, attempt, owner, lease_token, lease_expires_at, "
             "takeover_at, status, build_revision) SELECT id, 1, 'bench', 1, now() + '1 h', "
-            "now() + '1 h', 'running', '0024' FROM occurrence ORDER BY id "
+            "now() + '1 h', 'running', '0023' FROM occurrence ORDER BY id "
             "RETURNING id, occurrence_id, lease_token"
         ).fetchall()
     return [r[0] for r in rows], [r[1] for r in rows], [r[2] for r in rows]

@@ -657,7 +657,7 @@ def test_the_reader_follows_a_run_unmarked_and_sees_its_output_when_it_ends(
         "'forbid', 'running', now(), 1, 1 FROM task WHERE name = 'tail-me' RETURNING id) "
         "INSERT INTO run (occurrence_id, attempt, owner, lease_token, lease_expires_at, "
         "takeover_at, status, build_revision) SELECT id, 1, 'someone', 1, now() + '1 h', "
-        "now() + '1 h', 'running', '0024' FROM o RETURNING id, occurrence_id",
+        "now() + '1 h', 'running', '0023' FROM o RETURNING id, occurrence_id",
     )
     follower = subprocess.Popen(
         [sys.executable, "-m", "scheduler_daemon", "runs", "logs", "-f", str(run["id"])],
