@@ -8,6 +8,7 @@ from typing import Any
 from zoneinfo import ZoneInfo
 
 from scheduler_daemon.domain.audit import AuditReport, Value
+from scheduler_daemon.domain.health import Report
 from scheduler_daemon.domain.instance import Instance
 from scheduler_daemon.domain.liveness import InstanceState, instance_state, unserved_queue_warning
 from scheduler_daemon.domain.lock_holder import LockHolder
@@ -435,3 +436,40 @@ def inside_lease_fields(row: dict[str, Any]) -> dict[str, Any]:
         "lease_expires_at": iso(row["lease_expires_at"]),
         "takeover_at": iso(row["takeover_from"]),
     }
+
+
+def health_fields(report: Report) -> dict[str, Any]:
+    """A task's health as `tasks health` shows it (docs/cli.md, "Health object")."""
+    counts = report.counts
+    return {
+        "task_id": report.task_id,
+        "name": report.name,
+        "verdict": str(report.health.verdict),
+        "cause": report.health.cause,
+        "window_seconds": report.window.total_seconds(),
+        "expected_firings": report.expected,
+        "owed_firings": report.owed,
+        "owed_exact": report.owed_exact,
+        "ran": counts.ran,
+        "succeeded": counts.succeeded,
+        "failed": counts.failed,
+        "timed_out": counts.timed_out,
+        "interrupted": counts.interrupted,
+        "cancelled": counts.cancelled,
+        "active": counts.active,
+        "skipped": counts.skipped,
+        "expired": counts.expired,
+        "last_success_at": iso(counts.last_success_at),
+        "last_failure_at": iso(counts.last_failure_at),
+        "sampled_runs": report.runs,
+        "outlasting_runs": report.outlasting,
+        "queue_wait_p50_seconds": _rounded(report.wait_p50),
+        "queue_wait_p99_seconds": _rounded(report.wait_p99),
+        "run_time_p50_seconds": _rounded(report.run_p50),
+        "run_time_p99_seconds": _rounded(report.run_p99),
+        "next_run_at": iso(report.next_run_at),
+    }
+
+
+def _rounded(value: float | None) -> float | None:
+    return None if value is None else round(value, 3)

@@ -13,6 +13,7 @@ from scheduler_daemon.cli import (  # noqa: F401 - registers the commands
     audit,
     backfill,
     fleet,
+    health,
     retention,
     roles,
     runs,

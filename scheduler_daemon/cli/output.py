@@ -50,6 +50,17 @@ TASK_COLUMNS = (
     "next_run_at",
     "last_status",
 )
+HEALTH_COLUMNS = (
+    "name",
+    "verdict",
+    "expected_firings",
+    "ran",
+    "failed",
+    "timed_out",
+    "run_time_p99_seconds",
+    "next_run_at",
+    "cause",
+)
 INSTANCE_COLUMNS = (
     "id",
     "state",

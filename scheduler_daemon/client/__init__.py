@@ -9,6 +9,7 @@ task row first. `add_tasks` and `trigger(count=N)` do many rows in one transacti
 from scheduler_daemon.client.base import ALL_PAGE_SIZE, PAGE_SIZE, Page
 from scheduler_daemon.client.definition import TaskDefinition
 from scheduler_daemon.client.fleet import Fleet
+from scheduler_daemon.client.health import Health
 from scheduler_daemon.client.history import Cancellation, History, history_cursor
 from scheduler_daemon.client.trigger import MAX_TRIGGER_COUNT, TriggerBatch, Triggering
 
@@ -24,7 +25,7 @@ __all__ = [
 ]
 
 
-class Client(TaskDefinition, Triggering, History, Fleet):
+class Client(TaskDefinition, Triggering, History, Fleet, Health):
     """Task management against one database. `database_url=None` resolves it from the settings
     (SCHEDULER_DATABASE_URL, else the embedded server). One connection, reused by every call and
     shared by threads in turn; safe to keep across `fork` (the child opens its own) and through
@@ -32,4 +33,4 @@ class Client(TaskDefinition, Triggering, History, Fleet):
 
     Its parts, one job each: task definitions (client/definition.py), runs on demand
     (client/trigger.py), history and cancel (client/history.py), the fleet (client/fleet.py),
-    over the connection they share (client/base.py)."""
+    health over a window (client/health.py), over the connection they share (client/base.py)."""
