@@ -1,7 +1,7 @@
 -- name: health_signals :many
 -- What each live task's verdict is decided from (`tasks health`; domain/health.py), every task
 -- or the one `id`, in the byte order of names: its row; its skipped and expired occurrences
--- scheduled in the window (now - window, now], grouped, through occurrence_task_lost_idx; its
+-- scheduled in the window (now - window, now], grouped (occurrence_task_window_idx); its
 -- queued occurrences past their start deadline (occurrence_task_active_idx, the reconciler's
 -- rule); the statuses of its newest `attempts` finished runs, newest first, from its newest
 -- `scan` outcomes (occurrence_task_outcome_idx backwards). Bounded per task by its lost rows of
@@ -10,7 +10,7 @@ WITH clock AS (SELECT coalesce(%(now)s::timestamptz, now()) AS now)
 SELECT t.id, t.name, t.paused, t.parked_at, t.park_error, t.status, t.misfire, t.next_run_at,
     CASE WHEN t.misfire_grace > interval '36525 days' THEN interval '36525 days'
          ELSE t.misfire_grace END AS misfire_grace,
-    clock.now, coalesce(lost.groups, '[]'::jsonb) AS lost,
+    clock.now, lost.groups AS lost,
     coalesce(deadline.n, 0) AS queued_past_deadline,
     coalesce(recent.statuses, ARRAY[]::text[]) AS recent_attempts
 FROM clock CROSS JOIN task t
@@ -33,6 +33,8 @@ LEFT JOIN LATERAL (
                       + least(t.start_deadline, interval '36525 days')
 ) deadline ON true
 LEFT JOIN LATERAL (
+    -- No ORDER BY above the join: a nested loop over the newest outcomes, in order, stops at
+    -- the `attempts`-th run (a sort would read all `scan`); the aggregate orders what it got.
     SELECT array_agg(a.status ORDER BY a.seq DESC, a.run_id DESC) AS statuses
     FROM (SELECT o.occurrence_seq AS seq, r.id AS run_id, r.status
           FROM (SELECT id, occurrence_seq FROM occurrence
@@ -42,7 +44,7 @@ LEFT JOIN LATERAL (
               SELECT r.id, r.status FROM run r
               WHERE r.occurrence_id = o.id AND r.status <> 'running'
               ORDER BY r.id DESC LIMIT %(attempts)s) r
-          ORDER BY o.occurrence_seq DESC, r.id DESC LIMIT %(attempts)s) a
+          LIMIT %(attempts)s) a
 ) recent ON true
 WHERE t.deleted_at IS NULL AND (%(id)s::bigint IS NULL OR t.id = %(id)s::bigint)
 ORDER BY t.name COLLATE "C"

@@ -736,8 +736,6 @@ CREATE UNIQUE INDEX occurrence_task_backfill_key ON public.occurrence USING btre
 
 CREATE INDEX occurrence_task_history_idx ON public.occurrence USING btree (task_id, id);
 
-CREATE INDEX occurrence_task_lost_idx ON public.occurrence USING btree (task_id, scheduled_for) INCLUDE (reason, overlap, firing_count) WHERE (status = ANY (ARRAY['skipped'::text, 'expired'::text]));
-
 CREATE INDEX occurrence_task_outcome_idx ON public.occurrence USING btree (task_id, occurrence_seq) WHERE ((finished_at IS NOT NULL) AND (status <> 'skipped'::text));
 
 CREATE UNIQUE INDEX occurrence_task_scheduled_for_key ON public.occurrence USING btree (task_id, scheduled_for) WHERE (trigger = 'schedule'::text);

@@ -1,23 +1,22 @@
-"""Expand: two indexes for `tasks health`: a task's occurrences of a window, read from the index
-alone, and its skipped and expired ones apart.
+"""Expand: an index for `tasks health`: a task's occurrences of a window, read from the index
+alone.
 
 Revision ID: 0024
 Revises: 0023
 Create Date: 2026-12-07
 
 `tasks health` (issue 34 item 1, ADR 0012) counts a task's occurrences scheduled in a window by
-trigger, status, reason and overlap, and finds its lost firings among the whole fleet's:
+trigger, status, reason and overlap, and every task's skipped and expired ones for its verdict:
 
 - `occurrence_task_window_idx`: (task_id, scheduled_for) INCLUDE (trigger, status, reason,
   overlap, firing_count, finished_at): a window of one task is one index range, read without the
   table (an index-only scan: what the visibility map allows), so a per-second task's day is
   86,400 index entries, not 86,400 heap rows.
-- `occurrence_task_lost_idx`: (task_id, scheduled_for) INCLUDE (reason, overlap, firing_count)
-  WHERE status IN ('skipped', 'expired'): every task's verdict needs its lost firings of the
-  window, and a healthy task has none, so the fleet's verdicts read only those rows.
 
-Both are built CONCURRENTLY (the occurrence table is the big one); old builds never read them.
-The downgrade drops them.
+A partial index of the skipped and expired rows alone was tried for the fleet's verdicts and
+left out: the planner chose this one anyway, and a task's descent costs the same few pages in
+either (ADR 0012). Built CONCURRENTLY (the occurrence table is the big one); old builds never
+read it. The downgrade drops it.
 """
 
 from alembic import op
@@ -31,8 +30,6 @@ phase = "expand"
 INDEXES = {
     "occurrence_task_window_idx": "occurrence (task_id, scheduled_for)"
     " INCLUDE (trigger, status, reason, overlap, firing_count, finished_at)",
-    "occurrence_task_lost_idx": "occurrence (task_id, scheduled_for)"
-    " INCLUDE (reason, overlap, firing_count) WHERE status IN ('skipped', 'expired')",
 }
 
 

@@ -69,7 +69,7 @@ def signals(
                 misfire=row["misfire"],
                 misfire_grace=row["misfire_grace"],
                 next_run_at=row["next_run_at"],
-                lost=tuple(Group.from_json(g, datetime.fromisoformat) for g in row["lost"]),
+                lost=tuple(Group.from_json(g, datetime.fromisoformat) for g in row["lost"] or ()),
                 queued_past_deadline=row["queued_past_deadline"],
                 recent_attempts=tuple(row["recent_attempts"]),
                 failing_after=attempts,
