@@ -4,7 +4,7 @@ page at a time, unhealthy first; the verdicts are domain/health.py's rules."""
 from datetime import datetime, timedelta
 
 from scheduler_daemon.client.base import PAGE_SIZE, ClientBase, Page, check_limit, task_ref
-from scheduler_daemon.domain import argument, health
+from scheduler_daemon.domain import argument, health, limit
 from scheduler_daemon.domain.argument import InvalidArgument
 from scheduler_daemon.domain.duration import format_duration
 from scheduler_daemon.domain.schedule.base import ScheduleError
@@ -83,6 +83,8 @@ def _check(window: timedelta, attempts: int) -> None:
     if window <= timedelta(0):
         raise InvalidArgument("--window must be positive")
     argument.at_least_one(attempts, "--failing-after")
+    if attempts > limit.MAX_FAILING_AFTER:
+        raise InvalidArgument(f"--failing-after must be at most {limit.MAX_FAILING_AFTER}")
 
 
 def _report(

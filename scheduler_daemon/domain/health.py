@@ -12,6 +12,7 @@ from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any
 
+from scheduler_daemon.domain import limit
 from scheduler_daemon.domain.schedule.base import Schedule
 from scheduler_daemon.domain.status import (
     MisfirePolicy,
@@ -23,14 +24,13 @@ from scheduler_daemon.domain.status import (
 
 FAILING_ATTEMPTS = 3
 """`failing`: this many newest finished attempts all failed or timed out."""
-ATTEMPT_SCAN = 100
+ATTEMPT_SCAN = limit.MAX_FAILING_AFTER
 """The newest finished occurrences read to find those attempts (expired and cancelled ones
 before a launch have none); a task with more in a row is `losing firings` first anyway."""
 RUN_SAMPLE = 500
 """Queue wait, run time and runs that outlast the interval are read from the runs of the newest
 this many firings of the window."""
-MAX_WINDOW = timedelta(days=31)
-"""`--window` at most: a window walks its firings' index entries."""
+MAX_WINDOW = limit.MAX_HEALTH_WINDOW
 OWED_CAP = 100_000
 _MICROSECOND = timedelta(microseconds=1)
 """Owed firings of a cron task are counted one by one up to this many (domain/misfire.py)."""

@@ -25,6 +25,8 @@ MAX_SOURCE_LENGTH = 4_096  # a `tasks apply --source` (a file's absolute path by
 MAX_PAYLOAD_BYTES = 64 * 1024  # the target and headers, as JSON
 MAX_NEXT_COUNT = 10_000  # `tasks next -n`
 MAX_TRIGGER_COUNT = 100_000  # `tasks trigger --count`
+MAX_HEALTH_WINDOW = timedelta(days=31)  # `tasks health --window`: a window walks its index range
+MAX_FAILING_AFTER = 100  # `tasks health --failing-after`: the newest outcomes read for it
 MAX_TASK_FILE_BYTES = 10 * 1024 * 1024
 MAX_TASK_FILE_DEPTH = 100  # nested tables and arrays in a task file
 

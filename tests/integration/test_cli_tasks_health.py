@@ -210,6 +210,7 @@ def test_the_fleet_is_paged_unhealthy_first_with_a_cursor(cli, db) -> None:
         (("--window", "soon"), "error: Invalid value for '--window': invalid duration 'soon'"),
         (("--after", "late-ones"), "error: --after 'late-ones' is not a cursor"),
         (("--failing-after", "0"), "error: --failing-after must be at least 1"),
+        (("--failing-after", "101"), "error: --failing-after must be at most 100"),
     ],
 )
 def test_bad_input_is_one_line_exit_2_and_writes_nothing(cli, counts, args, message) -> None:

@@ -43,7 +43,9 @@ def test_the_docs_table_of_limits_states_the_constants() -> None:
     file = table["a task file"]
     assert file.startswith(f"at most {limit.MAX_TASK_FILE_BYTES // 2**20} MiB")
     assert f"at most {limit.MAX_TASK_FILE_DEPTH} tables" in file
-    assert len(table) == 11  # a new bound gets a row, and a check here
+    assert table["`tasks health --window`"] == f"at most {limit.MAX_HEALTH_WINDOW.days} days"
+    assert table["`tasks health --failing-after`"] == f"1 to {limit.MAX_FAILING_AFTER}"
+    assert len(table) == 13  # a new bound gets a row, and a check here
 
 
 @pytest.mark.parametrize(
