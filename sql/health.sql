@@ -1,12 +1,26 @@
 -- name: health_signals :many
 -- What each live task's verdict is decided from (`tasks health`; domain/health.py), every task
 -- or the one `id`, in the byte order of names: its row; its skipped and expired occurrences
--- scheduled in the window (now - window, now], grouped (occurrence_task_window_idx); its
+-- scheduled in the window (now - window, now], grouped: the fleet's in one range of
+-- occurrence_task_lost_idx (the window's lost rows only, whatever the number of tasks); its
 -- queued occurrences past their start deadline (occurrence_task_active_idx, the reconciler's
 -- rule); the statuses of its newest `attempts` finished runs, newest first, from its newest
--- `scan` outcomes (occurrence_task_outcome_idx backwards). Bounded per task by its lost rows of
--- the window, its active rows, and `scan`.
-WITH clock AS (SELECT coalesce(%(now)s::timestamptz, now()) AS now)
+-- `scan` outcomes (occurrence_task_outcome_idx backwards). Bounded per task by its active rows
+-- and `attempts` runs, and for the fleet by the window's lost rows.
+WITH clock AS (SELECT coalesce(%(now)s::timestamptz, now()) AS now),
+lost AS (
+    SELECT g.task_id, jsonb_agg(jsonb_build_object('status', g.status, 'reason', g.reason,
+        'overlap', g.overlap, 'rows', g.n, 'firings', g.firings)) AS groups
+    FROM (SELECT o.task_id, o.status, o.reason, o.overlap, count(*) AS n,
+              sum(o.firing_count) AS firings
+          FROM clock, occurrence o
+          WHERE o.status IN ('skipped', 'expired')
+            AND o.scheduled_for > clock.now - %(window)s::interval
+            AND o.scheduled_for <= clock.now
+            AND (%(id)s::bigint IS NULL OR o.task_id = %(id)s::bigint)
+          GROUP BY o.task_id, o.status, o.reason, o.overlap) g
+    GROUP BY g.task_id
+)
 SELECT t.id, t.name, t.paused, t.parked_at, t.park_error, t.status, t.misfire, t.next_run_at,
     CASE WHEN t.misfire_grace > interval '36525 days' THEN interval '36525 days'
          ELSE t.misfire_grace END AS misfire_grace,
@@ -14,16 +28,7 @@ SELECT t.id, t.name, t.paused, t.parked_at, t.park_error, t.status, t.misfire, t
     coalesce(deadline.n, 0) AS queued_past_deadline,
     coalesce(recent.statuses, ARRAY[]::text[]) AS recent_attempts
 FROM clock CROSS JOIN task t
-LEFT JOIN LATERAL (
-    SELECT jsonb_agg(jsonb_build_object('status', g.status, 'reason', g.reason,
-        'overlap', g.overlap, 'rows', g.n, 'firings', g.firings)) AS groups
-    FROM (SELECT o.status, o.reason, o.overlap, count(*) AS n, sum(o.firing_count) AS firings
-          FROM occurrence o
-          WHERE o.task_id = t.id AND o.status IN ('skipped', 'expired')
-            AND o.scheduled_for > clock.now - %(window)s::interval
-            AND o.scheduled_for <= clock.now
-          GROUP BY o.status, o.reason, o.overlap) g
-) lost ON true
+LEFT JOIN lost ON lost.task_id = t.id
 LEFT JOIN LATERAL (
     SELECT count(*) AS n FROM occurrence o
     WHERE o.task_id = t.id AND o.status IN ('queued', 'launching', 'running')

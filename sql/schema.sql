@@ -724,6 +724,8 @@ CREATE INDEX occurrence_key_active_idx ON public.occurrence USING btree (concurr
 
 CREATE UNIQUE INDEX occurrence_key_executing_key ON public.occurrence USING btree (concurrency_key) WHERE ((concurrency_key IS NOT NULL) AND (status = ANY (ARRAY['launching'::text, 'running'::text])));
 
+CREATE INDEX occurrence_lost_idx ON public.occurrence USING btree (scheduled_for, task_id) INCLUDE (status, reason, overlap, firing_count) WHERE (status = ANY (ARRAY['skipped'::text, 'expired'::text]));
+
 CREATE INDEX occurrence_own_row_idx ON public.occurrence USING btree (id) WHERE (status = ANY (ARRAY['queued'::text, 'launching'::text, 'skipped'::text, 'expired'::text, 'cancelled'::text]));
 
 CREATE UNIQUE INDEX occurrence_queue_executing_key ON public.occurrence USING btree (task_id) WHERE ((overlap = 'queue'::text) AND (status = ANY (ARRAY['launching'::text, 'running'::text])));

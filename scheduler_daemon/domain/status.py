@@ -34,7 +34,8 @@ NOT_STARTED = (OccurrenceStatus.QUEUED, OccurrenceStatus.LAUNCHING)
 FINISHED = tuple(s for s in OccurrenceStatus if s not in ACTIVE)
 # Final with a `reason` saying why (occurrence_reason_check).
 NEEDS_REASON = (OccurrenceStatus.SKIPPED, OccurrenceStatus.EXPIRED, OccurrenceStatus.CANCELLED)
-# A firing lost without a job: the per-task lost-firings gauge counts these (by LostReason).
+# A firing lost without a job: the per-task lost-firings gauge counts these (by LostReason);
+# `tasks health` reads them through occurrence_lost_idx.
 LOST = (OccurrenceStatus.SKIPPED, OccurrenceStatus.EXPIRED)
 # A job's failed outcome: the per-task gauge counts these since the task's last success.
 FAILED_OUTCOMES = (OccurrenceStatus.FAILED, OccurrenceStatus.TIMEOUT, OccurrenceStatus.INTERRUPTED)

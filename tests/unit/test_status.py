@@ -66,6 +66,7 @@ INDEXES = {
     "occurrence_queue_executing_key": EXECUTING,
     "occurrence_executing_idx": EXECUTING,
     "occurrence_own_row_idx": OWN_HISTORY_ROW,
+    "occurrence_lost_idx": LOST,
 }
 NAMED_SETS = {
     "ACTIVE": ACTIVE,
