@@ -44,6 +44,7 @@ MISFIRE_REASONS = {
     MisfirePolicy.RUN_ALL: frozenset({"catchup_window", "catchup_limit"}),
 }
 FAILED = frozenset({OccurrenceStatus.FAILED, OccurrenceStatus.TIMEOUT})
+_FAILED_TEXT = frozenset(str(s) for s in FAILED)  # plain strings: judged 10,000 times a page
 
 
 class Verdict(StrEnum):
@@ -131,13 +132,15 @@ def failing(s: Signals) -> str | None:
     """The newest N (`failing_after`) finished attempts all failed or timed out."""
     attempts = s.failing_after
     recent = s.recent_attempts[:attempts]
-    if len(recent) < attempts or any(status not in FAILED for status in recent):
+    if len(recent) < attempts or not _FAILED_TEXT.issuperset(recent):
         return None
     return f"the last {attempts} attempts failed or timed out"
 
 
 def losing_firings(s: Signals) -> str | None:
     """An expired firing in the window, or a skip whose reason is not the task's own policy."""
+    if not s.lost:
+        return None
     expired = sum(g.firings for g in s.lost if g.status == OccurrenceStatus.EXPIRED)
     lost: dict[str, int] = {}
     for g in s.lost:
