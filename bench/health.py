@@ -155,6 +155,7 @@ def _time(url: str) -> None:
         "tasks health, the second page": lambda: client.health_page(after=first.after),
     }
     with psycopg.connect(url, prepare_threshold=None) as conn:
+        query.run(conn, "health_jit_off")  # as the Client runs them: the transaction stays open
         signals = {
             "now": None,
             "window": DAY,

@@ -1,3 +1,9 @@
+-- name: health_jit_off :one
+-- JIT off for the rest of the transaction (SET LOCAL semantics: fine through PgBouncer): the
+-- health reads' plans cost past jit_above_cost at 10,000 tasks, and compiling them took 1.5 s of
+-- a 1.8 s statement (EXPLAIN ANALYZE on bench/health.py's database) for a few ms of execution.
+SELECT set_config('jit', 'off', true)
+
 -- name: health_signals :many
 -- What each live task's verdict is decided from (`tasks health`; domain/health.py), every task
 -- or the one `id`, in the byte order of names: its row; its skipped and expired occurrences
@@ -5,7 +11,8 @@
 -- occurrence_task_lost_idx (the window's lost rows only, whatever the number of tasks); its
 -- queued occurrences past their start deadline (occurrence_task_active_idx, the reconciler's
 -- rule); the statuses of its newest `attempts` finished runs, newest first, from its newest
--- `scan` outcomes (occurrence_task_outcome_idx backwards). Bounded per task by its active rows
+-- `scan` outcomes (occurrence_task_outcome_idx backwards), read only when its newest outcome
+-- is not a success. Bounded per task by its active rows
 -- and `attempts` runs, and for the fleet by the window's lost rows.
 WITH clock AS (SELECT coalesce(%(now)s::timestamptz, now()) AS now),
 lost AS (
@@ -38,12 +45,20 @@ LEFT JOIN LATERAL (
                       + least(t.start_deadline, interval '36525 days')
 ) deadline ON true
 LEFT JOIN LATERAL (
-    -- No ORDER BY above the join: a nested loop over the newest outcomes, in order, stops at
-    -- the `attempts`-th run (a sort would read all `scan`); the aggregate orders what it got.
+    SELECT status FROM occurrence
+    WHERE task_id = t.id AND finished_at IS NOT NULL AND status <> 'skipped'
+    ORDER BY occurrence_seq DESC LIMIT 1
+) newest ON true
+LEFT JOIN LATERAL (
+    -- None when the newest outcome succeeded: its last run did, so no streak of failures ends
+    -- the history (most tasks: no run is read). No ORDER BY above the join: a nested loop over
+    -- the newest outcomes, in order, stops at the `attempts`-th run (a sort would read all
+    -- `scan`); the aggregate orders what it got.
     SELECT array_agg(a.status ORDER BY a.seq DESC, a.run_id DESC) AS statuses
     FROM (SELECT o.occurrence_seq AS seq, r.id AS run_id, r.status
           FROM (SELECT id, occurrence_seq FROM occurrence
                 WHERE task_id = t.id AND finished_at IS NOT NULL AND status <> 'skipped'
+                  AND newest.status <> 'success'
                 ORDER BY occurrence_seq DESC LIMIT %(scan)s) o
           CROSS JOIN LATERAL (
               SELECT r.id, r.status FROM run r

@@ -44,7 +44,9 @@ def signals(
     attempts: int,
     now: datetime | None = None,
 ) -> list[TaskSignals]:
-    """Every live task's signals (or the task `task_id`'s), in the byte order of names."""
+    """Every live task's signals (or the task `task_id`'s), in the byte order of names. JIT is
+    off for the rest of the transaction (sql/health.sql says why)."""
+    query.run(conn, "health_jit_off")
     rows = query.run(
         conn,
         "health_signals",
@@ -86,7 +88,7 @@ def windows(
     *,
     now: datetime | None = None,
 ) -> dict[int, Window]:
-    """The window's figures of the tasks `task_ids`, by id."""
+    """The window's figures of the tasks `task_ids`, by id (after `signals`, JIT off)."""
     rows = query.run(
         conn,
         "health_window",

@@ -48,7 +48,8 @@ def fleet(database_url: str) -> str:
         SELECT t, k, s, 'schedule', 'forbid', st,
                CASE st WHEN 'skipped' THEN 'overlap' WHEN 'expired' THEN 'start_deadline' END,
                s, s + interval '1 second'
-        FROM (SELECT t, k, s, CASE WHEN k %% 97 = 0 THEN 'skipped'
+        FROM (SELECT t, k, s, CASE WHEN t %% 3 = 0 AND k > %(per)s - 4 THEN 'failed'
+                                   WHEN k %% 97 = 0 THEN 'skipped'
                                    WHEN k %% 501 = 0 THEN 'expired'
                                    WHEN k %% 7 = 0 THEN 'failed' ELSE 'success' END AS st
               FROM (SELECT 1 AS t, k, now() - (%(sec)s + 1 - k) * interval '1 second' AS s
@@ -124,10 +125,19 @@ def test_every_tasks_verdict_reads_a_few_index_entries_per_task(fleet) -> None:
     plan = _explain(fleet, "health_signals", params)
     assert "Seq Scan on occurrence" not in plan, plan
     assert "Seq Scan on run" not in plan, plan
-    assert "Sort" not in plan.split("occurrence_task_outcome_idx")[0].rsplit("Aggregate", 1)[1]
-    outcomes = r"Index Scan Backward using occurrence_task_outcome_idx on occurrence"
-    rows, loops = _loops(plan, outcomes)
-    assert loops == TASKS, plan
-    assert rows <= health.FAILING_ATTEMPTS + 1, plan  # not ATTEMPT_SCAN
+    assert not re.search(r"Sort Key: .*r\.id DESC", plan), plan  # a sort above the join
+    outcomes = re.findall(
+        r"occurrence_task_outcome_idx on occurrence(?: \w+)? \(actual rows=([\d.]+) loops=(\d+)\)",
+        plan,
+    )
+    assert len(outcomes) == 2, plan  # the newest outcome, then the streak behind it
+    assert int(outcomes[0][1]) == TASKS, plan
+    assert all(float(rows) <= health.FAILING_ATTEMPTS + 1 for rows, _ in outcomes), plan
+    # Runs are read only behind a newest outcome that is not a success: a third of the tasks
+    # (t % 3 = 0) end in four failures, so three runs each, and the join stops there.
+    assert _loops(plan, r"Index Scan Backward using run_occurrence_idx on run r") == (
+        1,
+        TASKS // 3 * health.FAILING_ATTEMPTS,
+    ), plan
     lost = r"Index Only Scan using occurrence_lost_idx on occurrence o"
     assert _loops(plan, lost)[1] == 1, plan  # the fleet's lost rows of the window, once
