@@ -1,4 +1,4 @@
-"""EXPLAIN guard for `tasks health` (revision 0023): one task's window is one index-only range
+"""EXPLAIN guard for `tasks health` (revision 0024): one task's window is one index-only range
 of occurrence_task_window_idx and at most 500 firings' runs; the fleet's lost rows of the window
 are one range of occurrence_lost_idx, and every task's verdict reads a few index entries more
 (its active rows, its newest attempts: the join stops at the N-th run), never a scan of
