@@ -342,8 +342,9 @@ ORDER BY task
 
 -- name: task_lost_firings :many
 -- The firings each label value's tasks lost, by reason, as far as the history kept reaches
--- (pruning lowers it): skipped and expired occurrences (occurrence_own_row_idx), a summary row
--- counting its firings; counted per task before the join (a hash aggregate, no sort).
+-- (pruning lowers it): skipped and expired occurrences (occurrence_lost_idx since 0024, else
+-- occurrence_own_row_idx), a summary row counting its firings; counted per task before the
+-- join (a hash aggregate, no sort).
 WITH live AS MATERIALIZED ({{task_metrics_live}}),
 lost AS (
     SELECT o.task_id, o.reason, sum(o.firing_count) AS firings

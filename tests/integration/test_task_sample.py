@@ -149,7 +149,9 @@ def test_a_limit_of_zero_folds_every_task(db, pool) -> None:
             "task_metrics_sample",
             ("occurrence_task_outcome_idx", "occurrence_task_scheduled_for_key"),
         ),
-        ("task_lost_firings", ("occurrence_own_row_idx",)),
+        # Either partial index holds the skipped and expired rows; occurrence_lost_idx (revision
+        # 0024, `tasks health`) holds only those.
+        ("task_lost_firings", ("occurrence_lost_idx|occurrence_own_row_idx",)),
     ],
 )
 def test_the_sample_reads_each_task_through_its_indexes(database_url, name, indexes) -> None:
@@ -157,5 +159,5 @@ def test_the_sample_reads_each_task_through_its_indexes(database_url, name, inde
     # figures in docs/performance.md depend on it).
     _seed(database_url)
     plan = _plan(database_url, name, {"task_limit": 500, "other": OTHER_TASK})
-    assert all(index in plan for index in indexes), plan
+    assert all(any(i in plan for i in index.split("|")) for index in indexes), plan
     assert "Seq Scan on occurrence" not in plan, plan
