@@ -183,9 +183,12 @@ def wait_until(
         time.sleep(poll)
 
 
-def noop_task(url: str, name: str = "noop", *, budget: int = 100_000) -> None:
+def noop_task(
+    url: str, name: str = "noop", *, budget: int = 100_000, in_process: bool = False
+) -> None:
     """One paused `allow` python-executor task running bench.noop:record (paused: no schedule
-    fires; manual triggers still run), and a fleet budget that does not limit the benchmark."""
+    fires; manual triggers still run), in a worker process or `in_process`, and a fleet budget
+    that does not limit the benchmark."""
     from datetime import timedelta
 
     from scheduler_daemon.client import Client
@@ -201,6 +204,7 @@ def noop_task(url: str, name: str = "noop", *, budget: int = 100_000) -> None:
                 every=timedelta(days=365),
                 overlap="allow",
                 paused=True,
+                in_process=in_process,
             )
         )
 

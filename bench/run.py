@@ -17,7 +17,10 @@ Sections (each in databases of its own, dropped afterwards):
   i  a and b with the same cap on the jobs in flight per worker: our --concurrency 2 x batch, and
      PgQueuer's max_concurrent_tasks 2 x batch (the least it accepts: it refuses a cap below
      twice its batch, so b's PgQueuer, uncapped, has no equal at our --concurrency 10)
-  (f, transactions and round trips per occurrence, is printed with a and b)
+  j  a with the task in-process (`--in-process`: no worker process, the function called on a
+     daemon thread), 1 and 3 daemons at --concurrency, beside b's PgQueuer (issue 33)
+  (f, transactions and round trips per occurrence, is printed with a and b; with j, d also
+  measures the start lag of in-process one-shot tasks)
 """
 
 import argparse
@@ -49,7 +52,7 @@ SIZES = {
     "bulk": (100_000, 20_000),
     "calls": (500, 200),
 }
-ALL = "abcdeghi"
+ALL = "abcdeghij"
 
 
 def main() -> None:
@@ -129,6 +132,9 @@ def run_sections(
                 report(f"{key}_{w}", {"jobs_s": rate})
     if "d" in only:
         report("lag_ours", sections.ours_lag(server, 50, size["lag_seconds"], size["burst"]))
+        if "j" in only:
+            lag = sections.ours_lag(server, 50, size["lag_seconds"], size["burst"], True)
+            report("lag_ours_inproc", lag)
         report("lag_pgqueuer", sections.pgq_lag(server, 50, size["lag_seconds"], size["burst"]))
     if "e" in only:
         report("takeover", sections.takeover(server, size["kills"], 1.7 if not args.quick else 1.0))
@@ -156,6 +162,8 @@ def _throughput_sections(
         plan: list[tuple[str, Callable[..., dict[str, float]], tuple[Any, ...]]] = []
         if "a" in only:
             plan.append((f"ours_{w}", sections.ours_throughput, (args.concurrency,)))
+        if "j" in only:
+            plan.append((f"ours_inproc_{w}", sections.ours_throughput, (args.concurrency, True)))
         if "b" in only:
             plan.append((f"pgqueuer_{w}", sections.pgq_throughput, (args.batch,)))
         if "i" in only:
@@ -198,15 +206,16 @@ def summary(f: dict[str, Any], size: dict[str, Any]) -> str:
                     f"| {label} per job, {w} worker(s) | {_n(ours, 2)} | {_n(pgq, 2)} | "
                     f"3 | {_ratio(ours, pgq)} | |"
                 )
-    for phase, label in (("steady", "50 firings/s"), ("burst", f"{size['burst']} due in 1 s")):
-        ours = f.get("lag_ours", {}).get(phase, {})
-        pgq = f.get("lag_pgqueuer", {}).get(phase, {})
-        for p in ("p50", "p99", "max"):
-            if ours.get(p) is not None or pgq.get(p) is not None:
-                lines.append(
-                    f"| start lag {label} {p} (ms) | {_n(ours.get(p), 1)} | {_n(pgq.get(p), 1)} "
-                    f"| | {_ratio(ours.get(p), pgq.get(p))} | |"
-                )
+    for key, kind in (("lag_ours", ""), ("lag_ours_inproc", ", in-process")):
+        for phase, label in (("steady", "50 firings/s"), ("burst", f"{size['burst']} due in 1 s")):
+            ours = f.get(key, {}).get(phase, {})
+            pgq = f.get("lag_pgqueuer", {}).get(phase, {})
+            for p in ("p50", "p99", "max"):
+                if ours.get(p) is not None:
+                    lines.append(
+                        f"| start lag {label}{kind} {p} (ms) | {_n(ours.get(p), 1)} | "
+                        f"{_n(pgq.get(p), 1)} | | {_ratio(ours.get(p), pgq.get(p))} | |"
+                    )
     if "takeover" in f:
         t = f["takeover"]
         lines.append(
@@ -256,6 +265,13 @@ def _throughput_rows(get: Callable[[str, str], float | None], size: dict[str, An
             f"{_n(pgq)} | {_n(pgb)} / {_n(batch)} | {_ratio(ours, pgq)} | "
             f"{_ratio(ours, pgb)} / {_ratio(ours, batch)} |"
         )
+    for w in (1, 3):
+        ours, pgq = get(f"ours_inproc_{w}", "jobs_s"), get(f"pgqueuer_{w}", "jobs_s")
+        if ours is not None:
+            lines.append(
+                f"| jobs/s, {w} worker(s), our task in-process | {_n(ours)} | {_n(pgq)} | | "
+                f"{_ratio(ours, pgq)} | |"
+            )
     for w in (1, 3):
         ours, pgq = get(f"ours_capped_{w}", "jobs_s"), get(f"pgqueuer_capped_{w}", "jobs_s")
         if ours is not None or pgq is not None:

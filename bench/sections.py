@@ -28,13 +28,15 @@ from bench.harness import (
 
 
 # -- (a) our daemon: throughput, transactions and round trips per occurrence -----------------------
-def ours_throughput(server: str, jobs: int, workers: int, concurrency: int) -> dict[str, float]:
+def ours_throughput(
+    server: str, jobs: int, workers: int, concurrency: int, in_process: bool = False
+) -> dict[str, float]:
     from scheduler_daemon.client import Client
 
     url = fresh_database(server, "sd_bench_ours")
     work = Workdir()
     try:
-        noop_task(url)
+        noop_task(url, in_process=in_process)
         with Client(url) as client:
             for start in range(0, jobs, 100_000):
                 client.trigger("noop", requested_by="bench", count=min(100_000, jobs - start))
@@ -165,7 +167,9 @@ def _lag_summary(values: list[float]) -> dict[str, float]:
     }
 
 
-def ours_lag(server: str, rate: int, seconds: float, burst: int) -> dict[str, Any]:
+def ours_lag(
+    server: str, rate: int, seconds: float, burst: int, in_process: bool = False
+) -> dict[str, Any]:
     from scheduler_daemon.client import Client
     from scheduler_daemon.domain.task import TaskSpec
 
@@ -173,7 +177,7 @@ def ours_lag(server: str, rate: int, seconds: float, burst: int) -> dict[str, An
     work = Workdir()
     steady = int(rate * seconds)
     try:
-        noop_task(url)
+        noop_task(url, in_process=in_process)
         with processes() as procs, Client(url) as client:
             for i in range(3):
                 procs.daemon(url, work, f"lag-{i}", "--concurrency", "10")
@@ -182,7 +186,13 @@ def ours_lag(server: str, rate: int, seconds: float, burst: int) -> dict[str, An
             wait_until(lambda: noop.count(work.record) >= 60, 60, "the warm-up jobs")
 
             def one_shot(name: str, at: datetime) -> TaskSpec:
-                return TaskSpec(name=name, executor="python", target="bench.noop:record", at=at)
+                return TaskSpec(
+                    name=name,
+                    executor="python",
+                    target="bench.noop:record",
+                    at=at,
+                    in_process=in_process,
+                )
 
             began = time.time()
             for i in range(steady):
