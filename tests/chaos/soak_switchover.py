@@ -5,7 +5,10 @@ lease of the runs running at the stop passes during the gap), and the standby is
 fleet keeps the multi-host URL it was started with. `run()` drives it and records the evidence:
 the runs running at the stop (owners alive then) and whether every daemon of the fleet started
 and finished work on the new primary. `problems()` is the verdict afterwards: none of those runs
-taken over (no `run_taken_over` event for it), each finished by its own owner.
+taken over (no `run_taken_over` event for it), each finished by its own owner. A daemon that
+ended with a supervised exit meanwhile (exit 9: an in-process job of its ran past its trust
+deadline during the gap, docs/guarantees.md) is no owner alive through the switchover: its runs
+are taken over as any dead owner's, counted apart and judged by the audit.
 """
 
 import time
@@ -23,8 +26,14 @@ GAP = TTL + GRACE + 2.0  # no primary at all for longer than any lease and its g
 class Switchover:
     """One planned switchover of `pair` under a fleet whose live instance ids `live()` returns."""
 
-    def __init__(self, pair: ReplicationPair, url: str, live: Callable[[], set[str]]) -> None:
-        self.pair, self.url, self.live = pair, url, live
+    def __init__(
+        self,
+        pair: ReplicationPair,
+        url: str,
+        live: Callable[[], set[str]],
+        exited: Callable[[], set[str]] = set,
+    ) -> None:
+        self.pair, self.url, self.live, self.exited = pair, url, live, exited
         self.across: list[dict[str, Any]] = []  # running at the stop, owner alive then
         self.dead_owned = 0  # running at the stop, owner killed before it (not judged)
         self.gap = 0.0  # seconds without a primary, measured around the stop and the promotion
@@ -38,7 +47,12 @@ class Switchover:
         window the switchover exists to enter."""
         if self.promoted_at is None:
             return 0
-        return sum(r["takeover_at"] < self.promoted_at for r in self.across)
+        return sum(r["takeover_at"] < self.promoted_at for r in self._judged())
+
+    def _judged(self) -> list[dict[str, Any]]:
+        """The runs across whose owners did not exit on their own since."""
+        exited = self.exited()
+        return [r for r in self.across if r["owner"] not in exited]
 
     def _owned_by_dead(self) -> list[dict[str, Any]]:
         live = self.live()
@@ -72,8 +86,8 @@ class Switchover:
         self.dead_owned = len(running) - len(self.across)
         # Back at work: every daemon of the fleet started a job after the promotion that ended
         # in success (exclusive claims wait out the new epoch's quiet period; the others not).
-        wait_for(
-            lambda: live <= self._succeeded_since_promotion(),
+        wait_for(  # the fleet's daemons now: one that exited 9 in the gap was restarted
+            lambda: self.live() <= self._succeeded_since_promotion(),
             timeout=60,
             interval=0.2,
             message="every daemon to run jobs again on the new primary",
@@ -93,7 +107,7 @@ class Switchover:
         """What the switchover changed that it must not have: runs running at the stop taken
         over (a `run_taken_over` event, as the soak counts takeovers), or ended by anyone but
         their owner, or never ended."""
-        ids = [r["id"] for r in self.across]
+        ids = [r["id"] for r in self._judged()]
         taken = sorted({e["run_id"] for e in events if e.get("event") == "run_taken_over"})
         found = [f"run {i} taken over after the switchover" for i in sorted(set(ids) & set(taken))]
         ended = query(
@@ -117,5 +131,6 @@ class Switchover:
             "runs_across": len(self.across),
             "leases_passed": self.leases_passed,
             "dead_owned_at_stop": self.dead_owned,
+            "owner_exited_since": len(self.across) - len(self._judged()),
             "back_at_work_s": round(self.back_at_work, 1),
         }

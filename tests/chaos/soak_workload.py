@@ -5,8 +5,17 @@ Every `forbid` or `queue` job holds an OS lock (`flock -n`) on a file of its tas
 job one on a file of its key, for its whole life (the `sleep` inherits the descriptors). A job that
 finds a lock taken writes a line to the overlap file: two jobs that really ran at once, whatever
 the database recorded.
+
+The in-process tasks (`--in-process`) call the functions of tests/chaos/soak_jobs.py on the
+daemons' threads and event loop: plain and `async def` ones that honour a stop, keyed ones of
+both kinds sharing one key, long ones (past the trust deadline: a freeze or an outage ends their
+daemon with exit 9), and two that ignore a stop past their timeout: a plain one past the stop
+grace (its daemon exits 8 and its run is taken over) and a coroutine that swallows its
+cancellation and returns within the grace. They report to their own job log, judged by
+tests/chaos/soak_inprocess.py.
 """
 
+import json
 import random
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -41,6 +50,11 @@ class Workload:
         self.job.chmod(0o755)
         self.specs: dict[str, list[str]] = {}
         self.keys: dict[str, list[str]] = {}  # key -> its every-second catch-up tasks
+        self.in_process: dict[str, dict[str, object]] = {}  # what each in-process job does
+        for folder in ("inprocess", "inprocess/locks", "inprocess/tried"):
+            (root / folder).mkdir()
+        self.joblog = root / "inprocess" / "joblog"
+        self.joblog.touch()
 
     def command(self, name: str, seconds: float, code: int, *, own: bool, key: str | None) -> str:
         locks = ([f"{self.locks}/task-{name}"] if own else []) + (
@@ -141,6 +155,48 @@ class Workload:
                 r.uniform(0.05, 0.5),
                 overlap=r.choice(["allow", "forbid", "queue"]),
             )
+        self.build_in_process()
+
+    def add_in_process(
+        self,
+        name: str,
+        function: str,
+        every: str,
+        seconds: float,
+        *,
+        overlap: str = "forbid",
+        key: str | None = None,
+        extra: tuple[str, ...] = (),
+    ) -> None:
+        locks = ([f"task-{name}"] if overlap in ("forbid", "queue") else []) + (
+            [f"key-{key}"] if key else []
+        )
+        self.in_process[name] = {"seconds": round(seconds, 2), "locks": locks}
+        argv = ["--every", every, "--overlap", overlap, *extra]
+        argv += ["--call", f"tests.chaos.soak_jobs:{function}", "--in-process"]
+        self.specs[name] = argv + (["--concurrency-key", key] if key else [])
+
+    def build_in_process(self) -> None:
+        r = self.rng
+        for i in range(3):  # short, forbid: both kinds
+            self.add_in_process(f"ip-sync-{i}", "work", f"{r.choice([2, 3])}s", r.uniform(0.2, 1))
+            self.add_in_process(
+                f"ip-async-{i}", "work_async", f"{r.choice([2, 3])}s", r.uniform(0.2, 1)
+            )
+        for i, function in enumerate(["work", "work_async", "work", "work_async"]):
+            self.add_in_process(  # one key across threads and the event loop
+                f"ip-keyed-{i}", function, "2s", r.uniform(0.1, 0.4), overlap="allow", key="ip0"
+            )
+        for function in ("work", "work_async"):  # past the trust deadline: a freeze ends them
+            self.add_in_process(f"ip-long-{function}", function, "20s", r.uniform(10, 14))
+        # Ignore their timeout's stop: past the stop grace (exit 8), and within it.
+        self.add_in_process(
+            "ip-stubborn", "stubborn", "25s", 8, extra=("--timeout", "1s", "--max-attempts", "3")
+        )
+        self.add_in_process(
+            "ip-stubborn-async", "stubborn_async", "7s", 1.5, extra=("--timeout", "1s")
+        )
+        (self.root / "inprocess" / "tasks.json").write_text(json.dumps(self.in_process))
 
 
 # Jobs whose output or error holds NUL bytes, or runs to megabytes (issue 28: one such job once

@@ -31,12 +31,9 @@ out jobs, and jobs printing NUL bytes or megabytes, never take one down.
 it needs server binaries with pg_basebackup (skipped without them, failed under CI=true).
 """
 
-import json
-import os
 import random
 import signal
 import socket
-import subprocess
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -48,76 +45,20 @@ import psycopg
 import pytest
 
 from scheduler_daemon.runtime.endpoint import MAX_CONNECTIONS, READ_TIMEOUT_SECONDS
+from scheduler_daemon.runtime.supervision import EXIT_IN_PROCESS_STUCK, EXIT_IN_PROCESS_UNTRUSTED
+from tests.chaos import soak_jobs
+from tests.chaos.soak_fleet import DAEMONS, SUPERVISED, Fleet
+from tests.chaos.soak_inprocess import Verdict
 from tests.chaos.soak_switchover import Switchover
 from tests.chaos.soak_workload import Workload
 from tests.ha.pair import ReplicationPair
-from tests.support import DaemonProcess, free_port, http_get, query, wait_for
+from tests.support import http_get, query, wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
 TTL, GRACE, RECONCILE = 3.0, 1.0, 1.0  # tests.support.FAST
 BOUND = TTL + GRACE + RECONCILE  # the takeover bound of FAST daemons
-DAEMONS = 3
 BUDGET = 16
-LIBFAKETIME = next(Path("/usr/lib").glob("*/faketime/libfaketime.so.1"), None)
-SKEW = "+20s"  # daemon d2's host clock; the database clock is the only one that coordinates
-
-
-class Fleet:
-    """The daemons, restarted under a new name after each kill (one log file per process)."""
-
-    def __init__(self, url: str, root: Path) -> None:
-        self.url, self.root = url, root
-        self.generation = Counter[int]()
-        self.procs: dict[int, DaemonProcess] = {}
-        self.ids: dict[int, str] = {}
-        self.all: list[DaemonProcess] = []
-        self.ports = {i: free_port() for i in range(DAEMONS)}  # each daemon's endpoint
-
-    def env(self, i: int) -> dict[str, str]:
-        dump = {"PYTHONFAULTHANDLER": "1"}  # SIGABRT writes every thread's stack to the log
-        if i != 2 or LIBFAKETIME is None:
-            return dump
-        return {
-            **dump,
-            "LD_PRELOAD": str(LIBFAKETIME),
-            "FAKETIME": SKEW,
-            "FAKETIME_DONT_FAKE_MONOTONIC": "1",
-        }
-
-    def stop(self, proc: DaemonProcess) -> int:
-        """SIGTERM and the exit code; a daemon still running 30 s later is aborted so that its
-        log ends with every thread's stack (one hung once, logging nothing after the signal)."""
-        try:
-            return proc.stop()
-        except subprocess.TimeoutExpired:
-            proc.signal(signal.SIGABRT)
-            proc.proc.wait(10)
-            raise AssertionError(
-                f"{proc.name} ignored SIGTERM for 30 s:\n{proc.log()[-8000:]}"
-            ) from None
-
-    def start(self, i: int) -> None:
-        self.generation[i] += 1
-        name = f"d{i}g{self.generation[i]}"
-        port = str(self.ports[i])
-        proc = DaemonProcess(
-            self.url, self.root, name, "--concurrency", "8", "--http-port", port, env=self.env(i)
-        )
-        self.procs[i] = proc
-        self.all.append(proc)
-        self.ids[i] = proc.instance_id(timeout=60)
-
-    def logs(self) -> list[dict[str, Any]]:
-        events = []
-        for proc in self.all:
-            for line in proc.log().splitlines():
-                if line.startswith("{"):
-                    try:
-                        events.append(json.loads(line))
-                    except json.JSONDecodeError:
-                        continue  # a line cut by a SIGKILL
-        return events
 
 
 class Held:
@@ -146,7 +87,9 @@ class Driver:
     ) -> None:
         self.url, self.fleet, self.work, self.pair, self.cli = pair.url(), fleet, work, pair, cli
         self.rng = rng
-        self.switchover = Switchover(pair, self.url, lambda: set(fleet.ids.values()))
+        self.switchover = Switchover(
+            pair, self.url, lambda: set(fleet.ids.values()), exited=fleet.exited
+        )
         self.switched_at: float | None = None  # when it began, as a share of the fault time
         self.injected = Counter[str]()
         self.cancels_while_running = 0
@@ -181,7 +124,7 @@ class Driver:
     def kill(self) -> None:
         i = self.rng.randrange(DAEMONS)
         self.kills.append((self.fleet.ids[i], self.now()))
-        self.fleet.procs[i].kill()
+        self.fleet.kill(i)
         time.sleep(self.rng.uniform(0.5, 2))
         self.fleet.start(i)
 
@@ -192,7 +135,7 @@ class Driver:
         victim = self.fleet.ids[i]
         wait_for(lambda: self.running(victim), timeout=15, message=f"{victim} to run something")
         self.kills.append((victim, self.now()))
-        self.fleet.procs[i].kill()
+        self.fleet.kill(i)
         held = sorted({r["task_id"] for r in self.running(victim)})[:3]
         lock = self.hold(held)
         try:
@@ -220,9 +163,8 @@ class Driver:
             i = next(i for i in range(DAEMONS) if self.fleet.ids[i] == run["owner"])
         except AssertionError:
             i = self.rng.randrange(DAEMONS)
-        proc = self.fleet.procs[i]
-        code = self.fleet.stop(proc)
-        assert code == 0, proc.log()[-3000:]
+        code = self.fleet.stop(i, at="a rolling restart")
+        assert code in (0, *SUPERVISED), self.fleet.procs[i].log()[-3000:]
         self.fleet.start(i)
 
     def hold_idle_connections(self) -> None:
@@ -250,11 +192,22 @@ class Driver:
                 conn.close()
 
     def freeze(self) -> None:
+        """SIGSTOP past the lease, grace and a reconcile. Every other time, the owner of a long
+        in-process job that started under 1.5 s ago (8 s or more left): it still runs at the
+        thaw, past its trust deadline, and its daemon must exit 9 before its takeover point."""
         i = self.rng.randrange(DAEMONS)
-        proc = self.fleet.procs[i]
-        proc.signal(signal.SIGSTOP)
-        time.sleep(BOUND + self.rng.uniform(0.5, 2))  # past the lease, grace and a reconcile
-        proc.signal(signal.SIGCONT)
+        if self.rng.random() < 0.5:
+            ids = dict(self.fleet.ids)
+            fresh = [
+                r
+                for r in self.running()
+                if r["name"].startswith("ip-long-")
+                and r["age"] < 1.5
+                and r["owner"] in ids.values()
+            ]
+            if fresh:
+                i = next(i for i, owner in ids.items() if owner == fresh[0]["owner"])
+        self.fleet.freeze(i, BOUND + self.rng.uniform(0.5, 2))
 
     def terminate_backends(self) -> None:
         i = self.rng.randrange(DAEMONS)
@@ -287,7 +240,9 @@ class Driver:
         candidates = [
             r
             for r in self.running()
-            if r["name"].startswith(("long-", "forbid-", "keyed-", "timeout-"))
+            if r["name"].startswith(
+                ("long-", "forbid-", "keyed-", "timeout-", "ip-long-", "ip-sync-", "ip-async-")
+            )
         ]
         if not candidates:
             return
@@ -323,6 +278,9 @@ class Driver:
             for e in events
         )
         counts["switchover_past_leases"] = self.switchover.leases_passed
+        codes = self.fleet.exit_codes()
+        counts["in_process_exit_8"] = codes.get(EXIT_IN_PROCESS_STUCK, 0)
+        counts["in_process_exit_9"] = codes.get(EXIT_IN_PROCESS_UNTRUSTED, 0)
         return counts
 
     def missed(self) -> list[str]:
@@ -394,6 +352,17 @@ WINDOWS = {
           AND EXISTS (SELECT FROM occurrence m WHERE m.task_id = t.id AND m.trigger = 'manual')
           AND EXISTS (SELECT FROM occurrence s WHERE s.task_id = t.id
                       AND s.trigger = 'schedule')""",
+    # A run whose in-process job ignored its stop past the grace (its daemon exited 8), taken
+    # over by a peer at its takeover point.
+    "in_process_stuck_taken_over": """
+        SELECT count(*) AS n FROM run r JOIN occurrence o ON o.id = r.occurrence_id
+        JOIN task t ON t.id = o.task_id
+        WHERE t.name = 'ip-stubborn' AND r.status = 'interrupted' AND r.finished_by <> r.owner""",
+    # A coroutine that swallowed its cancellation and returned within the grace: `timeout`.
+    "in_process_stop_ignored_within_grace": """
+        SELECT count(*) AS n FROM run r JOIN occurrence o ON o.id = r.occurrence_id
+        JOIN task t ON t.id = o.task_id
+        WHERE t.name = 'ip-stubborn-async' AND r.status = 'timeout'""",
 }
 
 
@@ -407,6 +376,7 @@ DRIVES = {
     "healthz_while_connections_held": "hold_idle_connections",
     "completion_deferred_by_row_lock": "hold_busy_rows",
     "takeover_deferred_by_row_lock": "kill_and_hold",
+    "in_process_exit_9": "freeze",
 }
 
 
@@ -507,21 +477,25 @@ def test_the_fleet_keeps_every_guarantee_under_faults_by_the_jobs_and_the_audit(
     for i in range(0, 30, 2):  # manual occurrences of one-shots that will also fire on schedule
         assert cli("tasks", "trigger", f"once-{i}", url=url).code == 0
 
-    fleet = Fleet(url, tmp_path)
+    fleet = Fleet(url, tmp_path, work.joblog.parent)
     driver = Driver(pair, fleet=fleet, work=work, cli=cli, rng=rng)
     try:
         for i in range(DAEMONS):
             fleet.start(i)
+        fleet.supervise()  # restarts a daemon that exits 8 or 9, as systemd would
         driver.run(soak.seconds)
         # Faults stop; live daemons take over everything left behind by the last fault.
         for proc in fleet.procs.values():
-            os.kill(proc.pid, signal.SIGCONT)
+            proc.signal(signal.SIGCONT)
         time.sleep(BOUND + 3)
         driver.check_takeovers()
+        fleet.halt()
         (stopped,) = query(url, "SELECT now() AS t")
-        for proc in fleet.procs.values():
-            assert fleet.stop(proc) == 0, proc.log()[-3000:]
+        for i in range(DAEMONS):
+            code = fleet.stop(i, at="the end")
+            assert code in (0, *SUPERVISED), fleet.procs[i].log()[-3000:]
     finally:
+        fleet.halt()
         for proc in fleet.all:
             proc.kill()
     time.sleep(TTL + GRACE + 1)  # runs of killed processes pass their takeover point
@@ -535,12 +509,15 @@ def test_the_fleet_keeps_every_guarantee_under_faults_by_the_jobs_and_the_audit(
     windows = driver.windows()
     overlaps = work.overlaps.read_text().splitlines()
     switched = driver.switchover.problems(events)
+    in_process = Verdict(work.joblog)
+    unlogged = _unlogged_successes(url, in_process)
     with capsys.disabled():
         _report(driver, windows, _figures(url, events, driver), verdict, overlaps)
         print(
             f"switchover at {driver.switched_at or 0:.2f} of the fault time:"
             f" {driver.switchover.figures()}; problems {switched[:20]}"
         )
+        _report_in_process(url, fleet, in_process, unlogged)
         print(f"wall time {time.monotonic() - began:.0f} s")
 
     assert overlaps == [], "jobs that must exclude each other really ran at once"
@@ -550,8 +527,42 @@ def test_the_fleet_keeps_every_guarantee_under_faults_by_the_jobs_and_the_audit(
     assert driver.takeover_findings == []
     assert driver.endpoint_failures == []
     assert switched == [], "the switchover took runs from live owners"
+    assert fleet.unexpected == [], "a daemon exited with a code no supervisor expects"
+    assert in_process.overlaps == [], "in-process jobs that must exclude each other ran at once"
+    assert in_process.problems == [], "idempotency keys or tokens went wrong"
+    assert unlogged == [], "runs recorded `success` whose in-process job never ran to its end"
+    assert in_process.sources() == {str(Path(soak_jobs.__file__).resolve())}
     missed = [name for name, count in windows.items() if count == 0]
     assert not missed, f"the soak never entered {missed} (seed {soak.seed})"
+
+
+def _unlogged_successes(url: str, in_process: Verdict) -> list[int]:
+    """In-process runs the database holds as `success` whose job log lacks their start or end."""
+    rows = query(
+        url,
+        """SELECT r.id FROM run r JOIN occurrence o ON o.id = r.occurrence_id
+           JOIN task t ON t.id = o.task_id WHERE t.in_process AND r.status = 'success'""",
+    )
+    return [
+        r["id"] for r in rows if r["id"] not in in_process.starts or r["id"] not in in_process.ends
+    ]
+
+
+def _report_in_process(url: str, fleet: Fleet, in_process: Verdict, unlogged: list[int]) -> None:
+    runs = query(
+        url,
+        """SELECT r.status, count(*) AS n FROM run r JOIN occurrence o ON o.id = r.occurrence_id
+           JOIN task t ON t.id = o.task_id WHERE t.in_process GROUP BY 1 ORDER BY 1""",
+    )
+    print(
+        f"in-process: runs { ({r['status']: r['n'] for r in runs}) }; job log"
+        f" {in_process.figures()}; exits by code {fleet.exit_codes()}"
+        f"; unexpected exits {len(fleet.unexpected)}; successes without their job's end {unlogged}"
+    )
+    for exit_ in fleet.exits:
+        print("   exit", exit_)
+    for line in (in_process.overlaps + in_process.problems + fleet.unexpected)[:20]:
+        print("  ", line[:3000])
 
 
 def _report(driver, windows, figures, verdict, overlaps) -> None:
