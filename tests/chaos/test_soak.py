@@ -218,11 +218,20 @@ class Driver:
         )
 
     def hold_busy_rows(self) -> None:
-        """Task rows of running short jobs held for a few seconds: their completions wait."""
-        busy = sorted({r["task_id"] for r in self.running()})
+        """Task rows of running short jobs held for a few seconds: their completions wait.
+        Since 0021 a success of a recurring task locks no task row, so the rows of jobs that end
+        otherwise (failing, timed out, poison) or of one-shots come first."""
+        running = self.running()
+        busy = sorted({r["task_id"] for r in running})
         if not busy:
             return
-        lock = self.hold(self.rng.sample(busy, min(4, len(busy))))
+        locking = sorted(
+            {r["task_id"] for r in running if r["name"].startswith(LOCKING_COMPLETIONS)}
+        )
+        picked = self.rng.sample(locking, min(3, len(locking)))
+        others = sorted(set(busy) - set(picked))
+        picked += self.rng.sample(others, min(4 - len(picked), len(others)))
+        lock = self.hold(sorted(picked))
         time.sleep(self.rng.uniform(2.5, 4))
         lock.release()
 
@@ -365,6 +374,9 @@ WINDOWS = {
         WHERE t.name = 'ip-stubborn-async' AND r.status = 'timeout'""",
 }
 
+
+# Tasks whose completions lock their task row: not a recurring task's success (0021).
+LOCKING_COMPLETIONS = ("failing-", "timeout-", "once-", "poison-", "ip-stubborn")
 
 ONCE = {"restart_server", "switchover"}  # faults injected exactly once
 
