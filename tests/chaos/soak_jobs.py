@@ -21,6 +21,7 @@ import fcntl
 import hashlib
 import json
 import os
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -144,7 +145,9 @@ def stubborn(ctx: Any) -> str:
     first = _first_try(ctx)
     with _locks(ctx, spec) as taken:
         _start(ctx, "stubborn", taken)
-        time.sleep(spec["seconds"] if first else 0.1)
+        # A private event nobody sets, not time.sleep: under libfaketime (daemon d2) Python's
+        # time.sleep (clock_nanosleep on an absolute monotonic time) fails with EINVAL.
+        threading.Event().wait(spec["seconds"] if first else 0.1)
         _end(ctx, "returned" + (" (stop ignored)" if ctx.cancelled.is_set() else ""))
     return "done"
 
