@@ -99,17 +99,28 @@ class Fleet:
             )
             self.procs[i] = proc
             self.all.append(proc)
-        (row, *_) = wait_for(  # through an outage (a restart, the switchover's gap) too
-            lambda: self._registered(proc),
+        # Through an outage (a restart, the switchover's gap) too. One killed or exited before it
+        # registered is left to whoever ended it, or to the supervisor's next look.
+        found = wait_for(
+            lambda: self._registered(proc) or proc.proc.poll() is not None,
             timeout=60,
             interval=0.1,
             message=f"{proc.name} to register",
         )
-        instance = row["id"]
+        if not isinstance(found, list):
+            return
+        instance = found[0]["id"]
         with self.lock:
             self.instances[proc.pid] = instance
             if self.procs[i] is proc:
                 self.ids[i] = instance
+
+    def up(self, i: int) -> DaemonProcess | None:
+        """Daemon `i`'s process if it runs and has registered, else None."""
+        with self.lock:
+            proc = self.procs[i]
+            alive = proc.proc.poll() is None and self.instances.get(proc.pid) is not None
+        return proc if alive else None
 
     def _registered(self, proc: DaemonProcess) -> list[dict[str, Any]]:
         """Its instance row (its id is its name plus a per-start suffix); none while the
