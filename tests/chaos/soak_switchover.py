@@ -32,8 +32,10 @@ class Switchover:
         url: str,
         live: Callable[[], set[str]],
         exited: Callable[[], set[str]] = set,
+        spare: Callable[[], bool] = lambda: True,
     ) -> None:
         self.pair, self.url, self.live, self.exited = pair, url, live, exited
+        self.spare = spare  # whether some daemon would live through the gap (no exit 9 due)
         self.across: list[dict[str, Any]] = []  # running at the stop, owner alive then
         self.dead_owned = 0  # running at the stop, owner killed before it (not judged)
         self.gap = 0.0  # seconds without a primary, measured around the stop and the promotion
@@ -70,6 +72,11 @@ class Switchover:
         )
         self.pair.wait_streaming()
         self.pair.wait_replayed()
+        # An in-process job that outlives its trust deadline in the gap ends its daemon (exit 9);
+        # wait (a while) until one daemon runs none, so that some owner lives through the gap.
+        limit = time.monotonic() + 30
+        while not self.spare() and time.monotonic() < limit:
+            time.sleep(0.1)
         live = self.live()
         running = query(
             self.url,

@@ -19,6 +19,7 @@ import json
 import random
 from datetime import datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 JOB = """#!/bin/sh
 # job OVERLAPS SECONDS EXIT [LOCK...]: holds each lock for its whole life (the sleep inherits the
@@ -50,7 +51,7 @@ class Workload:
         self.job.chmod(0o755)
         self.specs: dict[str, list[str]] = {}
         self.keys: dict[str, list[str]] = {}  # key -> its every-second catch-up tasks
-        self.in_process: dict[str, dict[str, object]] = {}  # what each in-process job does
+        self.in_process: dict[str, dict[str, Any]] = {}  # what each in-process job does
         for folder in ("inprocess", "inprocess/locks", "inprocess/tried"):
             (root / folder).mkdir()
         self.joblog = root / "inprocess" / "joblog"

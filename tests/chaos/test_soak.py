@@ -96,7 +96,11 @@ class Driver:
         self.url, self.fleet, self.work, self.pair, self.cli = pair.url(), fleet, work, pair, cli
         self.rng = rng
         self.switchover = Switchover(
-            pair, self.url, lambda: set(fleet.ids.values()), exited=fleet.exited
+            pair,
+            self.url,
+            lambda: set(fleet.ids.values()),
+            exited=fleet.exited,
+            spare=self.spare_owner,
         )
         self.switched_at: float | None = None  # when it began, as a share of the fault time
         self.injected = Counter[str]()
@@ -110,6 +114,13 @@ class Driver:
         # The server restarts' start times: after the switchover, pg_postmaster_start_time() is
         # the new primary's (the standby's start), no longer the restarted primary's.
         self.restarts: list[datetime] = []
+
+    def spare_owner(self) -> bool:
+        """Whether some daemon runs no in-process job longer than a lease (one would outlive its
+        trust deadline in the switchover's gap: exit 9)."""
+        long = {n for n, spec in self.work.in_process.items() if spec["seconds"] > TTL}
+        busy = {r["owner"] for r in self.running() if r["name"] in long}
+        return bool(set(self.fleet.ids.values()) - busy)
 
     def hold(self, task_ids: list[int]) -> Held:
         self.held_tasks.update(task_ids)
