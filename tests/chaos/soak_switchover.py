@@ -42,6 +42,7 @@ class Switchover:
         self.stopped_at: datetime | None = None  # database clock just before the stop
         self.promoted_at: datetime | None = None  # the new primary's clock just after promotion
         self.back_at_work = 0.0  # seconds from the promotion until every daemon ran a job again
+        self.gone: set[str] = set()  # owners of runs across that exited on their own meanwhile
 
     @property
     def leases_passed(self) -> int:
@@ -52,9 +53,9 @@ class Switchover:
         return sum(r["takeover_at"] < self.promoted_at for r in self._judged())
 
     def _judged(self) -> list[dict[str, Any]]:
-        """The runs across whose owners did not exit on their own since."""
-        exited = self.exited()
-        return [r for r in self.across if r["owner"] not in exited]
+        """The runs across whose owners did not exit on their own before the fleet was back at
+        work (in the gap: exit 9); a later exit is not the switchover's and changes nothing."""
+        return [r for r in self.across if r["owner"] not in self.gone]
 
     def _owned_by_dead(self) -> list[dict[str, Any]]:
         live = self.live()
@@ -100,6 +101,7 @@ class Switchover:
             message="every daemon to run jobs again on the new primary",
         )
         self.back_at_work = time.monotonic() - started - self.gap
+        self.gone = self.exited() & {r["owner"] for r in self.across}
 
     def _succeeded_since_promotion(self) -> set[str]:
         """The owners of runs started after the promotion that ended in success."""
