@@ -74,7 +74,8 @@ class Switchover:
         self.pair.wait_streaming()
         self.pair.wait_replayed()
         # An in-process job that outlives its trust deadline in the gap ends its daemon (exit 9);
-        # wait (a while) until one daemon runs none, so that some owner lives through the gap.
+        # wait (a while) until a daemon runs jobs but none such, so that some owner of runs
+        # lives through the gap.
         limit = time.monotonic() + 30
         while not self.spare() and time.monotonic() < limit:
             time.sleep(0.1)

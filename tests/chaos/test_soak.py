@@ -116,11 +116,12 @@ class Driver:
         self.restarts: list[datetime] = []
 
     def spare_owner(self) -> bool:
-        """Whether some daemon runs no in-process job longer than a lease (one would outlive its
-        trust deadline in the switchover's gap: exit 9)."""
+        """Whether some live daemon runs jobs, none of them in-process and longer than a lease
+        (such a job would outlive its trust deadline in the switchover's gap: exit 9)."""
         long = {n for n, spec in self.work.in_process.items() if spec["seconds"] > TTL}
-        busy = {r["owner"] for r in self.running() if r["name"] in long}
-        return bool(set(self.fleet.ids.values()) - busy)
+        running = self.running()
+        owners = {r["owner"] for r in running} & set(self.fleet.ids.values())
+        return bool(owners - {r["owner"] for r in running if r["name"] in long})
 
     def hold(self, task_ids: list[int]) -> Held:
         self.held_tasks.update(task_ids)
