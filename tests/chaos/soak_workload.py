@@ -192,7 +192,13 @@ class Workload:
             self.add_in_process(f"ip-long-{function}", function, "20s", r.uniform(10, 14))
         # Ignore their timeout's stop: past the stop grace (exit 8), and within it.
         self.add_in_process(
-            "ip-stubborn", "stubborn", "25s", 8, extra=("--timeout", "1s", "--max-attempts", "3")
+            "ip-stubborn",
+            "stubborn",
+            "25s",
+            8,
+            # A retry 1 s after a timeout: a daemon that wrote the timeout while the thread still
+            # ran would start it beside the thread (its locks show it).
+            extra=("--timeout", "1s", "--max-attempts", "3", "--backoff", "1s"),
         )
         self.add_in_process(
             "ip-stubborn-async", "stubborn_async", "7s", 1.5, extra=("--timeout", "1s")
