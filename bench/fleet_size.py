@@ -88,11 +88,13 @@ def measure(server: str, size: int, idle_seconds: float, burst: int) -> dict[str
                 lambda: len(sql(url, "SELECT id FROM instance")) == size, 120, f"{size} daemons"
             )
             time.sleep(3.0)  # first passes, registrations and LISTEN probes out of the window
+            statements = _statements_reset(url)
             before, xact_before = settled(work, url)
             began = time.monotonic()
             time.sleep(idle_seconds)
             after, xact_after = settled(work, url)
             idle = time.monotonic() - began
+            idle_top = _statements(url, idle * size) if statements else []
             idle_xacts = (xact_after - xact_before) / idle
             idle_claims = (after["claims"] - before["claims"]) / idle
 
@@ -127,10 +129,32 @@ def measure(server: str, size: int, idle_seconds: float, burst: int) -> dict[str
             "claim_ms_p99": percentile(claim_ms, 99),
             "lag_ms_p50": percentile(lags, 50),
             "lag_ms_p99": percentile(lags, 99),
+            "idle_statements": idle_top,
         }
     finally:
         work.remove()
         drop_database(server, DATABASE)
+
+
+def _statements_reset(url: str) -> bool:
+    """Resets pg_stat_statements where the server loads it (a server of this run's own)."""
+    try:
+        sql(url, "CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
+        sql(url, "SELECT pg_stat_statements_reset()")
+    except Exception:
+        return False
+    return True
+
+
+def _statements(url: str, daemon_seconds: float) -> list[tuple[float, str]]:
+    """The idle window's most called statements: (calls per daemon per second, its start)."""
+    rows = sql(
+        url,
+        "SELECT calls, regexp_replace(left(query, 70), '\\s+', ' ', 'g') AS q "
+        "FROM pg_stat_statements WHERE dbid = (SELECT oid FROM pg_database "
+        "WHERE datname = current_database()) ORDER BY calls DESC LIMIT 8",
+    )
+    return [(r["calls"] / daemon_seconds, r["q"]) for r in rows]
 
 
 @contextmanager
@@ -147,6 +171,7 @@ def own_server(url: str | None) -> Iterator[str]:
     server = OwnedServer(*found).init()
     with open(server.data / "postgresql.auto.conf", "a", encoding="ascii") as conf:
         conf.write("max_connections = 400\nshared_buffers = '256MB'\n")
+        conf.write("shared_preload_libraries = 'pg_stat_statements'\n")
     try:
         server.start()
         yield server.url
@@ -181,6 +206,10 @@ def main() -> None:
             f"| {r['claim_ms_p50']:.1f} / {r['claim_ms_p99']:.1f} "
             f"| {r['lag_ms_p50']:.0f} / {r['lag_ms_p99']:.0f} |"
         )
+    for r in results:
+        print(f"\nidle statements, {r['daemons']} daemon(s): calls per daemon per second")
+        for rate, text in r["idle_statements"]:
+            print(f"  {rate:6.2f}  {text}")
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=2))
 
