@@ -61,6 +61,8 @@ class DaemonSettings:
     # How long an in-process job asked to stop (timeout, cancel, fenced) may take to return
     # before the daemon stops claiming, drains and exits (a thread cannot be killed; ADR 0009).
     in_process_stop_grace: timedelta = timedelta(seconds=30)
+    # A span per run over OTLP/HTTP, configured by the OTEL_* variables (the `otel` extra).
+    otel: bool = False
     watchdog: timedelta | None = None  # systemd's WATCHDOG_USEC, when the unit sets one
 
     @property

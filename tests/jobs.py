@@ -99,3 +99,9 @@ def after_go(ctx: Any) -> None:
 def nul(ctx: Any) -> None:
     """Fail with an error that holds a NUL byte (PostgreSQL text refuses NUL)."""
     raise ValueError("nul\x00here")
+
+
+def trace_context(ctx: Any) -> str:
+    """Print the trace context the job was given: TRACEPARENT in its environment, and
+    `ctx.traceparent`, as JSON."""
+    return json.dumps({"env": os.environ.get("TRACEPARENT"), "ctx": ctx.traceparent})

@@ -261,6 +261,13 @@ def fleet_timing_options(f: Callable[..., Any]) -> Callable[..., Any]:
     f"it the daemon stops claiming, drains and exits {EXIT_IN_PROCESS_STUCK}.",
 )
 @click.option(
+    "--otel/--no-otel",
+    envvar="SCHEDULER_OTEL",
+    **setting("otel"),
+    help="A span per run over OTLP/HTTP, set up by the standard OTEL_* variables (the "
+    "endpoint: OTEL_EXPORTER_OTLP_ENDPOINT); jobs get TRACEPARENT. Needs the `otel` extra.",
+)
+@click.option(
     "--embedded",
     envvar="SCHEDULER_EMBEDDED",
     is_flag=True,
@@ -279,6 +286,11 @@ def run(ctx: click.Context, embedded: bool, **options: Any) -> None:
 
     notifier = Notifier.from_environment()  # before any job could inherit NOTIFY_SOCKET
     settings = DaemonSettings(**options, watchdog=notifier.watchdog).validate()
+    if settings.otel:
+        from scheduler_daemon.runtime import tracing
+
+        if not tracing.available():  # one line, exit 2, before anything is written
+            raise InvalidSettings(tracing.EXTRA_MISSING)
     url = ctx.obj["database_url"]
     if not url and not embedded and not sys.stdin.isatty():
         # A typo in an EnvironmentFile must not start a private server no peer can reach.

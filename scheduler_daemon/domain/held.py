@@ -6,6 +6,8 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, NamedTuple
 
+from scheduler_daemon.domain.trace import RunTrace
+
 
 class Lease(NamedTuple):
     """What a renewal matches: the run, its occurrence and the token it was launched with."""
@@ -36,6 +38,7 @@ class HeldRun:
     trusted_until: float = 0.0  # the trust deadline its own last renewal set (0: none yet)
     requeue_delay: timedelta = timedelta(0)  # an interruption's wait in the queue (ADR 0009)
     output_written: str = ""  # the output the keeper last wrote live for a follower (ADR 0014)
+    trace: RunTrace | None = None  # its span with --otel; None when tracing is off
 
     def renewed(self, deadline: float) -> None:
         """This run's own renewal succeeded: its job may run until `deadline`, the trust

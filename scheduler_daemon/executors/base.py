@@ -47,6 +47,7 @@ class JobContext:
     timeout: float | None  # seconds; None = no timeout
     deadline: float  # absolute time.monotonic(): kill the job when it passes without extend()
     run_uuid: str  # this run's, unique even where run ids repeat (a failover that lost commits)
+    traceparent: str | None = None  # the run span's W3C trace context (--otel), else None
 
     def identifiers(self) -> dict[str, Any]:
         """The identifying fields as JSON-ready values (the HTTP body, the python ctx)."""
@@ -63,8 +64,9 @@ class JobContext:
         }
 
     def environment(self) -> dict[str, str]:
-        """The SCHEDULER_* variables a shell job finds in its environment."""
-        return {
+        """The SCHEDULER_* variables a shell job finds in its environment, and TRACEPARENT when
+        the run has a span."""
+        env = {
             "SCHEDULER_TASK_NAME": self.task_name,
             "SCHEDULER_TASK_ID": str(self.task_id),
             "SCHEDULER_OCCURRENCE_ID": str(self.occurrence_id),
@@ -75,6 +77,9 @@ class JobContext:
             "SCHEDULER_IDEMPOTENCY_KEY": self.idempotency_key,
             "SCHEDULER_RUN_UUID": self.run_uuid,
         }
+        if self.traceparent:
+            env["TRACEPARENT"] = self.traceparent
+        return env
 
 
 @dataclass(frozen=True)

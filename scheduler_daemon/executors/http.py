@@ -100,6 +100,8 @@ class HttpExecutor:
         job = HttpJob(self, ctx, timeout)
         url, headers = _request_headers(url, payload.get("headers") or {})
         headers.update({"Content-Type": "application/json", "Idempotency-Key": ctx.idempotency_key})
+        if ctx.traceparent and not any(name.lower() == "traceparent" for name in headers):
+            headers["traceparent"] = ctx.traceparent  # a task's own traceparent header is kept
         request = urllib.request.Request(  # noqa: S310 -- the scheme is checked above: http(s)
             url, data=json.dumps(ctx.identifiers()).encode(), headers=headers, method="POST"
         )

@@ -60,8 +60,9 @@ WORKER_ORPHANED_EXIT = 76
 
 class PythonJobContext(SimpleNamespace):
     """What a python job receives: the JobContext fields (task_id, task_name, occurrence_id,
-    run_id, scheduled_for, attempt, lease_token, idempotency_key, timeout, deadline, run_uuid) as
-    attributes, plus `cancelled`, the threading.Event that stop() sets."""
+    run_id, scheduled_for, attempt, lease_token, idempotency_key, timeout, deadline, run_uuid,
+    traceparent: the run span's W3C trace context with --otel, else None) as attributes, plus
+    `cancelled`, the threading.Event that stop() sets."""
 
 
 def job_message(job_id: int, target: str, ctx: object, spool: str) -> tuple[object, ...]:
@@ -143,6 +144,7 @@ def main(jobs_fd: int, control_fd: int) -> None:
     control = threading.Thread(target=_control, args=(Channel(control_fd), running), daemon=True)
     control.start()
     spool_path, out = None, -1
+    inherited = os.environ.get("TRACEPARENT")  # the daemon's own, as a shell job would see it
     while True:
         _, job_id, target, fields, spool = _receive(jobs)  # read here: no hop through a thread
         cancelled = running.begin(job_id, fields["deadline"])
@@ -160,10 +162,22 @@ def main(jobs_fd: int, control_fd: int) -> None:
             sys.stderr.flush()
             os.dup2(out, 1)  # fd 1 and 2 stay on the spool file between jobs: the worker
             os.dup2(out, 2)  # writes nothing of its own there but a crash, the job's to read
+        _trace_environment(fields.get("traceparent"), inherited)
         status, error = _run(target, job_ctx)
         tail = _take_tail(out)
         running.end()
         jobs.send(("done", job_id, status, error, tail, _has_children()))
+
+
+def _trace_environment(traceparent: str | None, inherited: str | None) -> None:
+    """TRACEPARENT in the worker's environment for this job (and the processes it starts): its
+    run span's when it has one, else what the worker was started with, so no job sees another's."""
+    wanted = traceparent or inherited
+    if os.environ.get("TRACEPARENT") != wanted:
+        if wanted is None:
+            del os.environ["TRACEPARENT"]
+        else:
+            os.environ["TRACEPARENT"] = wanted
 
 
 def _receive(channel: Channel) -> tuple[Any, ...]:

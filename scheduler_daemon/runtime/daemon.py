@@ -15,6 +15,7 @@ from psycopg_pool import ConnectionPool
 
 from scheduler_daemon.domain.held import HeldRuns
 from scheduler_daemon.domain.instance import new_instance_id
+from scheduler_daemon.domain.trace import RunTracer
 from scheduler_daemon.executors.base import Executor
 from scheduler_daemon.executors.inprocess import InProcessExecutor, InProcessJob
 from scheduler_daemon.runtime.drain import Drain
@@ -41,6 +42,7 @@ from scheduler_daemon.runtime.supervision import (
     Supervisor,
     Vital,
 )
+from scheduler_daemon.runtime.tracing import open_tracer
 from scheduler_daemon.settings import DaemonSettings
 from scheduler_daemon.storage import task_sample
 from scheduler_daemon.storage.database import make_pool
@@ -54,6 +56,7 @@ class Daemon:
     stuck_run: int | None = None  # an in-process job's run past its stop grace (exit 8)
     _serving: threading.Event | None = None  # the stop event `run` was given
     _in_process: InProcessExecutor | None = None
+    tracer: RunTracer | None = None  # --otel: a span per run (runtime/tracing.py)
 
     def __init__(
         self,
@@ -165,6 +168,7 @@ class Daemon:
         )
         in_process = executors.get(InProcessExecutor.kind)
         self._in_process = in_process if isinstance(in_process, InProcessExecutor) else None
+        self.tracer = open_tracer(self.settings.otel, self.instance_id)
         services = self._build(pool, executors)
         sample_pool = self._task_sample_pool()
         self._start(services)
@@ -236,6 +240,7 @@ class Daemon:
             held=self.held,
             executors=executors,
             hooks=hooks,
+            tracer=self.tracer,
         )
         keeper, waker = services.keeper, services.waker
         self.side.keeper_alive = lambda: keeper.alive
@@ -324,6 +329,8 @@ class Daemon:
             self.drain.safely(lambda: self.drain.end_in_process(in_process, services.completer))
         for job_owner in executors.values():
             job_owner.close()
+        if self.tracer is not None:  # the last spans leave, within a bounded wait
+            self.tracer.close()
         services.waker.stop()
         services.keeper.stop()  # heartbeats stop last, after the drain
         if self.registration.refused is None:

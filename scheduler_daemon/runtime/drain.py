@@ -122,6 +122,8 @@ class Drain:
         self.readiness.state = state
         for run in self.held:
             run.job.stop(reason)
+            if run.trace is not None:  # its outcome is left to a takeover: the span ends here
+                run.trace.end("abandoned", reason)
             self.log.warning(
                 event, run_id=run.run_id, occurrence_id=run.occurrence_id, task_id=run.task_id
             )

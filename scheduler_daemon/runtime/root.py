@@ -14,6 +14,7 @@ import structlog
 from psycopg_pool import ConnectionPool
 
 from scheduler_daemon.domain.held import HeldRuns
+from scheduler_daemon.domain.trace import RunTracer
 from scheduler_daemon.executors import make_executors
 from scheduler_daemon.executors.base import Executor
 from scheduler_daemon.services.completer import Completer, CompleteResult
@@ -104,14 +105,21 @@ def build_services(
     held: HeldRuns,
     executors: dict[str, Executor],
     hooks: Hooks = Hooks(),
+    tracer: RunTracer | None = None,
 ) -> Services:
     """Builds one daemon's services on `pool` (the lease keeper and the waker connect to `url`
-    directly: their connections must not wait behind the loop's). Nothing is started."""
+    directly: their connections must not wait behind the loop's). Nothing is started. `tracer`
+    (--otel): the launcher starts a span per run, the reconciler records its takeovers."""
     slots_in_use = hooks.slots_in_use or (lambda: len(held))
     return Services(
         dispatcher=Dispatcher(pool, instance_id=instance_id, batch=settings.dispatch_batch),
         launcher=Launcher(
-            pool, instance_id=instance_id, settings=settings, held=held, executors=executors
+            pool,
+            instance_id=instance_id,
+            settings=settings,
+            held=held,
+            executors=executors,
+            tracer=tracer,
         ),
         completer=Completer(
             pool,
@@ -134,7 +142,7 @@ def build_services(
             on_death=hooks.on_keeper_death,
             configure=hooks.epoch,
         ),
-        reconciler=Reconciler.from_settings(pool, instance_id, settings),
+        reconciler=Reconciler.from_settings(pool, instance_id, settings, tracer),
         pruner=Pruner(pool, instance_id=instance_id),
         waker=Waker(
             url,

@@ -141,6 +141,8 @@ class Completer:
                 continue
             if run.fenced:
                 self.held.remove(run.run_id)
+                if run.trace is not None:  # the renewal found it fenced (and said so on it)
+                    run.trace.end("fenced", "fenced: the lease was taken over or cancelled")
                 finishing.result.done += 1
                 continue
             # A deferred one waits its full unit wait after the others.
@@ -289,6 +291,9 @@ class Completer:
         )
 
     def _log(self, run: HeldRun, completion: Completion) -> None:
+        """The completion's log line, and the end of the run's span (tracing on)."""
+        if run.trace is not None:
+            self._end_trace(run, completion)
         ids = {
             "run_id": run.run_id,
             "occurrence_id": run.occurrence_id,
@@ -310,6 +315,16 @@ class Completer:
             result=completion,
             **ids,
         )
+
+    @staticmethod
+    def _end_trace(run: HeldRun, completion: Completion) -> None:
+        assert run.trace is not None
+        assert run.outcome is not None
+        if completion == "fenced":
+            run.trace.event("fenced", {"stage": "completion"})
+            run.trace.end("fenced", "fenced: the token moved on before the outcome was written")
+        else:
+            run.trace.end(run.recorded_status, run.outcome.error)
 
     def _keep(self, runs: list[HeldRun], exc: Exception, result: CompleteResult) -> None:
         """The database is unreachable: the outcomes stay held (their leases renewed) and are
@@ -377,6 +392,8 @@ class Completer:
         with transaction(self.pool, limits) as tx:
             task_store.park(tx.conn, run.task_id, error=error, now=task_store.clock(tx.conn))
         run.job.stop(error)  # over already; stop() is safe on a finished job
+        if run.trace is not None:
+            run.trace.end("parked", error)
         self.held.remove(run.run_id)
         return "parked"
 

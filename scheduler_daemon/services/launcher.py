@@ -17,6 +17,7 @@ from scheduler_daemon.domain.claim import Claim, Launched
 from scheduler_daemon.domain.held import HeldRun, HeldRuns
 from scheduler_daemon.domain.lock_holder import REPORT_EVERY_SECONDS, LockHolder, holder_fields
 from scheduler_daemon.domain.status import OutcomeStatus
+from scheduler_daemon.domain.trace import RunTrace, RunTracer
 from scheduler_daemon.executors.base import Executor, FinishedJob, Job, JobContext, Outcome
 from scheduler_daemon.executors.wire import NOT_STARTED_ERROR as NOT_STARTED
 from scheduler_daemon.settings import DaemonSettings
@@ -84,8 +85,10 @@ class Launcher:
         settings: DaemonSettings,
         held: HeldRuns,
         executors: Mapping[str, Executor],
+        tracer: RunTracer | None = None,
     ) -> None:
         self.pool = pool
+        self.tracer = tracer  # None: tracing off (--otel), nothing spent per run
         self.instance_id = instance_id
         self.settings = settings
         self.held = held
@@ -136,7 +139,7 @@ class Launcher:
         result.more = len(launched) >= limit
         deadline = self.settings.trust_deadline(request.made_at)
         for claim, run in launched:
-            started = self._start(claim, run, deadline)
+            started = self._start(claim, run, deadline, request.made_at)
             if started is None:
                 result.not_started += 1
             else:
@@ -188,26 +191,17 @@ class Launcher:
         executor's."""
         return self.executors[IN_PROCESS if claim.in_process else claim.executor]
 
-    def _start(self, claim: Claim, run: Launched, deadline: float) -> Started | None:
+    def _start(
+        self, claim: Claim, run: Launched, deadline: float, made_at: float
+    ) -> Started | None:
         """Starts `run`'s job, unless its trust deadline passed since the claim was sent (this
         process froze between them; a peer may have taken the run over and started it again):
         then the executor is never called (None), and the run is held with a job over before it
         began, `stopped` with NOT_STARTED_ERROR, which the completer records `interrupted`,
-        fenced on owner and token, its occurrence queued again with its attempt given back."""
-        timeout = claim.run_timeout.total_seconds() if claim.run_timeout else None
-        ctx = JobContext(
-            task_id=claim.task_id,
-            task_name=claim.task_name,
-            occurrence_id=claim.id,
-            run_id=run.run_id,
-            scheduled_for=claim.scheduled_for,
-            attempt=run.attempt,
-            lease_token=claim.lease_token,
-            idempotency_key=claim.idempotency_key,
-            timeout=timeout,
-            deadline=deadline,
-            run_uuid=str(run.run_uuid),
-        )
+        fenced on owner and token, its occurrence queued again with its attempt given back.
+        With tracing on, the run's span starts here and its context goes to the job."""
+        trace = None if self.tracer is None else self._trace(claim, run, made_at)
+        ctx = _context(claim, run, deadline, trace)
         refused = time.monotonic() >= deadline
         if refused:
             job: Job = FinishedJob(run.run_id, Outcome(OutcomeStatus.STOPPED, error=NOT_STARTED))
@@ -222,6 +216,7 @@ class Launcher:
                 job=job,
                 executor=claim.executor,
                 launched_at=time.monotonic(),
+                trace=trace,
             )
         )
         if refused:
@@ -248,3 +243,41 @@ class Launcher:
             )
         lag = (run.started_at - claim.scheduled_for).total_seconds()
         return Started(claim.executor, lag, run.attempt)
+
+    def _trace(self, claim: Claim, run: Launched, made_at: float) -> RunTrace | None:
+        """The run's span (tracer set), its `claim` event dated when the claim was sent."""
+        assert self.tracer is not None
+        claimed_at_ns = time.time_ns() - int((time.monotonic() - made_at) * 1e9)
+        return self.tracer.run_started(
+            {
+                "scheduler.task.name": claim.task_name,
+                "scheduler.task.id": claim.task_id,
+                "scheduler.occurrence.id": claim.id,
+                "scheduler.run.id": run.run_id,
+                "scheduler.run.uuid": str(run.run_uuid),
+                "scheduler.attempt": run.attempt,
+                "scheduler.lease_token": claim.lease_token,
+                "scheduler.idempotency_key": claim.idempotency_key,
+                "scheduler.executor": IN_PROCESS if claim.in_process else claim.executor,
+                "scheduler.instance_id": self.instance_id,
+            },
+            claimed_at_ns,
+        )
+
+
+def _context(claim: Claim, run: Launched, deadline: float, trace: RunTrace | None) -> JobContext:
+    """What the job of `run` is given."""
+    return JobContext(
+        task_id=claim.task_id,
+        task_name=claim.task_name,
+        occurrence_id=claim.id,
+        run_id=run.run_id,
+        scheduled_for=claim.scheduled_for,
+        attempt=run.attempt,
+        lease_token=claim.lease_token,
+        idempotency_key=claim.idempotency_key,
+        timeout=claim.run_timeout.total_seconds() if claim.run_timeout else None,
+        deadline=deadline,
+        run_uuid=str(run.run_uuid),
+        traceparent=None if trace is None else trace.traceparent,
+    )

@@ -328,6 +328,8 @@ class LeaseKeeper:
                 run.fenced = True
                 fenced.add(run_id)
                 run.job.stop("fenced: the lease was taken over or cancelled")
+                if run.trace is not None:
+                    run.trace.event("fenced", {"stage": "renewal"})
                 log.warning(
                     "run_fenced",
                     stage="renewal",

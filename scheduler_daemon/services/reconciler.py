@@ -21,6 +21,7 @@ from scheduler_daemon.domain.outcome import decide, finalize_one_shot, settlemen
 from scheduler_daemon.domain.run import TakeoverCandidate
 from scheduler_daemon.domain.status import LostReason, OccurrenceStatus, OutcomeStatus, TaskStatus
 from scheduler_daemon.domain.task import TaskRef
+from scheduler_daemon.domain.trace import RunTracer
 from scheduler_daemon.settings import DaemonSettings
 from scheduler_daemon.storage import (
     instance_store,
@@ -80,6 +81,7 @@ class Reconciler:
         max_interruptions: int,
         dead_after: timedelta,
         page: int = 100,
+        tracer: RunTracer | None = None,
     ) -> None:
         self.pool = pool
         self.instance_id = instance_id
@@ -87,11 +89,16 @@ class Reconciler:
         self.max_interruptions = max_interruptions
         self.dead_after = dead_after
         self.page = page
+        self.tracer = tracer  # a takeover is a short span of its own (--otel)
         self.log = log.bind(instance_id=instance_id)
 
     @classmethod
     def from_settings(
-        cls, pool: ConnectionPool, instance_id: str, settings: DaemonSettings
+        cls,
+        pool: ConnectionPool,
+        instance_id: str,
+        settings: DaemonSettings,
+        tracer: RunTracer | None = None,
     ) -> "Reconciler":
         """The daemon's reconciler and `recover`'s alike: one reading of the settings."""
         return cls(
@@ -100,6 +107,7 @@ class Reconciler:
             restart_quiet=settings.restart_quiet,
             max_interruptions=settings.max_interruptions,
             dead_after=settings.instance_expiry,
+            tracer=tracer,
         )
 
     def run_once(self, *, dry_run: bool = False) -> ReconcileReport:
@@ -279,6 +287,17 @@ class Reconciler:
             task_id=seen.task_id,
             owner=seen.owner,
         )
+        if self.tracer is not None:
+            self.tracer.takeover(
+                {
+                    "scheduler.run.id": seen.id,
+                    "scheduler.occurrence.id": seen.occurrence_id,
+                    "scheduler.task.id": seen.task_id,
+                    "scheduler.lease_token": seen.lease_token,
+                    "scheduler.previous_owner": seen.owner,
+                    "scheduler.instance_id": self.instance_id,
+                }
+            )
         return seen.id
 
     def _requeue_claim(self, seen: ExpiredClaim, limits: Limits = UNIT_LIMITS) -> int | None:
