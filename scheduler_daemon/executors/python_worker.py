@@ -145,6 +145,7 @@ def main(jobs_fd: int, control_fd: int) -> None:
     control.start()
     spool_path, out = None, -1
     inherited = os.environ.get("TRACEPARENT")  # the daemon's own, as a shell job would see it
+    traced = False  # the environment holds the last job's TRACEPARENT
     while True:
         _, job_id, target, fields, spool = _receive(jobs)  # read here: no hop through a thread
         cancelled = running.begin(job_id, fields["deadline"])
@@ -162,22 +163,25 @@ def main(jobs_fd: int, control_fd: int) -> None:
             sys.stderr.flush()
             os.dup2(out, 1)  # fd 1 and 2 stay on the spool file between jobs: the worker
             os.dup2(out, 2)  # writes nothing of its own there but a crash, the job's to read
-        _trace_environment(fields.get("traceparent"), inherited)
+        traceparent = fields.get("traceparent")
+        if traceparent or traced:  # tracing off (--otel): nothing to do
+            traced = _trace_environment(traceparent, inherited)
         status, error = _run(target, job_ctx)
         tail = _take_tail(out)
         running.end()
         jobs.send(("done", job_id, status, error, tail, _has_children()))
 
 
-def _trace_environment(traceparent: str | None, inherited: str | None) -> None:
+def _trace_environment(traceparent: str | None, inherited: str | None) -> bool:
     """TRACEPARENT in the worker's environment for this job (and the processes it starts): its
-    run span's when it has one, else what the worker was started with, so no job sees another's."""
+    run span's when it has one, else what the worker was started with, so no job sees another's.
+    Whether the environment now holds this job's."""
     wanted = traceparent or inherited
-    if os.environ.get("TRACEPARENT") != wanted:
-        if wanted is None:
-            del os.environ["TRACEPARENT"]
-        else:
-            os.environ["TRACEPARENT"] = wanted
+    if wanted is None:
+        os.environ.pop("TRACEPARENT", None)
+    else:
+        os.environ["TRACEPARENT"] = wanted
+    return bool(traceparent)
 
 
 def _receive(channel: Channel) -> tuple[Any, ...]:

@@ -2,7 +2,8 @@
 --otel its run spans reach a local OTLP/HTTP receiver, which decodes them with opentelemetry-proto,
 carrying the run's identifiers and outcome; the shell, python (worker and in-process) and http jobs
 see the span's own trace context; off, nothing is sent and no job gets one; a dead endpoint costs
-no job; --otel without the extra is one line, exit 2, nothing written.
+no job; --otel without the extra is one line, exit 2, nothing written; a run taken over ends
+`fenced` on its owner's span and is a `scheduler.takeover` span on the peer's.
 Before this change every test here fails: there is no --otel and no TRACEPARENT."""
 
 import contextlib
@@ -18,8 +19,11 @@ from typing import Any
 
 import pytest
 
+from scheduler_daemon.domain.held import HeldRuns
 from scheduler_daemon.domain.task import TaskSpec
-from tests.support import free_port, query, wait_for
+from scheduler_daemon.runtime.root import build_services
+from scheduler_daemon.runtime.tracing import OtelTracer
+from tests.support import SETTINGS, free_port, query, shell_task, wait_for
 
 pytestmark = pytest.mark.slow
 trace_service_pb2 = pytest.importorskip("opentelemetry.proto.collector.trace.v1.trace_service_pb2")
@@ -98,6 +102,8 @@ def rig(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Rig]:
         serving(spans, "application/x-protobuf") as port,
         serving(hooked, "text/plain") as hook_port,
     ):
+        # An in-process OtelTracer's exporter reads it; a daemon's tracing stays off without it.
+        monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", f"http://127.0.0.1:{port}")
         yield Rig(spans, port, hooked, hook_port, tmp_path / "traceparent")
 
 
@@ -253,3 +259,56 @@ def test_otel_without_the_extra_is_one_line_exit_2_and_writes_nothing(
     assert "OpenTelemetry is not installed" in result.err
     assert "scheduler-daemon[otel]" in result.err
     assert counts() == before
+
+
+def test_a_run_taken_over_is_fenced_on_its_owners_span_and_a_takeover_span_on_the_peers(
+    client, pool, executors, database_url, rig
+) -> None:
+    tracers = {name: OtelTracer(name) for name in ("owner", "peer")}
+    owner, peer = (
+        build_services(
+            pool,
+            database_url,
+            instance_id=name,
+            settings=SETTINGS,
+            held=HeldRuns(),
+            executors=executors,
+            tracer=tracers[name],
+        )
+        for name in ("owner", "peer")
+    )
+    task = shell_task(client, "victim", "sleep 30")
+    client.trigger(task.id, requested_by="test")
+    assert owner.launcher.run_once().launched == 1
+    (held,) = list(owner.launcher.held)
+    # What a dead owner leaves behind: a lease whose takeover point has passed.
+    query(
+        database_url,
+        "UPDATE run SET lease_expires_at = now() - interval '10 seconds', "
+        "takeover_at = now() - interval '5 seconds' WHERE status = 'running' RETURNING id",
+    )
+    assert peer.reconciler.run_once().ids["taken_over"] == [held.run_id]
+    assert owner.keeper.run_once() == {held.run_id}  # the owner learns it and stops the job
+    wait_for(held.job.poll, timeout=5)
+    assert owner.completer.run_once().done == 1
+    for tracer in tracers.values():
+        tracer.close()
+
+    spans = wait_for(lambda: len(found := rig.spans.spans()) == 2 and found, message="2 spans")
+    by_name = {span.name: span for span in spans}
+    run = by_name["scheduler.run"]
+    assert _attributes(run)["scheduler.outcome"] == "fenced"
+    assert _attributes(run)["scheduler.instance_id"] == "owner"
+    assert [event.name for event in run.events] == ["claim", "fenced"]
+    assert _attributes(run.events[1]) == {"stage": "renewal"}
+    assert run.status.code == run.status.STATUS_CODE_ERROR
+    takeover = by_name["scheduler.takeover"]
+    assert _attributes(takeover) == {
+        "scheduler.run.id": held.run_id,
+        "scheduler.occurrence.id": held.occurrence_id,
+        "scheduler.task.id": task.id,
+        "scheduler.lease_token": held.token,
+        "scheduler.previous_owner": "owner",
+        "scheduler.instance_id": "peer",
+    }
+    assert [event.name for event in takeover.events] == ["takeover"]

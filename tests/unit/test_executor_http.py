@@ -1,6 +1,7 @@
 """The http executor against a local HTTP server on loopback: status, body, timers and stop()."""
 
 import base64
+import dataclasses
 import json
 import socket
 import threading
@@ -17,6 +18,8 @@ from scheduler_daemon.executors.base import Outcome
 from scheduler_daemon.executors.http import HttpExecutor
 from scheduler_daemon.executors.wire import NOT_STARTED_ERROR, OUTPUT_TAIL_BYTES
 from tests.unit.executor_support import context, wait_outcome
+
+TRACEPARENT = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
 
 
 class Server(ThreadingHTTPServer):
@@ -254,3 +257,20 @@ def test_close_stops_running_requests(
     http.close()
 
     assert job.poll() == Outcome("stopped", error="executor closed")
+
+
+def test_a_runs_traceparent_is_sent_as_a_header_unless_the_task_sets_its_own(
+    http: HttpExecutor, server: Server, wake: threading.Event
+) -> None:
+    traced = dataclasses.replace(context(), traceparent=TRACEPARENT)
+    own = "00-11111111111111111111111111111111-2222222222222222-01"
+    wait_outcome(http.start(traced, {"url": server.url}), wake)
+    wait_outcome(http.start(traced, {"url": server.url, "headers": {"TraceParent": own}}), wake)
+    wait_outcome(http.start(context(), {"url": server.url}), wake)
+
+    traced_run, own_header, untraced = (
+        {k.lower(): v for k, v in r["headers"].items()} for r in server.requests
+    )
+    assert traced_run["traceparent"] == TRACEPARENT
+    assert own_header["traceparent"] == own  # kept, and sent once
+    assert "traceparent" not in untraced

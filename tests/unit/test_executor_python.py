@@ -1,5 +1,6 @@
 """The python executor: pooled workers, exceptions, kills, crashes and the worker's own deadline."""
 
+import dataclasses
 import fcntl
 import json
 import os
@@ -27,6 +28,8 @@ from scheduler_daemon.executors.timer import DEADLINE_ERROR
 from scheduler_daemon.executors.wire import NOT_STARTED_ERROR, OUTPUT_TAIL_BYTES, Channel
 from tests.support import wait_for
 from tests.unit.executor_support import KILL_MARGIN, context, wait_outcome
+
+TRACEPARENT = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
 
 
 @pytest.fixture
@@ -415,3 +418,17 @@ def test_warm_starts_no_more_than_the_idle_limit(wake: threading.Event, tmp_path
     finally:
         executor.close()
     assert _children() - before == set()
+
+
+def test_a_jobs_traceparent_is_in_its_workers_environment_for_that_job_only(
+    python: PythonExecutor, wake: threading.Event, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Would fail if the worker left one job's TRACEPARENT for the next (a reused worker).
+    monkeypatch.delenv("TRACEPARENT", raising=False)
+    before = worker_pid(python, wake)
+    traced = dataclasses.replace(context(), traceparent=TRACEPARENT)
+    seen = wait_outcome(python.start(traced, {"target": "tests.jobs:trace_context"}), wake)
+    assert json.loads(seen.output_tail) == {"env": TRACEPARENT, "ctx": TRACEPARENT}
+    after = run(python, wake, "tests.jobs:trace_context")
+    assert json.loads(after.output_tail) == {"env": None, "ctx": None}
+    assert worker_pid(python, wake) == before  # one worker ran them all

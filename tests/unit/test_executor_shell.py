@@ -1,5 +1,6 @@
 """The shell executor and its watchdog: outcomes, group kills, and an owner that dies or freezes."""
 
+import dataclasses
 import os
 import signal
 import subprocess
@@ -382,3 +383,14 @@ def test_a_sigstopped_owner_cannot_keep_its_job_past_the_deadline() -> None:
     finally:
         owner.kill()  # SIGKILL works on a stopped process
         owner.wait()
+
+
+def test_a_runs_traceparent_is_in_its_job_environment_and_only_its_own(
+    shell: ShellExecutor, wake: threading.Event, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("TRACEPARENT", raising=False)  # the watchdog starts with this environment
+    traceparent = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+    command = {"command": 'printf %s "${TRACEPARENT-unset}"'}
+    traced = dataclasses.replace(context(), traceparent=traceparent)
+    assert wait_outcome(shell.start(traced, command), wake).output_tail == traceparent
+    assert wait_outcome(shell.start(context(), command), wake).output_tail == "unset"
