@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from opentelemetry.proto.collector.trace.v1 import trace_service_pb2  # the `dev` extra has it
 
 from scheduler_daemon.domain.held import HeldRuns
 from scheduler_daemon.domain.task import TaskSpec
@@ -26,7 +27,6 @@ from scheduler_daemon.runtime.tracing import OtelTracer
 from tests.support import SETTINGS, free_port, query, shell_task, wait_for
 
 pytestmark = pytest.mark.slow
-trace_service_pb2 = pytest.importorskip("opentelemetry.proto.collector.trace.v1.trace_service_pb2")
 
 
 class Recorder:
