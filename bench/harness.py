@@ -5,10 +5,12 @@ import json
 import os
 import shutil
 import signal
+import statistics
 import subprocess
 import sys
 import tempfile
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
@@ -22,6 +24,7 @@ from psycopg.rows import dict_row
 from bench import noop
 
 ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_SERVER = "postgresql://postgres@127.0.0.1:5432/postgres"
 
 
 def with_database(server: str, name: str) -> str:
@@ -40,6 +43,33 @@ def fresh_database(server: str, name: str, *, migrate: bool = True) -> str:
 
         migration.upgrade(url)
     return url
+
+
+@contextmanager
+def scratch_database(*, keep: bool = False) -> Iterator[str]:
+    """A migrated database of a fresh `sd_bench_` name on $SCHEDULER_BENCH_DATABASE_URL's server
+    (default the local one), for a script that plants its own data; dropped at the end unless
+    `keep` (its URL is printed then)."""
+    server = os.environ.get("SCHEDULER_BENCH_DATABASE_URL", DEFAULT_SERVER)
+    name = f"sd_bench_{uuid.uuid4().hex[:8]}"
+    url = fresh_database(server, name)
+    try:
+        yield url
+    finally:
+        if keep:
+            print(f"kept: {url}")
+        else:
+            drop_database(server, name)
+
+
+def median_ms(fn: Callable[[], Any], times: int = 5) -> float:
+    """The median of `times` calls of `fn`, in milliseconds."""
+    spent = []
+    for _ in range(times):
+        start = time.perf_counter()
+        fn()
+        spent.append(time.perf_counter() - start)
+    return statistics.median(spent) * 1000
 
 
 def drop_database(server: str, name: str) -> None:

@@ -14,31 +14,22 @@ per-second task's window. docs/performance.md records the figures; the targets a
 """
 
 import argparse
-import os
-import statistics
+import sys
 import time
-import uuid
-from collections.abc import Callable
 from datetime import timedelta
-from typing import Any
-from urllib.parse import urlsplit, urlunsplit
+from pathlib import Path
 
 import psycopg
 
 from scheduler_daemon.client import Client
 from scheduler_daemon.domain import health
-from scheduler_daemon.storage import migration, query
+from scheduler_daemon.storage import query
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # `python bench/<this>.py`
+
+from bench.harness import median_ms, scratch_database
 
 DAY = timedelta(hours=24)
-
-
-def _median(fn: Callable[[], Any], times: int = 5) -> float:
-    spent = []
-    for _ in range(times):
-        start = time.perf_counter()
-        fn()
-        spent.append(time.perf_counter() - start)
-    return statistics.median(spent) * 1000
 
 
 def _plant(url: str, tasks: int, occurrences: int) -> None:
@@ -99,25 +90,11 @@ def main() -> None:
     if args.reuse:
         _time(args.reuse)
         return
-    server = os.environ.get(
-        "SCHEDULER_BENCH_DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/postgres"
-    )
-    name = f"sd_bench_{uuid.uuid4().hex[:8]}"
-    with psycopg.connect(server, autocommit=True) as admin:
-        admin.execute(f'CREATE DATABASE "{name}"')
-    url = urlunsplit(urlsplit(server)._replace(path=f"/{name}"))
-    try:
-        migration.upgrade(url)
+    with scratch_database(keep=args.keep) as url:
         started = time.perf_counter()
         _plant(url, args.tasks, args.occurrences)
         print(f"planted in {time.perf_counter() - started:.0f} s")
         _time(url)
-    finally:
-        if args.keep:
-            print(f"kept: {url}")
-        else:
-            with psycopg.connect(server, autocommit=True) as admin:
-                admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
 def _time(url: str) -> None:
@@ -175,7 +152,7 @@ def _time(url: str) -> None:
             conn, "health_window", page
         )
         for label, fn in figures.items():
-            print(f"{label}: {_median(fn):.1f} ms")
+            print(f"{label}: {median_ms(fn):.1f} ms")
         plan = conn.execute(
             "EXPLAIN (ANALYZE, BUFFERS, COSTS OFF) " + query.QUERIES["health_window"].sql,
             window,

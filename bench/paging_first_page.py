@@ -11,19 +11,19 @@ every run and occurrence sorted before its LIMIT). Prints the figures docs/perfo
 """
 
 import argparse
-import os
-import statistics
+import sys
 import time
-import uuid
-from collections.abc import Callable
-from typing import Any
-from urllib.parse import urlsplit, urlunsplit
+from pathlib import Path
 
 import psycopg
 
 from scheduler_daemon.client import Client
 from scheduler_daemon.domain.status import RunStatus
-from scheduler_daemon.storage import migration, query
+from scheduler_daemon.storage import query
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # `python bench/<this>.py`
+
+from bench.harness import median_ms, scratch_database
 
 OLD_TASK_LIST = "SELECT * FROM task WHERE deleted_at IS NULL ORDER BY name"
 OLD_RUN_HISTORY = """
@@ -39,15 +39,6 @@ SELECT * FROM (
 WHERE %(status)s::text IS NULL OR status = %(status)s
 ORDER BY sort_at DESC, occurrence_id DESC, id DESC NULLS LAST
 LIMIT 50"""
-
-
-def _median(fn: Callable[[], Any], times: int = 5) -> float:
-    spent = []
-    for _ in range(times):
-        start = time.perf_counter()
-        fn()
-        spent.append(time.perf_counter() - start)
-    return statistics.median(spent) * 1000
 
 
 def _plant(url: str, tasks: int, runs: int) -> None:
@@ -92,16 +83,7 @@ def main() -> None:
     parser.add_argument("--tasks", type=int, default=1_000_000)
     parser.add_argument("--runs", type=int, default=600_000)
     args = parser.parse_args()
-    server = os.environ.get(
-        "SCHEDULER_BENCH_DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/postgres"
-    )
-    name = f"sd_bench_{uuid.uuid4().hex[:8]}"
-    with psycopg.connect(server, autocommit=True) as admin:
-        admin.execute(f'CREATE DATABASE "{name}"')
-    parts = urlsplit(server)
-    url = urlunsplit(parts._replace(path=f"/{name}"))
-    try:
-        migration.upgrade(url)
+    with scratch_database() as url:
         started = time.perf_counter()
         _plant(url, args.tasks, args.runs)
         print(
@@ -113,7 +95,7 @@ def main() -> None:
             (run_count,) = conn.execute("SELECT count(*) FROM run").fetchone()
         print(f"runs: {run_count}")
         deep = client.runs_page(limit=1, after=None).rows[0]
-        middle = f"{deep['occurrence_id'] // 2}"
+        middle = f"{deep.occurrence_id // 2}"
         figures = {
             "tasks list, first page (100)": client.tasks_page,
             "tasks list --prefix task-05, first page": lambda: client.tasks_page(prefix="task-05"),
@@ -159,10 +141,7 @@ def main() -> None:
                 OLD_RUN_HISTORY, {"status": "failed"}
             ).fetchall()
             for label, fn in figures.items():
-                print(f"{label}: {_median(fn, 1 if label.startswith('before') else 5):.1f} ms")
-    finally:
-        with psycopg.connect(server, autocommit=True) as admin:
-            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+                print(f"{label}: {median_ms(fn, 1 if label.startswith('before') else 5):.1f} ms")
 
 
 if __name__ == "__main__":

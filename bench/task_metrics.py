@@ -12,13 +12,9 @@ each the median of five, at --metrics-task-limit 500 and at N (every task named)
 """
 
 import argparse
-import os
-import statistics
+import sys
 import time
-import uuid
-from collections.abc import Callable
-from typing import Any
-from urllib.parse import urlsplit, urlunsplit
+from pathlib import Path
 
 import psycopg
 from prometheus_client import generate_latest
@@ -26,17 +22,12 @@ from prometheus_client import generate_latest
 from scheduler_daemon.domain.task_figures import OTHER_TASK
 from scheduler_daemon.runtime.metrics import Metrics
 from scheduler_daemon.runtime.task_metrics import TaskGauges
-from scheduler_daemon.storage import migration, query, task_sample
+from scheduler_daemon.storage import query, task_sample
 from scheduler_daemon.storage.database import make_pool
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # `python bench/<this>.py`
 
-def _median(fn: Callable[[], Any], times: int = 5) -> float:
-    spent = []
-    for _ in range(times):
-        start = time.perf_counter()
-        fn()
-        spent.append(time.perf_counter() - start)
-    return statistics.median(spent) * 1000
+from bench.harness import median_ms, scratch_database
 
 
 def _plant(url: str, tasks: int, occurrences: int) -> None:
@@ -88,15 +79,7 @@ def main() -> None:
     parser.add_argument("--tasks", type=int, default=10_000)
     parser.add_argument("--occurrences", type=int, default=1_000_000)
     args = parser.parse_args()
-    server = os.environ.get(
-        "SCHEDULER_BENCH_DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/postgres"
-    )
-    name = f"sd_bench_{uuid.uuid4().hex[:8]}"
-    with psycopg.connect(server, autocommit=True) as admin:
-        admin.execute(f'CREATE DATABASE "{name}"')
-    url = urlunsplit(urlsplit(server)._replace(path=f"/{name}"))
-    try:
-        migration.upgrade(url)
+    with scratch_database() as url:
         started = time.perf_counter()
         _plant(url, args.tasks, args.occurrences)
         with psycopg.connect(url) as conn:
@@ -112,12 +95,12 @@ def main() -> None:
                 metrics = Metrics("bench", "bench", 4)
                 gauges = TaskGauges(lambda limit=limit: task_sample.sample(pool, limit))
                 metrics.registry.register(gauges)
-                sampled = _median(gauges.refresh)
+                sampled = median_ms(gauges.refresh)
                 body = generate_latest(metrics.registry)
                 series = sum(
                     1 for line in body.splitlines() if line.startswith(b"scheduler_daemon_task_")
                 )
-                scrape = _median(lambda metrics=metrics: generate_latest(metrics.registry))
+                scrape = median_ms(lambda metrics=metrics: generate_latest(metrics.registry))
                 print(
                     f"--metrics-task-limit {limit}: sample {sampled:.1f} ms (both statements, "
                     f"one round trip), one scrape formatted {scrape:.1f} ms, "
@@ -127,13 +110,10 @@ def main() -> None:
                 with psycopg.connect(url, prepare_threshold=None) as conn:
                     conn.execute("SET jit = off")
                     for name in ("task_metrics_sample", "task_lost_firings"):
-                        alone = _median(lambda n=name, p=params: query.run(conn, n, p))
+                        alone = median_ms(lambda n=name, p=params: query.run(conn, n, p))
                         print(f"  statement only: {name}: {alone:.1f} ms")
         finally:
             pool.close()
-    finally:
-        with psycopg.connect(server, autocommit=True) as admin:
-            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
 if __name__ == "__main__":
