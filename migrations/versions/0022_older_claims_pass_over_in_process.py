@@ -7,8 +7,10 @@ Create Date: 2026-12-07
 A task is refused `in_process` while an instance of a build before 0020 is registered (ADR
 0010). That covers writes, not registrations after them: an older build started once an
 in-process task exists (a rollback, a forgotten replica) claimed its firings through
-`sd_claim_launch_v1` (builds before 0019) or `_v2` (0019) and ran the function in a worker
-process, or, for an `async def` function, not at all.
+`sd_claim_launch_v1` (builds 0012 to 0018) or `_v2` (0019) and ran the function in a worker
+process, or, for an `async def` function, not at all. Builds before 0012 claim with a statement
+of their own, which no migration can change: for them the window stays open until a contract
+step raises the oldest revision that may run against this schema to 0012 (ADR 0010).
 
 Both are replaced in place, each with its whole definition (its `SET` clauses included) and one
 more condition: an occurrence whose task is `in_process` is not picked. Only a build of 0020 or

@@ -53,9 +53,13 @@ class TaskGauges(Collector):
         self._interval = interval
         self._clock = clock
         self._lock = threading.Lock()
-        self._figures: list[TaskFigures] = []
-        self._lost: dict[tuple[str, str], int] = {}
-        self._sampled_at: float | None = None
+        # The last sample and when it was read, replaced whole by one store: a scrape on the
+        # other handler thread reads either the old one or the new one, never half of each.
+        self._last: tuple[list[TaskFigures], dict[tuple[str, str], int], float | None] = (
+            [],
+            {},
+            None,
+        )
         self._tried_at: float | None = None
 
     def attach(self, sample: Callable[[], Sample] | None) -> None:
@@ -66,7 +70,7 @@ class TaskGauges(Collector):
         """Reads a sample now; raises what the read raised, keeping the last one."""
         assert self._sample is not None
         figures, lost = self._sample()
-        self._figures, self._lost, self._sampled_at = figures, lost, self._clock()
+        self._last = (figures, lost, self._clock())
 
     def _refresh_when_due(self) -> None:
         """One scrape reads; one that comes meanwhile serves the last sample at once rather than
@@ -90,7 +94,7 @@ class TaskGauges(Collector):
 
     def collect(self) -> Iterator[Metric]:
         self._refresh_when_due()
-        figures, lost, sampled_at = self._figures, self._lost, self._sampled_at
+        figures, lost, sampled_at = self._last
         for suffix, (field, text) in TIMES.items():
             family = GaugeMetricFamily(PREFIX + suffix, text, labels=["task"])
             for row in figures:
