@@ -60,9 +60,22 @@ def test_an_unchanged_output_is_not_written_again(client, pool, executors, datab
     assert _output(database_url) == "planted"
 
 
-def test_a_fenced_renewal_writes_no_output(client, pool, executors, database_url) -> None:
-    """Fails on a keeper that wrote a followed run's output before (or without) learning its
-    renewal was fenced."""
+def test_a_fenced_renewal_writes_no_output(
+    client, pool, executors, database_url, monkeypatch
+) -> None:
+    """Fails on a keeper that sent a followed run's output before (or without) learning its
+    renewal was fenced: the write is fenced in SQL too, so the test also watches that none is
+    sent (a spy on the real write, which still runs)."""
+    from scheduler_daemon.storage import run_store
+
+    sent: list[int] = []
+    real = run_store.write_output
+
+    def spy(*args, **kwargs):  # type: ignore[no-untyped-def]
+        sent.append(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(run_store, "write_output", spy)
     _, _, replica, run = launched_shell_run(
         client, pool, executors, database_url, command=PRINTS_ONE
     )
@@ -72,6 +85,7 @@ def test_a_fenced_renewal_writes_no_output(client, pool, executors, database_url
     query(database_url, "UPDATE run SET lease_token = lease_token + 1 RETURNING id")
     assert replica.keeper.run_once() == {run.run_id}
     assert _output(database_url) is None
+    assert sent == []
 
 
 def test_the_output_write_itself_is_fenced_on_owner_and_token(
