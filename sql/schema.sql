@@ -670,6 +670,28 @@ CREATE TABLE instance (
 CREATE INDEX instance_heartbeat_idx ON public.instance USING btree (heartbeat_at);
 
 
+CREATE TABLE notification_outbox (
+    id bigint GENERATED ALWAYS AS IDENTITY,
+    delivery_id uuid NOT NULL DEFAULT gen_random_uuid(),
+    occurrence_id bigint NOT NULL,
+    task_id bigint NOT NULL,
+    event text NOT NULL,
+    payload jsonb NOT NULL,
+    created_at timestamp with time zone NOT NULL DEFAULT now(),
+    attempts bigint NOT NULL DEFAULT 0,
+    next_attempt_at timestamp with time zone NOT NULL DEFAULT now(),
+    delivered_at timestamp with time zone,
+    last_error text,
+    CONSTRAINT notification_outbox_delivery_id_key UNIQUE (delivery_id),
+    CONSTRAINT notification_outbox_event_check CHECK ((event = ANY (ARRAY['failure'::text, 'timeout'::text, 'skipped'::text, 'expired'::text, 'deadline'::text]))),
+    CONSTRAINT notification_outbox_occurrence_event_key UNIQUE (occurrence_id, event),
+    CONSTRAINT notification_outbox_occurrence_id_fkey FOREIGN KEY (occurrence_id) REFERENCES occurrence(id) ON DELETE CASCADE,
+    CONSTRAINT notification_outbox_pkey PRIMARY KEY (id)
+);
+
+CREATE INDEX notification_outbox_due_idx ON public.notification_outbox USING btree (next_attempt_at, id) WHERE (delivered_at IS NULL);
+
+
 CREATE TABLE occurrence (
     id bigint GENERATED ALWAYS AS IDENTITY,
     task_id bigint NOT NULL,
@@ -829,6 +851,10 @@ CREATE TABLE task (
     source text,
     uuid uuid DEFAULT gen_random_uuid(),
     in_process boolean,
+    notify_url text,
+    notify_headers jsonb,
+    notify_on text[],
+    deadline interval,
     CONSTRAINT task_dst_gap_check CHECK ((dst_gap = ANY (ARRAY['shift'::text, 'skip'::text]))),
     CONSTRAINT task_dst_overlap_check CHECK ((dst_overlap = ANY (ARRAY['first'::text, 'second'::text, 'both'::text]))),
     CONSTRAINT task_durations_check CHECK (((misfire_grace >= '00:00:00'::interval) AND (backoff >= '00:00:00'::interval) AND ((catchup_window IS NULL) OR (catchup_window > '00:00:00'::interval)) AND ((start_deadline IS NULL) OR (start_deadline > '00:00:00'::interval)) AND ((run_timeout IS NULL) OR (run_timeout > '00:00:00'::interval)))),

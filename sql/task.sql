@@ -7,7 +7,10 @@
 id, name, schedule_kind, cron_expr, run_at, anchor_at, timezone, dst_gap, dst_overlap,
     executor, payload, concurrency_key, overlap, misfire, catchup_limit, max_attempts, status,
     paused, next_run_at, occurrence_seq, created_at, updated_at,
-    deleted_at, parked_at, park_error, source, uuid, in_process,
+    deleted_at, parked_at, park_error, source, uuid, in_process, notify_url, notify_headers,
+    notify_on,
+    CASE WHEN deadline > interval '36525 days' THEN interval '36525 days'
+         ELSE deadline END AS deadline,
     CASE WHEN every > interval '36525 days' THEN interval '36525 days'
          ELSE every END AS every,
     CASE WHEN misfire_grace > interval '36525 days' THEN interval '36525 days'

@@ -139,6 +139,27 @@ class TaskEventKind(StrEnum):
     DELETED = "deleted"
 
 
+class NotifyEvent(StrEnum):
+    """What a notification reports (notification_outbox_event_check): a final status of a firing
+    (failed or interrupted: FAILURE), or its deadline passed before it succeeded."""
+
+    FAILURE = "failure"
+    TIMEOUT = "timeout"
+    SKIPPED = "skipped"
+    EXPIRED = "expired"
+    DEADLINE = "deadline"
+
+
+# The events a notify URL reports when neither the task nor the fleet names them (outbox_enqueue):
+# the firings that did not do their work; a skip is a policy at work, reported when asked for.
+DEFAULT_NOTIFY_ON = (
+    NotifyEvent.FAILURE,
+    NotifyEvent.TIMEOUT,
+    NotifyEvent.EXPIRED,
+    NotifyEvent.DEADLINE,
+)
+
+
 class LostReason(StrEnum):
     """Why a firing was recorded skipped or expired (its occurrence's `reason`). Not a CHECK:
     `reason` is free text for a cancel. The misfire planner, the operator plans, the manual

@@ -11,7 +11,7 @@ from psycopg_pool import ConnectionPool
 from scheduler_daemon.domain.misfire import plan_dispatch
 from scheduler_daemon.domain.status import OccurrenceStatus, OverlapPolicy, ScheduleKind
 from scheduler_daemon.domain.task import TaskRecord
-from scheduler_daemon.storage import occurrence_store, task_store
+from scheduler_daemon.storage import occurrence_store, outbox_store, task_store
 from scheduler_daemon.storage.database import Conn, first_line, transaction
 
 log = structlog.get_logger()
@@ -104,6 +104,9 @@ class Dispatcher:
         once_fired = spec.schedule_kind == ScheduleKind.ONCE and bool(plan.firings)
         rows = occurrence_store.dispatch(conn, task, plan, once_fired=once_fired, now=db_now)
         inserted = {row["scheduled_for"]: row for row in rows}
+        # The skipped firings' notifications, in the transaction that records them.
+        skipped = [row["id"] for row in rows if row["status"] == OccurrenceStatus.SKIPPED]
+        outbox_store.enqueue(conn, skipped, savepoint=True)
         for firing in plan.firings:
             row = inserted.get(firing.scheduled_for)
             if row is None:  # the unique scheduled firing: someone recorded it already

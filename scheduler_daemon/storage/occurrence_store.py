@@ -11,9 +11,9 @@ from scheduler_daemon.domain.claim import Claim, Launched
 from scheduler_daemon.domain.misfire import DispatchPlan
 from scheduler_daemon.domain.occurrence import ExpiredClaim, Occurrence, OccurrenceRef
 from scheduler_daemon.domain.outcome import Settlement
-from scheduler_daemon.domain.status import FINISHED, NOT_STARTED
+from scheduler_daemon.domain.status import FAILED_OUTCOMES, FINISHED, NOT_STARTED
 from scheduler_daemon.domain.task import TaskRecord
-from scheduler_daemon.storage import instance_store, query, task_store
+from scheduler_daemon.storage import instance_store, outbox_store, query, task_store
 from scheduler_daemon.storage.database import Limits
 from scheduler_daemon.storage.fleet_store import BUDGET_LOCK_KEY
 
@@ -366,7 +366,12 @@ def past_deadline(conn: psycopg.Connection[Any], *, after: int, limit: int) -> l
 
 
 def expire(conn: psycopg.Connection[Any], occurrence_id: int) -> Occurrence | None:
-    return _one(query.run(conn, "occurrence_expire", {"id": occurrence_id}))
+    """Expires one queued occurrence past its start deadline (its task locked first) and, in
+    the same transaction, records the notification it owes."""
+    expired = _one(query.run(conn, "occurrence_expire", {"id": occurrence_id}))
+    if expired is not None:
+        outbox_store.enqueue(conn, [expired.id])
+    return expired
 
 
 def latest(conn: psycopg.Connection[Any], task_id: int) -> Occurrence | None:
@@ -391,7 +396,7 @@ def settle(
         )
         instance_store.notify_wakeup(conn, settlement.wakeup)
         return "retry"
-    finish(
+    finished = finish(
         conn,
         occurrence.id,
         token=token,
@@ -399,6 +404,8 @@ def settle(
         error=settlement.error,
         reason=decision.reason,
     )
+    if finished and decision.occurrence_status in FAILED_OUTCOMES:
+        outbox_store.enqueue(conn, [occurrence.id])  # its notification, beside its outcome
     task_store.record_outcome(conn, occurrence.task_id, settlement.outcome)
     instance_store.notify_wakeup(conn, settlement.wakeup)
     return "recorded"
@@ -425,13 +432,16 @@ def settle_many(
         instance_store.notify_wakeup(conn, "retry")
     if not finals:
         return
-    finish_many(
+    written = finish_many(
         conn,
         [
             (o.id, token, s.decision.occurrence_status, s.error, s.decision.reason)
             for o, token, s in finals
         ],
     )
+    # Their notifications, beside their outcomes (a success owes none: no round trip for it).
+    failed = [o.id for o, _, s in finals if s.decision.occurrence_status in FAILED_OUTCOMES]
+    outbox_store.enqueue(conn, [i for i in failed if i in written])
     task_store.record_outcomes(
         conn, [(o.task_id, s.outcome) for o, _, s in finals if s.outcome is not None]
     )

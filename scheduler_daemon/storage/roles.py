@@ -31,6 +31,7 @@ TABLES = (
     "fleet_setting_event",
     "task_pruned",
     "fleet_epoch",
+    "notification_outbox",
     VERSION_TABLE,
 )
 # What each role may change beyond reading every table. Row locks (SELECT ... FOR UPDATE) need
@@ -50,6 +51,9 @@ WRITES: dict[str, dict[str, tuple[str, ...]]] = {
         "instance": ("INSERT", "UPDATE", "DELETE"),
         "task_pruned": ("INSERT", "UPDATE"),  # the prune's mark, an upsert (revision 0016)
         "fleet_epoch": ("INSERT",),  # a reconcile pass's first sighting (revision 0018)
+        # A finished firing's notifications (revision 0025), written beside its outcome; the
+        # prune deletes them with the occurrence (ON DELETE CASCADE, run as the table owner).
+        "notification_outbox": ("INSERT",),
     },
     "operator": {
         "task": ("INSERT", "UPDATE"),  # deletion is a soft delete

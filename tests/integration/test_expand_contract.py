@@ -116,6 +116,10 @@ def test_upgrade_downgrade_upgrade_keeps_tasks_occurrences_and_runs(
             "idempotency_key",
             "in_process",
             "followed_at",
+            "notify_url",
+            "notify_headers",
+            "notify_on",
+            "deadline",
         }
         return {
             "task": [

@@ -24,6 +24,7 @@ from scheduler_daemon.domain.status import (
     ExecutorKind,
     LostReason,
     MisfirePolicy,
+    NotifyEvent,
     OccurrenceStatus,
     OverlapPolicy,
     RunStatus,
@@ -55,6 +56,7 @@ CHECKS: dict[str, type[StrEnum] | tuple[str, ...]] = {
     "task_schedule_kind_check": ScheduleKind,
     "task_executor_check": ExecutorKind,
     "task_event_kind_check": TaskEventKind,
+    "notification_outbox_event_check": NotifyEvent,
 }
 # Partial indexes keep their predicates written out (a generic plan could not match a parameter
 # against them); these are the sets they spell.
@@ -200,3 +202,11 @@ def test_every_skip_or_expiry_reason_the_statements_write_is_a_lost_reason() -> 
     }
     assert written, "no reason literal found; the pattern is wrong"
     assert written - set(LostReason) == set()
+
+
+def test_the_default_notification_events_are_the_ones_outbox_enqueue_writes_out() -> None:
+    from scheduler_daemon.domain.status import DEFAULT_NOTIFY_ON
+    from scheduler_daemon.storage.query import QUERIES
+
+    (listed,) = re.findall(r"ARRAY\[('[a-z]+'(?:, '[a-z]+')*)\]", QUERIES["outbox_enqueue"].sql)
+    assert tuple(re.findall(r"'(\w+)'", listed)) == tuple(str(e) for e in DEFAULT_NOTIFY_ON)

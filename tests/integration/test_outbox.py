@@ -1,0 +1,189 @@
+"""The notification outbox against a real database: a failed, timed-out, skipped or expired
+firing of a task with a notify URL owes one row per (occurrence, event), written in the
+transaction that records the outcome, and nothing else writes one."""
+
+from datetime import timedelta
+from typing import Any
+
+from scheduler_daemon.domain.task import TaskSpec
+from scheduler_daemon.services.reconciler import Reconciler
+from scheduler_daemon.storage import outbox_store
+from scheduler_daemon.storage.database import transaction
+from tests.support import Replica, launched_shell_run, query
+
+URL = "http://127.0.0.1:9/hook"
+
+
+def _notify(url: str, task_id: int, notify_url: str | None, notify_on: list[str] | None) -> None:
+    """Sets a task's notification fields as the task write will (no CLI for them yet)."""
+    query(
+        url,
+        "UPDATE task SET notify_url = %s, notify_on = %s WHERE id = %s RETURNING id",
+        (notify_url, notify_on, task_id),
+    )
+
+
+def _outbox(url: str) -> list[dict[str, Any]]:
+    return query(
+        url,
+        "SELECT occurrence_id, task_id, event, payload, attempts, delivered_at, delivery_id"
+        " FROM notification_outbox ORDER BY id",
+    )
+
+
+def test_a_final_failure_owes_one_notification_carrying_the_firing_and_its_ids(
+    client, pool, executors, database_url
+) -> None:
+    launched = launched_shell_run(client, pool, executors, database_url, command="exit 3")
+    _notify(database_url, launched.task.id, URL, None)
+    (run,) = launched.replica.finished()
+    assert launched.replica.completer.complete(run) == "recorded"
+    (row,) = _outbox(database_url)
+    (occ,) = query(database_url, "SELECT id, scheduled_for, attempts FROM occurrence")
+    assert (row["occurrence_id"], row["task_id"], row["event"]) == (
+        occ["id"],
+        launched.task.id,
+        "failure",
+    )
+    payload = row["payload"]
+    assert payload["event"] == "failure"
+    assert payload["outcome"] == "failed"
+    assert (payload["task"], payload["task_id"], payload["occurrence_id"]) == (
+        "job",
+        launched.task.id,
+        occ["id"],
+    )
+    assert (payload["run_id"], payload["attempt"]) == (run.run_id, 1)
+    assert payload["scheduled_for"] is not None
+    assert "exit" in payload["reason"]
+    assert (row["attempts"], row["delivered_at"]) == (0, None)
+
+
+def test_a_batch_of_outcomes_writes_the_notifications_of_its_failures_only(
+    client, pool, executors, database_url
+) -> None:
+    """The batch path (settle_many): one failure and one success in one pass; the success owes
+    nothing, the failure one row."""
+    bad = client.add_task(
+        TaskSpec(name="bad", executor="shell", target="exit 1", every=timedelta(hours=1))
+    )
+    good = client.add_task(
+        TaskSpec(name="good", executor="shell", target="true", every=timedelta(hours=1))
+    )
+    for task in (bad, good):
+        _notify(database_url, task.id, URL, ["failure", "timeout"])
+        client.trigger(task.id, requested_by="test")
+    replica = Replica(database_url, pool, executors, "a")
+    assert replica.launcher.run_once().launched == 2
+    replica.finished()
+    assert replica.completer.run_once().done == 2
+    assert [(r["task_id"], r["event"]) for r in _outbox(database_url)] == [(bad.id, "failure")]
+
+
+def test_an_attempt_that_will_be_retried_owes_nothing_and_the_fleet_default_url_serves(
+    client, pool, executors, database_url
+) -> None:
+    launched = launched_shell_run(
+        client, pool, executors, database_url, command="exit 1", max_attempts=2
+    )
+    query(
+        database_url,
+        "INSERT INTO fleet_setting (key, value, updated_by) VALUES ('notify_url', %s, 'test')"
+        " RETURNING key",
+        (f'"{URL}"',),
+    )
+    (run,) = launched.replica.finished()
+    assert launched.replica.completer.complete(run) == "retry"
+    assert _outbox(database_url) == []
+    query(database_url, "UPDATE occurrence SET not_before = now() RETURNING id")
+    assert launched.replica.launcher.run_once().launched == 1
+    (run,) = launched.replica.finished()
+    assert launched.replica.completer.complete(run) == "recorded"
+    (row,) = _outbox(database_url)
+    assert (row["event"], row["payload"]["attempt"]) == ("failure", 2)
+
+
+def test_a_task_without_a_url_or_without_the_event_owes_nothing(
+    client, pool, executors, database_url
+) -> None:
+    launched = launched_shell_run(client, pool, executors, database_url, command="exit 1")
+    _notify(database_url, launched.task.id, URL, ["timeout"])  # failure not selected
+    (run,) = launched.replica.finished()
+    assert launched.replica.completer.complete(run) == "recorded"
+    assert _outbox(database_url) == []
+    _notify(database_url, launched.task.id, None, None)  # every event, but no URL
+    with transaction(pool) as tx:
+        (occ,) = query(database_url, "SELECT id FROM occurrence")
+        assert outbox_store.enqueue(tx.conn, [occ["id"]]) == 0
+
+
+def test_one_notification_per_occurrence_and_event_however_often_it_is_written(
+    client, pool, executors, database_url
+) -> None:
+    launched = launched_shell_run(client, pool, executors, database_url, command="exit 1")
+    _notify(database_url, launched.task.id, URL, None)
+    (run,) = launched.replica.finished()
+    launched.replica.completer.complete(run)
+    (first,) = _outbox(database_url)
+    with transaction(pool) as tx:
+        assert outbox_store.enqueue(tx.conn, [first["occurrence_id"]]) == 0
+    assert _outbox(database_url) == [first]  # the same row, the same delivery_id
+
+
+def test_a_firing_skipped_by_forbid_owes_a_skipped_notification_only_when_selected(
+    client, pool, executors, database_url
+) -> None:
+    (db_now,) = query(database_url, "SELECT now() AS t")
+    created = db_now["t"] - timedelta(hours=2)
+    spec = {"executor": "shell", "target": "true", "every": timedelta(hours=1), "overlap": "forbid"}
+    chosen = client.add_task(TaskSpec(name="chosen", **spec), now=created)
+    default = client.add_task(TaskSpec(name="default", **spec), now=created)
+    _notify(database_url, chosen.id, URL, ["skipped"])
+    _notify(database_url, default.id, URL, None)  # the default events leave skips out
+    for task in (chosen, default):
+        client.trigger(task.id, requested_by="test")  # active: the scheduled firing is skipped
+    replica = Replica(database_url, pool, executors, "a")
+    result = replica.dispatcher.run_once(now=created + timedelta(hours=1, seconds=1))
+    assert result.skipped == 2
+    (row,) = _outbox(database_url)
+    assert (row["task_id"], row["event"], row["payload"]["reason"]) == (
+        chosen.id,
+        "skipped",
+        "overlap",
+    )
+
+
+def test_an_expired_firing_owes_an_expired_notification_written_with_its_expiry(
+    client, pool, database_url
+) -> None:
+    task = client.add_task(
+        TaskSpec(
+            name="job",
+            executor="shell",
+            target="true",
+            every=timedelta(hours=1),
+            start_deadline=timedelta(minutes=1),
+        )
+    )
+    _notify(database_url, task.id, URL, None)
+    client.trigger(task.id, requested_by="test")
+    query(
+        database_url,
+        "UPDATE occurrence SET scheduled_for = now() - interval '2 minutes' RETURNING id",
+    )
+    reconciler = Reconciler(
+        pool,
+        instance_id="rec",
+        restart_quiet=timedelta(0),
+        max_interruptions=3,
+        dead_after=timedelta(minutes=10),
+        page=100,
+    )
+    report = reconciler.run_once()
+    (row,) = _outbox(database_url)
+    assert report.ids["expired"] == [row["occurrence_id"]]
+    assert (row["event"], row["payload"]["outcome"], row["payload"]["reason"]) == (
+        "expired",
+        "expired",
+        "start_deadline",
+    )
