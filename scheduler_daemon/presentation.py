@@ -473,3 +473,15 @@ def health_fields(report: Report) -> dict[str, Any]:
 
 def _rounded(value: float | None) -> float | None:
     return None if value is None else round(value, 3)
+
+
+def notifications_text(notifications: dict[str, Any] | None) -> str | None:
+    """`status`'s line on the notification outbox (None before revision 0025)."""
+    if notifications is None:
+        return None
+    line = (
+        f"notifications: {notifications['undelivered']} undelivered,"
+        f" {notifications['failing']} failing"
+    )
+    oldest = notifications["oldest_undelivered_seconds"]
+    return line if oldest is None else f"{line}, oldest {oldest:g} s"

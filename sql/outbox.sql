@@ -30,3 +30,50 @@ WHERE o.id = ANY(%(ids)s::bigint[]) AND e.event IS NOT NULL
         ARRAY['failure', 'timeout', 'expired', 'deadline']))
 ORDER BY o.id
 ON CONFLICT (occurrence_id, event) DO NOTHING
+
+-- name: outbox_claim :one
+-- Claims the oldest due undelivered notification (SKIP LOCKED: one deliverer per row at a
+-- time): its next attempt moves `lease` ahead, so another deliverer takes it again only after
+-- this one's POST timed out or this daemon died, and its attempts go up by one, the token its
+-- record is fenced on. Returns it with where to send it: the task's notify URL and headers,
+-- else the fleet's `notify_url` (no headers). None: nothing is due.
+WITH due AS MATERIALIZED (
+    SELECT id FROM notification_outbox
+    WHERE delivered_at IS NULL AND next_attempt_at <= clock_timestamp()
+    ORDER BY next_attempt_at, id
+    LIMIT 1
+    FOR UPDATE SKIP LOCKED
+)
+UPDATE notification_outbox n SET attempts = n.attempts + 1,
+    next_attempt_at = clock_timestamp() + %(lease)s::interval
+FROM due, task t
+WHERE n.id = due.id AND t.id = n.task_id
+RETURNING n.id, n.delivery_id, n.occurrence_id, n.task_id, n.event, n.payload, n.attempts,
+    coalesce(t.notify_url, (SELECT jsonb_build_array(value) ->> 0 FROM fleet_setting
+                            WHERE key = 'notify_url' AND jsonb_typeof(value) = 'string')) AS url,
+    CASE WHEN t.notify_url IS NOT NULL THEN t.notify_headers END AS headers
+
+-- name: outbox_delivered :rowcount
+-- Records a notification's delivery, fenced on the attempt that claimed it (0: a later claim
+-- took it over, or it was recorded already).
+UPDATE notification_outbox SET delivered_at = clock_timestamp(), last_error = NULL
+WHERE id = %(id)s AND attempts = %(attempts)s AND delivered_at IS NULL
+
+-- name: outbox_failed :rowcount
+-- Records a failed POST: the notification is due again after `delay` (the backoff), fenced on
+-- the attempt that claimed it.
+UPDATE notification_outbox SET last_error = %(error)s,
+    next_attempt_at = clock_timestamp() + %(delay)s::interval
+WHERE id = %(id)s AND attempts = %(attempts)s AND delivered_at IS NULL
+
+-- name: outbox_counts :one
+-- What `status` shows of the outbox: notifications not yet delivered, those among them whose
+-- last POST failed, and the age in seconds of the oldest (database clock; NULL: none).
+SELECT count(*) AS undelivered, count(*) FILTER (WHERE last_error IS NOT NULL) AS failing,
+    round(extract(epoch FROM clock_timestamp() - min(created_at)), 3)::float8
+        AS oldest_undelivered_seconds
+FROM notification_outbox WHERE delivered_at IS NULL
+
+-- name: outbox_exists :scalar
+-- Whether the schema has the outbox (revision 0025): `status` reads a schema not migrated yet.
+SELECT to_regclass('notification_outbox') IS NOT NULL

@@ -345,6 +345,9 @@ def status(ctx: click.Context) -> None:
     refused = presentation.in_process_refused_text(fields["in_process_refused_by"])
     if refused is not None:
         text += "\n" + refused
+    notifications = presentation.notifications_text(fields["notifications"])
+    if notifications is not None:
+        text += "\n" + notifications
     text += "\n" + presentation.database_text(fields["database"])
     emit(ctx, fields, text)
 

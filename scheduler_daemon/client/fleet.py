@@ -16,6 +16,7 @@ from scheduler_daemon.storage import (
     instance_store,
     migration,
     occurrence_store,
+    outbox_store,
     run_store,
     task_store,
 )
@@ -48,6 +49,7 @@ class Fleet(ClientBase):
                 "executing_runs": occurrence_store.executing_count(conn),
                 "max_concurrent_runs": fleet_store.budget(conn),
                 "parked_tasks": task_store.parked(conn),
+                "notifications": outbox_store.counts(conn),
                 # the instances whose build refuses a task `in_process` (ADR 0010)
                 "in_process_refused_by": [
                     row for row in instances if row.schema_revision < control.IN_PROCESS_SINCE

@@ -214,3 +214,33 @@ def _read_tail(response: HTTPResponse | urllib.error.HTTPError) -> str:
     while chunk := response.read(OUTPUT_TAIL_BYTES):
         kept = (kept + chunk)[-OUTPUT_TAIL_BYTES:]
     return decode_tail(kept)
+
+
+def post_json(
+    url: str, body: Mapping[str, Any], headers: Mapping[str, str], *, timeout: float
+) -> str | None:
+    """One POST of `body` as JSON, as a run's request is sent (the headers as given, a password
+    in the URL as Basic credentials, no redirect followed), on the caller's thread. None: a 2xx
+    answer; else why not (`HTTP 500`, a connection error with secrets redacted, a timeout)."""
+    if not url.startswith(("http://", "https://")):
+        return "not an http(s) URL"
+    url, sent = _request_headers(url, headers)
+    sent["Content-Type"] = "application/json"
+    request = urllib.request.Request(  # noqa: S310 -- the scheme is checked above: http(s)
+        url, data=json.dumps(body, default=str).encode(), headers=sent, method="POST"
+    )
+    try:
+        opener = urllib.request.build_opener(_NoRedirect())  # the proxy settings of now
+        with opener.open(request, timeout=timeout) as response:
+            status = response.status
+            _read_tail(response)
+    except urllib.error.HTTPError as exc:
+        status = exc.code
+    except TimeoutError:
+        return timeout_error(timeout)
+    except Exception as exc:  # every failure of the request is the notification's
+        reason = getattr(exc, "reason", None)  # URLError wraps the socket's error
+        if isinstance(reason, TimeoutError):
+            return timeout_error(timeout)
+        return redact(error_line(reason if isinstance(reason, BaseException) else exc))
+    return None if 200 <= status < 300 else f"HTTP {status}"

@@ -100,7 +100,7 @@ class Daemon:
         self.supervisor = Supervisor(settings.max_failed_passes)
         self.keeper_watch = Vital("lease keeper", settings.max_failed_passes)
         self.side = SideThreads(self.keeper_watch, keeper_alive=lambda: True)
-        for part in ("waker", "endpoint", "pruner"):
+        for part in ("waker", "endpoint", "pruner", "deliverer"):
             self.side.parts[part] = Degradable(
                 part,
                 on_failure=self.metrics.side_failures.labels(part).inc,
@@ -231,6 +231,8 @@ class Daemon:
             on_task_added=self.pacing.task_added,
             launch_wanted=self.pacing.launch_wanted,
             epoch=self.epoch,
+            on_delivery_failure=self.side.parts["deliverer"].failed,
+            on_notification_failure=self.metrics.notification_failures.inc,
         )
         services = build_services(
             pool,
@@ -246,6 +248,9 @@ class Daemon:
         self.side.keeper_alive = lambda: keeper.alive
         self.side.parts["waker"].alive = lambda: waker.alive
         self.side.parts["waker"].restart = waker.restart
+        deliverer = services.deliverer
+        self.side.parts["deliverer"].alive = lambda: deliverer.alive
+        self.side.parts["deliverer"].restart = deliverer.restart
         return services
 
     # -- the lease keeper's reports, from its thread (ADR 0005) -----------------------------------
@@ -296,6 +301,7 @@ class Daemon:
         services.keeper.start()
         if self.settings.listen:
             services.waker.start()
+        services.deliverer.start()
         self.readiness.state = None
         self.notifier.ready(f"ready: instance {self.instance_id}")
 
@@ -332,6 +338,7 @@ class Daemon:
         if self.tracer is not None:  # the last spans leave, within a bounded wait
             self.tracer.close()
         services.waker.stop()
+        services.deliverer.stop()  # after the POST in flight, if any (at most its timeout)
         services.keeper.stop()  # heartbeats stop last, after the drain
         if self.registration.refused is None:
             self.drain.safely(self.registration.deregister)

@@ -46,7 +46,7 @@ NAMESPACE = "scheduler_daemon"
 disable_created_metrics()
 # Start lag and run duration: from milliseconds to a day.
 SECONDS_BUCKETS = (0.01, 0.05, 0.1, 0.5, 1, 2, 5, 10, 30, 60, 120, 300, 900, 1800, 3600, 21600)
-SIDE_PARTS = ("waker", "endpoint", "pruner")  # the parts that degrade (ADR 0005)
+SIDE_PARTS = ("waker", "endpoint", "pruner", "deliverer")  # the parts that degrade (ADR 0005)
 LOOP_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 90)
 
 
@@ -142,8 +142,15 @@ class Metrics:
         self.side_failures = Counter(
             "side_failures",
             "Failures of a part the daemon works without, by part: waker (a LISTEN session "
-            "or its thread), endpoint (its thread), pruner (a pass).",
+            "or its thread), endpoint (its thread), pruner (a pass), deliverer (a pass of "
+            "the notification outbox, or its thread).",
             ["part"],
+            **ns,
+        )
+        self.notification_failures = Counter(
+            "notification_failures",
+            "Notification POSTs that failed (an answer other than 2xx, a timeout, a "
+            "connection error); each is tried again with back-off (ADR 0016).",
             **ns,
         )
         self.iteration = Histogram(

@@ -2,7 +2,9 @@
 `scheduler-daemon run` (the Daemon) and for the tests' in-process replicas (tests/support.py)
 alike, so a test daemon is wired the way a real one is. Also the daemon's pool and executors."""
 
+import os
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -14,10 +16,12 @@ import structlog
 from psycopg_pool import ConnectionPool
 
 from scheduler_daemon.domain.held import HeldRuns
+from scheduler_daemon.domain.notification import Notification
 from scheduler_daemon.domain.trace import RunTracer
 from scheduler_daemon.executors import make_executors
 from scheduler_daemon.executors.base import Executor
 from scheduler_daemon.services.completer import Completer, CompleteResult
+from scheduler_daemon.services.deliverer import Deliverer
 from scheduler_daemon.services.dispatcher import Dispatcher
 from scheduler_daemon.services.launcher import Launcher, LaunchResult
 from scheduler_daemon.services.lease_keeper import LeaseKeeper
@@ -57,6 +61,7 @@ class Services:
     reconciler: Reconciler
     pruner: Pruner
     waker: Waker
+    deliverer: Deliverer
 
     def write_and_refill(self) -> Refill:
         """The hot path of a loop pass: the completer reports what finished, the launcher
@@ -94,6 +99,24 @@ class Hooks:
     on_task_added: Callable[[datetime | None], None] | None = None
     launch_wanted: threading.Event | None = None
     epoch: EpochWatch | None = None  # sights each new connection of the keeper and the waker
+    on_delivery_failure: Callable[[Exception], None] = lambda _exc: None
+    on_notification_failure: Callable[[], None] = lambda: None
+
+
+# An injection point for the tests (tests/chaos/test_notifications.py): when set, a deliverer
+# writes the delivery_id of each notification it POSTed to this file, before its record, and
+# then waits there forever, so a test can kill the daemon between a POST and its record.
+POSTED_FILE_ENV = "SCHEDULER_TEST_NOTIFY_POSTED_FILE"
+
+
+def _pause_after_post(path: str) -> Callable[[Notification], None]:
+    def pause(notification: Notification) -> None:
+        with open(path, "a") as out:
+            out.write(notification.delivery_id + "\n")
+        while True:
+            time.sleep(3600)
+
+    return pause
 
 
 def build_services(
@@ -153,6 +176,22 @@ def build_services(
             on_failure=hooks.on_waker_failure,
             configure=hooks.epoch,
         ),
+        deliverer=_deliverer(url, instance_id, hooks),
+    )
+
+
+def _deliverer(url: str, instance_id: str, hooks: Hooks) -> Deliverer:
+    """The notification deliverer, on a connection of its own: the loop's two never wait
+    behind a notification's record."""
+    posted = os.environ.get(POSTED_FILE_ENV)
+    return Deliverer(
+        make_pool(
+            url, max_size=1, name=f"scheduler-daemon {instance_id} deliverer", configure=hooks.epoch
+        ),
+        instance_id=instance_id,
+        on_failure=hooks.on_delivery_failure,
+        on_post_failure=hooks.on_notification_failure,
+        after_post=None if posted is None else _pause_after_post(posted),
     )
 
 

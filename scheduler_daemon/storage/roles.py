@@ -51,9 +51,10 @@ WRITES: dict[str, dict[str, tuple[str, ...]]] = {
         "instance": ("INSERT", "UPDATE", "DELETE"),
         "task_pruned": ("INSERT", "UPDATE"),  # the prune's mark, an upsert (revision 0016)
         "fleet_epoch": ("INSERT",),  # a reconcile pass's first sighting (revision 0018)
-        # A finished firing's notifications (revision 0025), written beside its outcome; the
-        # prune deletes them with the occurrence (ON DELETE CASCADE, run as the table owner).
-        "notification_outbox": ("INSERT",),
+        # A finished firing's notifications (revision 0025), written beside its outcome, then
+        # claimed and recorded by the deliverer (UPDATE of COLUMNS only); the prune deletes
+        # them with the occurrence (ON DELETE CASCADE, run as the table owner).
+        "notification_outbox": ("INSERT", "UPDATE"),
     },
     "operator": {
         "task": ("INSERT", "UPDATE"),  # deletion is a soft delete
@@ -104,6 +105,14 @@ COLUMNS: dict[str, dict[str, tuple[Column, ...]]] = {
             # A task the dispatcher or completer cannot plan or store: task_park.
             Column("parked_at"),
             Column("park_error"),
+        ),
+        # The deliverer's claim (a lease and the attempt) and its record (revision 0025): never
+        # what a notification says, or where it goes.
+        "notification_outbox": (
+            Column("attempts"),
+            Column("next_attempt_at"),
+            Column("delivered_at"),
+            Column("last_error"),
         ),
     },
 }

@@ -5,7 +5,10 @@ transaction that records the outcome, and nothing else writes one."""
 from datetime import timedelta
 from typing import Any
 
+import pytest
+
 from scheduler_daemon.domain.task import TaskSpec
+from scheduler_daemon.services.deliverer import Deliverer
 from scheduler_daemon.services.reconciler import Reconciler
 from scheduler_daemon.storage import outbox_store
 from scheduler_daemon.storage.database import transaction
@@ -187,3 +190,63 @@ def test_an_expired_firing_owes_an_expired_notification_written_with_its_expiry(
         "expired",
         "start_deadline",
     )
+
+
+@pytest.fixture
+def no_proxy(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("http_proxy", "HTTP_PROXY", "https_proxy", "HTTPS_PROXY", "all_proxy"):
+        monkeypatch.delenv(name, raising=False)  # loopback only, never through a proxy
+
+
+@pytest.mark.usefixtures("no_proxy")
+def test_a_failed_post_is_due_again_after_its_backoff_and_status_counts_it(
+    client, pool, executors, database_url, cli
+) -> None:
+    launched = launched_shell_run(client, pool, executors, database_url, command="exit 1")
+    _notify(database_url, launched.task.id, URL, None)  # port 9: nothing answers
+    (run,) = launched.replica.finished()
+    launched.replica.completer.complete(run)
+    deliverer = Deliverer(pool, instance_id="d", timeout=2)
+    result = deliverer.run_once()
+    assert (result.delivered, result.failed, result.fenced) == (0, 1, 0)
+    (row,) = query(
+        database_url,
+        "SELECT attempts, delivered_at, last_error,"
+        " next_attempt_at - clock_timestamp() > interval '0.5 s' AS waits"
+        " FROM notification_outbox",
+    )
+    assert (row["attempts"], row["delivered_at"], row["waits"]) == (1, None, True)
+    assert row["last_error"]
+    assert deliverer.run_once().failed == 0  # not due again before its back-off
+    status = cli("status", "--json").json()["notifications"]
+    assert (status["undelivered"], status["failing"]) == (1, 1)
+    assert status["oldest_undelivered_seconds"] >= 0
+    assert "notifications: 1 undelivered, 1 failing" in cli("status").out
+
+
+def test_a_record_after_another_deliverer_claimed_the_row_again_is_fenced(
+    client, pool, executors, database_url
+) -> None:
+    """Deliverer A's lease passes mid-POST and B claims the row: A's record must change
+    nothing. Would fail against a record matched on the row id alone."""
+    launched = launched_shell_run(client, pool, executors, database_url, command="exit 1")
+    _notify(database_url, launched.task.id, URL, None)
+    (run,) = launched.replica.finished()
+    launched.replica.completer.complete(run)
+    with transaction(pool) as tx:
+        a = outbox_store.claim(tx.conn, lease=timedelta(0))  # its lease passes at once
+    with transaction(pool) as tx:
+        b = outbox_store.claim(tx.conn, lease=timedelta(minutes=1))
+    assert a is not None
+    assert b is not None
+    assert (a.delivery_id, a.attempts, b.attempts) == (b.delivery_id, 1, 2)
+    with transaction(pool) as tx:
+        assert not outbox_store.delivered(tx.conn, a)
+        assert not outbox_store.failed(tx.conn, a, error="late", delay=timedelta(0))
+    with transaction(pool) as tx:
+        assert outbox_store.delivered(tx.conn, b)
+    (row,) = query(
+        database_url, "SELECT attempts, last_error, delivered_at FROM notification_outbox"
+    )
+    assert (row["attempts"], row["last_error"]) == (2, None)
+    assert row["delivered_at"] is not None

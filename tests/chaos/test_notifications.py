@@ -1,0 +1,202 @@
+"""Notifications delivered by real daemons to a local receiver (issue 35 item 1, ADR 0016):
+every (occurrence, event) arrives at least once, every copy of one with the same delivery_id;
+a daemon killed between a POST and its record leaves a repeat with the same id; a receiver
+answering 500 twice gets it on the third try."""
+
+import json
+import signal
+import threading
+import time
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from scheduler_daemon.runtime.root import POSTED_FILE_ENV
+from tests.support import query, wait_for
+
+pytestmark = pytest.mark.slow
+NO_PROXY = {"no_proxy": "*", "NO_PROXY": "*"}  # loopback only, never through a proxy
+
+
+class Receiver(ThreadingHTTPServer):
+    """Records every POST (its JSON body and headers); answers 500 to the first `fail` POSTs of
+    each delivery_id, 200 after."""
+
+    def __init__(self, fail: int = 0) -> None:
+        self.fail = fail
+        self.received: list[dict[str, Any]] = []
+        self.lock = threading.Lock()
+        receiver = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                with receiver.lock:
+                    seen = sum(
+                        r["body"]["delivery_id"] == body["delivery_id"] for r in receiver.received
+                    )
+                    receiver.received.append({"body": body, "headers": dict(self.headers)})
+                status = 500 if seen < receiver.fail else 200
+                self.send_response(status)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def log_message(self, format: str, *args: object) -> None:
+                pass
+
+        super().__init__(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.serve_forever, daemon=True).start()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server_address[1]}/hook"
+
+    def copies(self) -> dict[str, list[dict[str, Any]]]:
+        """The POSTs received, by delivery_id."""
+        by_id: dict[str, list[dict[str, Any]]] = {}
+        with self.lock:
+            for r in self.received:
+                by_id.setdefault(r["body"]["delivery_id"], []).append(r)
+        return by_id
+
+
+def _receiver(fail: int = 0) -> Iterator[Receiver]:
+    receiver = Receiver(fail)
+    yield receiver
+    receiver.shutdown()
+    receiver.server_close()
+
+
+@pytest.fixture
+def receiver() -> Iterator[Receiver]:
+    yield from _receiver()
+
+
+@pytest.fixture
+def failing_receiver() -> Iterator[Receiver]:
+    yield from _receiver(fail=2)
+
+
+def _failing_tasks(cli, url: str, names: list[str], notify_url: str) -> None:
+    for name in names:
+        added = cli(
+            "tasks", "add", name, "--every", "1h", "--command", "exit 3", "--overlap", "allow"
+        )
+        assert added.code == 0, added.err
+    query(url, "UPDATE task SET notify_url = %s RETURNING id", (notify_url,))
+
+
+def _outbox(url: str) -> list[dict[str, Any]]:
+    return query(
+        url,
+        "SELECT occurrence_id, event, delivery_id::text, attempts, delivered_at, last_error"
+        " FROM notification_outbox ORDER BY id",
+    )
+
+
+def test_every_notification_arrives_with_one_delivery_id_per_outbox_row(
+    spawn, cli, database_url, receiver: Receiver
+) -> None:
+    names = [f"fails-{i}" for i in range(4)]
+    _failing_tasks(cli, database_url, names, receiver.url)
+    daemons = [spawn(database_url, name, env=NO_PROXY) for name in ("a", "b")]
+    try:
+        for daemon in daemons:
+            daemon.instance_id()
+        for name in names:
+            for _ in range(2):
+                assert cli("tasks", "trigger", name).code == 0
+        rows = wait_for(
+            lambda: (
+                len(r := _outbox(database_url)) == 2 * len(names)
+                and all(row["delivered_at"] for row in r)
+                and r
+            ),
+            message="every notification delivered",
+            timeout=45,
+        )
+
+    finally:
+        for daemon in daemons:
+            assert daemon.stop() == 0, daemon.log()
+    copies = receiver.copies()
+    assert set(copies) == {row["delivery_id"] for row in rows}  # as many ids as rows
+    occurrences = {(row["occurrence_id"], row["event"]): row["delivery_id"] for row in rows}
+    assert len(occurrences) == len(rows) == 8
+    for delivery_id, posts in copies.items():
+        bodies = {(p["body"]["occurrence_id"], p["body"]["event"]) for p in posts}
+        assert len(bodies) == 1  # every copy of one id is one (occurrence, event)
+        (key,) = bodies
+        assert occurrences[key] == delivery_id
+        for post in posts:
+            assert post["headers"]["Idempotency-Key"] == delivery_id
+            body = post["body"]
+            assert (body["event"], body["outcome"], body["attempt"]) == ("failure", "failed", 1)
+            assert body["task"] in names
+            assert body["run_id"] is not None
+            assert body["scheduled_for"] is not None
+
+
+def test_a_receiver_answering_500_twice_gets_the_notification_on_the_third_try(
+    spawn, cli, database_url, failing_receiver: Receiver
+) -> None:
+    _failing_tasks(cli, database_url, ["fails"], failing_receiver.url)
+    daemon = spawn(database_url, "a", env=NO_PROXY)
+    try:
+        daemon.instance_id()
+        assert cli("tasks", "trigger", "fails").code == 0
+        (row,) = wait_for(
+            lambda: (r := _outbox(database_url)) and r[0]["delivered_at"] and r,
+            timeout=60,
+            message="the notification delivered",
+        )
+        metrics_seen = "notification_failed" in daemon.log()
+        status = cli("status", "--json").json()["notifications"]
+    finally:
+        assert daemon.stop() == 0, daemon.log()
+    (posts,) = failing_receiver.copies().values()
+    assert len(posts) == 3
+    assert {p["body"]["delivery_id"] for p in posts} == {row["delivery_id"]}
+    assert row["attempts"] == 3
+    assert row["last_error"] is None
+    assert metrics_seen
+    assert (status["undelivered"], status["failing"]) == (0, 0)
+
+
+def test_a_daemon_killed_between_a_post_and_its_record_leaves_a_repeat_with_the_same_id(
+    spawn, cli, database_url, receiver: Receiver, tmp_path: Path
+) -> None:
+    """The injection point holds daemon `a` after its POST, before its record; SIGKILL there.
+    Would fail against a deliverer that marked the row delivered before the POST (nothing
+    repeats: the notification would be lost had the POST not left) or that made a new id per
+    POST (two ids for one row)."""
+    _failing_tasks(cli, database_url, ["fails"], receiver.url)
+    posted = tmp_path / "posted"
+    a = spawn(database_url, "a", env={**NO_PROXY, POSTED_FILE_ENV: str(posted)})
+    a.instance_id()
+    assert cli("tasks", "trigger", "fails").code == 0
+    wait_for(lambda: posted.exists() and posted.read_text().strip(), message="a's first POST")
+    a.signal(signal.SIGKILL)
+    a.proc.wait(10)
+    (row,) = _outbox(database_url)
+    assert (row["delivered_at"], row["attempts"]) == (None, 1)  # posted, not recorded
+    b = spawn(database_url, "b", env=NO_PROXY)
+    try:
+        b.instance_id()
+        started = time.monotonic()
+        (row,) = wait_for(
+            lambda: (r := _outbox(database_url)) and r[0]["delivered_at"] and r,
+            timeout=60,
+            message="the notification delivered again by b",
+        )
+    finally:
+        assert b.stop() == 0, b.log()
+    (posts,) = receiver.copies().values()
+    assert len(posts) == 2
+    assert {p["body"]["delivery_id"] for p in posts} == {row["delivery_id"]}
+    assert posted.read_text().split() == [row["delivery_id"]]
+    assert row["attempts"] == 2
+    assert time.monotonic() - started < 30
