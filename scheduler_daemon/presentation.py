@@ -80,6 +80,10 @@ def task_fields(task: TaskRecord, *, show_secrets: bool = False) -> dict[str, An
         "max_attempts": spec.max_attempts,
         "backoff_seconds": seconds(spec.backoff),
         "history_retention_seconds": seconds(spec.history_retention),
+        "notify_url": spec.notify_url
+        if show_secrets or spec.notify_url is None
+        else redact(spec.notify_url),
+        "notify_on": None if spec.notify_on is None else list(spec.notify_on),
         "source": task.source,
         "status": task.status,
         "paused": spec.paused,

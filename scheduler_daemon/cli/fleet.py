@@ -23,6 +23,7 @@ from scheduler_daemon.cli.base import (
 )
 from scheduler_daemon.domain import limit
 from scheduler_daemon.domain.duration import format_duration, parse_duration
+from scheduler_daemon.domain.secret import redact
 from scheduler_daemon.runtime.supervision import (
     EXIT_FAILED_PASSES,
     EXIT_IN_PROCESS_STUCK,
@@ -435,6 +436,8 @@ def config() -> None:
 @click.pass_context
 def config_show(ctx: click.Context) -> None:
     settings = {k.replace("_", "-"): v for k, v in client_for(ctx).fleet_settings().items()}
+    if isinstance(settings.get("notify-url"), str):  # a URL's password is a secret
+        settings["notify-url"] = redact(settings["notify-url"])
     emit(ctx, settings, output.pairs(settings) if settings else "(none)")
 
 

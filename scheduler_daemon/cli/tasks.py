@@ -146,6 +146,23 @@ def _policy_options(adding: bool) -> list[Option]:
         click.option("--max-attempts", type=int, default=default("max_attempts")),
         click.option("--backoff", type=DURATION_OR_ZERO, default=default("backoff")),
         click.option(
+            "--notify",
+            "notify_url",
+            metavar="URL",
+            type=optional(click.STRING),
+            help="POST this task's notifications here (JSON; default: the fleet's notify-url)."
+            + ("" if adding else "  `none` clears it."),
+        ),
+        click.option(
+            "--notify-on",
+            "notify_on",
+            metavar="EVENTS",
+            type=optional(click.STRING),
+            help="Comma-separated events to notify: failure, timeout, skipped, expired "
+            "(default: the fleet's notify-on, else all but skipped)."
+            + ("" if adding else "  `none` clears it."),
+        ),
+        click.option(
             "--history-retention",
             type=optional(DURATION),
             help="Keep this task's finished history this long (default: the fleet's "
@@ -169,6 +186,8 @@ def _definition(opts: dict[str, Any], *, adding: bool, zone: str = "UTC") -> dic
     given = {k: v for k, v in targets.items() if v is not None}
     if len(given) > 1 or (adding and not given):
         raise InvalidTask("give exactly one of --command, --http or --call")
+    if isinstance(opts.get("notify_on"), str):
+        opts["notify_on"] = events(opts["notify_on"])
     at_text = opts.pop("at_text")
     if at_text is not None:
         opts["at"] = _instant(at_text, opts.get("timezone") or zone)
@@ -186,6 +205,11 @@ def _definition(opts: dict[str, Any], *, adding: bool, zone: str = "UTC") -> dic
     if adding:
         return opts
     return {k: None if v is CLEAR else v for k, v in opts.items() if v is not None}
+
+
+def events(text: str) -> tuple[str, ...]:
+    """`--notify-on failure,timeout` as its events (checked by TaskSpec.validate)."""
+    return tuple(e.strip() for e in text.split(",") if e.strip())
 
 
 def _headers(given: tuple[str, ...]) -> tuple[tuple[str, str], ...] | None:

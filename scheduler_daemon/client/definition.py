@@ -3,7 +3,7 @@ their next fire times. Each change locks the task row first; `*_in` runs in the 
 transaction (`tasks apply`)."""
 
 import functools
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -57,6 +57,8 @@ class TaskDefinition(ClientBase):
         spec.validate(db_now)
         if spec.in_process:
             _allow_in_process(spec.name, _older_builds(conn))
+        if _notifies(spec.notify_url, spec.notify_on):
+            _allow_notify(f"task '{spec.name}'", _not_notifying(conn))
         return task_store.insert(conn, spec, spec.schedule().next_after(db_now), source=source)
 
     def add_tasks(
@@ -78,6 +80,9 @@ class TaskDefinition(ClientBase):
             made = [s.name for s in specs if s.in_process]
             if made:
                 _allow_in_process(made[0], _older_builds(conn))
+            notifying = [s.name for s in specs if _notifies(s.notify_url, s.notify_on)]
+            if notifying:
+                _allow_notify(f"task '{notifying[0]}'", _not_notifying(conn))
             db_now = task_store.clock(conn, now)
             ready = []
             for given in specs:
@@ -111,8 +116,11 @@ class TaskDefinition(ClientBase):
         control.check_update(changes)
         # The instances' lock before the task's: the order `migrate --contract` takes them.
         older = _older_builds(conn) if changes.get("in_process") else []
+        notifies = _notifies(changes.get("notify_url"), changes.get("notify_on"))
+        silent = _not_notifying(conn) if notifies else []
         task = task_store.lock(conn, task_ref(ref))
         _allow_in_process(task.name, older)
+        _allow_notify(f"task '{task.name}'", silent)
         db_now = task_store.clock(conn, now)
         plan = allowed(control.plan_update(task, changes, db_now))
         self._record_owed(conn, task, plan.owed, db_now)
@@ -285,6 +293,25 @@ def _older_builds(conn: psycopg.Connection[Any]) -> list[Instance]:
 def _allow_in_process(task_name: str, older: list[Instance]) -> None:
     """Refuses (Conflict) making a task in-process while `older` (`_older_builds`) is not empty."""
     refusal = control.plan_in_process(task_name, older)
+    if refusal is not None:
+        raise Conflict(refusal.message)
+
+
+def _notifies(url: str | None, events: Sequence[str] | None) -> bool:
+    """Whether a write gives notifications (a URL or events): what builds before
+    control.NOTIFY_SINCE would ignore. Clearing them is never refused."""
+    return url is not None or events is not None
+
+
+def _not_notifying(conn: psycopg.Connection[Any]) -> list[Instance]:
+    """The registered instances of builds that record no notification, read under the
+    compatibility lock as `_older_builds` (ADR 0010's pattern, ADR 0016)."""
+    return migration.instances_before(conn, control.NOTIFY_SINCE)
+
+
+def _allow_notify(subject: str, older: list[Instance]) -> None:
+    """Refuses (Conflict) notifications for `subject` while `older` is not empty."""
+    refusal = control.plan_notify(subject, older)
     if refusal is not None:
         raise Conflict(refusal.message)
 

@@ -21,6 +21,7 @@ from scheduler_daemon.storage import (
     task_store,
 )
 from scheduler_daemon.storage.database import first_line
+from scheduler_daemon.storage.error import Conflict
 
 
 class Fleet(ClientBase):
@@ -88,4 +89,9 @@ class Fleet(ClientBase):
     def set_fleet_setting(self, name: str, value: str, *, updated_by: str) -> dict[str, Any]:
         key, stored = argument.fleet_setting(name, value)  # within its bound (domain/limit.py)
         with self._tx() as conn:
+            if key in argument.NOTIFY_SETTINGS and stored is not None:  # ADR 0016, as ADR 0010
+                older = migration.instances_before(conn, control.NOTIFY_SINCE)
+                refusal = control.plan_notify("the fleet", older)
+                if refusal is not None:
+                    raise Conflict(refusal.message)
             return fleet_store.set_setting(conn, key, stored, updated_by)

@@ -1,9 +1,12 @@
 """Input errors that are not about one task (a count, a limit, a status filter, a fleet setting):
 InvalidArgument and the checks that raise it (pure)."""
 
+import re
+
 from scheduler_daemon.domain import limit
 from scheduler_daemon.domain.duration import format_duration, parse_duration
-from scheduler_daemon.domain.status import OccurrenceStatus, TaskStatus
+from scheduler_daemon.domain.secret import redact
+from scheduler_daemon.domain.status import NOTIFY_ON_CHOICES, OccurrenceStatus, TaskStatus
 
 OCCURRENCE_STATUSES = tuple(OccurrenceStatus)
 TASK_STATUSES = tuple(TaskStatus)
@@ -11,7 +14,11 @@ TASK_STATUSES = tuple(TaskStatus)
 FLEET_SETTINGS = {
     "max-concurrent-runs": "max_concurrent_runs",
     "history-retention": "history_retention",
+    "notify-url": "notify_url",
+    "notify-on": "notify_on",
 }
+# The settings that give notifications (ADR 0016): refused while a build before them runs.
+NOTIFY_SETTINGS = frozenset({"notify_url", "notify_on"})
 DURATION_SETTINGS = frozenset({"history-retention"})  # stored as duration text
 
 
@@ -61,7 +68,31 @@ def history_cursor(text: str) -> tuple[int, int | None]:
     )
 
 
-def fleet_setting(name: str, value: str) -> tuple[str, int | str | None]:
+def notify_setting(name: str, value: str) -> str | list[str] | None:
+    """`config set notify-url URL` (an http(s) URL) or `notify-on EVENTS` (comma-separated);
+    None for `none` (no fleet default)."""
+    if value.strip().lower() == "none":
+        return None
+    if name == "notify-url":
+        limit.text(name, value)
+        if re.match(r"^https?://[^\s/]+", value) is None:
+            raise InvalidArgument(
+                f"notify-url needs an http:// or https:// URL, got '{redact(value)[:80]}'"
+            )
+        return value
+    events = [e.strip() for e in value.split(",") if e.strip()]
+    for event in events:
+        if event not in NOTIFY_ON_CHOICES:
+            raise InvalidArgument(
+                f"notify-on: unknown event '{event[:40]}'; the events are "
+                + ", ".join(NOTIFY_ON_CHOICES)
+            )
+    if not events or len(set(events)) != len(events):
+        raise InvalidArgument("notify-on needs distinct events, comma-separated (or `none`)")
+    return events
+
+
+def fleet_setting(name: str, value: str) -> tuple[str, int | str | list[str] | None]:
     """A `config set NAME VALUE`: the stored key and its value (a whole number, or for a
     duration setting its duration text, None for `none`: keep everything), within its bound
     (domain/limit.py)."""
@@ -69,6 +100,11 @@ def fleet_setting(name: str, value: str) -> tuple[str, int | str | None]:
         raise InvalidArgument(
             f"unknown setting '{name}': choose one of {', '.join(FLEET_SETTINGS)}"
         )
+    if FLEET_SETTINGS[name] in NOTIFY_SETTINGS:
+        try:
+            return FLEET_SETTINGS[name], notify_setting(name, value)
+        except limit.OutOfBounds as exc:
+            raise InvalidArgument(str(exc)) from None
     if name in DURATION_SETTINGS:
         if value.strip().lower() == "none":
             return FLEET_SETTINGS[name], None

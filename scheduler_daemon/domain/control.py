@@ -24,6 +24,10 @@ from scheduler_daemon.domain.task import InvalidTask, TaskRecord, TaskSpec
 # The schema revision that added `task.in_process` (migration 0020_task_in_process): a build
 # whose head is before it runs an in-process task in a worker process, or not at all.
 IN_PROCESS_SINCE = "0020"
+# The schema revision that added notifications (migration 0025_notification_outbox): a build
+# whose head is before it records no notification, so a task's or the fleet's notify URL is
+# refused while one is registered (ADR 0016, as ADR 0010).
+NOTIFY_SINCE = "0025"
 # The changes that move a task's schedule: its due, undispatched firings are recorded first.
 SCHEDULE_FIELDS = frozenset({"cron", "every", "at", "timezone", "dst_gap", "dst_overlap"})
 
@@ -48,6 +52,23 @@ def plan_in_process(task_name: str, older: Sequence[Instance]) -> Refusal | None
         f"task '{task_name}' cannot run in-process while instance(s) {names} of builds before "
         f"schema {IN_PROCESS_SINCE} are registered (they would run it in a worker process); roll "
         "them to this build, or wait until a stopped one's row expires"
+    )
+
+
+def plan_notify(subject: str, older: Sequence[Instance]) -> Refusal | None:
+    """Whether `subject` (a task, or the fleet's defaults) may be given notifications now:
+    refused, naming them, while `older` (the registered instances of builds before
+    NOTIFY_SINCE) is not empty."""
+    if not older:
+        return None
+    names = ", ".join(
+        f"{i.id} (host {i.hostname}, version {i.version}, schema {i.schema_revision})"
+        for i in older
+    )
+    return Refusal(
+        f"{subject} cannot have notifications while instance(s) {names} of builds before "
+        f"schema {NOTIFY_SINCE} are registered (they would record none); roll them to this "
+        "build, or wait until a stopped one's row expires"
     )
 
 

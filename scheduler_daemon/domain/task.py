@@ -18,6 +18,7 @@ from scheduler_daemon.domain.schedule.fixed import IntervalSchedule, OneShotSche
 from scheduler_daemon.domain.schedule.zone import load_zone
 from scheduler_daemon.domain.secret import redact
 from scheduler_daemon.domain.status import (
+    NOTIFY_ON_CHOICES,
     DstGapPolicy,
     DstOverlapPolicy,
     ExecutorKind,
@@ -74,6 +75,10 @@ class TaskSpec:
     # `tasks apply`: the `${VAR}` template each header value was resolved from, so that
     # `tasks export` writes the reference, not the secret.
     header_refs: tuple[tuple[str, str], ...] = ()
+    # Notifications (ADR 0016): where this task's are POSTed (None: the fleet's notify-url)
+    # and which events (None: the fleet's notify-on, else every one but `skipped`).
+    notify_url: str | None = None
+    notify_on: tuple[str, ...] | None = None
 
     @property
     def schedule_kind(self) -> ScheduleKind:
@@ -210,10 +215,29 @@ class TaskSpec:
             "--in-process is for --call (python) tasks only",
         )
         self._validate_headers()
+        self._validate_notify()
         size = len(json.dumps(self.payload).encode())
         _check(
             size <= MAX_PAYLOAD_BYTES,
             f"payload is {size} bytes; the limit is {MAX_PAYLOAD_BYTES} bytes",
+        )
+
+    def _validate_notify(self) -> None:
+        if self.notify_url is not None:
+            limit.text("--notify", self.notify_url)
+            _check(
+                re.match(r"^https?://[^\s/]+", self.notify_url) is not None,
+                f"--notify needs an http:// or https:// URL, got '{redact(self.notify_url)[:80]}'",
+            )
+        for event in self.notify_on or ():
+            _check(
+                event in NOTIFY_ON_CHOICES,
+                f"--notify-on: unknown event '{event[:40]}'; the events are "
+                + ", ".join(NOTIFY_ON_CHOICES),
+            )
+        _check(
+            len(set(self.notify_on or ())) == len(self.notify_on or ()),
+            "--notify-on: an event is given twice",
         )
 
     def _validate_headers(self) -> None:

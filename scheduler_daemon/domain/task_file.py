@@ -54,7 +54,7 @@ _TEXTS = {
 }
 _INTS = {"catchup-limit": "catchup_limit", "max-attempts": "max_attempts"}
 _FLAGS = {"paused": "paused", "in-process": "in_process"}
-FIELDS = (*_TEXTS, *_DURATIONS, *_INTS, "at", *_FLAGS, "headers", *_TARGETS)
+FIELDS = (*_TEXTS, *_DURATIONS, *_INTS, "at", *_FLAGS, "headers", *_TARGETS, "notify", "notify-on")
 _DEFAULTS = {f.name: f.default for f in fields(TaskSpec)}
 
 
@@ -160,6 +160,14 @@ def _spec(  # noqa: PLR0912 - one branch per kind of field, in one place
             if not isinstance(value, bool):
                 raise fail(key, "must be true or false")
             values[_FLAGS[key]] = value
+        elif key == "notify":
+            if not isinstance(value, str):
+                raise fail(key, "must be a string (an http:// or https:// URL)")
+            values["notify_url"] = value
+        elif key == "notify-on":
+            if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+                raise fail(key, 'must be a list of events such as ["failure", "timeout"]')
+            values["notify_on"] = tuple(value)
         elif key == "headers":
             if not isinstance(value, dict) or not all(isinstance(v, str) for v in value.values()):
                 raise fail(key, "must be a table of strings")
@@ -242,7 +250,18 @@ def keep_masked(new: TaskSpec, old: TaskSpec | None, name: str) -> TaskSpec:
     target = new.target
     if old is not None and MASK in target and target == redact(old.target) != old.target:
         target = old.target  # a URL exported with its password masked
-    return new.with_changes(headers=tuple(headers), header_refs=new.header_refs, target=target)
+    notify_url = new.notify_url
+    if (
+        old is not None
+        and old.notify_url is not None
+        and notify_url is not None
+        and MASK in notify_url
+        and notify_url == redact(old.notify_url) != old.notify_url
+    ):
+        notify_url = old.notify_url  # the same: its password was masked by `export`
+    return new.with_changes(
+        headers=tuple(headers), header_refs=new.header_refs, target=target, notify_url=notify_url
+    )
 
 
 def render(
@@ -270,6 +289,11 @@ def render(
                 value = format_duration(value)
             lines.append(f"{key} = {json.dumps(value)}")
         lines += [f"{key} = true" for key, attr in _FLAGS.items() if getattr(spec, attr)]
+        if spec.notify_url is not None:
+            url = spec.notify_url if include_secrets else redact(spec.notify_url)
+            lines.append(f"notify = {json.dumps(url)}")
+        if spec.notify_on is not None:
+            lines.append(f"notify-on = {json.dumps(list(spec.notify_on))}")
         if spec.headers:
             refs = dict(spec.header_refs)
             shown = {

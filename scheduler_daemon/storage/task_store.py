@@ -41,6 +41,8 @@ def _columns(spec: TaskSpec) -> dict[str, Any]:
         "paused": spec.paused,
         "history_retention": spec.history_retention,
         "in_process": spec.in_process,
+        "notify_url": spec.notify_url,
+        "notify_on": None if spec.notify_on is None else list(spec.notify_on),
     }
 
 
@@ -72,6 +74,8 @@ def record(row: dict[str, Any]) -> TaskRecord:
         history_retention=row.get("history_retention"),
         header_refs=tuple(row["payload"].get("header_refs", {}).items()),
         in_process=bool(row.get("in_process")),  # NULL (an older build's): not in-process
+        notify_url=row.get("notify_url"),
+        notify_on=None if row.get("notify_on") is None else tuple(row["notify_on"]),
     )
     return TaskRecord(
         id=row["id"],
@@ -133,6 +137,9 @@ def insert_many(
         return []
     rows = [{**_columns(spec), "next_run_at": next_run_at} for spec, next_run_at in tasks]
     params = {column: [row[column] for row in rows] for column in rows[0]}
+    # An array per task does not fit one array column (unnest would flatten a ragged one): the
+    # events go as one comma-separated text each (none holds a comma).
+    params["notify_on"] = [None if v is None else ",".join(v) for v in params["notify_on"]]
     try:
         with conn.transaction():
             inserted = query.run(conn, "task_insert_many", params)

@@ -1,0 +1,43 @@
+"""The notification fields of a task (pure): what validates, and the revision the refusal names."""
+
+import re
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+
+from scheduler_daemon.domain import control
+from scheduler_daemon.domain.status import DEFAULT_NOTIFY_ON, NOTIFY_ON_CHOICES, NotifyEvent
+from scheduler_daemon.domain.task import InvalidTask, TaskSpec
+
+VERSIONS = Path(__file__).resolve().parents[2] / "migrations" / "versions"
+
+
+def _spec(**kw: object) -> TaskSpec:
+    return TaskSpec(name="t", executor="shell", target="true", every=timedelta(hours=1), **kw)
+
+
+def test_the_revision_the_refusal_names_is_the_migration_that_adds_notifications() -> None:
+    # A renumbered migration at merge that left NOTIFY_SINCE behind would admit the wrong builds.
+    (path,) = VERSIONS.glob("*_notification_outbox.py")
+    found = re.search(r'^revision = "(\w+)"$', path.read_text(), re.M)
+    assert found is not None
+    assert control.NOTIFY_SINCE == found[1] == path.name.split("_")[0]
+
+
+def test_a_url_and_selectable_events_validate_and_deadline_is_not_selectable_yet() -> None:
+    _spec(notify_url="http://h/n", notify_on=("failure", "expired")).validate()
+    assert NotifyEvent.DEADLINE not in NOTIFY_ON_CHOICES
+    assert set(DEFAULT_NOTIFY_ON) - {NotifyEvent.DEADLINE} <= set(NOTIFY_ON_CHOICES)
+    with pytest.raises(InvalidTask, match="unknown event 'deadline'"):
+        _spec(notify_on=("deadline",)).validate()
+
+
+@pytest.mark.parametrize("url", ["ftp://h/n", "h/n", "http:// space", "https://"])
+def test_a_notify_url_must_be_http_or_https(url: str) -> None:
+    with pytest.raises(InvalidTask, match="--notify needs an http:// or https:// URL"):
+        _spec(notify_url=url).validate()
+
+
+def test_the_refusal_names_each_older_instance() -> None:
+    assert control.plan_notify("task 't'", []) is None
