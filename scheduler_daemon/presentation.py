@@ -84,6 +84,7 @@ def task_fields(task: TaskRecord, *, show_secrets: bool = False) -> dict[str, An
         if show_secrets or spec.notify_url is None
         else redact(spec.notify_url),
         "notify_on": None if spec.notify_on is None else list(spec.notify_on),
+        "deadline_seconds": seconds(spec.deadline),
         "source": task.source,
         "status": task.status,
         "paused": spec.paused,

@@ -77,3 +77,43 @@ FROM notification_outbox WHERE delivered_at IS NULL
 -- name: outbox_exists :scalar
 -- Whether the schema has the outbox (revision 0025): `status` reads a schema not migrated yet.
 SELECT to_regclass('notification_outbox') IS NOT NULL
+
+-- name: outbox_enqueue_deadlines :rowcount
+-- Records a `deadline` notification for each firing of a task with a `deadline` that has not
+-- succeeded by its scheduled time plus the deadline (database clock), whatever it is now
+-- (queued, launching, running, retrying, or ended otherwise, a firing skipped behind a running
+-- `forbid` job included), once: NOT EXISTS and the unique key. Only firings whose deadline
+-- passed within `lookback` are read (occurrence_task_window_idx), at most `limit` rows; only
+-- for a task with a notify URL (its own, else the fleet's) that selects `deadline` (its own
+-- events, else the fleet's, else the default).
+INSERT INTO notification_outbox (occurrence_id, task_id, event, payload, created_at,
+    next_attempt_at)
+SELECT o.id, o.task_id, 'deadline',
+    jsonb_build_object('event', 'deadline', 'task_id', t.id, 'task', t.name,
+        'occurrence_id', o.id, 'scheduled_for', o.scheduled_for, 'outcome', o.status,
+        'reason', 'not succeeded within its deadline of '
+            || extract(epoch FROM least(t.deadline, interval '36525 days'))::bigint || ' s',
+        'attempt', o.attempts,
+        'run_id', (SELECT max(r.id) FROM run r WHERE r.occurrence_id = o.id)),
+    clock_timestamp(), clock_timestamp()
+FROM task t
+JOIN occurrence o ON o.task_id = t.id
+    AND o.scheduled_for <= clock_timestamp() - least(t.deadline, interval '36525 days')
+    AND o.scheduled_for > clock_timestamp() - least(t.deadline, interval '36525 days')
+                          - %(lookback)s::interval
+WHERE t.deadline IS NOT NULL AND t.deleted_at IS NULL
+  AND NOT (o.status = 'success'
+           AND o.finished_at <= o.scheduled_for + least(t.deadline, interval '36525 days'))
+  AND coalesce(t.notify_url,
+               (SELECT jsonb_build_array(value) ->> 0 FROM fleet_setting
+                WHERE key = 'notify_url' AND jsonb_typeof(value) = 'string')) IS NOT NULL
+  AND 'deadline' = ANY(coalesce(
+        t.notify_on,
+        (SELECT ARRAY(SELECT jsonb_array_elements_text(value)) FROM fleet_setting
+         WHERE key = 'notify_on' AND jsonb_typeof(value) = 'array'),
+        ARRAY['failure', 'timeout', 'expired', 'deadline']))
+  AND NOT EXISTS (SELECT 1 FROM notification_outbox n
+                  WHERE n.occurrence_id = o.id AND n.event = 'deadline')
+ORDER BY o.id
+LIMIT %(limit)s
+ON CONFLICT (occurrence_id, event) DO NOTHING

@@ -77,14 +77,15 @@ WITH added AS (
         name, schedule_kind, cron_expr, every, run_at, anchor_at, timezone, dst_gap, dst_overlap,
         executor, payload, concurrency_key, overlap, misfire, misfire_grace, catchup_limit,
         catchup_window, start_deadline, run_timeout, max_attempts, backoff, paused, next_run_at,
-        history_retention, source, in_process, notify_url, notify_on, created_at, updated_at)
+        history_retention, source, in_process, notify_url, notify_on, deadline, created_at,
+        updated_at)
     VALUES (
         %(name)s, %(schedule_kind)s, %(cron_expr)s, %(every)s, %(run_at)s, %(anchor_at)s,
         %(timezone)s, %(dst_gap)s, %(dst_overlap)s, %(executor)s, %(payload)s,
         %(concurrency_key)s, %(overlap)s, %(misfire)s, %(misfire_grace)s, %(catchup_limit)s,
         %(catchup_window)s, %(start_deadline)s, %(run_timeout)s, %(max_attempts)s, %(backoff)s,
         %(paused)s, %(next_run_at)s, %(history_retention)s, %(source)s, %(in_process)s,
-        %(notify_url)s, %(notify_on)s::text[], %(anchor_at)s, %(anchor_at)s)
+        %(notify_url)s, %(notify_on)s::text[], %(deadline)s, %(anchor_at)s, %(anchor_at)s)
     ON CONFLICT (name) WHERE deleted_at IS NULL DO NOTHING
     RETURNING *
 ), wake AS (
@@ -143,7 +144,7 @@ UPDATE task SET
     paused = %(paused)s, next_run_at = %(next_run_at)s, status = %(status)s,
     history_retention = %(history_retention)s, source = coalesce(%(source)s, source),
     in_process = %(in_process)s, notify_url = %(notify_url)s,
-    notify_on = %(notify_on)s::text[], updated_at = %(now)s
+    notify_on = %(notify_on)s::text[], deadline = %(deadline)s, updated_at = %(now)s
 WHERE id = %(id)s AND deleted_at IS NULL
 RETURNING *
 )
@@ -251,11 +252,11 @@ INSERT INTO task (
     name, schedule_kind, cron_expr, every, run_at, anchor_at, timezone, dst_gap, dst_overlap,
     executor, payload, concurrency_key, overlap, misfire, misfire_grace, catchup_limit,
     catchup_window, start_deadline, run_timeout, max_attempts, backoff, paused, next_run_at,
-    in_process, notify_url, notify_on, created_at, updated_at)
+    in_process, notify_url, notify_on, deadline, created_at, updated_at)
 SELECT name, schedule_kind, cron_expr, every, run_at, anchor_at, timezone, dst_gap, dst_overlap,
     executor, payload, concurrency_key, overlap, misfire, misfire_grace, catchup_limit,
     catchup_window, start_deadline, run_timeout, max_attempts, backoff, paused, next_run_at,
-    in_process, notify_url, string_to_array(notify_on, ','), anchor_at, anchor_at
+    in_process, notify_url, string_to_array(notify_on, ','), deadline, anchor_at, anchor_at
 FROM unnest(
     %(name)s::text[], %(schedule_kind)s::text[], %(cron_expr)s::text[], %(every)s::interval[],
     %(run_at)s::timestamptz[], %(anchor_at)s::timestamptz[], %(timezone)s::text[],
@@ -264,11 +265,12 @@ FROM unnest(
     %(misfire_grace)s::interval[], %(catchup_limit)s::integer[], %(catchup_window)s::interval[],
     %(start_deadline)s::interval[], %(run_timeout)s::interval[], %(max_attempts)s::integer[],
     %(backoff)s::interval[], %(paused)s::boolean[], %(next_run_at)s::timestamptz[],
-    %(in_process)s::boolean[], %(notify_url)s::text[], %(notify_on)s::text[])
+    %(in_process)s::boolean[], %(notify_url)s::text[], %(notify_on)s::text[],
+    %(deadline)s::interval[])
     WITH ORDINALITY AS r(name, schedule_kind, cron_expr, every, run_at, anchor_at, timezone,
         dst_gap, dst_overlap, executor, payload, concurrency_key, overlap, misfire, misfire_grace,
         catchup_limit, catchup_window, start_deadline, run_timeout, max_attempts, backoff, paused,
-        next_run_at, in_process, notify_url, notify_on, ord)
+        next_run_at, in_process, notify_url, notify_on, deadline, ord)
 ORDER BY ord
 RETURNING *
 

@@ -158,8 +158,15 @@ def _policy_options(adding: bool) -> list[Option]:
             "notify_on",
             metavar="EVENTS",
             type=optional(click.STRING),
-            help="Comma-separated events to notify: failure, timeout, skipped, expired "
-            "(default: the fleet's notify-on, else all but skipped)."
+            help="Comma-separated events to notify: failure, timeout, skipped, expired, "
+            "deadline (default: the fleet's notify-on, else all but skipped)."
+            + ("" if adding else "  `none` clears it."),
+        ),
+        click.option(
+            "--deadline",
+            type=optional(DURATION),
+            help="Notify `deadline` when a firing has not succeeded by its scheduled time plus "
+            "this (queued, running, retrying or skipped); at most the history retention."
             + ("" if adding else "  `none` clears it."),
         ),
         click.option(

@@ -24,7 +24,13 @@ from scheduler_daemon.domain.misfire import Firing
 from scheduler_daemon.domain.occurrence import Occurrence
 from scheduler_daemon.domain.status import Trigger
 from scheduler_daemon.domain.task import InvalidTask, TaskRecord, TaskSpec
-from scheduler_daemon.storage import instance_store, migration, occurrence_store, task_store
+from scheduler_daemon.storage import (
+    fleet_store,
+    instance_store,
+    migration,
+    occurrence_store,
+    task_store,
+)
 from scheduler_daemon.storage.error import Conflict
 
 
@@ -55,9 +61,11 @@ class TaskDefinition(ClientBase):
     ) -> TaskRecord:
         spec = spec.with_changes(anchor=db_now)
         spec.validate(db_now)
+        if spec.deadline is not None:
+            spec.check_deadline(fleet_store.history_retention(conn))
         if spec.in_process:
             _allow_in_process(spec.name, _older_builds(conn))
-        if _notifies(spec.notify_url, spec.notify_on):
+        if _notifies(spec.notify_url, spec.notify_on, spec.deadline):
             _allow_notify(f"task '{spec.name}'", _not_notifying(conn))
         return task_store.insert(conn, spec, spec.schedule().next_after(db_now), source=source)
 
@@ -80,9 +88,12 @@ class TaskDefinition(ClientBase):
             made = [s.name for s in specs if s.in_process]
             if made:
                 _allow_in_process(made[0], _older_builds(conn))
-            notifying = [s.name for s in specs if _notifies(s.notify_url, s.notify_on)]
+            notifying = [s.name for s in specs if _notifies(s.notify_url, s.notify_on, s.deadline)]
             if notifying:
                 _allow_notify(f"task '{notifying[0]}'", _not_notifying(conn))
+            retention = fleet_store.history_retention(conn)
+            for spec in specs:
+                _named(spec, functools.partial(spec.check_deadline, retention))
             db_now = task_store.clock(conn, now)
             ready = []
             for given in specs:
@@ -116,13 +127,17 @@ class TaskDefinition(ClientBase):
         control.check_update(changes)
         # The instances' lock before the task's: the order `migrate --contract` takes them.
         older = _older_builds(conn) if changes.get("in_process") else []
-        notifies = _notifies(changes.get("notify_url"), changes.get("notify_on"))
+        notifies = _notifies(
+            changes.get("notify_url"), changes.get("notify_on"), changes.get("deadline")
+        )
         silent = _not_notifying(conn) if notifies else []
         task = task_store.lock(conn, task_ref(ref))
         _allow_in_process(task.name, older)
         _allow_notify(f"task '{task.name}'", silent)
         db_now = task_store.clock(conn, now)
         plan = allowed(control.plan_update(task, changes, db_now))
+        if plan.spec.deadline is not None:
+            plan.spec.check_deadline(fleet_store.history_retention(conn))
         self._record_owed(conn, task, plan.owed, db_now)
         if plan.unpark:
             task_store.unpark(conn, task.id)
@@ -297,10 +312,10 @@ def _allow_in_process(task_name: str, older: list[Instance]) -> None:
         raise Conflict(refusal.message)
 
 
-def _notifies(url: str | None, events: Sequence[str] | None) -> bool:
-    """Whether a write gives notifications (a URL or events): what builds before
+def _notifies(url: str | None, events: Sequence[str] | None, deadline: Any) -> bool:
+    """Whether a write gives notifications (a URL, events or a deadline): what builds before
     control.NOTIFY_SINCE would ignore. Clearing them is never refused."""
-    return url is not None or events is not None
+    return url is not None or events is not None or deadline is not None
 
 
 def _not_notifying(conn: psycopg.Connection[Any]) -> list[Instance]:

@@ -159,9 +159,8 @@ DEFAULT_NOTIFY_ON = (
     NotifyEvent.DEADLINE,
 )
 
-# The events a task or the fleet may select (`--notify-on`, `config set notify-on`). `deadline`
-# is in the CHECK (migration 0025) but not selectable until `--deadline` exists.
-NOTIFY_ON_CHOICES = tuple(str(e) for e in NotifyEvent if e != NotifyEvent.DEADLINE)
+# The events a task or the fleet may select (`--notify-on`, `config set notify-on`).
+NOTIFY_ON_CHOICES = tuple(str(e) for e in NotifyEvent)
 
 
 class LostReason(StrEnum):

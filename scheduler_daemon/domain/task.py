@@ -8,6 +8,7 @@ from enum import StrEnum
 from typing import Any
 
 from scheduler_daemon.domain import limit
+from scheduler_daemon.domain.duration import format_duration
 from scheduler_daemon.domain.limit import MAX_NAME_LENGTH, MAX_PAYLOAD_BYTES, OutOfBounds
 from scheduler_daemon.domain.row import FromRow
 from scheduler_daemon.domain.schedule import make_schedule
@@ -79,6 +80,8 @@ class TaskSpec:
     # and which events (None: the fleet's notify-on, else every one but `skipped`).
     notify_url: str | None = None
     notify_on: tuple[str, ...] | None = None
+    # A firing not succeeded by its scheduled time plus this notifies `deadline` (None: never).
+    deadline: timedelta | None = None
 
     @property
     def schedule_kind(self) -> ScheduleKind:
@@ -196,6 +199,7 @@ class TaskSpec:
             "--start-deadline": self.start_deadline,
             "--timeout": self.timeout,
             "--history-retention": self.history_retention,
+            "--deadline": self.deadline,
         }
 
     def _validate_target(self) -> None:
@@ -238,6 +242,19 @@ class TaskSpec:
         _check(
             len(set(self.notify_on or ())) == len(self.notify_on or ()),
             "--notify-on: an event is given twice",
+        )
+        self.check_deadline(self.history_retention)
+
+    def check_deadline(self, retention: timedelta | None) -> None:
+        """A deadline longer than the history retention (the task's, else the fleet's
+        `retention`) could see its firing pruned before it passes."""
+        if self.deadline is None:
+            return
+        kept = self.history_retention or retention
+        _check(
+            kept is None or self.deadline <= kept,
+            f"--deadline {format_duration(self.deadline)} is longer than the history retention "
+            f"({format_duration(kept) if kept else 'none'}): its firing could be pruned first",
         )
 
     def _validate_headers(self) -> None:

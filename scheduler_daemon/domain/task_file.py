@@ -42,6 +42,7 @@ _DURATIONS = {
     "timeout": "timeout",
     "backoff": "backoff",
     "history-retention": "history_retention",
+    "deadline": "deadline",
 }
 _TEXTS = {
     "cron": "cron",

@@ -26,6 +26,7 @@ from scheduler_daemon.settings import DaemonSettings
 from scheduler_daemon.storage import (
     instance_store,
     occurrence_store,
+    outbox_store,
     run_store,
     task_store,
 )
@@ -40,6 +41,11 @@ from scheduler_daemon.storage.database import (
 from scheduler_daemon.storage.error import LOCK_ERRORS
 
 log = structlog.get_logger()
+# A firing's deadline notification is looked for while its deadline passed at most this long
+# ago: the scan is an index range per task with a deadline; a fleet down for longer than this
+# owes none for the firings whose deadline passed meanwhile (ADR 0016).
+DEADLINE_LOOKBACK = timedelta(hours=1)
+DEADLINE_PAGE = 500
 LOCKED = object()  # a unit's rows were locked by someone else past its lock wait
 CATEGORIES = ("taken_over", "requeued_claims", "expired", "finalized_tasks", "removed_instances")
 
@@ -141,6 +147,10 @@ class Reconciler:
             UNIT_LIMITS,
         )
         report.ids["removed_instances"] = [] if removed is LOCKED else removed or []
+        if not dry_run:
+            self._isolated(
+                "deadlines", lambda _, limits: self._notify_deadlines(limits), None, UNIT_LIMITS
+            )
         if report.changed:
             self.log.info("reconciled", dry_run=dry_run, **report.counts)
         self.log.debug("reconcile_pass", dry_run=dry_run)  # a test signal; cheap at info level
@@ -216,6 +226,21 @@ class Reconciler:
                     error=first_line(exc),
                 )
             return LOCKED
+
+    def _notify_deadlines(self, limits: Limits) -> int:
+        """The `deadline` notifications firings owe (ADR 0016), pages of DEADLINE_PAGE in short
+        transactions of their own, until one comes back short."""
+        total = 0
+        while True:
+            with transaction(self.pool, limits) as tx:
+                added = outbox_store.enqueue_deadlines(
+                    tx.conn, lookback=DEADLINE_LOOKBACK, limit=DEADLINE_PAGE
+                )
+            total += added
+            if added < DEADLINE_PAGE:
+                if total:
+                    self.log.info("deadline_notifications_recorded", notifications=total)
+                return total
 
     def _in_unit(self, limits: Limits, step: Callable[..., Any], *args: Any) -> Any:
         with transaction(self.pool, limits) as tx:

@@ -23,6 +23,13 @@ def enqueue(
     return int(run(conn, "outbox_enqueue", {"ids": sorted(set(occurrence_ids))}))
 
 
+def enqueue_deadlines(conn: psycopg.Connection[Any], *, lookback: timedelta, limit: int) -> int:
+    """Records the `deadline` notifications owed by firings whose deadline passed within
+    `lookback` (see `outbox_enqueue_deadlines`); returns how many were new."""
+    params = {"lookback": lookback, "limit": limit}
+    return int(query.run(conn, "outbox_enqueue_deadlines", params))
+
+
 def claim(conn: psycopg.Connection[Any], *, lease: timedelta) -> Notification | None:
     """Claims the oldest due notification for one POST (see `outbox_claim`)."""
     row = query.run(conn, "outbox_claim", {"lease": lease})

@@ -43,6 +43,7 @@ def _columns(spec: TaskSpec) -> dict[str, Any]:
         "in_process": spec.in_process,
         "notify_url": spec.notify_url,
         "notify_on": None if spec.notify_on is None else list(spec.notify_on),
+        "deadline": spec.deadline,
     }
 
 
@@ -76,6 +77,7 @@ def record(row: dict[str, Any]) -> TaskRecord:
         in_process=bool(row.get("in_process")),  # NULL (an older build's): not in-process
         notify_url=row.get("notify_url"),
         notify_on=None if row.get("notify_on") is None else tuple(row["notify_on"]),
+        deadline=row.get("deadline"),
     )
     return TaskRecord(
         id=row["id"],

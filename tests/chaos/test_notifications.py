@@ -200,3 +200,50 @@ def test_a_daemon_killed_between_a_post_and_its_record_leaves_a_repeat_with_the_
     assert posted.read_text().split() == [row["delivery_id"]]
     assert row["attempts"] == 2
     assert time.monotonic() - started < 30
+
+
+def test_a_deadline_notification_arrives_for_a_firing_stuck_behind_a_running_forbid_job(
+    spawn, cli, database_url, receiver: Receiver
+) -> None:
+    """A `forbid` task fires every 2 s while its first job sleeps 20 s: the firings behind it
+    are skipped, and each one not succeeded 1 s after its scheduled time gets one `deadline`
+    notification, the running one too."""
+    added = cli(
+        "tasks",
+        "add",
+        "slow",
+        "--every",
+        "2s",
+        "--command",
+        "sleep 20",
+        "--overlap",
+        "forbid",
+        "--misfire",
+        "skip",
+        "--deadline",
+        "1s",
+        "--notify",
+        receiver.url,
+        "--notify-on",
+        "deadline",
+    )
+    assert added.code == 0, added.err
+    daemon = spawn(database_url, "a", env=NO_PROXY)
+    try:
+        daemon.instance_id()
+
+        def arrived() -> dict[str, list[dict[str, Any]]] | None:
+            outcomes = {posts[0]["body"]["outcome"] for posts in receiver.copies().values()}
+            return receiver.copies() if {"running", "skipped"} <= outcomes else None
+
+        copies = wait_for(
+            arrived, timeout=30, message="deadline notifications, running and skipped"
+        )
+        rows = _outbox(database_url)
+    finally:
+        assert daemon.stop() == 0, daemon.log()
+    for posts in copies.values():
+        assert {p["body"]["event"] for p in posts} == {"deadline"}
+    ids = [p["body"]["occurrence_id"] for posts in copies.values() for p in posts[:1]]
+    assert len(ids) == len(set(ids))  # once per firing
+    assert {r["event"] for r in rows} == {"deadline"}

@@ -67,7 +67,7 @@ def test_notify_fields_are_stored_shown_with_the_password_masked_and_cleared(cli
         (
             ("--notify-on", "failure,bogus"),
             "error: --notify-on: unknown event 'bogus'; the "
-            "events are failure, timeout, skipped, expired\n",
+            "events are failure, timeout, skipped, expired, deadline\n",
         ),
         (
             ("--notify", "ftp://hooks.example/n"),
@@ -135,7 +135,8 @@ def test_config_set_notify_url_and_notify_on_store_the_fleet_defaults(cli, count
         (
             "notify-on",
             "failure,later",
-            "notify-on: unknown event 'later'; the events are failure, timeout, skipped, expired",
+            "notify-on: unknown event 'later'; the events are failure, timeout, skipped, "
+            "expired, deadline",
         ),
     ]:
         result = cli("config", "set", name, value)
@@ -216,3 +217,27 @@ def test_an_older_build_registering_while_a_notifying_task_is_added_is_seen_and_
     assert isinstance(error, Conflict), error
     assert "old-late (host old-host, version 0.9.0, schema 0024)" in str(error)
     assert counts() == {**before, "instance": before["instance"] + 1}
+
+
+def test_a_deadline_longer_than_the_retention_is_one_line_exit_2_and_writes_nothing(
+    cli, counts, db, tmp_path: Path
+) -> None:
+    assert cli("config", "set", "history-retention", "1d").code == 0
+    before = counts()
+    result = cli(*ADD, "--deadline", "2d")
+    assert (result.code, result.out) == (2, "")
+    assert result.err == (
+        "error: --deadline 2d is longer than the history retention (1d): its firing could be "
+        "pruned first\n"
+    )
+    assert counts() == before
+    added = cli(*ADD, "--deadline", "2d", "--history-retention", "3d", "--json")
+    assert added.code == 0, added.err
+    assert added.json()["deadline_seconds"] == 172800
+    refused = cli("tasks", "update", "t", "--history-retention", "none", "--deadline", "5d")
+    assert refused.code == 2
+    assert "--deadline 5d is longer than the history retention (1d)" in refused.err
+    exported = cli("tasks", "export").out
+    assert 'deadline = "2d"' in exported
+    (row,) = db.execute("SELECT deadline FROM task").fetchall()
+    assert row["deadline"] == timedelta(days=2)

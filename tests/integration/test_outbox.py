@@ -9,6 +9,7 @@ import pytest
 
 from scheduler_daemon.domain.task import TaskSpec
 from scheduler_daemon.services.deliverer import Deliverer
+from scheduler_daemon.services.pruner import Pruner
 from scheduler_daemon.services.reconciler import Reconciler
 from scheduler_daemon.storage import outbox_store
 from scheduler_daemon.storage.database import transaction
@@ -250,3 +251,90 @@ def test_a_record_after_another_deliverer_claimed_the_row_again_is_fenced(
     )
     assert (row["attempts"], row["last_error"]) == (2, None)
     assert row["delivered_at"] is not None
+
+
+def _reconciler(pool: Any) -> Reconciler:
+    return Reconciler(
+        pool,
+        instance_id="rec",
+        restart_quiet=timedelta(0),
+        max_interruptions=3,
+        dead_after=timedelta(minutes=10),
+        page=100,
+    )
+
+
+def test_a_firing_not_succeeded_by_its_deadline_owes_one_deadline_notification(
+    client, pool, executors, database_url
+) -> None:
+    """Queued past the deadline: notified once, whatever the passes; succeeded in time, or not
+    yet at its deadline (database clock): nothing."""
+    task = client.add_task(
+        TaskSpec(
+            name="job",
+            executor="shell",
+            target="true",
+            every=timedelta(hours=1),
+            overlap="allow",
+            deadline=timedelta(minutes=1),
+        )
+    )
+    _notify(database_url, task.id, URL, ["deadline"])
+    late, in_time, young = (client.trigger(task.id, requested_by="test") for _ in range(3))
+    query(
+        database_url,
+        "UPDATE occurrence SET scheduled_for = now() - interval '2 minutes' WHERE id = ANY(%s)"
+        " RETURNING id",
+        ([late.id, in_time.id],),
+    )
+    query(
+        database_url,
+        "UPDATE occurrence SET status = 'success', finished_at = scheduled_for + interval '30 s'"
+        " WHERE id = %s RETURNING id",
+        (in_time.id,),
+    )
+    _reconciler(pool).run_once()
+    _reconciler(pool).run_once()
+    (row,) = _outbox(database_url)
+    assert (row["occurrence_id"], row["event"]) == (late.id, "deadline")
+    assert row["payload"]["outcome"] == "queued"
+    assert row["payload"]["reason"] == "not succeeded within its deadline of 60 s"
+    assert young.id != late.id
+
+
+def test_the_prune_deletes_a_firings_notifications_with_it_as_the_daemon_role_may(
+    client, pool, database_url
+) -> None:
+    """Pruned with the history: the occurrence's deletion cascades to its outbox rows (the
+    daemon role has no DELETE on the outbox; the cascade runs as the table's owner)."""
+    task = client.add_task(
+        TaskSpec(
+            name="job",
+            executor="shell",
+            target="true",
+            every=timedelta(hours=1),
+            overlap="allow",
+            start_deadline=timedelta(minutes=1),
+        )
+    )
+    _notify(database_url, task.id, URL, None)
+    old, new = (client.trigger(task.id, requested_by="test") for _ in range(2))
+    query(
+        database_url,
+        "UPDATE occurrence SET scheduled_for = now() - interval '2 minutes' RETURNING id",
+    )
+    _reconciler(pool).run_once()  # both expire: two notifications
+    assert len(_outbox(database_url)) == 2
+    query(
+        database_url,
+        "UPDATE occurrence SET scheduled_for = now() - interval '10 days',"
+        " finished_at = now() - interval '10 days' WHERE id = %s RETURNING id",
+        (old.id,),
+    )
+    query(
+        database_url,
+        "INSERT INTO fleet_setting (key, value, updated_by) VALUES ('history_retention',"
+        " '\"1d\"', 'test') RETURNING key",
+    )
+    assert Pruner(pool, instance_id="p").run_once().occurrences == 1
+    assert [r["occurrence_id"] for r in _outbox(database_url)] == [new.id]

@@ -25,12 +25,19 @@ def test_the_revision_the_refusal_names_is_the_migration_that_adds_notifications
     assert control.NOTIFY_SINCE == found[1] == path.name.split("_")[0]
 
 
-def test_a_url_and_selectable_events_validate_and_deadline_is_not_selectable_yet() -> None:
-    _spec(notify_url="http://h/n", notify_on=("failure", "expired")).validate()
-    assert NotifyEvent.DEADLINE not in NOTIFY_ON_CHOICES
-    assert set(DEFAULT_NOTIFY_ON) - {NotifyEvent.DEADLINE} <= set(NOTIFY_ON_CHOICES)
-    with pytest.raises(InvalidTask, match="unknown event 'deadline'"):
-        _spec(notify_on=("deadline",)).validate()
+def test_a_url_and_every_event_validate_and_a_deadline_is_held_to_the_retention() -> None:
+    _spec(notify_url="http://h/n", notify_on=("failure", "deadline")).validate()
+    assert tuple(NotifyEvent) == NOTIFY_ON_CHOICES
+    assert set(DEFAULT_NOTIFY_ON) <= set(NOTIFY_ON_CHOICES)
+    with pytest.raises(InvalidTask, match="unknown event 'later'"):
+        _spec(notify_on=("later",)).validate()
+    day = timedelta(days=1)
+    _spec(deadline=day, history_retention=day).validate()
+    with pytest.raises(InvalidTask, match="--deadline 2d is longer than the history retention"):
+        _spec(deadline=2 * day, history_retention=day).validate()
+    with pytest.raises(InvalidTask, match=r"retention \(1d\)"):
+        _spec(deadline=2 * day).check_deadline(day)  # the fleet's
+    _spec(deadline=2 * day).check_deadline(None)  # no retention: kept for ever
 
 
 @pytest.mark.parametrize("url", ["ftp://h/n", "h/n", "http:// space", "https://"])
