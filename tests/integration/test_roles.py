@@ -421,6 +421,66 @@ def test_the_daemon_role_prunes_history_and_the_others_cannot_delete_it(fleet: F
             query(daemon, f"DELETE FROM {table}")
 
 
+def test_the_daemon_role_records_delivers_and_prunes_notifications(fleet: Fleet, cli) -> None:
+    """The outbox's grants (storage/roles.py, ADR 0016): the daemon inserts a notification
+    beside an outcome, claims and records it (UPDATE of the delivery columns only), and its
+    prune deletes it with the occurrence through the cascade, with no DELETE of its own."""
+    from psycopg.rows import dict_row
+
+    from scheduler_daemon.storage import outbox_store
+
+    operator, daemon = fleet.url(fleet.names.operator), fleet.url(fleet.names.daemon)
+    added = cli(
+        "tasks",
+        "add",
+        "notified",
+        "--every",
+        "1h",
+        "--command",
+        "true",
+        "--notify",
+        "http://127.0.0.1:9/hook",
+        url=operator,
+    )
+    assert added.code == 0, added.err
+    for _ in range(2):
+        assert cli("tasks", "trigger", "notified", url=operator).code == 0
+    query(
+        fleet.admin_url,
+        "UPDATE occurrence SET status = 'failed', finished_at = now() - interval '40 days' "
+        "WHERE task_id = (SELECT id FROM task WHERE name = 'notified') RETURNING id",
+    )
+    ids = [
+        r["id"]
+        for r in query(
+            fleet.admin_url,
+            "SELECT o.id FROM occurrence o JOIN task t "
+            "ON t.id = o.task_id WHERE t.name = 'notified' ORDER BY o.id",
+        )
+    ]
+    with psycopg.connect(daemon, row_factory=dict_row) as conn:
+        assert outbox_store.enqueue(conn, ids) == 2
+        claimed = outbox_store.claim(conn, lease=timedelta(seconds=15))
+        assert claimed is not None
+        assert outbox_store.failed(conn, claimed, error="HTTP 500", delay=timedelta(0))
+        conn.commit()
+        with pytest.raises(psycopg.errors.InsufficientPrivilege):
+            conn.execute("UPDATE notification_outbox SET payload = '{}'")
+    with pytest.raises(psycopg.errors.InsufficientPrivilege):
+        query(daemon, "DELETE FROM notification_outbox")
+    assert cli("config", "set", "history-retention", "30d", url=operator).code == 0
+    pruned = cli("prune", "--json", url=daemon)
+    assert pruned.code == 0, pruned.err
+    assert pruned.json()["occurrences"] >= 1
+    kept = {r["id"] for r in query(fleet.admin_url, "SELECT id FROM occurrence")}
+    left = query(
+        fleet.admin_url,
+        "SELECT n.occurrence_id FROM notification_outbox n JOIN task t ON t.id = n.task_id "
+        "WHERE t.name = 'notified'",
+    )
+    assert {r["occurrence_id"] for r in left} == kept & set(ids) != set(ids)
+
+
 # What a job runs, where, with what and when: a daemon role that could change any of these could
 # make every replica run a command of its choosing (the column lists of storage/roles.py).
 WHAT_A_JOB_RUNS = (
