@@ -80,7 +80,8 @@ SELECT to_regclass('notification_outbox') IS NOT NULL
 
 -- name: outbox_enqueue_deadlines :rowcount
 -- Records a `deadline` notification for each firing of a task with a `deadline` that has not
--- succeeded by its scheduled time plus the deadline (database clock), whatever it is now
+-- succeeded by its scheduled time plus the deadline (database clock, `now()`: the transaction's
+-- first statement), whatever it is now
 -- (queued, launching, running, retrying, or ended otherwise, a firing skipped behind a running
 -- `forbid` job included), once: NOT EXISTS and the unique key. Only firings whose deadline
 -- passed within `lookback` are read (occurrence_task_window_idx), at most `limit` rows; only
@@ -98,9 +99,10 @@ SELECT o.id, o.task_id, 'deadline',
     clock_timestamp(), clock_timestamp()
 FROM task t
 JOIN occurrence o ON o.task_id = t.id
-    AND o.scheduled_for <= clock_timestamp() - least(t.deadline, interval '36525 days')
-    AND o.scheduled_for > clock_timestamp() - least(t.deadline, interval '36525 days')
-                          - %(lookback)s::interval
+    -- now(), not clock_timestamp(): a volatile bound is no index condition, and this is the
+    -- first statement of its short transaction, so the two are the same instant.
+    AND o.scheduled_for <= now() - least(t.deadline, interval '36525 days')
+    AND o.scheduled_for > now() - least(t.deadline, interval '36525 days') - %(lookback)s::interval
 WHERE t.deadline IS NOT NULL AND t.deleted_at IS NULL
   AND NOT (o.status = 'success'
            AND o.finished_at <= o.scheduled_for + least(t.deadline, interval '36525 days'))
