@@ -172,6 +172,11 @@ class Processes:
         argv += [] if cap is None else [str(cap)]
         return self.start(argv, work, f"{name}.log")
 
+    def awa(self, url: str, work: Workdir, name: str) -> subprocess.Popen[bytes]:
+        """An awa worker: not under bench.counted (awa talks to PostgreSQL from Rust, not psycopg,
+        so its round trips are not counted; pg_stat_database's transactions still are)."""
+        return self.start([sys.executable, "-m", "bench.awa_worker", url], work, f"{name}.log")
+
     def stop(self, proc: subprocess.Popen[bytes], timeout: float = 30.0) -> None:
         """SIGTERM, wait (the daemon drains and writes its counts), then end its session."""
         if proc.poll() is None:

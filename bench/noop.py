@@ -35,6 +35,12 @@ async def record_pgqueuer(job: Any) -> None:
     _append(job.id, job.execute_after.timestamp(), start)
 
 
+async def record_awa(job: Any) -> None:
+    """awa's handler (bench/awa_worker.py); due = the job's run_at (ISO 8601 text)."""
+    start = time.time()
+    _append(job.id, datetime.fromisoformat(job.run_at).timestamp(), start)
+
+
 def read(path: str) -> list[tuple[str, float | None, float, float]]:
     """The records in `path`: (ident, due, start, end)."""
     rows = []

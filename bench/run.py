@@ -19,6 +19,10 @@ Sections (each in databases of its own, dropped afterwards):
      twice its batch, so b's PgQueuer, uncapped, has no equal at our --concurrency 10)
   j  a with the task in-process (`--in-process`: no worker process, the function called on a
      daemon thread), 1 and 3 daemons at --concurrency, beside b's PgQueuer (issue 33)
+  k  awa (`awa-pg`), the same handler, 1 and 3 worker processes, its defaults (the `default`
+     queue at 10 workers, 200 ms poll), N jobs queued first with its COPY bulk enqueue into its
+     queue-storage engine; transactions per job (its round trips are not counted: Rust, not
+     psycopg). Skipped, with the reason, when `awa` does not import
   (f, transactions and round trips per occurrence, is printed with a and b; with j, d also
   measures the start lag of in-process one-shot tasks)
 """
@@ -52,7 +56,7 @@ SIZES = {
     "bulk": (100_000, 20_000),
     "calls": (500, 200),
 }
-ALL = "abcdeghij"
+ALL = "abcdeghijk"
 
 
 def main() -> None:
@@ -74,7 +78,7 @@ def main() -> None:
         "--repeat",
         type=int,
         default=1,
-        help="a, b and i run this many times, alternating ours and PgQueuer; each figure is the "
+        help="a, b, i, j and k run this many times, alternating the systems; each figure is the "
         "median (the single runs are printed too)",
     )
     parser.add_argument(
@@ -154,8 +158,12 @@ def _throughput_sections(
     only: set[str],
     report: Callable[[str, Any], None],
 ) -> None:
-    """a, b, and i (both at the same cap on the jobs in flight per worker)."""
+    """a, b, i (both at the same cap on the jobs in flight per worker), j and k."""
     from bench import sections
+
+    if "k" in only and (reason := awa_missing()):
+        print(f"k skipped: {reason}", flush=True)
+        only = only - {"k"}
 
     server, jobs, cap = args.database_url, size["jobs"], 2 * args.batch
     for w in (1, 3):
@@ -169,6 +177,8 @@ def _throughput_sections(
         if "i" in only:
             plan.append((f"ours_capped_{w}", sections.ours_throughput, (cap,)))
             plan.append((f"pgqueuer_capped_{w}", sections.pgq_throughput, (args.batch, cap)))
+        if "k" in only:
+            plan.append((f"awa_{w}", sections.awa_throughput, ()))
         runs: dict[str, list[dict[str, Any]]] = {key: [] for key, _, _ in plan}
         for _ in range(args.repeat):  # alternating, so a slow stretch of the host hits both
             for key, measure, extra in plan:
@@ -177,6 +187,15 @@ def _throughput_sections(
                     print(f"  {key} run {len(runs[key])}: {_fmt(runs[key][-1])}", flush=True)
         for key, results in runs.items():
             report(key, median_run(results))
+
+
+def awa_missing() -> str | None:
+    """Why section k cannot run here, or None."""
+    try:
+        import awa  # noqa: F401
+    except ImportError as error:
+        return f"awa-pg is not installed ({error}); pip install -e '.[bench]'"
+    return None
 
 
 def _fmt(value: Any) -> str:
@@ -206,6 +225,7 @@ def summary(f: dict[str, Any], size: dict[str, Any]) -> str:
                     f"| {label} per job, {w} worker(s) | {_n(ours, 2)} | {_n(pgq, 2)} | "
                     f"3 | {_ratio(ours, pgq)} | |"
                 )
+    lines += _awa_rows(get)
     for key, kind in (("lag_ours", ""), ("lag_ours_inproc", ", in-process")):
         for phase, label in (("steady", "50 firings/s"), ("burst", f"{size['burst']} due in 1 s")):
             ours = f.get(key, {}).get(phase, {})
@@ -279,6 +299,23 @@ def _throughput_rows(get: Callable[[str, str], float | None], size: dict[str, An
                 f"| jobs/s, {w} worker(s), both capped at {2 * size['batch']} in flight per worker "
                 f"| {_n(ours)} | {_n(pgq)} | | {_ratio(ours, pgq)} | |"
             )
+    return lines
+
+
+def _awa_rows(get: Callable[[str, str], float | None]) -> list[str]:
+    """k: awa in the PgQueuer column's place, ratios ours / awa."""
+    lines = []
+    for w in (1, 3):
+        for field, label, digits in (
+            ("jobs_s", "jobs/s", 0),
+            ("xacts_per_job", "transactions per job", 2),
+        ):
+            ours, peer = get(f"ours_{w}", field), get(f"awa_{w}", field)
+            if peer is not None:
+                lines.append(
+                    f"| {label}, {w} worker(s), awa (in the PgQueuer column; ours / awa) | "
+                    f"{_n(ours, digits)} | {_n(peer, digits)} | | {_ratio(ours, peer)} | |"
+                )
     return lines
 
 

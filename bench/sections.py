@@ -123,6 +123,78 @@ def pgq_throughput(
         drop_database(server, "sd_bench_pgq")
 
 
+# -- (k) awa (awa-pg), same handler, same server ---------------------------------------------------
+def awa_database(server: str) -> str:
+    """A database with awa's migrations, switched to its queue-storage engine: a fresh install
+    enters it when its first runtime starts on the empty database, so one is started (and shut
+    down) before anything is queued, as a deployment's first worker would."""
+    import json
+
+    import awa
+
+    from bench.awa_worker import KIND, Noop
+
+    url = fresh_database(server, "sd_bench_awa", migrate=False)
+
+    async def install() -> None:
+        await awa.migrate(url)
+        client = awa.AsyncClient(url)
+        try:
+            client.task(Noop, kind=KIND)(noop.record_awa)
+            await client.start()
+            deadline = time.monotonic() + 30
+            while json.loads(await client.storage_status())["active_engine"] != "queue_storage":
+                assert time.monotonic() < deadline, "awa did not enter queue storage"
+                await asyncio.sleep(0.1)
+            await client.shutdown()
+        finally:
+            await client.close()
+
+    asyncio.run(install())
+    return url
+
+
+def awa_throughput(server: str, jobs: int, workers: int) -> dict[str, float | None]:
+    import awa
+
+    from bench.awa_worker import KIND, Noop
+
+    url = awa_database(server)
+    work = Workdir()
+    try:
+
+        async def enqueue() -> None:
+            client = awa.AsyncClient(url)
+            try:
+                for start in range(0, jobs, 10_000):  # its bulk path: COPY into queue storage
+                    n = min(10_000, jobs - start)
+                    await client.enqueue_many_copy([Noop() for _ in range(n)], kind=KIND)
+            finally:
+                await client.close()
+
+        asyncio.run(enqueue())
+        before = settled_xacts(url)
+        with processes() as procs:
+            started = [procs.awa(url, work, f"awa-{i}") for i in range(workers)]
+            wait_until(lambda: noop.count(work.record) >= jobs, 60 + jobs / 20, "the jobs")
+            for proc in started:
+                procs.stop(proc)
+        done, rate = throughput(work.record)
+        assert done == jobs, (done, jobs)
+        after = settled_xacts(url)
+        return {
+            "jobs_s": rate,
+            "xacts_before": before,
+            "xacts_after": after,
+            "xacts_per_job": (after - before) / jobs,
+            "round_trips": None,  # awa's Rust client is not psycopg: not counted
+            "round_trips_per_job": None,
+        }
+    finally:
+        work.remove()
+        drop_database(server, "sd_bench_awa")
+
+
 # -- (c) pgbench: one job's life as the ceiling ---------------------------------------------------
 def pgbench_binary() -> str:
     found = shutil.which("pgbench") or next(
