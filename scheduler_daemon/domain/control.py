@@ -39,9 +39,12 @@ class Refusal:
     message: str
 
 
-def plan_in_process(task_name: str, older: Sequence[Instance]) -> Refusal | None:
-    """Whether a task may be made in-process now: refused, naming them, while `older` (the
-    registered instances of builds before IN_PROCESS_SINCE) is not empty (ADR 0010)."""
+def refuse_beside_older(
+    change: str, older: Sequence[Instance], *, since: str, because: str
+) -> Refusal | None:
+    """A change an older build would misexecute (`change`, e.g. "task 'x' cannot run
+    in-process"): refused, naming them, while `older` (the registered instances of builds
+    before revision `since`) is not empty; `because` says what they would do (ADR 0010)."""
     if not older:
         return None
     names = ", ".join(
@@ -49,26 +52,29 @@ def plan_in_process(task_name: str, older: Sequence[Instance]) -> Refusal | None
         for i in older
     )
     return Refusal(
-        f"task '{task_name}' cannot run in-process while instance(s) {names} of builds before "
-        f"schema {IN_PROCESS_SINCE} are registered (they would run it in a worker process); roll "
-        "them to this build, or wait until a stopped one's row expires"
+        f"{change} while instance(s) {names} of builds before schema {since} are registered "
+        f"({because}); roll them to this build, or wait until a stopped one's row expires"
+    )
+
+
+def plan_in_process(task_name: str, older: Sequence[Instance]) -> Refusal | None:
+    """Whether a task may be made in-process now (ADR 0010)."""
+    return refuse_beside_older(
+        f"task '{task_name}' cannot run in-process",
+        older,
+        since=IN_PROCESS_SINCE,
+        because="they would run it in a worker process",
     )
 
 
 def plan_notify(subject: str, older: Sequence[Instance]) -> Refusal | None:
-    """Whether `subject` (a task, or the fleet's defaults) may be given notifications now:
-    refused, naming them, while `older` (the registered instances of builds before
-    NOTIFY_SINCE) is not empty."""
-    if not older:
-        return None
-    names = ", ".join(
-        f"{i.id} (host {i.hostname}, version {i.version}, schema {i.schema_revision})"
-        for i in older
-    )
-    return Refusal(
-        f"{subject} cannot have notifications while instance(s) {names} of builds before "
-        f"schema {NOTIFY_SINCE} are registered (they would record none); roll them to this "
-        "build, or wait until a stopped one's row expires"
+    """Whether `subject` (a task, or the fleet's defaults) may be given notifications now
+    (ADR 0016)."""
+    return refuse_beside_older(
+        f"{subject} cannot have notifications",
+        older,
+        since=NOTIFY_SINCE,
+        because="they would record none",
     )
 
 
