@@ -6,6 +6,7 @@ import shutil
 import subprocess
 import time
 import urllib.request
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -13,6 +14,7 @@ from typing import Any
 from bench import noop
 from bench.harness import (
     ROOT,
+    Processes,
     Workdir,
     drop_database,
     fresh_database,
@@ -25,6 +27,37 @@ from bench.harness import (
     throughput,
     wait_until,
 )
+
+
+def _drain_queue(
+    url: str,
+    work: Workdir,
+    jobs: int,
+    start: Callable[[Processes], list[Any]],
+    *,
+    counted: bool = True,
+) -> dict[str, Any]:
+    """The `jobs` queued first, run by the workers `start` starts: jobs/s from the jobs' own
+    records, the database's transactions before and after, and (`counted`: the workers run
+    under bench/counted.py) their round trips."""
+    before = settled_xacts(url)
+    with processes() as procs:
+        started = start(procs)
+        wait_until(lambda: noop.count(work.record) >= jobs, 60 + jobs / 20, "the jobs")
+        for proc in started:
+            procs.stop(proc)
+    done, rate = throughput(work.record)
+    assert done == jobs, (done, jobs)
+    after = settled_xacts(url)
+    trips = work.round_trips() if counted else None
+    return {
+        "jobs_s": rate,
+        "xacts_before": before,
+        "xacts_after": after,
+        "xacts_per_job": (after - before) / jobs,
+        "round_trips": trips,
+        "round_trips_per_job": None if trips is None else trips / jobs,
+    }
 
 
 # -- (a) our daemon: throughput, transactions and round trips per occurrence -----------------------
@@ -40,26 +73,15 @@ def ours_throughput(
         with Client(url) as client:
             for start in range(0, jobs, 100_000):
                 client.trigger("noop", requested_by="bench", count=min(100_000, jobs - start))
-        before = settled_xacts(url)
-        with processes() as procs:
-            daemons = [
+        return _drain_queue(
+            url,
+            work,
+            jobs,
+            lambda procs: [
                 procs.daemon(url, work, f"bench-{i}", "--concurrency", str(concurrency))
                 for i in range(workers)
-            ]
-            wait_until(lambda: noop.count(work.record) >= jobs, 60 + jobs / 20, "the jobs")
-            for proc in daemons:
-                procs.stop(proc)
-        done, rate = throughput(work.record)
-        assert done == jobs, (done, jobs)
-        after = settled_xacts(url)
-        return {
-            "jobs_s": rate,
-            "xacts_before": before,
-            "xacts_after": after,
-            "xacts_per_job": (after - before) / jobs,
-            "round_trips": work.round_trips(),
-            "round_trips_per_job": work.round_trips() / jobs,
-        }
+            ],
+        )
     finally:
         work.remove()
         drop_database(server, "sd_bench_ours")
@@ -101,23 +123,14 @@ def pgq_throughput(
                 await queries.enqueue(["noop"] * n, [None] * n, [0] * n)
 
         asyncio.run(_pgq(url, enqueue))
-        before = settled_xacts(url)
-        with processes() as procs:
-            started = [procs.pgqueuer(url, work, f"pgq-{i}", batch, cap) for i in range(workers)]
-            wait_until(lambda: noop.count(work.record) >= jobs, 60 + jobs / 20, "the jobs")
-            for proc in started:
-                procs.stop(proc)
-        done, rate = throughput(work.record)
-        assert done == jobs, (done, jobs)
-        after = settled_xacts(url)
-        return {
-            "jobs_s": rate,
-            "xacts_before": before,
-            "xacts_after": after,
-            "xacts_per_job": (after - before) / jobs,
-            "round_trips": work.round_trips(),
-            "round_trips_per_job": work.round_trips() / jobs,
-        }
+        return _drain_queue(
+            url,
+            work,
+            jobs,
+            lambda procs: [
+                procs.pgqueuer(url, work, f"pgq-{i}", batch, cap) for i in range(workers)
+            ],
+        )
     finally:
         work.remove()
         drop_database(server, "sd_bench_pgq")
@@ -173,23 +186,14 @@ def awa_throughput(server: str, jobs: int, workers: int) -> dict[str, float | No
                 await client.close()
 
         asyncio.run(enqueue())
-        before = settled_xacts(url)
-        with processes() as procs:
-            started = [procs.awa(url, work, f"awa-{i}") for i in range(workers)]
-            wait_until(lambda: noop.count(work.record) >= jobs, 60 + jobs / 20, "the jobs")
-            for proc in started:
-                procs.stop(proc)
-        done, rate = throughput(work.record)
-        assert done == jobs, (done, jobs)
-        after = settled_xacts(url)
-        return {
-            "jobs_s": rate,
-            "xacts_before": before,
-            "xacts_after": after,
-            "xacts_per_job": (after - before) / jobs,
-            "round_trips": None,  # awa's Rust client is not psycopg: not counted
-            "round_trips_per_job": None,
-        }
+        # awa's Rust client is not psycopg: its round trips are not counted.
+        return _drain_queue(
+            url,
+            work,
+            jobs,
+            lambda procs: [procs.awa(url, work, f"awa-{i}") for i in range(workers)],
+            counted=False,
+        )
     finally:
         work.remove()
         drop_database(server, "sd_bench_awa")
