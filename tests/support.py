@@ -319,3 +319,53 @@ def answering(body: bytes) -> Iterator[str]:
     finally:
         server.shutdown()
         server.server_close()
+
+
+OLD_INSTANCE = (
+    "INSERT INTO instance (id, hostname, pid, version, schema_revision, concurrency, lease_ttl, "
+    "lease_grace, reconcile_interval) VALUES (%s, 'old-host', 1, '0.9.0', %s, 1, '9s', '3s', '3s')"
+)
+"""An instance row of an older build: (id, its schema revision)."""
+
+
+def write_during_registration(
+    database_url: str, write: Callable[[], Any], instance: str, revision: str
+) -> BaseException | None:
+    """Forces a write into an older build's registration: a session holds the schema
+    compatibility lock shared and has inserted the build's (uncommitted) instance row, as a
+    registration in progress does; `write` runs on a thread and must wait for that lock (the
+    test fails if it finishes first); then the registration commits. Returns what `write`
+    raised (None: it succeeded). A check that read the instances without the lock, or before
+    its wait, would see no row and let the write through."""
+    from scheduler_daemon.storage import migration
+
+    outcome: list[BaseException | None] = []
+
+    def run() -> None:
+        try:
+            write()
+        except BaseException as exc:  # handed to the test thread
+            outcome.append(exc)
+        else:
+            outcome.append(None)
+
+    with psycopg.connect(database_url) as registering:
+        registering.execute("SELECT pg_advisory_xact_lock_shared(%s)", (migration.COMPAT_LOCK_KEY,))
+        registering.execute(OLD_INSTANCE, (instance, revision))
+        writing = threading.Thread(target=run)
+        writing.start()
+        wait_for(
+            lambda: (
+                not writing.is_alive()
+                or query(
+                    database_url,
+                    "SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND NOT granted",
+                )
+            ),
+            message="the write to wait for the registration's lock",
+        )
+        assert writing.is_alive(), f"the write did not wait for the registration: {outcome}"
+        registering.commit()
+    writing.join(30)
+    (error,) = outcome
+    return error

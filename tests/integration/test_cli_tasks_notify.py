@@ -3,25 +3,19 @@ and `--notify-on EVENTS` on add, update, apply and export, `config set notify-ur
 bad input is one line, exit 2, nothing written; refused while a build before revision 0025,
 which would record none, is registered (ADR 0010's pattern, its race forced)."""
 
-import threading
 from datetime import timedelta
 from pathlib import Path
 
-import psycopg
 import pytest
 
 from scheduler_daemon.domain import control
 from scheduler_daemon.domain.task import TaskSpec
 from scheduler_daemon.storage import migration
 from scheduler_daemon.storage.error import Conflict
-from tests.support import query, wait_for
+from tests.support import OLD_INSTANCE, query, write_during_registration
 
 ADD = ("tasks", "add", "t", "--every", "1h", "--command", "true")
 HOOK = "https://hooks.example/notify"
-OLD_INSTANCE = (
-    "INSERT INTO instance (id, hostname, pid, version, schema_revision, concurrency, lease_ttl, "
-    "lease_grace, reconcile_interval) VALUES (%s, 'old-host', 1, '0.9.0', %s, 1, '9s', '3s', '3s')"
-)
 REFUSED = (
     "cannot have notifications while instance(s) old-a (host old-host, version 0.9.0, schema "
     f"0024) of builds before schema {control.NOTIFY_SINCE} are registered (they would record "
@@ -182,38 +176,12 @@ def test_an_older_build_registering_while_a_notifying_task_is_added_is_seen_and_
     reads the instances without that lock: it sees no row and commits the task beside a build
     that records no notification."""
     before = counts()
-    outcome: list[BaseException | None] = []
     spec = TaskSpec(
         name="t", executor="shell", target="true", every=timedelta(hours=1), notify_url=HOOK
     )
-
-    def add() -> None:
-        try:
-            client.add_task(spec)
-        except BaseException as exc:  # handed to the test thread
-            outcome.append(exc)
-        else:
-            outcome.append(None)
-
-    with psycopg.connect(database_url) as registering:
-        registering.execute("SELECT pg_advisory_xact_lock_shared(%s)", (migration.COMPAT_LOCK_KEY,))
-        registering.execute(OLD_INSTANCE, ("old-late", "0024"))
-        adding = threading.Thread(target=add)
-        adding.start()
-        wait_for(
-            lambda: (
-                not adding.is_alive()
-                or query(
-                    database_url,
-                    "SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND NOT granted",
-                )
-            ),
-            message="the add to wait for the registration's lock",
-        )
-        assert adding.is_alive(), f"the add did not wait for the registration: {outcome}"
-        registering.commit()
-    adding.join(30)
-    (error,) = outcome
+    error = write_during_registration(
+        database_url, lambda: client.add_task(spec), "old-late", "0024"
+    )
     assert isinstance(error, Conflict), error
     assert "old-late (host old-host, version 0.9.0, schema 0024)" in str(error)
     assert counts() == {**before, "instance": before["instance"] + 1}

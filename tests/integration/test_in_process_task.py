@@ -4,12 +4,10 @@ and exported; claimed with `in_process` by sd_claim_launch_v3 and handed to the 
 0020 is registered, also when that instance registers while the task is being written.
 On 3b194d0 every test here fails: there is no `--in-process`, no column and no v3."""
 
-import threading
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-import psycopg
 import pytest
 
 from scheduler_daemon.domain import control
@@ -17,13 +15,9 @@ from scheduler_daemon.domain.task import TaskSpec
 from scheduler_daemon.executors.base import Executor, Job, JobContext
 from scheduler_daemon.storage import migration
 from scheduler_daemon.storage.error import Conflict
-from tests.support import Replica, query, wait_for
+from tests.support import OLD_INSTANCE, Replica, query, write_during_registration
 
 ADD = ("tasks", "add", "hello", "--every", "10s", "--call", "tests.jobs:ok", "--in-process")
-OLD_INSTANCE = (
-    "INSERT INTO instance (id, hostname, pid, version, schema_revision, concurrency, lease_ttl, "
-    "lease_grace, reconcile_interval) VALUES (%s, 'old-host', 1, '0.9.0', %s, 1, '9s', '3s', '3s')"
-)
 
 
 def _spec(name: str = "hello", **kw: Any) -> TaskSpec:
@@ -245,35 +239,9 @@ def test_an_older_build_registering_while_the_task_is_written_is_seen_and_refuse
     # the instances without that lock (or before the wait) would see no row, add the task and
     # commit it beside a build that runs it in a worker process.
     before = counts()
-    outcome: list[BaseException | None] = []
-
-    def add() -> None:
-        try:
-            client.add_task(_spec(in_process=True))
-        except BaseException as exc:  # handed to the test thread
-            outcome.append(exc)
-        else:
-            outcome.append(None)
-
-    with psycopg.connect(database_url) as registering:
-        registering.execute("SELECT pg_advisory_xact_lock_shared(%s)", (migration.COMPAT_LOCK_KEY,))
-        registering.execute(OLD_INSTANCE, ("old-late", "0019"))
-        adding = threading.Thread(target=add)
-        adding.start()
-        wait_for(
-            lambda: (
-                not adding.is_alive()
-                or query(
-                    database_url,
-                    "SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND NOT granted",
-                )
-            ),
-            message="the add to wait for the registration's lock",
-        )
-        assert adding.is_alive(), f"the add did not wait for the registration: {outcome}"
-        registering.commit()
-    adding.join(30)
-    (error,) = outcome
+    error = write_during_registration(
+        database_url, lambda: client.add_task(_spec(in_process=True)), "old-late", "0019"
+    )
     assert isinstance(error, Conflict), error
     assert "old-late (host old-host, version 0.9.0, schema 0019)" in str(error)
     assert counts() == {**before, "instance": before["instance"] + 1}
