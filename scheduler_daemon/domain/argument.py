@@ -74,7 +74,7 @@ def notify_setting(name: str, value: str) -> str | list[str] | None:
     if value.strip().lower() == "none":
         return None
     if name == "notify-url":
-        limit.text(name, value)
+        limit.url(name, value)
         if re.match(r"^https?://[^\s/]+", value) is None:
             raise InvalidArgument(
                 f"notify-url needs an http:// or https:// URL, got '{redact(value)[:80]}'"

@@ -23,6 +23,7 @@ MAX_NAME_LENGTH = 200  # task names and concurrency keys, in characters
 MAX_CRON_LENGTH = 1_000
 MAX_SOURCE_LENGTH = 4_096  # a `tasks apply --source` (a file's absolute path by default)
 MAX_PAYLOAD_BYTES = 64 * 1024  # the target and headers, as JSON
+MAX_URL_BYTES = 8 * 1024  # a notify URL (UTF-8); an http task's URL is inside its payload
 MAX_NEXT_COUNT = 10_000  # `tasks next -n`
 MAX_TRIGGER_COUNT = 100_000  # `tasks trigger --count`
 MAX_HEALTH_WINDOW = timedelta(days=31)  # `tasks health --window`: a window walks its index range
@@ -101,6 +102,15 @@ def text(label: str, value: str) -> str:
     for char in value:
         if char == "\0" or unicodedata.category(char) == "Cs":
             raise OutOfBounds(f"{label} must not contain {escape(char)}")
+    return value
+
+
+def url(label: str, value: str) -> str:
+    """A URL the database stores apart from a payload (`--notify`, `notify-url`): `text`, and
+    at most MAX_URL_BYTES, which every HTTP client and server takes."""
+    text(label, value)
+    if len(value.encode("utf-8")) > MAX_URL_BYTES:
+        raise OutOfBounds(f"{label} is longer than {MAX_URL_BYTES} bytes")
     return value
 
 

@@ -228,7 +228,7 @@ class TaskSpec:
 
     def _validate_notify(self) -> None:
         if self.notify_url is not None:
-            limit.text("--notify", self.notify_url)
+            limit.url("--notify", self.notify_url)
             _check(
                 re.match(r"^https?://[^\s/]+", self.notify_url) is not None,
                 f"--notify needs an http:// or https:// URL, got '{redact(self.notify_url)[:80]}'",

@@ -209,3 +209,13 @@ def test_a_deadline_longer_than_the_retention_is_one_line_exit_2_and_writes_noth
     assert 'deadline = "2d"' in exported
     (row,) = db.execute("SELECT deadline FROM task").fetchall()
     assert row["deadline"] == timedelta(days=2)
+
+
+def test_a_notify_url_past_8_kib_is_one_line_exit_2_and_writes_nothing(cli, counts) -> None:
+    before = counts()
+    long = "https://hooks.example/" + "a" * 8192
+    added = cli(*ADD, "--notify", long)
+    assert (added.code, added.err) == (2, "error: --notify is longer than 8192 bytes\n")
+    fleet = cli("config", "set", "notify-url", long)
+    assert (fleet.code, fleet.err) == (2, "error: notify-url is longer than 8192 bytes\n")
+    assert counts() == before

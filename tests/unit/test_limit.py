@@ -45,7 +45,9 @@ def test_the_docs_table_of_limits_states_the_constants() -> None:
     assert f"at most {limit.MAX_TASK_FILE_DEPTH} tables" in file
     assert table["`tasks health --window`"] == f"at most {limit.MAX_HEALTH_WINDOW.days} days"
     assert table["`tasks health --failing-after`"] == f"1 to {limit.MAX_FAILING_AFTER}"
-    assert len(table) == 13  # a new bound gets a row, and a check here
+    notify = table["`--notify` URL, `config set notify-url`"]
+    assert notify.startswith(f"at most {limit.MAX_URL_BYTES // 1024} KiB")
+    assert len(table) == 14  # a new bound gets a row, and a check here
 
 
 @pytest.mark.parametrize(
