@@ -40,6 +40,10 @@ FAST = (
     "--stop-timeout",
     "10s",
 )
+# While the database is down, each failed step of a daemon's loop waits out the pool's 5 s
+# connection timeout (storage.database), and the reconcile step takes its turn between passes:
+# three failed passes take about 30 s, which the default 30 s wait missed on a loaded CI machine.
+OUTAGE_STEPS_TIMEOUT = 90.0
 # A task definition every CLI test can add: due every minute, a command that succeeds.
 EVERY_MINUTE = ("--cron", "* * * * *", "--command", "true")
 

@@ -9,7 +9,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from scheduler_daemon.storage import migration
-from tests.support import free_port, http_get, query, wait_for
+from tests.support import OUTAGE_STEPS_TIMEOUT, free_port, http_get, query, wait_for
 
 pytestmark = pytest.mark.slow
 # Every label a series may carry: bounded sets only, never an occurrence or run id. `part`
@@ -98,6 +98,7 @@ def test_metrics_health_and_readiness_of_a_real_daemon(
     failed = daemon.log().count('"pass_failed"')
     wait_for(
         lambda: daemon.log().count('"pass_failed"') >= failed + 3,
+        timeout=OUTAGE_STEPS_TIMEOUT,
         message="several passes to fail during the outage",
     )
     assert http_get(port, "/healthz") == (200, "ok\n")

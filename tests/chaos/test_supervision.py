@@ -12,7 +12,7 @@ import pytest
 
 from scheduler_daemon.runtime.supervision import EXIT_FAILED_PASSES, EXIT_LEASE_KEEPER_FAILED
 from scheduler_daemon.storage import migration
-from tests.support import processes_matching, query, wait_for
+from tests.support import OUTAGE_STEPS_TIMEOUT, processes_matching, query, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -32,6 +32,7 @@ def test_a_loop_that_keeps_failing_drains_and_exits_3_but_an_outage_does_not_cou
     owned_server.stop()  # an outage: more failed passes than the limit, and it stays
     wait_for(
         lambda: daemon.log().count('"pass_failed"') >= 3,
+        timeout=OUTAGE_STEPS_TIMEOUT,
         message="passes to fail while the database is down",
     )
     assert daemon.proc.poll() is None
