@@ -79,6 +79,7 @@ def task_fields(task: TaskRecord, *, show_secrets: bool = False) -> dict[str, An
         "timeout_seconds": seconds(spec.timeout),
         "max_attempts": spec.max_attempts,
         "backoff_seconds": seconds(spec.backoff),
+        "backoff_max_seconds": seconds(spec.backoff_max),
         "history_retention_seconds": seconds(spec.history_retention),
         "notify_url": spec.notify_url
         if show_secrets or spec.notify_url is None

@@ -175,10 +175,12 @@ WHERE id = %(id)s AND status = 'running' AND lease_token = %(token)s
 -- Puts an occurrence back in the queue for another attempt after `delay` (at most 36,525 days,
 -- the longest duration any input takes: a backoff written by hand adds nothing past the
 -- calendar); an interruption gives the attempt back and counts against the interruption bound
--- instead.
+-- instead. The delay is recorded (`retry_delay`, shown by `runs show`): with `--backoff-max` it
+-- is drawn per retry.
 UPDATE occurrence SET status = 'queued', error = %(error)s, claim_owner = NULL,
     claim_expires_at = NULL,
     not_before = clock_timestamp() + least(%(delay)s::interval, interval '36525 days'),
+    retry_delay = least(%(delay)s::interval, interval '36525 days'),
     attempts = attempts - %(refund)s, interruptions = interruptions + %(refund)s,
     updated_at = clock_timestamp()
 WHERE id = %(id)s AND status = 'running' AND lease_token = %(token)s

@@ -61,14 +61,18 @@ LIMIT %(limit)s
 -- name: run_get :one
 -- One run as a run row plus the run detail of docs/cli.md (domain.run.RunDetail).
 SELECT {{run_row}},
-    o.status AS occurrence_status, r.lease_expires_at, r.takeover_at, r.finished_by, r.output_tail
+    o.status AS occurrence_status, r.lease_expires_at, r.takeover_at, r.finished_by, r.output_tail,
+    o.not_before AS occurrence_not_before,
+    extract(epoch FROM o.retry_delay)::float8 AS occurrence_retry_delay_seconds
 FROM run r JOIN occurrence o ON o.id = r.occurrence_id JOIN task t ON t.id = o.task_id
 WHERE r.id = %(id)s
 
 -- name: run_list_for_occurrence :many
 -- The runs of one occurrence, oldest first, in run_get's shape.
 SELECT {{run_row}},
-    o.status AS occurrence_status, r.lease_expires_at, r.takeover_at, r.finished_by, r.output_tail
+    o.status AS occurrence_status, r.lease_expires_at, r.takeover_at, r.finished_by, r.output_tail,
+    o.not_before AS occurrence_not_before,
+    extract(epoch FROM o.retry_delay)::float8 AS occurrence_retry_delay_seconds
 FROM run r JOIN occurrence o ON o.id = r.occurrence_id JOIN task t ON t.id = o.task_id
 WHERE r.occurrence_id = %(occurrence_id)s
 ORDER BY r.id

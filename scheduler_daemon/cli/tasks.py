@@ -48,7 +48,12 @@ Option = Callable[[Callable[..., Any]], Callable[..., Any]]  # a click decorator
 
 def task_options(*, adding: bool) -> Option:
     """The definition options shared by `tasks add` and `tasks update` (update: unset = keep)."""
-    options = [*_schedule_options(adding), *_executor_options(adding), *_policy_options(adding)]
+    options = [
+        *_schedule_options(adding),
+        *_executor_options(adding),
+        *_policy_options(adding),
+        *_retry_options(adding),
+    ]
     if adding:
         options.append(click.option("--paused", is_flag=True, help="Create it paused."))
 
@@ -143,8 +148,6 @@ def _policy_options(adding: bool) -> list[Option]:
         ),
         click.option("--start-deadline", type=optional(DURATION)),
         click.option("--timeout", type=optional(DURATION)),
-        click.option("--max-attempts", type=int, default=default("max_attempts")),
-        click.option("--backoff", type=DURATION_OR_ZERO, default=default("backoff")),
         click.option(
             "--notify",
             "notify_url",
@@ -174,6 +177,21 @@ def _policy_options(adding: bool) -> list[Option]:
             type=optional(DURATION),
             help="Keep this task's finished history this long (default: the fleet's "
             "history-retention)." + ("" if adding else "  `none` clears it."),
+        ),
+    ]
+
+
+def _retry_options(adding: bool) -> list[Option]:
+    """How a failed attempt is retried: how many attempts, and the delay before each retry."""
+    return [
+        click.option("--max-attempts", type=int, default=_default("max_attempts", adding)),
+        click.option("--backoff", type=DURATION_OR_ZERO, default=_default("backoff", adding)),
+        click.option(
+            "--backoff-max",
+            type=_optional(DURATION, adding),
+            help="Exponential backoff with full jitter: retry n waits uniform(0, min(this, "
+            "backoff x 2^(n-1))); without it, --backoff every time."
+            + ("" if adding else "  `none` clears it."),
         ),
     ]
 

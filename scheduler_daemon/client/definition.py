@@ -67,6 +67,8 @@ class TaskDefinition(ClientBase):
             _allow_in_process(spec.name, _older_builds(conn))
         if _notifies(spec.notify_url, spec.notify_on, spec.deadline):
             _allow_notify(f"task '{spec.name}'", _not_notifying(conn))
+        if spec.backoff_max is not None:
+            _refuse(control.plan_backoff_max(spec.name, _before(conn, control.BACKOFF_MAX_SINCE)))
         return task_store.insert(conn, spec, spec.schedule().next_after(db_now), source=source)
 
     def add_tasks(
@@ -91,6 +93,10 @@ class TaskDefinition(ClientBase):
             notifying = [s.name for s in specs if _notifies(s.notify_url, s.notify_on, s.deadline)]
             if notifying:
                 _allow_notify(f"task '{notifying[0]}'", _not_notifying(conn))
+            doubling = [s.name for s in specs if s.backoff_max is not None]
+            if doubling:
+                older = _before(conn, control.BACKOFF_MAX_SINCE)
+                _refuse(control.plan_backoff_max(doubling[0], older))
             retention = fleet_store.history_retention(conn)
             for spec in specs:
                 _named(spec, functools.partial(spec.check_deadline, retention))
@@ -131,9 +137,12 @@ class TaskDefinition(ClientBase):
             changes.get("notify_url"), changes.get("notify_on"), changes.get("deadline")
         )
         silent = _not_notifying(conn) if notifies else []
+        doubling = changes.get("backoff_max") is not None
+        fixed = _before(conn, control.BACKOFF_MAX_SINCE) if doubling else []
         task = task_store.lock(conn, task_ref(ref))
         _allow_in_process(task.name, older)
         _allow_notify(f"task '{task.name}'", silent)
+        _refuse(control.plan_backoff_max(task.name, fixed))
         db_now = task_store.clock(conn, now)
         plan = allowed(control.plan_update(task, changes, db_now))
         if plan.spec.deadline is not None:
@@ -327,6 +336,18 @@ def _not_notifying(conn: psycopg.Connection[Any]) -> list[Instance]:
 def _allow_notify(subject: str, older: list[Instance]) -> None:
     """Refuses (Conflict) notifications for `subject` while `older` is not empty."""
     refusal = control.plan_notify(subject, older)
+    if refusal is not None:
+        raise Conflict(refusal.message)
+
+
+def _before(conn: psycopg.Connection[Any], since: str) -> list[Instance]:
+    """The registered instances of builds before schema `since`, read under the compatibility
+    lock as `_older_builds` (ADR 0010's pattern)."""
+    return migration.instances_before(conn, since)
+
+
+def _refuse(refusal: control.Refusal | None) -> None:
+    """Raises a domain.control refusal as a Conflict (one line, exit 2)."""
     if refusal is not None:
         raise Conflict(refusal.message)
 

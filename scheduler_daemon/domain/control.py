@@ -28,6 +28,9 @@ IN_PROCESS_SINCE = "0020"
 # whose head is before it records no notification, so a task's or the fleet's notify URL is
 # refused while one is registered (ADR 0016, as ADR 0010).
 NOTIFY_SINCE = "0025"
+# The schema revision that added `task.backoff_max` (migration 0028_exponential_backoff): a build
+# whose head is before it retries such a task after the fixed `backoff` every time.
+BACKOFF_MAX_SINCE = "0028"
 # The changes that move a task's schedule: its due, undispatched firings are recorded first.
 SCHEDULE_FIELDS = frozenset({"cron", "every", "at", "timezone", "dst_gap", "dst_overlap"})
 
@@ -75,6 +78,16 @@ def plan_notify(subject: str, older: Sequence[Instance]) -> Refusal | None:
         older,
         since=NOTIFY_SINCE,
         because="they would record none",
+    )
+
+
+def plan_backoff_max(task_name: str, older: Sequence[Instance]) -> Refusal | None:
+    """Whether a task may be given an exponential backoff now (issue 37 item 2)."""
+    return refuse_beside_older(
+        f"task '{task_name}' cannot have --backoff-max",
+        older,
+        since=BACKOFF_MAX_SINCE,
+        because="they would retry it after the fixed --backoff every time",
     )
 
 

@@ -1,5 +1,7 @@
 """What a finished attempt means for its occurrence and task: final, retry, or give back (pure)."""
 
+import random
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -52,18 +54,22 @@ def decide(
     interruptions: int,
     max_interruptions: int,
     backoff: timedelta,
+    backoff_max: timedelta | None = None,
     cancel_reason: str | None = None,
     requeue_delay: timedelta = timedelta(0),
 ) -> Decision:
     """`attempts` counts this one (attempts count at launch). With `cancel_reason` (a cancel
     was requested while it ran) the attempt is final: `cancelled`, unless the job succeeded
-    before it could be stopped. An interruption goes back to the queue after `requeue_delay`
-    (an in-process job still running as its daemon exits: its retry must not start beside it)."""
+    before it could be stopped. A failure or timeout with attempts left goes back to the queue
+    after `retry_delay` (retry n = `attempts`). An interruption goes back to the queue after
+    `requeue_delay` (an in-process job still running as its daemon exits: its retry must not
+    start beside it)."""
     run_status = RUN_STATUS[OutcomeStatus(outcome_status)]  # a stranger: ValueError, no default
     if cancel_reason is not None and run_status != RunStatus.SUCCESS:
         return Decision(RunStatus.CANCELLED, OccurrenceStatus.CANCELLED, reason=cancel_reason)
     if run_status in (RunStatus.FAILED, RunStatus.TIMEOUT) and attempts < max_attempts:
-        return Decision(run_status, OccurrenceStatus.QUEUED, delay=backoff)
+        delay = retry_delay(backoff, backoff_max, retry=attempts)
+        return Decision(run_status, OccurrenceStatus.QUEUED, delay=delay)
     if run_status == RunStatus.INTERRUPTED:
         if interruptions < max_interruptions:
             return Decision(run_status, OccurrenceStatus.QUEUED, delay=requeue_delay, refund=True)
@@ -74,6 +80,30 @@ def decide(
         )
     # The run's final status is the occurrence's too (success, failed, timeout).
     return Decision(run_status, OccurrenceStatus(run_status))
+
+
+# 2^62 times the shortest backoff (a microsecond) is past any --backoff-max (at most 36,525
+# days): doubling further changes nothing, and a bounded exponent keeps the float finite.
+_MAX_DOUBLINGS = 62
+
+
+def retry_delay(
+    backoff: timedelta,
+    backoff_max: timedelta | None,
+    *,
+    retry: int,
+    uniform: Callable[[float, float], float] = random.uniform,
+) -> timedelta:
+    """The delay before retry `retry` (1 for the first): `backoff` every time without a
+    `backoff_max`; with one, exponential with full jitter, uniform(0, min(backoff_max,
+    backoff x 2^(retry-1))): retries of many firings that failed together spread out instead of
+    arriving together (issue 37 item 2). Not a coordination time: each decision draws its own,
+    recorded on the occurrence (`retry_delay`)."""
+    if backoff_max is None:
+        return backoff
+    doublings = min(max(retry - 1, 0), _MAX_DOUBLINGS)
+    ceiling = min(backoff_max.total_seconds(), backoff.total_seconds() * 2.0**doublings)
+    return timedelta(seconds=uniform(0.0, ceiling))
 
 
 @dataclass(frozen=True)

@@ -78,6 +78,10 @@ class RunDetail(HistoryRow):
     takeover_at: datetime
     finished_by: str | None
     output_tail: str | None
+    # When its occurrence may start next, and the delay its latest retry drew (issue 37 item 2:
+    # with --backoff-max each retry draws its own); null where an older build requeued it.
+    occurrence_not_before: datetime
+    occurrence_retry_delay_seconds: float | None
 
 
 @dataclass(frozen=True)

@@ -68,6 +68,9 @@ class TaskSpec:
     timeout: timedelta | None = None
     max_attempts: int = 1
     backoff: timedelta = timedelta(seconds=30)
+    # With it, the delay before retry n is uniform(0, min(backoff_max, backoff x 2^(n-1)))
+    # (domain.outcome.retry_delay); without it, `backoff` every time.
+    backoff_max: timedelta | None = None
     paused: bool = False
     anchor: datetime | None = field(default=None, compare=False)
     headers: tuple[tuple[str, str], ...] = ()  # http only: (name, value) pairs sent as given
@@ -167,6 +170,15 @@ class TaskSpec:
             not (self.misfire == MisfirePolicy.RUN_ALL and self.overlap == OverlapPolicy.FORBID),
             "--misfire run_all with --overlap forbid could only skip; use --overlap queue or allow",
         )
+        _check(
+            self.backoff_max is None or self.backoff_max >= self.backoff,
+            f"--backoff-max {format_duration(self.backoff_max or timedelta(0))} is below "
+            f"--backoff {format_duration(self.backoff)}",
+        )
+        _check(
+            self.backoff_max is None or self.backoff > timedelta(0),
+            "--backoff-max needs a --backoff above zero (each delay doubles from it)",
+        )
         self._validate_target()
 
     def _validate_bounds(self, now: datetime | None) -> None:
@@ -200,6 +212,7 @@ class TaskSpec:
             "--timeout": self.timeout,
             "--history-retention": self.history_retention,
             "--deadline": self.deadline,
+            "--backoff-max": self.backoff_max,
         }
 
     def _validate_target(self) -> None:

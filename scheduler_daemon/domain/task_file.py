@@ -41,6 +41,7 @@ _DURATIONS = {
     "start-deadline": "start_deadline",
     "timeout": "timeout",
     "backoff": "backoff",
+    "backoff-max": "backoff_max",
     "history-retention": "history_retention",
     "deadline": "deadline",
 }

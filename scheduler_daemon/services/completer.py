@@ -286,6 +286,7 @@ class Completer:
             interruptions=occ.interruptions,
             max_interruptions=self.max_interruptions,
             backoff=spec.backoff,
+            backoff_max=spec.backoff_max,
             cancel_reason=occ.cancel_reason,
             requeue_delay=run.requeue_delay,
         )

@@ -38,6 +38,7 @@ def _columns(spec: TaskSpec) -> dict[str, Any]:
         "run_timeout": spec.timeout,
         "max_attempts": spec.max_attempts,
         "backoff": spec.backoff,
+        "backoff_max": spec.backoff_max,
         "paused": spec.paused,
         "history_retention": spec.history_retention,
         "in_process": spec.in_process,
@@ -69,6 +70,7 @@ def record(row: dict[str, Any]) -> TaskRecord:
         timeout=row["run_timeout"],
         max_attempts=row["max_attempts"],
         backoff=row["backoff"],
+        backoff_max=row.get("backoff_max"),  # absent in an older build's row read: fixed
         paused=row["paused"],
         anchor=row["anchor_at"],
         headers=tuple(row["payload"].get("headers", {}).items()),

@@ -86,3 +86,35 @@ def test_a_failed_attempt_with_attempts_left_goes_back_to_the_queue_after_the_ba
     assert replica.completer.complete(run) == "recorded"
     (t,) = query(database_url, "SELECT last_status, status FROM task")
     assert t == {"last_status": "failed", "status": "enabled"}
+
+
+def test_with_a_backoff_max_each_retry_draws_its_delay_and_records_it(
+    client, pool, executors, database_url, cli
+) -> None:
+    # Issue 37 item 2: retry n waits uniform(0, min(max, backoff x 2^(n-1))): 1 s, 2 s, 4 s, 4 s.
+    replica = launched_shell_run(
+        client,
+        pool,
+        executors,
+        database_url,
+        command="exit 3",
+        max_attempts=5,
+        backoff=timedelta(seconds=1),
+        backoff_max=timedelta(seconds=4),
+    ).replica
+    for retry, ceiling in enumerate((1, 2, 4, 4), start=1):
+        (run,) = replica.finished()
+        assert replica.completer.complete(run) == "retry"
+        (occ,) = query(
+            database_url,
+            "SELECT attempts, retry_delay, not_before - updated_at AS wait FROM occurrence",
+        )
+        assert occ["attempts"] == retry
+        assert timedelta(0) <= occ["retry_delay"] <= timedelta(seconds=ceiling), retry
+        assert abs(occ["wait"] - occ["retry_delay"]) < timedelta(milliseconds=5)  # what it waits
+        shown = cli("runs", "show", str(run.run_id), "--json").json()
+        assert shown["occurrence_retry_delay_seconds"] == occ["retry_delay"].total_seconds()
+        query(database_url, "UPDATE occurrence SET not_before = now() RETURNING id")
+        assert replica.launcher.run_once().launched == 1
+    (run,) = replica.finished()
+    assert replica.completer.complete(run) == "recorded"  # the fifth attempt was the last

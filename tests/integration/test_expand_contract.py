@@ -120,6 +120,8 @@ def test_upgrade_downgrade_upgrade_keeps_tasks_occurrences_and_runs(
             "notify_headers",
             "notify_on",
             "deadline",
+            "backoff_max",
+            "retry_delay",
         }
         return {
             "task": [

@@ -2,7 +2,6 @@
 the executor does to it, its key in task files, the refusal's line, and the revision it names.
 On 3b194d0 every test here fails: TaskSpec has no `in_process`, task files no `in-process`."""
 
-import re
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -89,12 +88,3 @@ def test_the_refusal_names_each_older_instance_with_its_host_and_build_in_one_li
     assert "\n" not in refusal.message
     assert refusal.message.startswith("task 'hello' cannot run in-process while instance(s) ")
     assert "old-a (host host-1, version 0.9.0, schema 0019)" in refusal.message
-
-
-def test_the_revision_the_refusal_names_is_the_migration_that_adds_the_column() -> None:
-    # The lead renumbers migrations at merge: a renumbered file that leaves IN_PROCESS_SINCE
-    # behind would refuse (or admit) the wrong builds.
-    (path,) = VERSIONS.glob("*_task_in_process.py")
-    found = re.search(r'^revision = "(\w+)"$', path.read_text(), re.M)
-    assert found is not None
-    assert control.IN_PROCESS_SINCE == found[1] == path.name.split("_")[0]

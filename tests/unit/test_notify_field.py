@@ -1,6 +1,5 @@
 """The notification fields of a task (pure): what validates, and the revision the refusal names."""
 
-import re
 from datetime import timedelta
 from pathlib import Path
 
@@ -15,14 +14,6 @@ VERSIONS = Path(__file__).resolve().parents[2] / "migrations" / "versions"
 
 def _spec(**kw: object) -> TaskSpec:
     return TaskSpec(name="t", executor="shell", target="true", every=timedelta(hours=1), **kw)
-
-
-def test_the_revision_the_refusal_names_is_the_migration_that_adds_notifications() -> None:
-    # A renumbered migration at merge that left NOTIFY_SINCE behind would admit the wrong builds.
-    (path,) = VERSIONS.glob("*_notification_outbox.py")
-    found = re.search(r'^revision = "(\w+)"$', path.read_text(), re.M)
-    assert found is not None
-    assert control.NOTIFY_SINCE == found[1] == path.name.split("_")[0]
 
 
 def test_a_url_and_every_event_validate_and_a_deadline_is_held_to_the_retention() -> None:

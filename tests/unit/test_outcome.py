@@ -6,7 +6,7 @@ from datetime import timedelta
 
 import pytest
 
-from scheduler_daemon.domain.outcome import LIFECYCLE, Decision, decide
+from scheduler_daemon.domain.outcome import LIFECYCLE, Decision, decide, retry_delay
 from scheduler_daemon.domain.status import (
     FINISHED,
     OccurrenceStatus,
@@ -164,3 +164,60 @@ def test_every_final_decision_leads_to_a_lifecycle(outcome: str) -> None:
     for kw in ({}, {"attempts": 3}, {"interruptions": 3}, {"cancel_reason": "x"}):
         decision = _decide(outcome, **kw)
         assert decision.final == (decision.occurrence_status in LIFECYCLE)
+
+
+# -- exponential backoff with full jitter (issue 37 item 2) ----------------------------------------
+BASE = timedelta(seconds=5)
+CAP = timedelta(minutes=10)
+
+
+def test_without_a_backoff_max_every_retry_waits_the_fixed_backoff() -> None:
+    for retry in (1, 2, 10, 1000):
+        assert retry_delay(BASE, None, retry=retry) == BASE
+
+
+@pytest.mark.parametrize(
+    ("retry", "ceiling"),
+    [(1, 5), (2, 10), (3, 20), (7, 320), (8, 600), (9, 600), (10_000, 600)],
+)
+def test_retry_n_draws_from_zero_to_backoff_doubled_n_minus_1_times_capped(
+    retry: int, ceiling: float
+) -> None:
+    # The bounds asked of uniform are the promise; the draw itself is the library's.
+    asked: list[tuple[float, float]] = []
+
+    def uniform(low: float, high: float) -> float:
+        asked.append((low, high))
+        return high
+
+    assert retry_delay(BASE, CAP, retry=retry, uniform=uniform) == timedelta(seconds=ceiling)
+    assert asked == [(0.0, ceiling)]
+
+
+def test_delays_over_many_retries_stay_within_their_bounds_and_spread_out() -> None:
+    for retry in range(1, 13):
+        ceiling = min(CAP.total_seconds(), BASE.total_seconds() * 2 ** (retry - 1))
+        drawn = [retry_delay(BASE, CAP, retry=retry).total_seconds() for _ in range(2000)]
+        assert all(0.0 <= d <= ceiling for d in drawn), retry
+        # full jitter, not equal jitter: the lower half of the range is used as much as the upper
+        low = sum(d < ceiling / 2 for d in drawn)
+        assert 800 < low < 1200, (retry, low)
+
+
+def test_a_failure_with_attempts_left_and_a_backoff_max_draws_its_delay() -> None:
+    decisions = [
+        decide(
+            OutcomeStatus.FAILED,
+            attempts=4,
+            max_attempts=9,
+            interruptions=0,
+            max_interruptions=3,
+            backoff=BASE,
+            backoff_max=CAP,
+        )
+        for _ in range(200)
+    ]
+    delays = {d.delay for d in decisions}
+    assert all(timedelta(0) <= d <= timedelta(seconds=40) for d in delays)  # retry 4: 5 s x 2^3
+    assert len(delays) > 100  # drawn per decision, not one fixed delay
+    assert {d.occurrence_status for d in decisions} == {OccurrenceStatus.QUEUED}

@@ -37,6 +37,15 @@ def spec(**kw: object) -> TaskSpec:
         ({"timeout": timedelta(seconds=-1)}, "--timeout must be positive"),
         ({"misfire_grace": timedelta(seconds=-1)}, "--misfire-grace must not be negative"),
         ({"max_attempts": 0}, "--max-attempts must be at least 1"),
+        (
+            {"backoff": timedelta(seconds=30), "backoff_max": timedelta(seconds=10)},
+            "--backoff-max 10s is below --backoff 30s",
+        ),
+        (
+            {"backoff": timedelta(0), "backoff_max": timedelta(minutes=1)},
+            "--backoff-max needs a --backoff above zero",
+        ),
+        ({"backoff_max": timedelta(0)}, "--backoff-max must be positive"),
         ({"catchup_limit": 0}, "--catchup-limit must be at least 1"),
         ({"misfire": "run_all"}, "--misfire run_all with --overlap forbid could only skip"),
         ({"executor": "http", "target": "ftp://x"}, "needs an http:// or https:// URL"),
