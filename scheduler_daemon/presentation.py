@@ -80,6 +80,7 @@ def task_fields(task: TaskRecord, *, show_secrets: bool = False) -> dict[str, An
         "max_attempts": spec.max_attempts,
         "backoff_seconds": seconds(spec.backoff),
         "backoff_max_seconds": seconds(spec.backoff_max),
+        "spread_seconds": seconds(spec.spread),
         "history_retention_seconds": seconds(spec.history_retention),
         "notify_url": spec.notify_url
         if show_secrets or spec.notify_url is None
@@ -250,8 +251,12 @@ def _overlap(before: str, after: str) -> int:
     return k
 
 
-def fire_time_fields(instant: datetime, zone: str) -> dict[str, str | None]:
-    return {"local": iso(instant.astimezone(ZoneInfo(zone))), "utc": iso(instant)}
+def fire_time_fields(at: datetime, zone: str, start: datetime | None) -> dict[str, str | None]:
+    """`tasks next`: a fire time in the zone and in UTC, then its spread start (--spread)."""
+    shown = {"local": iso(at.astimezone(ZoneInfo(zone))), "utc": iso(at)}
+    if start is not None:
+        shown |= {"start_local": iso(start.astimezone(ZoneInfo(zone))), "start_utc": iso(start)}
+    return shown
 
 
 def status_fields(status: dict[str, Any]) -> dict[str, Any]:

@@ -181,6 +181,17 @@ WHERE o.status = 'cancelled' AND r.status = 'running'
 GROUP BY o.id, o.task_id
 ORDER BY o.id
 
+-- name: audit_started_before_spread :many
+-- Runs started before their occurrence's recorded spread start (scheduled_for plus the spread
+-- offset its dispatch drew, `--spread`), at or after `since`.
+SELECT r.id AS run_id, r.occurrence_id, o.task_id, r.started_at,
+    o.scheduled_for + o.spread_offset AS spread_start
+FROM occurrence o JOIN run r ON r.occurrence_id = o.id
+WHERE o.spread_offset IS NOT NULL
+  AND r.started_at < o.scheduled_for + o.spread_offset
+  AND r.started_at >= coalesce(%(since)s::timestamptz, '-infinity')
+ORDER BY r.id
+
 -- name: audit_epoch_change_reruns :many
 -- Per failover the fleet saw (epoch_changes, sql/epoch.sql; oldest first): the occurrences
 -- created before its first sighting with a run started after it (and at or after `since`).

@@ -41,7 +41,8 @@ LEFT JOIN LATERAL (
     WHERE o.task_id = t.id AND o.status IN ('queued', 'launching', 'running')
       AND o.status = 'queued' AND t.start_deadline IS NOT NULL
       AND clock.now > CASE WHEN o.attempts + o.interruptions > 0 OR o.trigger = 'backfill'
-                           THEN o.not_before ELSE o.scheduled_for END
+                           THEN o.not_before
+                           ELSE o.scheduled_for + coalesce(o.spread_offset, interval '0') END
                       + least(t.start_deadline, interval '36525 days')
 ) deadline ON true
 LEFT JOIN LATERAL (

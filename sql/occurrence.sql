@@ -19,26 +19,31 @@ RETURNING *
 -- in one statement: each firing takes the task's next sequence number (in plan order), one
 -- recorded already is left out (no row for it: the unique scheduled firing), finished if its
 -- status is one of `finished`; the task gets its next firing and, when `once_fired`, the status
--- `running` if a queued firing went in, else `cancelled`. Returns the occurrences inserted.
+-- `running` if a queued firing went in, else `cancelled`. A firing's spread offset (`--spread`,
+-- NULL: none) is recorded and starts it no earlier than its nominal time plus the offset
+-- (`not_before`). Returns the occurrences inserted.
 WITH firing AS (
     SELECT * FROM unnest(
         %(scheduled_fors)s::timestamptz[], %(last_scheduled_fors)s::timestamptz[],
-        %(firing_counts)s::integer[], %(statuses)s::text[], %(reasons)s::text[])
-        WITH ORDINALITY AS f(scheduled_for, last_scheduled_for, firing_count, status, reason, ord)
+        %(firing_counts)s::integer[], %(statuses)s::text[], %(reasons)s::text[],
+        %(spread_offsets)s::interval[])
+        WITH ORDINALITY AS f(scheduled_for, last_scheduled_for, firing_count, status, reason,
+            spread_offset, ord)
 ), inserted AS (
     INSERT INTO occurrence (
         task_id, occurrence_seq, scheduled_for, last_scheduled_for, firing_count, trigger,
-        overlap, concurrency_key, status, reason, not_before, created_at, updated_at,
-        finished_at, idempotency_key)
+        overlap, concurrency_key, status, reason, not_before, spread_offset, created_at,
+        updated_at, finished_at, idempotency_key)
     SELECT %(task_id)s, t.occurrence_seq + f.ord, f.scheduled_for, f.last_scheduled_for,
         f.firing_count, 'schedule', %(overlap)s, %(concurrency_key)s, f.status, f.reason,
-        f.scheduled_for, %(now)s, %(now)s,
+        f.scheduled_for + coalesce(f.spread_offset, interval '0'), f.spread_offset, %(now)s,
+        %(now)s,
         CASE WHEN f.status = ANY(%(finished)s::text[]) THEN %(now)s::timestamptz END,
         sd_occurrence_key_v1(%(task_id)s, 'schedule', f.scheduled_for)
     FROM firing f CROSS JOIN (SELECT occurrence_seq FROM task WHERE id = %(task_id)s) t
     ORDER BY f.ord
     ON CONFLICT (task_id, scheduled_for) WHERE trigger = 'schedule' DO NOTHING
-    RETURNING id, status, reason, scheduled_for
+    RETURNING id, status, reason, scheduled_for, not_before
 ), moved AS (
     UPDATE task SET
         occurrence_seq = occurrence_seq + cardinality(%(scheduled_fors)s::timestamptz[]),
@@ -88,15 +93,15 @@ WHERE o.id = %(id)s
 SELECT count(*) FROM occurrence WHERE status IN ('launching', 'running')
 
 -- fragment: claim_launch
-SELECT * FROM sd_claim_launch_v3(%(key)s::bigint, %(slots)s::int, %(owner)s::text,
+SELECT * FROM sd_claim_launch_v4(%(key)s::bigint, %(slots)s::int, %(owner)s::text,
     %(ttl)s::interval, %(grace)s::interval, %(build_revision)s::text, %(now)s::timestamptz)
 
 -- name: occurrence_claim_launch :many
 -- A whole claim in one round trip and one transaction (sent after the per-transaction limits
 -- as one simple query, no BEGIN or COMMIT: `database.one_trip`), so the fleet budget's lock is
--- held for the server's work alone, never across a round trip: sd_claim_launch_v3 (migration
--- 0020: v2 of 0019, v1 of 0012 and 0015 with the failover rules below, and the task's
--- `in_process`, which picks the executor), whose statements are planned once per server process (a simple query's are parsed and
+-- held for the server's work alone, never across a round trip: sd_claim_launch_v4 (migration
+-- 0029: v3 of 0020 returning the spread start too; v2 of 0019, v1 of 0012 and 0015 with the
+-- failover rules below, and the task's `in_process`, which picks the executor), whose statements are planned once per server process (a simple query's are parsed and
 -- planned on every call). The function:
 -- 1. Plans without sequential or bitmap scans, sorts or JIT (its SET clauses), so the plan does
 --    not depend on fresh statistics (a queue that grew since the last ANALYZE, or since the
@@ -223,14 +228,16 @@ WHERE id = %(id)s AND status = 'launching' AND lease_token = %(token)s
   AND claim_expires_at < clock_timestamp()
 
 -- name: occurrence_past_deadline :many
--- Queued occurrences past their start deadline (from scheduled_for, or for a retry or a
+-- Queued occurrences past their start deadline (from their spread start, scheduled_for plus
+-- its spread offset, or for a retry or a
 -- backfill from its not-before time, when it was queued; a deadline written by hand counts as
 -- 36,525 days at most, the longest any input takes, so none adds past the calendar), a page at
 -- a time.
 SELECT o.id, o.task_id FROM occurrence o JOIN task t ON t.id = o.task_id
 WHERE o.status = 'queued' AND t.start_deadline IS NOT NULL
   AND clock_timestamp() > CASE WHEN o.attempts + o.interruptions > 0 OR o.trigger = 'backfill'
-                               THEN o.not_before ELSE o.scheduled_for END
+                               THEN o.not_before
+                               ELSE o.scheduled_for + coalesce(o.spread_offset, interval '0') END
                           + least(t.start_deadline, interval '36525 days')
   AND o.id > %(after)s
 ORDER BY o.id
@@ -243,7 +250,8 @@ UPDATE occurrence o SET status = 'expired', reason = 'start_deadline',
 FROM task t
 WHERE o.id = %(id)s AND t.id = o.task_id AND o.status = 'queued' AND t.start_deadline IS NOT NULL
   AND clock_timestamp() > CASE WHEN o.attempts + o.interruptions > 0 OR o.trigger = 'backfill'
-                               THEN o.not_before ELSE o.scheduled_for END
+                               THEN o.not_before
+                               ELSE o.scheduled_for + coalesce(o.spread_offset, interval '0') END
                           + least(t.start_deadline, interval '36525 days')
 RETURNING o.*
 

@@ -141,7 +141,7 @@ def _report(
         for f in result.firings
     ]
     lines = [
-        f"{presentation.fire_time_fields(f.scheduled_for, zone)['local']}  {f.outcome}"
+        f"{presentation.fire_time_fields(f.scheduled_for, zone, None)['local']}  {f.outcome}"
         + ("  (has a backfill occurrence)" if f.backfilled else "")
         + ("  -> queue" if f.wanted(chosen) else "")
         for f in result.firings

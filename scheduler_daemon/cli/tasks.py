@@ -25,6 +25,7 @@ from scheduler_daemon.cli.base import (
 )
 from scheduler_daemon.domain.schedule.base import ScheduleError
 from scheduler_daemon.domain.schedule.zone import load_zone
+from scheduler_daemon.domain.spread import spread_offset
 from scheduler_daemon.domain.status import (
     DstGapPolicy,
     DstOverlapPolicy,
@@ -89,6 +90,13 @@ def _schedule_options(adding: bool) -> list[Option]:
             "--timezone",
             default=_default("timezone", adding),
             help="IANA zone." + ("  [default: UTC]" if adding else ""),
+        ),
+        click.option(
+            "--spread",
+            type=_optional(DURATION, adding),
+            help="Start each firing up to this long after its nominal time, at an offset "
+            "fixed per task and firing (at most half the shortest gap between firings)."
+            + ("" if adding else "  `none` clears it."),
         ),
     ]
 
@@ -374,11 +382,15 @@ def tasks_next(ctx: click.Context, task: str, count: int) -> None:
     """The next fire times, in the task's zone and in UTC."""
     client = client_for(ctx)
     record = client.get_task(task)
+    spread = record.spec.spread
     rows = [
-        presentation.fire_time_fields(t, record.spec.timezone)
+        presentation.fire_time_fields(
+            t, record.spec.timezone, t + spread_offset(record.id, t, spread) if spread else None
+        )
         for t in client.next_fire_times(record.id, count)
     ]
-    emit(ctx, rows, output.table(rows, ("local", "utc")))
+    columns = ("local", "utc", "start_local", "start_utc") if spread else ("local", "utc")
+    emit(ctx, rows, output.table(rows, columns))
 
 
 @tasks.command("trigger")

@@ -3,7 +3,7 @@ their next fire times. Each change locks the task row first; `*_in` runs in the 
 transaction (`tasks apply`)."""
 
 import functools
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -67,8 +67,7 @@ class TaskDefinition(ClientBase):
             _allow_in_process(spec.name, _older_builds(conn))
         if _notifies(spec.notify_url, spec.notify_on, spec.deadline):
             _allow_notify(f"task '{spec.name}'", _not_notifying(conn))
-        if spec.backoff_max is not None:
-            _refuse(control.plan_backoff_max(spec.name, _before(conn, control.BACKOFF_MAX_SINCE)))
+        _refuse_new_fields(spec.name, _older_for(conn, _new_fields(spec)))
         return task_store.insert(conn, spec, spec.schedule().next_after(db_now), source=source)
 
     def add_tasks(
@@ -93,10 +92,8 @@ class TaskDefinition(ClientBase):
             notifying = [s.name for s in specs if _notifies(s.notify_url, s.notify_on, s.deadline)]
             if notifying:
                 _allow_notify(f"task '{notifying[0]}'", _not_notifying(conn))
-            doubling = [s.name for s in specs if s.backoff_max is not None]
-            if doubling:
-                older = _before(conn, control.BACKOFF_MAX_SINCE)
-                _refuse(control.plan_backoff_max(doubling[0], older))
+            for spec in specs:
+                _refuse_new_fields(spec.name, _older_for(conn, _new_fields(spec)))
             retention = fleet_store.history_retention(conn)
             for spec in specs:
                 _named(spec, functools.partial(spec.check_deadline, retention))
@@ -104,7 +101,7 @@ class TaskDefinition(ClientBase):
             ready = []
             for given in specs:
                 spec = given.with_changes(anchor=db_now)
-                if spec.at is not None:  # the one rule that needs the clock (validated above)
+                if spec.at is not None or spec.spread is not None:  # the rules needing the clock
                     _named(spec, functools.partial(spec.validate, db_now))
                 ready.append((spec, spec.schedule().next_after(db_now)))
             added = task_store.insert_many(conn, ready)
@@ -137,12 +134,11 @@ class TaskDefinition(ClientBase):
             changes.get("notify_url"), changes.get("notify_on"), changes.get("deadline")
         )
         silent = _not_notifying(conn) if notifies else []
-        doubling = changes.get("backoff_max") is not None
-        fixed = _before(conn, control.BACKOFF_MAX_SINCE) if doubling else []
+        behind = _older_for(conn, _new_fields(changes))
         task = task_store.lock(conn, task_ref(ref))
         _allow_in_process(task.name, older)
         _allow_notify(f"task '{task.name}'", silent)
-        _refuse(control.plan_backoff_max(task.name, fixed))
+        _refuse_new_fields(task.name, behind)
         db_now = task_store.clock(conn, now)
         plan = allowed(control.plan_update(task, changes, db_now))
         if plan.spec.deadline is not None:
@@ -340,16 +336,27 @@ def _allow_notify(subject: str, older: list[Instance]) -> None:
         raise Conflict(refusal.message)
 
 
-def _before(conn: psycopg.Connection[Any], since: str) -> list[Instance]:
-    """The registered instances of builds before schema `since`, read under the compatibility
-    lock as `_older_builds` (ADR 0010's pattern)."""
-    return migration.instances_before(conn, since)
+def _new_fields(given: TaskSpec | Mapping[str, Any]) -> list[str]:
+    """The fields of control.NEW_FIELDS that `given` (a spec, or an update's changes) sets;
+    clearing one (None) is never refused."""
+    if isinstance(given, TaskSpec):
+        given = {field: getattr(given, field) for field in control.NEW_FIELDS}
+    return [field for field in control.NEW_FIELDS if given.get(field) is not None]
 
 
-def _refuse(refusal: control.Refusal | None) -> None:
-    """Raises a domain.control refusal as a Conflict (one line, exit 2)."""
-    if refusal is not None:
-        raise Conflict(refusal.message)
+def _older_for(conn: psycopg.Connection[Any], fields: Sequence[str]) -> dict[str, list[Instance]]:
+    """For each of `fields`, the registered instances of builds before the revision that added
+    it, read under the compatibility lock as `_older_builds` (ADR 0010's pattern), before any
+    task lock (the order `migrate --contract` takes them)."""
+    return {f: migration.instances_before(conn, control.NEW_FIELDS[f][1]) for f in fields}
+
+
+def _refuse_new_fields(task_name: str, older: Mapping[str, list[Instance]]) -> None:
+    """Refuses (Conflict, one line) the first field an older registered build would misexecute."""
+    for field, instances in older.items():
+        refusal = control.plan_new_field(field, task_name, instances)
+        if refusal is not None:
+            raise Conflict(refusal.message)
 
 
 def _named(spec: TaskSpec, check: Callable[[], None]) -> None:

@@ -21,6 +21,7 @@ CHECKS: dict[str, str] = {
     "one_shot_status": "a one-shot task's status matches its newest occurrence",
     "lease_token_order": "the runs of an occurrence carry unique tokens, increasing with start",
     "cancelled_run_still_running": "no cancelled occurrence has a run still running",
+    "started_before_spread": "no run starts before its occurrence's spread start",
 }
 CHECK_NAMES = tuple(CHECKS)
 # How many ids a notice names; its count covers them all.

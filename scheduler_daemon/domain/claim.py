@@ -24,6 +24,7 @@ class Claim(FromRow):
     run_timeout: timedelta | None
     idempotency_key: str  # stored on the occurrence at its creation (the legacy one if none)
     in_process: bool  # run by the in-process executor, not `executor`'s (task.in_process)
+    spread_start: datetime  # its scheduled time plus its spread offset: what start lag counts from
 
 
 @dataclass(frozen=True)

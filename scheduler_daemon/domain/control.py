@@ -31,6 +31,9 @@ NOTIFY_SINCE = "0025"
 # The schema revision that added `task.backoff_max` (migration 0028_exponential_backoff): a build
 # whose head is before it retries such a task after the fixed `backoff` every time.
 BACKOFF_MAX_SINCE = "0028"
+# The schema revision that added `task.spread` (migration 0029_spread): a build whose head is
+# before it queues a spread task's firings at their nominal time and expires them by it.
+SPREAD_SINCE = "0029"
 # The changes that move a task's schedule: its due, undispatched firings are recorded first.
 SCHEDULE_FIELDS = frozenset({"cron", "every", "at", "timezone", "dst_gap", "dst_overlap"})
 
@@ -81,13 +84,24 @@ def plan_notify(subject: str, older: Sequence[Instance]) -> Refusal | None:
     )
 
 
-def plan_backoff_max(task_name: str, older: Sequence[Instance]) -> Refusal | None:
-    """Whether a task may be given an exponential backoff now (issue 37 item 2)."""
+# Task fields a build before the revision that added them would misexecute: the option, that
+# revision, and what such a build would do (ADR 0010's refusal, `plan_new_field`).
+NEW_FIELDS = {
+    "backoff_max": (
+        "--backoff-max",
+        BACKOFF_MAX_SINCE,
+        "they would retry it after the fixed --backoff every time",
+    ),
+    "spread": ("--spread", SPREAD_SINCE, "they would start its firings at their nominal time"),
+}
+
+
+def plan_new_field(field: str, task_name: str, older: Sequence[Instance]) -> Refusal | None:
+    """Whether a task may be given `field` (a key of NEW_FIELDS) now, with `older` the registered
+    instances of builds before the revision that added it."""
+    option, since, because = NEW_FIELDS[field]
     return refuse_beside_older(
-        f"task '{task_name}' cannot have --backoff-max",
-        older,
-        since=BACKOFF_MAX_SINCE,
-        because="they would retry it after the fixed --backoff every time",
+        f"task '{task_name}' cannot have {option}", older, since=since, because=because
     )
 
 

@@ -18,6 +18,7 @@ from scheduler_daemon.domain.schedule.cron_syntax import validate_cron
 from scheduler_daemon.domain.schedule.fixed import IntervalSchedule, OneShotSchedule
 from scheduler_daemon.domain.schedule.zone import load_zone
 from scheduler_daemon.domain.secret import redact
+from scheduler_daemon.domain.spread import spread_refusal
 from scheduler_daemon.domain.status import (
     NOTIFY_ON_CHOICES,
     DstGapPolicy,
@@ -85,6 +86,9 @@ class TaskSpec:
     notify_on: tuple[str, ...] | None = None
     # A firing not succeeded by its scheduled time plus this notifies `deadline` (None: never).
     deadline: timedelta | None = None
+    # Each firing starts no earlier than its nominal time plus a deterministic offset in
+    # [0, spread) (domain/spread.py); None: at its nominal time.
+    spread: timedelta | None = None
 
     @property
     def schedule_kind(self) -> ScheduleKind:
@@ -180,6 +184,8 @@ class TaskSpec:
             "--backoff-max needs a --backoff above zero (each delay doubles from it)",
         )
         self._validate_target()
+        if self.spread is not None and now is not None:  # the schedule's next firings from now
+            _check_spread(self, now)
 
     def _validate_bounds(self, now: datetime | None) -> None:
         """Each value within its bound (domain/limit.py), before the rules that use them."""
@@ -292,6 +298,11 @@ class TaskSpec:
                 not any(c in value for c in "\r\n\0"),
                 f"--header {name}: the value must not contain line breaks or NUL",
             )
+
+
+def _check_spread(spec: "TaskSpec", now: datetime) -> None:
+    refusal = spread_refusal(spec.schedule(), spec.spread or timedelta(0), now)
+    _check(refusal is None, refusal or "")
 
 
 def _check_instant(at: datetime, now: datetime | None) -> None:

@@ -42,6 +42,7 @@ _DURATIONS = {
     "timeout": "timeout",
     "backoff": "backoff",
     "backoff-max": "backoff_max",
+    "spread": "spread",
     "history-retention": "history_retention",
     "deadline": "deadline",
 }

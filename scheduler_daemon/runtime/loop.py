@@ -197,7 +197,8 @@ class Loop:
             result = services.dispatcher.run_once(claims_after=free)
             self.metrics.record_dispatch(result)
             self._report(pacing.dispatched(began, result.next_due, result.db_now, result.locked))
-            if result.queued or result.queue_due:
+            pacing.spread(result.spread_starts, result.db_now)
+            if result.ready or result.queue_due:
                 pacing.want_launch()
         if pacing.launch_due():
             pacing.launching()

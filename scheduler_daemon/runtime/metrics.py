@@ -94,8 +94,8 @@ class Metrics:
         )
         self.start_lag = Histogram(
             "run_start_lag_seconds",
-            "Run start minus the occurrence's scheduled time (database clock), first attempts "
-            "only (a retry's lag includes its backoff).",
+            "Run start minus the occurrence's scheduled time plus its spread offset (database "
+            "clock), first attempts only (a retry's lag includes its backoff).",
             ["executor"],
             buckets=SECONDS_BUCKETS,
             **ns,

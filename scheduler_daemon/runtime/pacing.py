@@ -6,6 +6,7 @@ returning monotonic seconds), so tests step it with a fake clock, without a data
 Times here are this host's monotonic seconds and only ever durations: a due time read on the
 database clock becomes one through the clock drift the daemon measured (docs/explanation)."""
 
+import heapq
 import threading
 import time
 from collections.abc import Callable, Collection
@@ -63,6 +64,9 @@ class Pacing:
         # Tasks the last dispatch found due and locked: when a dispatch first found each one
         # locked, and whether its spell was reported.
         self._locked: dict[int, tuple[float, bool]] = {}
+        # When occurrences this daemon queued with a spread start ahead may start (monotonic, a
+        # heap): nothing else wakes the loop then.
+        self._spread_starts: list[float] = []
 
     @classmethod
     def from_settings(
@@ -163,12 +167,30 @@ class Pacing:
     def want_launch(self) -> None:
         self.launch_wanted.set()
 
+    def spread(self, starts: Collection[datetime], db_now: datetime | None) -> None:
+        """A dispatch that read `db_now` queued occurrences whose spread starts (`starts`,
+        database clock) are still ahead: the loop claims at each, counted from now, after the
+        dispatch committed, so never before the database's clock reaches it (a claim sent early
+        would find it not yet startable, and it would wait for a poll). Only the dispatching
+        daemon knows them this early; a peer finds such an occurrence at its next dispatch
+        (`queue_due`)."""
+        if db_now is None:
+            return
+        now = self.clock()
+        for start in starts:
+            heapq.heappush(self._spread_starts, now + (start - db_now).total_seconds())
+
     def launch_due(self) -> bool:
         """Claim when something may be claimable: a wake-up said so, a dispatch queued work or
         found a queued occurrence that may start (it runs at least once a poll interval: a
-        retry's backoff ends without a wake-up), or a pass failed. Never on a poll alone: in an
-        idle fleet every daemon's claim would take the budget's lock once a poll for nothing
-        (issue 33 item 3: 50 daemons sent 49 claims/s, each serialized on that lock)."""
+        retry's backoff ends without a wake-up), a spread start this daemon queued came, or a
+        pass failed. Never on a poll alone: in an idle fleet every daemon's claim would take the
+        budget's lock once a poll for nothing (issue 33 item 3: 50 daemons sent 49 claims/s,
+        each serialized on that lock)."""
+        now = self.clock()
+        while self._spread_starts and self._spread_starts[0] <= now:
+            heapq.heappop(self._spread_starts)
+            self.launch_wanted.set()
         return self.launch_wanted.is_set()
 
     def launching(self) -> None:
@@ -176,8 +198,9 @@ class Pacing:
 
     # -- sleep and gather ------------------------------------------------------------------------
     def sleep_seconds(self) -> float:
-        """How long the loop may sleep before the next dispatch is due."""
-        return max(0.0, self.next_dispatch - self.clock())
+        """How long the loop may sleep before the next dispatch, or spread start, is due."""
+        wake = min([self.next_dispatch, *self._spread_starts[:1]])
+        return max(0.0, wake - self.clock())
 
     def gather_until(self) -> float | None:
         """The end of the --batch-window that begins now; None when there is no window."""

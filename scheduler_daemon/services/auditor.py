@@ -122,6 +122,7 @@ class Auditor:
             "one_shot_status": self._one_shot_status,
             "lease_token_order": self._lease_token_order,
             "cancelled_run_still_running": self._cancelled_run_still_running,
+            "started_before_spread": self._started_before_spread,
         }
 
     def run_once(
@@ -474,5 +475,26 @@ class Auditor:
                     identity=(r.occurrence_id, r.run_ids),
                 )
                 for r in audit_store.cancelled_running(conn)
+            ]
+        )
+
+    def _started_before_spread(self, conn: audit_store.Conn, window: AuditWindow) -> Findings:
+        return Findings(
+            [
+                Violation(
+                    "started_before_spread",
+                    f"run {r.run_id} of occurrence {r.occurrence_id} (task {r.task_id}) started "
+                    f"{(r.spread_start - r.started_at).total_seconds():.3f}s before its spread "
+                    f"start {r.spread_start.isoformat()}",
+                    {
+                        "run_id": r.run_id,
+                        "occurrence_id": r.occurrence_id,
+                        "task_id": r.task_id,
+                        "started_at": r.started_at,
+                        "spread_start": r.spread_start,
+                    },
+                    identity=(r.run_id,),
+                )
+                for r in audit_store.started_before_spread(conn, window.since)
             ]
         )

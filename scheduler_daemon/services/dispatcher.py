@@ -1,7 +1,7 @@
 """Dispatcher: turns due tasks into occurrences, applying the misfire and overlap policies."""
 
-from dataclasses import dataclass
-from datetime import datetime
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
 from typing import Any
 
 import psycopg
@@ -9,6 +9,7 @@ import structlog
 from psycopg_pool import ConnectionPool
 
 from scheduler_daemon.domain.misfire import plan_dispatch
+from scheduler_daemon.domain.spread import spread_offset
 from scheduler_daemon.domain.status import OccurrenceStatus, OverlapPolicy, ScheduleKind
 from scheduler_daemon.domain.task import TaskRecord
 from scheduler_daemon.storage import occurrence_store, outbox_store, task_store
@@ -26,6 +27,10 @@ class DispatchResult:
     next_due: datetime | None = None  # the earliest task not yet due falls due then
     locked: tuple[int, ...] = ()  # tasks still due: rows it could not lock (held elsewhere)
     queue_due: bool = False  # a queued occurrence may start by now (read at the last commit)
+    ready: int = 0  # of `queued`, the occurrences that may start now (no spread start ahead)
+    # Spread starts still ahead of the occurrences it queued (database clock): the loop claims
+    # at each, where nothing wakes it (--spread).
+    spread_starts: list[datetime] = field(default_factory=list)
 
 
 class Dispatcher:
@@ -54,7 +59,7 @@ class Dispatcher:
                 dispatched = sum(self._dispatch_one(tx.conn, row, tx.now, result) for row in tasks)
                 result.tasks += len(tasks)
                 result.db_now = tx.now
-                wake = result.queued > claims_after
+                wake = result.ready > claims_after
                 left = task_store.commit_next_due(tx.conn, wake=wake, limit=self.batch, now=now)
                 result.next_due, result.locked = left.next_due, tuple(left.locked)
                 result.queue_due = left.queue_due
@@ -102,7 +107,10 @@ class Dispatcher:
             and occurrence_store.active_count(conn, task.id) > 0,
         )
         once_fired = spec.schedule_kind == ScheduleKind.ONCE and bool(plan.firings)
-        rows = occurrence_store.dispatch(conn, task, plan, once_fired=once_fired, now=db_now)
+        offsets = _offsets(task, [f.scheduled_for for f in plan.firings])
+        rows = occurrence_store.dispatch(
+            conn, task, plan, once_fired=once_fired, now=db_now, spread_offsets=offsets
+        )
         inserted = {row["scheduled_for"]: row for row in rows}
         # The skipped firings' notifications, in the transaction that records them.
         skipped = [row["id"] for row in rows if row["status"] == OccurrenceStatus.SKIPPED]
@@ -119,6 +127,10 @@ class Dispatcher:
                 continue
             if firing.status == OccurrenceStatus.QUEUED:
                 result.queued += 1
+                if row["not_before"] > db_now:
+                    result.spread_starts.append(row["not_before"])
+                else:
+                    result.ready += 1
             else:
                 result.skipped += firing.firing_count
             log.debug(
@@ -129,3 +141,11 @@ class Dispatcher:
                 reason=firing.reason,
                 instance_id=self.instance_id,
             )
+
+
+def _offsets(task: TaskRecord, nominal: list[datetime]) -> list[timedelta | None] | None:
+    """Each firing's spread offset (domain/spread.py), None without `--spread`."""
+    spread = task.spec.spread
+    if spread is None:
+        return None
+    return [spread_offset(task.id, at, spread) for at in nominal]

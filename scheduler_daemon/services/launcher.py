@@ -45,7 +45,7 @@ class Started:
     """One launched run, as the metrics see it."""
 
     executor: str
-    start_lag_seconds: float  # run start minus the occurrence's scheduled time, database clock
+    start_lag_seconds: float  # run start minus the occurrence's spread start, database clock
     attempt: int
 
 
@@ -241,7 +241,7 @@ class Launcher:
                 occurrence_id=claim.id,
                 instance_id=self.instance_id,
             )
-        lag = (run.started_at - claim.scheduled_for).total_seconds()
+        lag = (run.started_at - claim.spread_start).total_seconds()
         return Started(claim.executor, lag, run.attempt)
 
     def _trace(self, claim: Claim, run: Launched, made_at: float) -> RunTrace | None:

@@ -94,6 +94,17 @@ class CancelledRunning:
 
 
 @dataclass(frozen=True)
+class EarlyRun:
+    """A run started before its occurrence's spread start."""
+
+    run_id: int
+    occurrence_id: int
+    task_id: int
+    started_at: datetime
+    spread_start: datetime
+
+
+@dataclass(frozen=True)
 class EpochChangeReruns:
     """The occurrences created before one failover's first sighting and run after it."""
 
@@ -196,6 +207,10 @@ def tokens_out_of_order(conn: Conn, since: datetime | None) -> list[TokenOutOfOr
 def cancelled_running(conn: Conn) -> list[CancelledRunning]:
     rows = query.run(conn, "audit_cancelled_run_still_running")
     return [CancelledRunning(**_ids(r, "run_ids")) for r in rows]
+
+
+def started_before_spread(conn: Conn, since: datetime | None) -> list[EarlyRun]:
+    return [EarlyRun(**r) for r in query.run(conn, "audit_started_before_spread", {"since": since})]
 
 
 def epoch_change_reruns(conn: Conn, since: datetime | None, shown: int) -> list[EpochChangeReruns]:

@@ -70,13 +70,16 @@ def dispatch(
     *,
     once_fired: bool,
     now: datetime,
+    spread_offsets: Sequence[timedelta | None] | None = None,
 ) -> list[dict[str, Any]]:
     """Records `plan`'s firings of the locked `task` and moves it on (`occurrence_dispatch`),
     in a savepoint of its own: on an error the transaction goes on without them (the error is
-    raised). Returns the occurrences inserted (id, status, reason, scheduled_for); a firing
-    recorded already has none."""
+    raised). `spread_offsets`, one per firing (None: no spread), start each no earlier than its
+    nominal time plus its offset. Returns the occurrences inserted (id, status, reason,
+    scheduled_for); a firing recorded already has none."""
     firings = plan.firings
     params = {
+        "spread_offsets": list(spread_offsets or [None] * len(firings)),
         "task_id": task.id,
         "scheduled_fors": [f.scheduled_for for f in firings],
         "last_scheduled_fors": [f.last_scheduled_for for f in firings],

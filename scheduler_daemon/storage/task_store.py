@@ -39,6 +39,7 @@ def _columns(spec: TaskSpec) -> dict[str, Any]:
         "max_attempts": spec.max_attempts,
         "backoff": spec.backoff,
         "backoff_max": spec.backoff_max,
+        "spread": spec.spread,
         "paused": spec.paused,
         "history_retention": spec.history_retention,
         "in_process": spec.in_process,
@@ -71,6 +72,7 @@ def record(row: dict[str, Any]) -> TaskRecord:
         max_attempts=row["max_attempts"],
         backoff=row["backoff"],
         backoff_max=row.get("backoff_max"),  # absent in an older build's row read: fixed
+        spread=row.get("spread"),
         paused=row["paused"],
         anchor=row["anchor_at"],
         headers=tuple(row["payload"].get("headers", {}).items()),

@@ -135,7 +135,7 @@ def test_a_scheduled_firing_recorded_twice_is_reported_with_both_occurrences(
     text = cli("audit")
     assert text.code == 1
     assert text.out.splitlines()[0].startswith(f"firing_recorded_twice: task {task.id}: firing ")
-    assert text.out.splitlines()[-1].startswith("audit: 1 violation(s) in 11 check(s), since ")
+    assert text.out.splitlines()[-1].startswith("audit: 1 violation(s) in 12 check(s), since ")
 
 
 def test_owed_firings_without_a_row_are_reported_as_gaps_and_paused_ones_are_not_owed(
@@ -481,6 +481,30 @@ def test_a_cancelled_occurrence_whose_run_still_runs_is_reported(cli, client, da
     assert v["rows"] == {"occurrence_id": occ, "task_id": task.id, "run_ids": [run]}
 
 
+def test_a_run_started_before_its_spread_start_is_reported(cli, client, database_url) -> None:
+    # --spread (issue 37 item 1): occurrence `early`'s run started 10 s after its nominal time
+    # but 50 s before the start its dispatch drew (offset 1 min); `kept` started after its own.
+    t = _now(database_url)
+    task = shell_task(client)
+    early = _occurrence(database_url, task.id, 1, scheduled_for=t - 3 * MINUTE)
+    kept = _occurrence(database_url, task.id, 2, scheduled_for=t - 2 * MINUTE)
+    query(
+        database_url,
+        "UPDATE occurrence SET spread_offset = interval '1 minute' RETURNING id",
+    )
+    run = _run(database_url, early, token=1, start=t - 3 * MINUTE + 10 * SECOND, end=t)
+    _run(database_url, kept, token=1, start=t - MINUTE + SECOND, end=t)
+
+    code, report = _audit(cli)
+    assert code == 1
+    (v,) = _violations(report)
+    assert v["check"] == "started_before_spread"
+    assert v["rows"]["run_id"] == run
+    assert v["rows"]["occurrence_id"] == early
+    assert _instant(v["rows"]["spread_start"]) == t - 2 * MINUTE
+    assert "started 50.000s before its spread start" in v["message"]
+
+
 # -- a real history ------------------------------------------------------------------------------
 @pytest.mark.slow
 def test_a_real_daemons_history_is_clean_and_a_removed_firing_is_then_reported(
@@ -637,7 +661,7 @@ def test_a_clean_database_reports_clean_with_the_documented_json_shape(cli, data
     assert only["checked"] == ["fifo_order", "success_twice"]
     text = cli("audit", "--since", "2026-01-01T00:00:00")
     assert text.code == 0
-    assert text.out.strip().startswith("audit: no violations in 11 check(s), since 2026-01-01")
+    assert text.out.strip().startswith("audit: no violations in 12 check(s), since 2026-01-01")
 
 
 @pytest.mark.parametrize(

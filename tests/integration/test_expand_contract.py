@@ -122,6 +122,8 @@ def test_upgrade_downgrade_upgrade_keeps_tasks_occurrences_and_runs(
             "deadline",
             "backoff_max",
             "retry_delay",
+            "spread",
+            "spread_offset",
         }
         return {
             "task": [

@@ -100,6 +100,7 @@ def _plan(url: str, name: str, params: dict[str, Any]) -> str:
                 "firing_counts": [1],
                 "statuses": ["queued"],
                 "reasons": [None],
+                "spread_offsets": [None],
                 "overlap": "allow",
                 "concurrency_key": None,
                 "next_run_at": None,
@@ -191,13 +192,13 @@ def test_a_claim_with_no_free_slot_claims_nothing_and_says_so(seeded) -> None:
     with psycopg.connect(seeded) as conn:
         conn.execute("UPDATE fleet_setting SET value = '0' WHERE key = 'max_concurrent_runs'")
         cursor = conn.execute(queries.QUERIES["occurrence_claim_launch"].sql, CLAIM)
-        assert cursor.fetchall() == [(0, *[None] * 15)]  # one row: no slot, nothing claimed
+        assert cursor.fetchall() == [(0, *[None] * 16)]  # one row: no slot, nothing claimed
         runs = conn.execute("SELECT count(*) FROM run WHERE owner = 'o'")
         assert runs.fetchone()[0] == 0
 
 
 def _claim_plan(url: str, params: dict[str, Any]) -> str:
-    """The plans of the claim's statements as sd_claim_launch_v3 makes them (its own planner
+    """The plans of the claim's statements as sd_claim_launch_v4 makes them (its own planner
     settings), with the server's real costs."""
     return nested_plans(url, queries.QUERIES["occurrence_claim_launch"].sql, params)
 

@@ -263,3 +263,28 @@ def test_pacing_from_settings_reads_the_poll_reconcile_and_batch_intervals() -> 
     )
     p = Pacing.from_settings(settings, clock=FakeClock())
     assert (p.poll, p.reconcile_interval, p.batch_window) == (2.0, 7.0, 0.003)
+
+
+def test_a_spread_start_this_daemon_queued_wakes_it_and_makes_it_claim_then() -> None:
+    # --spread (issue 37 item 1): the occurrences a dispatch queued with a start 2 s and 3.5 s
+    # ahead are claimed at those starts, counted from when the dispatch committed; nothing else
+    # would wake the loop (no NOTIFY at a not_before), so without this it would claim only at
+    # its next poll, 5 s later.
+    clock = FakeClock()
+    p = pacing(clock)
+    p.launching()  # the pass's own claim was sent
+    began = p.dispatch_began()
+    p.dispatched(began, DB_NOW + timedelta(hours=1), DB_NOW)
+    clock.advance(0.25)  # the dispatch's commit
+    p.spread([DB_NOW + timedelta(seconds=3.5), DB_NOW + timedelta(seconds=2)], DB_NOW)
+    assert not p.launch_due()
+    assert p.sleep_seconds() == pytest.approx(2.0)
+    clock.advance(2.0)
+    assert p.launch_due()
+    p.launching()
+    assert not p.launch_due()
+    assert p.sleep_seconds() == pytest.approx(1.5)
+    clock.advance(1.5)
+    assert p.launch_due()
+    p.launching()
+    assert p.sleep_seconds() == pytest.approx(5.0 - 3.75)  # the next poll's dispatch
