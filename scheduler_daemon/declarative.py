@@ -96,7 +96,9 @@ def _plan(  # noqa: PLR0917 - the options of apply, passed through
                 client.add_in(conn, spec, now=now, source=source)
                 changes.append(Change("+", name))
                 continue
-            diff = differences(current.spec, spec)
+            diff = differences(current.spec, spec.resolved()[0])  # a local `at` as its instant
+            if "at" in diff:
+                diff["at"] = spec.at  # as given: update_in reads a local one by the policies
             owned = current.source == source
             if not owned and not adopt:
                 if not diff:

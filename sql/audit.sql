@@ -14,9 +14,11 @@ HAVING count(*) > 1
 ORDER BY task_id, scheduled_for, trigger
 
 -- name: audit_task_events :many
--- Every task's definition history: schedule and active state, in the order they were written.
+-- Every task's definition history: schedule and active state, in the order they were written;
+-- `either_days` false for the rows written before revision 0026 (their cron day fields read as
+-- croniter reads them).
 SELECT id, task_id, at, active, schedule_kind, cron_expr, every, run_at, anchor_at, timezone,
-    dst_gap, dst_overlap
+    dst_gap, dst_overlap, coalesce(either_days, false) AS either_days
 FROM task_event
 ORDER BY task_id, id
 

@@ -999,6 +999,7 @@ CREATE TABLE task_event (
     dst_gap text NOT NULL,
     dst_overlap text NOT NULL,
     active boolean NOT NULL,
+    either_days boolean DEFAULT true,
     CONSTRAINT task_event_kind_check CHECK ((kind = ANY (ARRAY['baseline'::text, 'created'::text, 'changed'::text, 'deleted'::text]))),
     CONSTRAINT task_event_pkey PRIMARY KEY (id),
     CONSTRAINT task_event_task_fkey FOREIGN KEY (task_id) REFERENCES task(id)

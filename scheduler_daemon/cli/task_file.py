@@ -120,6 +120,10 @@ def tasks_export(names: tuple[str, ...], source: str | None, include_secrets: bo
     if source is not None:
         records = [r for r in records if r.source == source]
     click.echo(
-        task_file.render([r.spec for r in records], include_secrets=include_secrets, source=source),
+        task_file.render(
+            [task_file.exported(r) for r in records],
+            include_secrets=include_secrets,
+            source=source,
+        ),
         nl=False,
     )

@@ -23,8 +23,6 @@ from scheduler_daemon.cli.base import (
     paging_options,
     who,
 )
-from scheduler_daemon.domain.schedule.base import ScheduleError
-from scheduler_daemon.domain.schedule.zone import load_zone
 from scheduler_daemon.domain.spread import spread_offset
 from scheduler_daemon.domain.status import (
     DstGapPolicy,
@@ -209,9 +207,10 @@ def _choice(choices: type[StrEnum]) -> click.Choice[str]:
     return click.Choice([c.value for c in choices])
 
 
-def _definition(opts: dict[str, Any], *, adding: bool, zone: str = "UTC") -> dict[str, Any]:
-    """TaskSpec fields from the parsed options (update: only those given). A naive `--at` is
-    read in `--timezone`, else in `zone` (the task's own zone when updating)."""
+def _definition(opts: dict[str, Any], *, adding: bool) -> dict[str, Any]:
+    """TaskSpec fields from the parsed options (update: only those given). An `--at` without an
+    offset stays a local wall time: TaskSpec.resolved reads it in the task's zone (`--timezone`,
+    else, when updating, the task's own) by its DST policies."""
     headers = _headers(opts.pop("headers"))
     if headers is not None:
         opts["headers"] = headers
@@ -223,7 +222,7 @@ def _definition(opts: dict[str, Any], *, adding: bool, zone: str = "UTC") -> dic
         opts["notify_on"] = events(opts["notify_on"])
     at_text = opts.pop("at_text")
     if at_text is not None:
-        opts["at"] = _instant(at_text, opts.get("timezone") or zone)
+        opts["at"] = _instant(at_text)
     schedules = [k for k in ("cron", "every", "at") if opts.get(k) is not None]
     if len(schedules) > 1 or (adding and not schedules):
         raise InvalidTask("give exactly one schedule: --cron, --every or --at")
@@ -260,17 +259,15 @@ def _headers(given: tuple[str, ...]) -> tuple[tuple[str, str], ...] | None:
     return tuple(pairs)
 
 
-def _instant(text: str, zone: str) -> datetime:
+def _instant(text: str) -> datetime:
+    """`--at` as an instant (with an offset) or a local wall time (naive, read in the task's
+    zone by TaskSpec.resolved)."""
     try:
-        value = datetime.fromisoformat(text.replace("Z", "+00:00"))
+        return datetime.fromisoformat(text.replace("Z", "+00:00"))
     except ValueError as exc:
         raise InvalidTask(
             f"--at '{text}' is not an ISO 8601 instant such as 2030-01-01T09:00"
         ) from exc
-    try:
-        return value if value.tzinfo else value.replace(tzinfo=load_zone(zone))
-    except ScheduleError as exc:
-        raise InvalidTask(str(exc)) from exc
 
 
 def _show_task(ctx: click.Context, task: Any, *, show_secrets: bool = False) -> None:
@@ -304,8 +301,7 @@ def tasks_add(ctx: click.Context, name: str, **opts: Any) -> None:
 def tasks_update(ctx: click.Context, task: str, **opts: Any) -> None:
     """Change a task's definition; it takes effect from the next firing."""
     client = client_for(ctx)
-    zone = client.get_task(task).spec.timezone if opts.get("at_text") else "UTC"
-    changes = _definition(opts, adding=False, zone=zone)
+    changes = _definition(opts, adding=False)
     if not changes:
         raise InvalidTask("nothing to update: give at least one option")
     _show_task(ctx, client.update_task(task, **changes))

@@ -20,9 +20,10 @@ from scheduler_daemon.client.base import (
 from scheduler_daemon.domain import argument, control
 from scheduler_daemon.domain import limit as bound
 from scheduler_daemon.domain.instance import Instance
-from scheduler_daemon.domain.misfire import Firing
+from scheduler_daemon.domain.misfire import DispatchPlan, Firing
 from scheduler_daemon.domain.occurrence import Occurrence
-from scheduler_daemon.domain.status import Trigger
+from scheduler_daemon.domain.schedule.cron_syntax import splits_day_fields
+from scheduler_daemon.domain.status import TaskStatus, Trigger
 from scheduler_daemon.domain.task import InvalidTask, TaskRecord, TaskSpec
 from scheduler_daemon.storage import (
     fleet_store,
@@ -61,6 +62,7 @@ class TaskDefinition(ClientBase):
     ) -> TaskRecord:
         spec = spec.with_changes(anchor=db_now)
         spec.validate(db_now)
+        spec, skips = spec.resolved()  # a local --at, read in its zone by its DST policies
         if spec.deadline is not None:
             spec.check_deadline(fleet_store.history_retention(conn))
         if spec.in_process:
@@ -68,6 +70,11 @@ class TaskDefinition(ClientBase):
         if _notifies(spec.notify_url, spec.notify_on, spec.deadline):
             _allow_notify(f"task '{spec.name}'", _not_notifying(conn))
         _refuse_new_fields(spec.name, _older_for(conn, _new_fields(spec)))
+        if spec.cron is not None and _splits(spec.cron):
+            _allow_either_days(spec.name, spec.cron, _reading_both(conn))
+        if skips:
+            added = task_store.insert(conn, spec, None, source=source)
+            return _skip_one_shot(conn, added, db_now)
         return task_store.insert(conn, spec, spec.schedule().next_after(db_now), source=source)
 
     def add_tasks(
@@ -94,17 +101,25 @@ class TaskDefinition(ClientBase):
                 _allow_notify(f"task '{notifying[0]}'", _not_notifying(conn))
             for spec in specs:
                 _refuse_new_fields(spec.name, _older_for(conn, _new_fields(spec)))
+            splitting = [s for s in specs if _splits(s.cron)]
+            if splitting:
+                first = splitting[0]
+                _allow_either_days(first.name, str(first.cron), _reading_both(conn))
             retention = fleet_store.history_retention(conn)
             for spec in specs:
                 _named(spec, functools.partial(spec.check_deadline, retention))
             db_now = task_store.clock(conn, now)
-            ready = []
+            ready, skipping = [], set()
             for given in specs:
                 spec = given.with_changes(anchor=db_now)
                 if spec.at is not None or spec.spread is not None:  # the rules needing the clock
                     _named(spec, functools.partial(spec.validate, db_now))
-                ready.append((spec, spec.schedule().next_after(db_now)))
+                spec, skips = spec.resolved()
+                if skips:
+                    skipping.add(spec.name)
+                ready.append((spec, None if skips else spec.schedule().next_after(db_now)))
             added = task_store.insert_many(conn, ready)
+            added = [_skip_one_shot(conn, t, db_now) if t.name in skipping else t for t in added]
             due = [t.next_run_at for t in added if t.next_run_at is not None]
             instance_store.notify_task_added(conn, min(due, default=None))
             return added
@@ -139,6 +154,11 @@ class TaskDefinition(ClientBase):
         _allow_in_process(task.name, older)
         _allow_notify(f"task '{task.name}'", silent)
         _refuse_new_fields(task.name, behind)
+        reading_both = _reading_both(conn) if _splits(changes.get("cron")) else []
+        task = task_store.lock(conn, task_ref(ref))
+        _allow_in_process(task.name, older)
+        _allow_notify(f"task '{task.name}'", silent)
+        _allow_either_days(task.name, str(changes.get("cron")), reading_both)
         db_now = task_store.clock(conn, now)
         plan = allowed(control.plan_update(task, changes, db_now))
         if plan.spec.deadline is not None:
@@ -146,7 +166,7 @@ class TaskDefinition(ClientBase):
         self._record_owed(conn, task, plan.owed, db_now)
         if plan.unpark:
             task_store.unpark(conn, task.id)
-        return task_store.update(
+        updated = task_store.update(
             conn,
             task.id,
             plan.spec,
@@ -155,6 +175,7 @@ class TaskDefinition(ClientBase):
             now=db_now,
             source=source,
         )
+        return updated if plan.skipped is None else _skip_one_shot(conn, updated, db_now)
 
     @staticmethod
     def _record_owed(
@@ -266,11 +287,14 @@ class TaskDefinition(ClientBase):
     def next_fire_times(
         self, ref: str | int, count: int = 5, *, now: datetime | None = None
     ) -> list[datetime]:
-        """The next `count` fire times after the database's now."""
+        """The next `count` fire times after the database's now; none for a one-shot past
+        `enabled` (its one firing was recorded: a skipped local `--at` holds a later instant)."""
         argument.count_within(count, "-n", bound.MAX_NEXT_COUNT)
         with self._tx() as conn:
             task = task_store.find(conn, task_ref(ref))
             db_now = task_store.clock(conn, now)
+        if task.status != TaskStatus.ENABLED:
+            return []
         return list(task.spec.schedule().fire_times(db_now, limit=count))
 
     def delete(
@@ -357,6 +381,36 @@ def _refuse_new_fields(task_name: str, older: Mapping[str, list[Instance]]) -> N
         refusal = control.plan_new_field(field, task_name, instances)
         if refusal is not None:
             raise Conflict(refusal.message)
+
+
+def _skip_one_shot(conn: psycopg.Connection[Any], task: TaskRecord, db_now: datetime) -> TaskRecord:
+    """Records the one firing of the locked (or just written) one-shot `task`, whose local
+    `--at` a DST gap swallows under `--dst-gap skip`, as the dispatcher records a skipped
+    one-shot firing (`occurrence_dispatch`): a `skipped` row (reason `dst_gap`) at the instant
+    the task holds, the task `cancelled` with no next firing (ADR 0006, ADR 0019). Returns the
+    task as shown."""
+    plan = DispatchPlan((control.skipped_one_shot(task.spec),), next_run_at=None)
+    occurrence_store.dispatch(conn, task, plan, once_fired=True, now=db_now)
+    return task_store.find(conn, task.id)
+
+
+def _splits(cron: str | None) -> bool:
+    """Whether a write gives a cron whose `#`, `L5` or `W` beside a restricted other day field
+    builds before control.EITHER_DAYS_SINCE would read as "both match" (ADR 0019)."""
+    return cron is not None and splits_day_fields(cron)
+
+
+def _reading_both(conn: psycopg.Connection[Any]) -> list[Instance]:
+    """The registered instances of builds that read such a cron as croniter does, under the
+    compatibility lock as `_older_builds` (ADR 0010's pattern, ADR 0019)."""
+    return migration.instances_before(conn, control.EITHER_DAYS_SINCE)
+
+
+def _allow_either_days(task_name: str, cron: str, older: list[Instance]) -> None:
+    """Refuses (Conflict) giving a task such a cron while `older` is not empty."""
+    refusal = control.plan_either_days(task_name, cron, older)
+    if refusal is not None:
+        raise Conflict(refusal.message)
 
 
 def _named(spec: TaskSpec, check: Callable[[], None]) -> None:

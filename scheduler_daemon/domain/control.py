@@ -34,6 +34,11 @@ BACKOFF_MAX_SINCE = "0028"
 # The schema revision that added `task.spread` (migration 0029_spread): a build whose head is
 # before it queues a spread task's firings at their nominal time and expires them by it.
 SPREAD_SINCE = "0029"
+# The schema revision from which a cron's `#`, `L5` and `W` beside a restricted other day field
+# follow "either day field matches" (migration 0026_either_day_field): a build before it fires
+# such an expression as croniter reads it, both fields matching, so it is refused while one is
+# registered (ADR 0019, as ADR 0010).
+EITHER_DAYS_SINCE = "0026"
 # The changes that move a task's schedule: its due, undispatched firings are recorded first.
 SCHEDULE_FIELDS = frozenset({"cron", "every", "at", "timezone", "dst_gap", "dst_overlap"})
 
@@ -105,6 +110,18 @@ def plan_new_field(field: str, task_name: str, older: Sequence[Instance]) -> Ref
     )
 
 
+def plan_either_days(task_name: str, cron: str, older: Sequence[Instance]) -> Refusal | None:
+    """Whether a task may be given `cron`, which restricts both day fields with `#`, `L5` or
+    `W` in one of them (cron_syntax.splits_day_fields), now (ADR 0019)."""
+    return refuse_beside_older(
+        f"task '{task_name}' cannot have --cron {cron!r}",
+        older,
+        since=EITHER_DAYS_SINCE,
+        because="they fire it only on days both day fields match, or never: "
+        "not on a day either one matches",
+    )
+
+
 def owed_firings(
     task: TaskRecord, spec: TaskSpec, now: datetime, reason: str
 ) -> tuple[Firing, ...]:
@@ -123,6 +140,17 @@ class UpdatePlan:
     next_run_at: datetime | None
     status: str
     unpark: bool  # the schedule moved or the task was parked: it is planned afresh
+    skipped: Firing | None = None  # a local --at a DST gap swallows: recorded after the update
+
+
+def skipped_one_shot(spec: TaskSpec) -> Firing:
+    """The one firing of a one-shot whose local `--at` a DST gap swallows under `--dst-gap
+    skip` (`TaskSpec.resolved`), recorded skipped when the task is written: it never fires, and
+    it ends `cancelled` as a one-shot whose firing was skipped does (ADR 0006, ADR 0019). At the
+    gap's end, the instant the task holds, so `audit` finds its row."""
+    assert spec.at is not None
+    assert spec.at.tzinfo is not None
+    return Firing(spec.at, OccurrenceStatus.SKIPPED, LostReason.DST_GAP)
 
 
 def check_update(changes: Mapping[str, Any]) -> None:
@@ -149,6 +177,8 @@ def plan_update(
     if changes.get("every") is not None:
         spec = spec.with_changes(anchor=now)
     spec.validate(now, new_instant="at" in changes)
+    # A local `--at` is read in the zone and by the policies the task has after the change.
+    spec, skips = spec.resolved()
     rescheduled = bool(SCHEDULE_FIELDS & set(changes))
     owed: tuple[Firing, ...] = ()
     next_run_at = task.next_run_at
@@ -157,9 +187,18 @@ def plan_update(
             owed = owed_firings(task, spec, now, LostReason.PARKED)
         else:
             owed = owed_firings(task, task.spec, now, LostReason.RESCHEDULED)
-        next_run_at = spec.schedule().next_after(now)
+        next_run_at = None if skips else spec.schedule().next_after(now)
     status = TaskStatus.ENABLED if spec.schedule_kind != ScheduleKind.ONCE else task.status
-    return UpdatePlan(spec, owed, next_run_at, status, rescheduled or task.parked_at is not None)
+    if status != TaskStatus.ENABLED:
+        next_run_at = None  # a one-shot that fired (or whose firing was skipped) fires no more
+    return UpdatePlan(
+        spec,
+        owed,
+        next_run_at,
+        status,
+        rescheduled or task.parked_at is not None,
+        skipped_one_shot(spec) if skips else None,
+    )
 
 
 @dataclass(frozen=True)
@@ -195,6 +234,8 @@ def plan_resume(task: TaskRecord, now: datetime) -> ResumePlan | None:
     due firings are still owed)."""
     if not task.spec.paused:
         return None
+    if task.status != TaskStatus.ENABLED:  # a one-shot past its firing: nothing to plan
+        return ResumePlan(None, task.status)
     next_run_at = task.spec.schedule().next_after(now)
     if (
         task.spec.schedule_kind == ScheduleKind.ONCE

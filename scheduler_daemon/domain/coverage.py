@@ -42,9 +42,13 @@ class DefinitionEvent:
     timezone: str
     dst_gap: str
     dst_overlap: str
+    # False: written before revision 0026, fired by builds that read `#`, `L5` and `W` beside a
+    # restricted other day field as croniter does (CronSchedule.either_days).
+    either_days: bool = True
 
     def schedule(self) -> Schedule:
-        """The schedule these columns describe, built as TaskSpec.schedule() builds it."""
+        """The schedule these columns describe, built as TaskSpec.schedule() builds it (with
+        the day reading the firings of its time were made by)."""
         return make_schedule(
             cron=self.cron_expr if self.schedule_kind == ScheduleKind.CRON else None,
             every=self.every if self.schedule_kind == ScheduleKind.INTERVAL else None,
@@ -53,6 +57,7 @@ class DefinitionEvent:
             dst_gap=self.dst_gap,
             dst_overlap=self.dst_overlap,
             anchor=self.anchor_at,
+            either_days=self.either_days,
         )
 
 

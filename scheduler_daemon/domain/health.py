@@ -35,8 +35,9 @@ OWED_CAP = 100_000
 _MICROSECOND = timedelta(microseconds=1)
 """Owed firings of a cron task are counted one by one up to this many (domain/misfire.py)."""
 
-# Skip reasons written by an operator's change, not by a rule: what the operator asked for.
-OPERATOR_REASONS = frozenset({"paused", "rescheduled", "deleted"})
+# Skip reasons written by an operator's change, not by a rule: what the operator asked for
+# (`dst_gap`: a one-shot's local `--at` in a DST gap, written with `--dst-gap skip`).
+OPERATOR_REASONS = frozenset({"paused", "rescheduled", "deleted", "dst_gap"})
 # The skip reasons each misfire policy writes by its own rule.
 MISFIRE_REASONS = {
     MisfirePolicy.SKIP: frozenset({"misfired"}),

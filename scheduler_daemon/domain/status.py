@@ -178,4 +178,6 @@ class LostReason(StrEnum):
     RESCHEDULED = "rescheduled"
     DELETED = "deleted"
     START_DEADLINE = "start_deadline"  # expired: not started within its start deadline
+    # A one-shot's local `--at` in a DST gap under `--dst-gap skip`: recorded when written.
+    DST_GAP = "dst_gap"
     OTHER = "other"

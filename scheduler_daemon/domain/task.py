@@ -16,7 +16,7 @@ from scheduler_daemon.domain.schedule.base import ScheduleError
 from scheduler_daemon.domain.schedule.cron import CronSchedule
 from scheduler_daemon.domain.schedule.cron_syntax import validate_cron
 from scheduler_daemon.domain.schedule.fixed import IntervalSchedule, OneShotSchedule
-from scheduler_daemon.domain.schedule.zone import load_zone
+from scheduler_daemon.domain.schedule.zone import load_zone, read_wall
 from scheduler_daemon.domain.secret import redact
 from scheduler_daemon.domain.spread import spread_refusal
 from scheduler_daemon.domain.status import (
@@ -55,6 +55,8 @@ class TaskSpec:
     target: str  # the shell command, the URL, or module:function
     cron: str | None = None
     every: timedelta | None = None
+    # An instant (aware), or a local wall time (naive) in `timezone`, which `resolved` reads by
+    # the DST policies as cron reads its wall times; the database holds the instant.
     at: datetime | None = None
     timezone: str = "UTC"
     dst_gap: str = DstGapPolicy.SHIFT
@@ -107,18 +109,36 @@ class TaskSpec:
         return payload
 
     def schedule(self) -> CronSchedule | IntervalSchedule | OneShotSchedule:
-        """The schedule object that computes this task's fire times."""
+        """The schedule object that computes this task's fire times (a local `at` read by
+        `resolved`: none when its wall time is skipped)."""
         if self.cron is None and self.every is not None and self.anchor is None:
             raise InvalidTask("an interval schedule needs its anchor (the creation time)")
+        spec, skipped = self.resolved()
+        if skipped and spec.at is not None:
+            return OneShotSchedule(spec.at, skipped=True)
         return make_schedule(
             cron=self.cron,
             every=self.every,
-            at=self.at,
+            at=spec.at,
             timezone=self.timezone,
             dst_gap=self.dst_gap,
             dst_overlap=self.dst_overlap,
             anchor=self.anchor,
         )
+
+    def resolved(self) -> "tuple[TaskSpec, bool]":
+        """This spec with a local (naive) `at` read as an instant in `timezone` by `dst_gap`
+        and `dst_overlap` (zone.read_wall), and whether its one firing is skipped (a wall time
+        in a DST gap under `skip`: `at` is then the gap's end, where that firing is recorded).
+        An aware `at` is an instant already: kept as it is. InvalidTask, one line, for a wall
+        time that happens twice under `--dst-overlap both` (a one-shot fires once)."""
+        if self.at is None or self.at.tzinfo is not None:
+            return self, False
+        try:
+            found = read_wall(self.at, self.timezone, self.dst_gap, self.dst_overlap)
+        except ScheduleError as exc:
+            raise InvalidTask(f"--at {exc}") from None
+        return replace(self, at=found.at), found.skipped
 
     def with_changes(self, **changes: Any) -> "TaskSpec":
         """A copy with `changes` applied; setting one schedule kind clears the others."""
@@ -165,9 +185,12 @@ class TaskSpec:
         except ScheduleError as exc:
             raise InvalidTask(str(exc)) from exc
         if self.at is not None:
-            _check(self.at.tzinfo is not None, "--at needs a time zone offset or --timezone")
+            at = self.resolved()[0].at  # a local wall time read in its zone (policies checked)
+            assert at is not None
+            if self.at.tzinfo is None:
+                _check_instant(at, now)
             _check(
-                now is None or not new_instant or self.at > now,
+                now is None or not new_instant or at > now,
                 f"--at {self.at.isoformat()} is in the past (database time {now})",
             )
         _check(
@@ -309,7 +332,7 @@ def _check_instant(at: datetime, now: datetime | None) -> None:
     """`--at` as an instant the daemons can add any bounded duration to: at most 100 years
     after the database's now (without it: before year 9999 less twice that)."""
     if at.tzinfo is None:
-        return  # refused by its own rule
+        return  # a local wall time: checked once read in its zone (TaskSpec.validate)
     try:
         utc = at.astimezone(UTC)
     except OverflowError:

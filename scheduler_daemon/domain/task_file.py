@@ -3,7 +3,8 @@
 A table's keys are the options of `tasks add` without their dashes' leading `--`
 (`misfire-grace = "1m"`; underscores work too), `headers` is a table of header values, durations
 are strings (`"30s"`, `"PT1H"`) or numbers of seconds, and `at` is a TOML datetime or an ISO 8601
-string (without an offset: in the task's `timezone`). A file is UTF-8 (a byte-order mark at its
+string (without an offset: a local time in the task's `timezone`, read by its `dst-gap` and
+`dst-overlap` as `tasks add --at` reads it). A file is UTF-8 (a byte-order mark at its
 start is allowed) of at most 10 MiB, nested at most 100 deep. A header value may hold `${VAR}`
 references to variables named `SCHEDULER_SECRET_*` (no others: the applier's environment also
 holds its own database URL), resolved when the file is applied and shown as `***` to every
@@ -21,11 +22,10 @@ from typing import Any
 
 from scheduler_daemon.domain import limit
 from scheduler_daemon.domain.duration import format_duration, parse_duration
-from scheduler_daemon.domain.schedule.base import ScheduleError
-from scheduler_daemon.domain.schedule.zone import load_zone
+from scheduler_daemon.domain.schedule.zone import gap_start
 from scheduler_daemon.domain.secret import MASK, is_secret_header, redact
-from scheduler_daemon.domain.status import ExecutorKind
-from scheduler_daemon.domain.task import InvalidTask, TaskSpec
+from scheduler_daemon.domain.status import DstGapPolicy, ExecutorKind, ScheduleKind, TaskStatus
+from scheduler_daemon.domain.task import InvalidTask, TaskRecord, TaskSpec
 
 _REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 SOURCE_KEY = "source"
@@ -176,7 +176,7 @@ def _spec(  # noqa: PLR0912 - one branch per kind of field, in one place
                 raise fail(key, "must be a table of strings")
             values["headers"], values["header_refs"] = _headers(value, env, fail)
     if "at" in table:
-        values["at"] = _at(table["at"], values.get("timezone", "UTC"), lambda m: fail("at", m))
+        values["at"] = _at(table["at"], lambda m: fail("at", m))
     return TaskSpec(**values)
 
 
@@ -196,7 +196,9 @@ def _duration(value: Any, fail: Any) -> timedelta:
         raise fail(str(exc)) from exc
 
 
-def _at(value: Any, zone: str, fail: Any) -> datetime:
+def _at(value: Any, fail: Any) -> datetime:
+    """An instant (with an offset), or a local wall time (naive): TaskSpec.resolved reads it in
+    the task's `timezone` by its `dst-gap` and `dst-overlap`, as `tasks add --at` does."""
     if isinstance(value, str):
         try:
             value = datetime.fromisoformat(value.replace("Z", "+00:00"))
@@ -204,11 +206,6 @@ def _at(value: Any, zone: str, fail: Any) -> datetime:
             raise fail("not an ISO 8601 instant such as 2030-01-01T09:00") from exc
     if not isinstance(value, datetime):
         raise fail("must be a date and time")
-    if value.tzinfo is None:
-        try:
-            value = value.replace(tzinfo=load_zone(zone))
-        except ScheduleError as exc:
-            raise fail(str(exc)) from exc
     return value
 
 
@@ -265,6 +262,25 @@ def keep_masked(new: TaskSpec, old: TaskSpec | None, name: str) -> TaskSpec:
     return new.with_changes(
         headers=tuple(headers), header_refs=new.header_refs, target=target, notify_url=notify_url
     )
+
+
+def exported(task: TaskRecord) -> TaskSpec:
+    """The definition `render` writes for a stored task: its spec, but for a one-shot whose
+    local `--at` a DST gap swallowed under `dst-gap = "skip"` (it holds the gap's end and was
+    `cancelled` when written, ADR 0019) the gap's first wall time without an offset, which
+    `apply` reads back to the same task, skipped again, in this database or another. Its
+    instant alone would make a task that fires there."""
+    spec = task.spec
+    if (
+        spec.schedule_kind != ScheduleKind.ONCE
+        or task.status != TaskStatus.CANCELLED
+        or spec.dst_gap != DstGapPolicy.SKIP
+        or spec.at is None
+        or spec.at.tzinfo is None
+    ):
+        return spec
+    wall = gap_start(spec.at, spec.timezone)
+    return spec if wall is None else spec.with_changes(at=wall)
 
 
 def render(

@@ -6,7 +6,8 @@ its own `db roles`, the new one while old replicas run), the operator defines th
 daemons of both builds are the daemon role. So an old build that writes something the new
 build's grants leave out meets `permission denied`, and the test fails on it. While an old
 build before revision 0020 is registered, `tasks add --in-process` is refused (exit 2); once it
-left, it succeeds.
+left, it succeeds; the same for a cron whose `#`, `L5` or `W` sits beside a restricted other day
+field while a build before revision 0026 is (ADR 0019).
 
 The old build comes from `git archive` of that commit, found from the history of
 migrations/versions/ (not a fixed hash), into a virtualenv of its own that reuses this one's
@@ -38,6 +39,9 @@ TASKS = 8
 # Refused while a build before 0020 is registered; paused, so no daemon of this branch runs it.
 IN_PROCESS = ("tasks", "add", "inproc", "--every", "1h", "--call", "tests.jobs:ok")
 IN_PROCESS += ("--in-process", "--paused")
+# Refused while a build before 0026 is registered: it would fire it on no day (a third Friday is
+# never the 8th); paused, as above.
+EITHER_DAYS = ("tasks", "add", "either", "--cron", "0 0 8 * 5#3", "--command", "true", "--paused")
 
 
 def _git(*args: str) -> str:
@@ -206,6 +210,13 @@ def test_a_rolling_upgrade_never_drops_or_doubles_a_run(
             assert "cannot run in-process" in refused.stderr, refused.stderr
             assert {old_a_id, old_b_id} <= set(refused.stderr.split()), refused.stderr
             assert not query(url, "SELECT 1 FROM task WHERE name = 'inproc'")
+        if before < control.EITHER_DAYS_SINCE:
+            refused = new_cli(*EITHER_DAYS, role=roles.operator)
+            assert refused.returncode == 2, refused.stdout + refused.stderr
+            assert refused.stderr.count("\n") == 1, refused.stderr
+            assert "cannot have --cron '0 0 8 * 5#3'" in refused.stderr, refused.stderr
+            assert {old_a_id, old_b_id} <= set(refused.stderr.split()), refused.stderr
+            assert not query(url, "SELECT 1 FROM task WHERE name = 'either'")
         # A release whose newest step is a contract leaves it pending; one whose newest steps
         # are all expand steps (an earlier contract ran in that migrate) leaves none.
         build = migration.build()
@@ -278,6 +289,12 @@ def test_a_rolling_upgrade_never_drops_or_doubles_a_run(
         assert query(url, "SELECT in_process FROM task WHERE name = 'inproc'") == [
             {"in_process": True}
         ]
+        wait_for(
+            lambda: new_cli(*EITHER_DAYS, role=roles.operator).returncode == 0,
+            timeout=40,
+            interval=1,
+            message="the cron read by either day field to be accepted once the old build left",
+        )
         time.sleep(3)  # the new build works on after the contract
         (stopped,) = query(url, "SELECT now() AS t")
         for daemon in (new_b, new_c):

@@ -79,6 +79,7 @@ def test_losing_firings_when_a_skip_is_not_the_tasks_own_policy() -> None:
         ("catchup_limit", "queue", "run_all"),
         ("paused", "forbid", "run_once"),
         ("rescheduled", "forbid", "run_once"),
+        ("dst_gap", "forbid", "run_once"),
         ("deleted", "forbid", "run_once"),
     ],
 )

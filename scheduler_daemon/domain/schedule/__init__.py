@@ -25,10 +25,13 @@ def make_schedule(
     dst_gap: str,
     dst_overlap: str,
     anchor: datetime | None,
+    either_days: bool = True,
 ) -> CronSchedule | IntervalSchedule | OneShotSchedule:
-    """The schedule a definition describes: the first of `cron`, `every`, `at` that is set."""
+    """The schedule a definition describes: the first of `cron`, `every`, `at` that is set.
+    `either_days` False: a cron's day fields as builds before revision 0026 read them
+    (CronSchedule)."""
     if cron is not None:
-        return CronSchedule(cron, timezone, dst_gap, dst_overlap)
+        return CronSchedule(cron, timezone, dst_gap, dst_overlap, either_days)
     if every is not None:
         if anchor is None:
             raise ScheduleError("an interval schedule needs its anchor (the creation time)")

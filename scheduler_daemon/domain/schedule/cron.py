@@ -35,12 +35,16 @@ class CronSchedule:
     (`dst_gap="shift"`) or not at all (`"skip"`); firings that land on one instant merge. A wall
     time repeated by a fall-back overlap fires at its first instant (`dst_overlap="first"`), its
     second (`"second"`) or both (`"both"`). Six fields put seconds last, as croniter reads them.
+    When both day fields are restricted a day that matches either fires, `#`, `L5` and `W`
+    included; `either_days` False reads those as croniter does (both must match), as builds
+    before revision 0026 fired: only `audit`, judging the history they wrote, asks for that.
     """
 
     expr: str
     timezone: str = "UTC"
     dst_gap: str = DstGapPolicy.SHIFT
     dst_overlap: str = DstOverlapPolicy.FIRST
+    either_days: bool = True
     _clock: ZoneClock = field(init=False, repr=False, compare=False)
     _wall: WallCron = field(init=False, repr=False, compare=False)
 
@@ -53,7 +57,7 @@ class CronSchedule:
             )
         clock = ZoneClock(load_zone(self.timezone), self.dst_gap, self.dst_overlap)
         object.__setattr__(self, "_clock", clock)
-        object.__setattr__(self, "_wall", WallCron(self.expr))
+        object.__setattr__(self, "_wall", WallCron(self.expr, either=self.either_days))
 
     def next_after(self, t: datetime) -> datetime | None:
         return next(self._stream(aware(t), forward=True), None)

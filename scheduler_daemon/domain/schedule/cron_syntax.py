@@ -1,5 +1,6 @@
 """Cron syntax: which expressions are accepted (5 fields, or 6 with seconds last, or an alias),
-the one-line reason a refused one gets, and the parsed croniter each accepted one is read from."""
+the one-line reason a refused one gets, the parsed croniter each accepted one is read from, and
+which days it names when both day fields are restricted (`day_parts`: either field matches)."""
 
 import copy
 import functools
@@ -18,9 +19,11 @@ _FIELDS = (
     ("day-of-week", "0-7, SUN-SAT"),
     ("second", "0-59"),
 )
+_DAY_OF_MONTH, _DAY_OF_WEEK = 2, 4
 _ALIASES = ("@yearly", "@annually", "@monthly", "@weekly", "@daily", "@midnight", "@hourly")
 _CRON_FIELD = re.compile(r"\S+", re.ASCII)
 _HASHED = re.compile(r"[hr](\(\d+-\d+\))?(/\d+)?", re.IGNORECASE)
+_EPOCH = datetime(2000, 1, 1)
 
 
 def validate_cron(expr: str) -> None:
@@ -30,7 +33,8 @@ def validate_cron(expr: str) -> None:
 
 @functools.lru_cache(maxsize=1024)
 def prototype(expr: str) -> croniter:
-    """The croniter `expr` parses to (copy it before stepping); ScheduleError if refused."""
+    """The croniter `expr` parses to (copy it before stepping); ScheduleError if refused: not
+    cron syntax, or no day it names ever comes (`day_parts`: either day field matching)."""
     text = expr.strip()
     fields = _CRON_FIELD.findall(text)
     if text.lower() == "@reboot":
@@ -46,14 +50,60 @@ def prototype(expr: str) -> croniter:
             if _HASHED.fullmatch(value):
                 raise _cron_error(expr, f"{name} {value!r}: H and R are not supported")
     try:
-        proto = croniter(text, datetime(2000, 1, 1))
+        proto = parsed(text)
     except (ValueError, TypeError, KeyError, IndexError) as exc:
         raise _cron_error(expr, _cron_reason(fields, exc)) from None
-    try:
-        copy.copy(proto).get_next(datetime)
-    except CroniterBadDateError:
-        raise _cron_error(expr, "it never fires") from None
+    if not day_parts(text):
+        raise _cron_error(expr, "it never fires")
     return proto
+
+
+@functools.lru_cache(maxsize=2048)
+def parsed(text: str) -> croniter:
+    """croniter's parse of `text`, unchecked (it may never fire); copy it before stepping."""
+    return croniter(text, _EPOCH)
+
+
+def splits_day_fields(expr: str) -> bool:
+    """Whether `expr` restricts both day fields and one of them holds `#`, a weekday's
+    `L` (`L5`, the last Friday) or `W`. croniter reads such an expression as "both fields match"
+    (a subset of its days, or none); classic cron, the docs, and this scheduler from revision
+    0026 on fire on a day that matches either (`day_parts`)."""
+    text = expr.strip()
+    if text.startswith("@"):
+        return False
+    try:
+        proto = parsed(text)
+    except (ValueError, TypeError, KeyError, IndexError):
+        return False  # refused with its reason by `prototype`
+    restricted = proto.expanded[_DAY_OF_MONTH][0] != "*" and proto.expanded[_DAY_OF_WEEK][0] != "*"
+    return restricted and bool(proto.nth_weekday_of_month or proto.nearest_weekday)
+
+
+@functools.lru_cache(maxsize=1024)
+def day_parts(text: str, *, either: bool = True) -> tuple[str, ...]:
+    """Expressions whose matching days, put together, are the days `text` names, each of them
+    one that fires at all (none: `text` never fires). Usually `text` alone: croniter already
+    reads plain day fields, lists, ranges, steps and a month's `L` as "either matches". When
+    `splits_day_fields`, the two single-field expressions: `text` with its day-of-week `*`, and
+    `text` with its day-of-month `*`. `either` False: croniter's own reading of `text`, as builds
+    before revision 0026 fired it (audit of the history they wrote)."""
+    parts = [text]
+    if either and splits_day_fields(text):
+        fields = _CRON_FIELD.findall(text)
+        parts = [
+            " ".join("*" if i == blank else f for i, f in enumerate(fields))
+            for blank in (_DAY_OF_WEEK, _DAY_OF_MONTH)
+        ]
+    return tuple(p for p in parts if _fires(p))
+
+
+def _fires(text: str) -> bool:
+    try:
+        copy.copy(parsed(text)).get_next(datetime)
+    except CroniterBadDateError:
+        return False
+    return True
 
 
 def _cron_error(expr: str, reason: str) -> ScheduleError:
@@ -65,7 +115,7 @@ def _cron_reason(fields: list[str], exc: Exception) -> str:
         probe = ["*"] * len(fields)
         probe[index] = value
         try:
-            croniter(" ".join(probe), datetime(2000, 1, 1))
+            croniter(" ".join(probe), _EPOCH)
         except (ValueError, TypeError, KeyError, IndexError):
             name, allowed = _FIELDS[index]
             return f"{name} {value!r} is not valid (allowed: {allowed})"

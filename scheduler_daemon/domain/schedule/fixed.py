@@ -80,9 +80,11 @@ class IntervalSchedule(_Stepping):
 
 @dataclass(frozen=True)
 class OneShotSchedule(_Stepping):
-    """Fires once, at `at`."""
+    """Fires once, at `at`; never when `skipped` (a local wall time a DST gap swallowed, under
+    `--dst-gap skip`: zone.read_wall), as a cron's wall time there does not fire."""
 
     at: datetime
+    skipped: bool = False
 
     def __post_init__(self) -> None:
         if self.at.tzinfo is None or self.at.utcoffset() is None:
@@ -90,13 +92,13 @@ class OneShotSchedule(_Stepping):
         object.__setattr__(self, "at", self.at.astimezone(UTC))
 
     def next_after(self, t: datetime) -> datetime | None:
-        return self.at if self.at > aware(t) else None
+        return self.at if self.at > aware(t) and not self.skipped else None
 
     def prev_at_or_before(self, t: datetime) -> datetime | None:
-        return self.at if self.at <= aware(t) else None
+        return self.at if self.at <= aware(t) and not self.skipped else None
 
     def count_between(self, start: datetime, end: datetime, cap: int) -> tuple[int, bool]:
-        return (1 if aware(start) <= self.at <= aware(end) else 0), True
+        return (1 if aware(start) <= self.at <= aware(end) and not self.skipped else 0), True
 
 
 def _walk(

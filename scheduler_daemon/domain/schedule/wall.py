@@ -10,25 +10,37 @@ from datetime import date, datetime, time, timedelta
 from croniter import CroniterBadDateError
 
 from scheduler_daemon.domain.schedule.base import DAY
-from scheduler_daemon.domain.schedule.cron_syntax import prototype
+from scheduler_daemon.domain.schedule.cron_syntax import day_parts, parsed, prototype
 
 _SECOND = timedelta(seconds=1)
 
 
+def _day_on_or_after(parts: tuple[str, ...], day: date) -> date | None:
+    """The first day on or after `day` that any of `parts` (cron_syntax.day_parts) names."""
+    found = [d for p in parts if (d := _part_on_or_after(p, day)) is not None]
+    return min(found, default=None)
+
+
+def _day_on_or_before(parts: tuple[str, ...], day: date) -> date | None:
+    """The last day on or before `day` that any of `parts` names."""
+    found = [d for p in parts if (d := _part_on_or_before(p, day)) is not None]
+    return max(found, default=None)
+
+
 @functools.lru_cache(maxsize=8192)
-def _day_on_or_after(expr: str, day: date) -> date | None:
+def _part_on_or_after(text: str, day: date) -> date | None:
     try:
         start = datetime.combine(day, time()) - _SECOND
-        return copy.copy(prototype(expr)).get_next(datetime, start_time=start).date()
+        return copy.copy(parsed(text)).get_next(datetime, start_time=start).date()
     except (CroniterBadDateError, OverflowError, ValueError):
         return None
 
 
 @functools.lru_cache(maxsize=8192)
-def _day_on_or_before(expr: str, day: date) -> date | None:
+def _part_on_or_before(text: str, day: date) -> date | None:
     try:
         start = datetime.combine(day + DAY, time())
-        return copy.copy(prototype(expr)).get_prev(datetime, start_time=start).date()
+        return copy.copy(parsed(text)).get_prev(datetime, start_time=start).date()
     except (CroniterBadDateError, OverflowError, ValueError):
         return None
 
@@ -42,13 +54,16 @@ def _field_values(values: Sequence[int | str], low: int, high: int) -> tuple[int
 class WallCron:
     """Enumerates the naive wall-clock times a cron expression names, in either direction.
 
-    croniter finds the matching days (day-of-month, weekday, L, W, #); the times of day within a
-    matching day are the product of the hour, minute and second fields.
+    croniter finds the matching days (day-of-month, weekday, L, W, #) of each of the expression's
+    `day_parts` (either day field matching; `either` False: croniter's reading of `#`, `L5` and
+    `W` beside a restricted other day field, as builds before revision 0026 fired); the times
+    of day within a matching day are the product of the hour, minute and second fields.
     """
 
-    def __init__(self, expr: str) -> None:
+    def __init__(self, expr: str, *, either: bool = True) -> None:
         expanded = prototype(expr).expanded
         self.expr = expr
+        self.parts = day_parts(expr.strip(), either=either)
         self.minutes = _field_values(expanded[0], 0, 59)
         self.hours = _field_values(expanded[1], 0, 23)
         self.seconds = _field_values(expanded[5], 0, 59) if len(expanded) > 5 else (0,)
@@ -60,7 +75,7 @@ class WallCron:
         day: date | None = x.date()
         try:
             while day is not None:
-                match = _day_on_or_after(self.expr, day)
+                match = _day_on_or_after(self.parts, day)
                 if match is None:
                     return
                 if match != day:
@@ -79,7 +94,7 @@ class WallCron:
         day: date | None = x.date()
         try:
             while day is not None:
-                match = _day_on_or_before(self.expr, day)
+                match = _day_on_or_before(self.parts, day)
                 if match is None:
                     return
                 if match != day:

@@ -4,11 +4,13 @@ at its first instant, its second, or both)."""
 
 import functools
 import zoneinfo
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta, tzinfo
 
 from scheduler_daemon.domain.schedule.base import ScheduleError, clamp
 from scheduler_daemon.domain.status import DstGapPolicy, DstOverlapPolicy
 
+_MICROSECOND = timedelta(microseconds=1)
 # Offsets are probed hourly: in tzdata, changes of a zone's offset are always days apart.
 PROBE = timedelta(hours=1)
 
@@ -96,3 +98,49 @@ class ZoneClock:
         if local.utcoffset() != offset or local.replace(fold=1).utcoffset() != offset:
             return None
         return (wall - offset).replace(tzinfo=UTC)
+
+
+@dataclass(frozen=True)
+class WallInstant:
+    """Where a one-shot's local wall time fires (`at`, UTC), and whether its one firing is
+    skipped instead (`at` is then where the gap that swallowed it ends)."""
+
+    at: datetime
+    skipped: bool = False
+
+
+def read_wall(wall: datetime, timezone: str, dst_gap: str, dst_overlap: str) -> WallInstant:
+    """Naive `wall` in `timezone` as a one-shot instant, by the DST policies a cron schedule
+    applies to it (ZoneClock.instants): in a gap, the instant the gap ends (`shift`) or a skipped
+    firing there (`skip`); in an overlap, its first or second instant. `both` names two instants
+    and a one-shot fires once: ScheduleError, one line, as for a wall time out of range."""
+    zone = load_zone(timezone)
+    clock = ZoneClock(zone, DstGapPolicy.SHIFT, dst_overlap)
+    try:
+        instants = clock.instants(wall, [])
+        gap = wall.replace(tzinfo=zone).astimezone(UTC) > wall.replace(
+            tzinfo=zone, fold=1
+        ).astimezone(UTC)
+    except (OverflowError, ValueError):
+        raise ScheduleError(f"{wall.isoformat()} is out of range") from None
+    if len(instants) > 1:
+        first, second = (i.strftime("%H:%M:%S") for i in instants)
+        raise ScheduleError(
+            f"{wall.isoformat()} happens twice in {timezone} ({first} and {second} UTC) and a "
+            "one-shot fires once: give --dst-overlap first or second, or an offset"
+        )
+    return WallInstant(instants[0], skipped=gap and dst_gap == DstGapPolicy.SKIP)
+
+
+def gap_start(at: datetime, timezone: str) -> datetime | None:
+    """If instant `at` is where a gap of `timezone` ends (its offset grows there), the gap's
+    first wall time (naive), which `read_wall` reads back to `at`; else None."""
+    zone = load_zone(timezone)
+    try:
+        before = (at - _MICROSECOND).astimezone(zone)
+        after = at.astimezone(zone)
+    except (OverflowError, ValueError):
+        return None
+    if (after.utcoffset() or timedelta(0)) <= (before.utcoffset() or timedelta(0)):
+        return None
+    return before.replace(tzinfo=None) + _MICROSECOND
