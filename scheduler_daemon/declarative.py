@@ -13,6 +13,7 @@ from datetime import datetime
 from typing import Any
 
 from scheduler_daemon.client import Client
+from scheduler_daemon.domain.status import TaskStatus
 from scheduler_daemon.domain.task import InvalidTask, TaskRecord, TaskSpec
 from scheduler_daemon.domain.task_file import keep_masked
 from scheduler_daemon.storage import task_store
@@ -96,9 +97,12 @@ def _plan(  # noqa: PLR0917 - the options of apply, passed through
                 client.add_in(conn, spec, now=now, source=source)
                 changes.append(Change("+", name))
                 continue
-            diff = differences(current.spec, spec.resolved()[0])  # a local `at` as its instant
-            if "at" in diff:
-                diff["at"] = spec.at  # as given: update_in reads a local one by the policies
+            resolved, skips = spec.resolved()  # a local `at` as the instant it stands for
+            diff = differences(current.spec, resolved)
+            if "at" in diff or (skips and current.status == TaskStatus.ENABLED):
+                # As given: update_in reads a local one by the policies, and records the firing
+                # of one a gap skips (its instant may equal the stored one: the gap's end).
+                diff["at"] = spec.at
             owned = current.source == source
             if not owned and not adopt:
                 if not diff:

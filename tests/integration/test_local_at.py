@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from scheduler_daemon.domain.status import TaskStatus
 from scheduler_daemon.domain.task import TaskSpec
 from tests.support import query
 
@@ -173,6 +174,43 @@ def test_a_task_file_reads_a_local_at_by_its_policies_and_export_apply_keeps_a_s
     assert bad.code == 2
     assert bad.err.startswith("error: task 'both': --at 2036-11-02T01:30:00 happens twice")
     assert counts() == before_counts
+
+
+def test_a_file_that_makes_an_enabled_one_shot_skip_its_gap_records_the_skip(
+    cli, tmp_path: Path, database_url
+) -> None:
+    # 03:00 exists: the instant where the gap ends, to fire.
+    assert _add(cli, "g", "2036-03-09T03:00").json()["at"] == "2036-03-09T07:00:00+00:00"
+    path = tmp_path / "tasks.toml"
+    path.write_text(
+        f'[g]\ncommand = "true"\nat = "{GAP}"\ntimezone = "America/New_York"\ndst-gap = "skip"\n'
+    )
+    applied = cli("tasks", "apply", "-f", str(path), "--source", "s", "--adopt")
+    assert applied.out.splitlines()[0] == "~ adopted g: at, dst_gap", applied.err
+    task = cli("tasks", "show", "g", "--json").json()
+    assert (task["status"], task["at"]) == ("cancelled", "2036-03-09T07:00:00+00:00")
+    assert _occurrences(database_url, "g") == [
+        ("skipped", "dst_gap", datetime(2036, 3, 9, 7, tzinfo=UTC))
+    ]
+
+
+def test_add_tasks_reads_each_local_at_and_records_the_skipped_ones(client, database_url) -> None:
+    def spec(name: str, gap: str) -> TaskSpec:
+        at = datetime(2036, 3, 9, 2, 30)
+        return TaskSpec(
+            name=name, executor="shell", target="true", at=at, timezone=NY[1], dst_gap=gap
+        )
+
+    skipped, shifted = client.add_tasks([spec("skipped", "skip"), spec("shifted", "shift")])
+    assert (skipped.status, skipped.next_run_at) == (TaskStatus.CANCELLED, None)
+    assert (shifted.status, shifted.next_run_at) == (
+        TaskStatus.ENABLED,
+        datetime(2036, 3, 9, 7, tzinfo=UTC),
+    )
+    assert _occurrences(database_url, "skipped") == [
+        ("skipped", "dst_gap", datetime(2036, 3, 9, 7, tzinfo=UTC))
+    ]
+    assert _occurrences(database_url, "shifted") == []
 
 
 def test_audit_accepts_a_skipped_one_shot_whose_instant_passed_and_owes_a_shifted_one(
