@@ -13,7 +13,6 @@ croniter) over random expressions and years.
 """
 
 import calendar
-import re
 from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 
@@ -289,15 +288,6 @@ def test_plain_fields_lists_ranges_steps_l_and_question_marks_read_as_before() -
         utc(2026, 1, 21),
         utc(2026, 1, 28),
     ]
-
-
-def test_the_revision_the_refusal_names_is_the_migration_that_starts_the_rule() -> None:
-    # A renumbered migration at merge that left EITHER_DAYS_SINCE behind would admit the wrong
-    # builds.
-    (path,) = VERSIONS.glob("*_either_day_field.py")
-    found = re.search(r'^revision = "(\w+)"$', path.read_text(), re.M)
-    assert found is not None
-    assert control.EITHER_DAYS_SINCE == found[1] == path.name.split("_")[0]
 
 
 def test_the_refusal_names_each_older_instance_and_none_means_allowed() -> None:

@@ -17,7 +17,9 @@ VERSIONS = Path(__file__).resolve().parents[2] / "migrations" / "versions"
     [
         (control.IN_PROCESS_SINCE, "*_task_in_process.py"),
         (control.NOTIFY_SINCE, "*_notification_outbox.py"),
+        (control.EITHER_DAYS_SINCE, "*_either_day_field.py"),
         (control.BACKOFF_MAX_SINCE, "*_exponential_backoff.py"),
+        (control.SPREAD_SINCE, "*_spread.py"),
     ],
 )
 def test_the_revision_a_refusal_names_is_its_migrations(since: str, migration: str) -> None:
