@@ -855,6 +855,23 @@ CREATE UNIQUE INDEX occurrence_task_scheduled_for_key ON public.occurrence USING
 CREATE INDEX occurrence_task_window_idx ON public.occurrence USING btree (task_id, scheduled_for) INCLUDE (trigger, status, reason, overlap, firing_count, finished_at);
 
 
+CREATE TABLE operator_action (
+    id bigint GENERATED ALWAYS AS IDENTITY,
+    at timestamp with time zone NOT NULL DEFAULT clock_timestamp(),
+    actor text NOT NULL,
+    action text NOT NULL,
+    source text NOT NULL,
+    task_id bigint,
+    occurrence_id bigint,
+    detail text,
+    CONSTRAINT operator_action_action_check CHECK ((action = ANY (ARRAY['trigger'::text, 'pause'::text, 'resume'::text, 'cancel'::text, 'backfill'::text]))),
+    CONSTRAINT operator_action_pkey PRIMARY KEY (id),
+    CONSTRAINT operator_action_source_check CHECK ((source = ANY (ARRAY['cli'::text, 'console'::text])))
+);
+
+CREATE INDEX operator_action_task_idx ON public.operator_action USING btree (task_id, id);
+
+
 CREATE TABLE run (
     id bigint GENERATED ALWAYS AS IDENTITY,
     occurrence_id bigint NOT NULL,

@@ -2,7 +2,7 @@
 delay each retry drew, `occurrence.retry_delay`.
 
 Revision ID: 0028
-Revises: 0026
+Revises: 0027
 Create Date: 2026-12-07
 
 - `task.backoff_max` (interval, nullable): with it, the delay before retry n is
@@ -21,7 +21,7 @@ The downgrade drops what this adds.
 from alembic import op
 
 revision = "0028"
-down_revision = "0026"
+down_revision = "0027"
 branch_labels = None
 depends_on = None
 phase = "expand"

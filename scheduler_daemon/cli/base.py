@@ -79,6 +79,34 @@ def who() -> str:
     return f"{getpass.getuser()}@{socket.gethostname()}"
 
 
+def log_action(
+    client: "Client",
+    action: str,
+    *,
+    task_id: int | None,
+    occurrence_id: int | None = None,
+    detail: str | None = None,
+) -> None:
+    """Records an action that committed in `operator_action` (revision 0027) as this user@host;
+    a record the database refuses (a role without INSERT on it) is a warning on stderr: the
+    action stands."""
+    import psycopg
+
+    from scheduler_daemon.storage.database import first_line
+
+    try:
+        client.record_action(
+            action,
+            actor=who(),
+            source="cli",
+            task_id=task_id,
+            occurrence_id=occurrence_id,
+            detail=detail,
+        )
+    except psycopg.Error as exc:
+        click.echo(f"warning: {action} done but not recorded: {first_line(exc)}", err=True)
+
+
 def emit(ctx: click.Context, data: Any, text: str) -> None:
     """`data` as JSON with --json (control characters escaped by JSON itself), else `text` with
     every control and format character but newline and tab escaped: a job's output or error,

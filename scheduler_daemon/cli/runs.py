@@ -13,6 +13,7 @@ from scheduler_daemon.cli.base import (
     emit,
     hint_more,
     json_option,
+    log_action,
     paging_options,
     who,
 )
@@ -136,8 +137,10 @@ def runs_cancel(ctx: click.Context, ident: int, occurrence: bool) -> None:
     """Cancel a run (its occurrence). A queued one ends at once; for a running one the owner
     stops the job at its next renewal, and the occurrence ends `cancelled` (keeping its slot
     until then) once the job is confirmed gone."""
-    done = client_for(ctx).cancel(ident, occurrence=occurrence, requested_by=who())
+    client = client_for(ctx)
+    done = client.cancel(ident, occurrence=occurrence, requested_by=who())
     row = done.occurrence
+    log_action(client, "cancel", task_id=row.task_id, occurrence_id=row.id, detail=done.cancel)
     fields = {
         **presentation.occurrence_fields(row),
         "cancel": done.cancel,

@@ -20,6 +20,7 @@ from scheduler_daemon.cli.base import (
     emit,
     hint_more,
     json_option,
+    log_action,
     paging_options,
     who,
 )
@@ -357,7 +358,10 @@ def tasks_show(ctx: click.Context, task: str, show_secrets: bool) -> None:
 @click.pass_context
 def tasks_pause(ctx: click.Context, task: str) -> None:
     """Stop firing a task (nothing is owed for firings while paused)."""
-    _show_task(ctx, client_for(ctx).pause(task))
+    client = client_for(ctx)
+    paused = client.pause(task)
+    log_action(client, "pause", task_id=paused.id)
+    _show_task(ctx, paused)
 
 
 @tasks.command("resume")
@@ -366,7 +370,10 @@ def tasks_pause(ctx: click.Context, task: str) -> None:
 @click.pass_context
 def tasks_resume(ctx: click.Context, task: str) -> None:
     """Fire a paused task again, from its next firing after now."""
-    _show_task(ctx, client_for(ctx).resume(task))
+    client = client_for(ctx)
+    resumed = client.resume(task)
+    log_action(client, "resume", task_id=resumed.id)
+    _show_task(ctx, resumed)
 
 
 @tasks.command("next")
@@ -404,10 +411,12 @@ def tasks_trigger(ctx: click.Context, task: str, count: int) -> None:
     """Queue a manual occurrence now; it follows the task's overlap policy."""
     from scheduler_daemon.client import TriggerBatch
 
-    occ = client_for(ctx).trigger(task, requested_by=who(), count=count)
+    client = client_for(ctx)
+    occ = client.trigger(task, requested_by=who(), count=count)
     if isinstance(occ, TriggerBatch):
         ids = occ.occurrence_ids
         text = f"{occ.count} occurrences queued (ids {ids[0]}..{ids[-1]})"
+        log_action(client, "trigger", task_id=occ.task_id, detail=text)
         emit(ctx, dataclasses.asdict(occ), text)
         return
     fields = presentation.occurrence_fields(occ)
@@ -416,6 +425,7 @@ def tasks_trigger(ctx: click.Context, task: str, count: int) -> None:
         if occ.status == OccurrenceStatus.QUEUED
         else f"occurrence {occ.id} skipped: {occ.reason} (an occurrence is active)"
     )
+    log_action(client, "trigger", task_id=occ.task_id, occurrence_id=occ.id, detail=text)
     emit(ctx, fields, text)
 
 

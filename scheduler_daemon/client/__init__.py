@@ -11,6 +11,7 @@ from scheduler_daemon.client.definition import TaskDefinition
 from scheduler_daemon.client.fleet import Fleet
 from scheduler_daemon.client.health import Health
 from scheduler_daemon.client.history import Cancellation, History, history_cursor
+from scheduler_daemon.client.operator_log import OperatorLog
 from scheduler_daemon.client.trigger import MAX_TRIGGER_COUNT, TriggerBatch, Triggering
 
 __all__ = [
@@ -25,7 +26,7 @@ __all__ = [
 ]
 
 
-class Client(TaskDefinition, Triggering, History, Fleet, Health):
+class Client(TaskDefinition, Triggering, History, Fleet, Health, OperatorLog):
     """Task management against one database. `database_url=None` resolves it from the settings
     (SCHEDULER_DATABASE_URL, else the embedded server). One connection, reused by every call and
     shared by threads in turn; safe to keep across `fork` (the child opens its own) and through
@@ -33,4 +34,5 @@ class Client(TaskDefinition, Triggering, History, Fleet, Health):
 
     Its parts, one job each: task definitions (client/definition.py), runs on demand
     (client/trigger.py), history and cancel (client/history.py), the fleet (client/fleet.py),
-    health over a window (client/health.py), over the connection they share (client/base.py)."""
+    health over a window (client/health.py), the record of operators' actions
+    (client/operator_log.py), over the connection they share (client/base.py)."""

@@ -150,6 +150,23 @@ class NotifyEvent(StrEnum):
     DEADLINE = "deadline"
 
 
+class OperatorAction(StrEnum):
+    """What an operator did, as `operator_action` records it (operator_action_action_check)."""
+
+    TRIGGER = "trigger"
+    PAUSE = "pause"
+    RESUME = "resume"
+    CANCEL = "cancel"
+    BACKFILL = "backfill"
+
+
+class ActionSource(StrEnum):
+    """Where an operator's action came from (operator_action_source_check)."""
+
+    CLI = "cli"
+    CONSOLE = "console"
+
+
 # The events a notify URL reports when neither the task nor the fleet names them (outbox_enqueue):
 # the firings that did not do their work; a skip is a policy at work, reported when asked for.
 DEFAULT_NOTIFY_ON = (

@@ -32,6 +32,7 @@ TABLES = (
     "task_pruned",
     "fleet_epoch",
     "notification_outbox",
+    "operator_action",
     VERSION_TABLE,
 )
 # What each role may change beyond reading every table. Row locks (SELECT ... FOR UPDATE) need
@@ -63,6 +64,9 @@ WRITES: dict[str, dict[str, tuple[str, ...]]] = {
         "run": ("UPDATE",),  # cancel
         "fleet_setting": ("INSERT", "UPDATE"),
         "fleet_setting_event": ("INSERT",),
+        # What an operator did, recorded by the CLI and the console (revision 0027): appended,
+        # never changed.
+        "operator_action": ("INSERT",),
     },
     "reader": {},
 }

@@ -19,6 +19,7 @@ from scheduler_daemon.domain.status import (
     NEEDS_REASON,
     NOT_STARTED,
     OWN_HISTORY_ROW,
+    ActionSource,
     DstGapPolicy,
     DstOverlapPolicy,
     ExecutorKind,
@@ -26,6 +27,7 @@ from scheduler_daemon.domain.status import (
     MisfirePolicy,
     NotifyEvent,
     OccurrenceStatus,
+    OperatorAction,
     OverlapPolicy,
     RunStatus,
     ScheduleKind,
@@ -57,6 +59,8 @@ CHECKS: dict[str, type[StrEnum] | tuple[str, ...]] = {
     "task_executor_check": ExecutorKind,
     "task_event_kind_check": TaskEventKind,
     "notification_outbox_event_check": NotifyEvent,
+    "operator_action_action_check": OperatorAction,
+    "operator_action_source_check": ActionSource,
 }
 # Partial indexes keep their predicates written out (a generic plan could not match a parameter
 # against them); these are the sets they spell.
