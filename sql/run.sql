@@ -238,3 +238,23 @@ SELECT id FROM sd_succeed_runs_v4(%(ids)s::bigint[], %(tokens)s::bigint[],
     %(occurrence_ids)s::bigint[], %(task_ids)s::bigint[], %(exit_codes)s::int[],
     %(http_statuses)s::int[], %(output_tails)s::text[], %(errors)s::text[], %(owner)s::text,
     %(channel)s::text, %(wake)s::boolean, %(now)s::timestamptz) AS written(id)
+
+-- name: run_running_page :many
+-- The running runs (console's "running now"), oldest start first, at most `limit`: owner, lease
+-- expiry and takeover point, on run_takeover_idx's partial set.
+SELECT r.id, r.occurrence_id, o.task_id, t.name AS task_name, o.scheduled_for, o.trigger,
+    r.attempt, r.owner, r.started_at, r.lease_expires_at, r.takeover_at,
+    o.cancel_requested_at, clock_timestamp() AS db_now
+FROM run r JOIN occurrence o ON o.id = r.occurrence_id JOIN task t ON t.id = o.task_id
+WHERE r.status = 'running'
+ORDER BY r.started_at, r.id
+LIMIT %(limit)s
+
+-- name: run_takeovers_since :scalar
+-- Runs taken over (ended `interrupted` by an instance other than their owner) since `since`
+-- ago on the database clock, counted up to `cap` (the console shows "cap+").
+SELECT count(*) FROM (
+    SELECT 1 FROM run
+    WHERE status = 'interrupted' AND finished_at > clock_timestamp() - %(since)s
+      AND finished_by IS DISTINCT FROM owner
+    LIMIT %(cap)s) taken

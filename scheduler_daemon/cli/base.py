@@ -35,6 +35,8 @@ EXIT_CONTRACT_BLOCKED = 6
 # 7 is EXIT_LEASE_KEEPER_FAILED (runtime/supervision.py).
 EXIT_RUN_NOT_SUCCESSFUL = 10
 """`runs logs -f`: the followed run ended other than `success`."""
+EXIT_CONSOLE_UNAVAILABLE = 11
+"""`console`: the `console` extra is not installed, or the address cannot be listened on."""
 
 
 class Duration(click.ParamType):

@@ -3,6 +3,7 @@ settings."""
 
 import time
 from dataclasses import replace
+from datetime import timedelta
 from typing import Any
 
 import psycopg
@@ -80,6 +81,17 @@ class Fleet(ClientBase):
         time.sleep(CONFIRM_AFTER_SECONDS)
         with self._tx() as conn:
             return held_throughout(first, fleet_store.budget_lock_holders(conn))
+
+    def running_now(self, *, limit: int) -> list[dict[str, Any]]:
+        """The running runs, oldest start first, at most `limit`: owner, lease expiry, takeover
+        point, and the database's `db_now` (the console's "running now")."""
+        with self._tx() as conn:
+            return run_store.running_page(conn, limit=limit)
+
+    def takeovers_since(self, since: timedelta, *, cap: int) -> int:
+        """How many runs were taken over within `since` (the database clock), up to `cap`."""
+        with self._tx() as conn:
+            return run_store.takeovers_since(conn, since, cap=cap)
 
     # -- fleet settings --------------------------------------------------------------------------
     def fleet_settings(self) -> dict[str, Any]:

@@ -44,11 +44,12 @@ class Health(ClientBase):
         limit: int | None = PAGE_SIZE,
         after: str | None = None,
         attempts: int = health.FAILING_ATTEMPTS,
+        verdict: str | None = None,
         now: datetime | None = None,
     ) -> Page:
         """One page of the live tasks' health, unhealthy first (by the verdicts' order), ties by
         name (byte order), after the cursor `after`; `limit` None: all. `Page.after` is the
-        next page's cursor, None after the last."""
+        next page's cursor, None after the last. `verdict`: only the tasks judged so."""
         _check(window, attempts)
         check_limit(limit)
         argument.search_text("--after", after)
@@ -61,6 +62,8 @@ class Health(ClientBase):
                 (health.judge(s.signals), s)
                 for s in health_store.signals(conn, window, attempts=attempts, now=now)
             ]
+            if verdict is not None:
+                judged = [p for p in judged if p[0].verdict == verdict]
             judged.sort(key=lambda pair: (pair[0].rank, pair[1].name.encode()))
             if start is not None:
                 key = (start[0], start[1].encode())

@@ -255,3 +255,13 @@ def inside_lease(
 ) -> list[dict[str, Any]]:
     """Every running run with its `takeover_from`, `renewing` and the database's `db_now`."""
     return query.run(conn, "run_inside_lease", {"restart_quiet": restart_quiet, "overdue": overdue})
+
+
+def running_page(conn: psycopg.Connection[Any], *, limit: int) -> list[dict[str, Any]]:
+    """The running runs, oldest start first, at most `limit` (the console's "running now")."""
+    return [dict(row) for row in query.run(conn, "run_running_page", {"limit": limit})]
+
+
+def takeovers_since(conn: psycopg.Connection[Any], since: timedelta, *, cap: int) -> int:
+    """Runs taken over within `since` (database clock), counted up to `cap`."""
+    return int(query.run(conn, "run_takeovers_since", {"since": since, "cap": cap}))

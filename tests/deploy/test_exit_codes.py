@@ -11,6 +11,7 @@ import pytest
 from scheduler_daemon.cli.audit import EXIT_VIOLATIONS
 from scheduler_daemon.cli.base import (
     EXIT_BAD_INPUT,
+    EXIT_CONSOLE_UNAVAILABLE,
     EXIT_CONTRACT_BLOCKED,
     EXIT_RUN_NOT_SUCCESSFUL,
     EXIT_SCHEMA_BEHIND,
@@ -92,6 +93,7 @@ def test_the_table_is_what_the_code_exits_with() -> None:
         EXIT_IN_PROCESS_STUCK,
         EXIT_IN_PROCESS_UNTRUSTED,
         EXIT_RUN_NOT_SUCCESSFUL,
+        EXIT_CONSOLE_UNAVAILABLE,
     }
     assert set(_table_codes()) == {0, 130, *codes}
     assert "migrate" in _table_codes()[EXIT_SCHEMA_BEHIND]

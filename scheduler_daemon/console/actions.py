@@ -1,0 +1,157 @@
+"""The console's actions: trigger, pause, resume, cancel, backfill (dry run, then confirm).
+Each goes through the Client exactly as the CLI's command does (the same domain rules, the same
+refusals and one-line errors) with the operator role's grants the console connects with, and is
+recorded in `operator_action` once it committed."""
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import psycopg
+
+from scheduler_daemon import presentation
+from scheduler_daemon.client import Client, TriggerBatch
+from scheduler_daemon.domain import backfill
+from scheduler_daemon.domain.argument import InvalidArgument
+from scheduler_daemon.domain.limit import OutOfBounds
+from scheduler_daemon.domain.schedule.base import ScheduleError
+from scheduler_daemon.domain.schedule.zone import load_zone
+from scheduler_daemon.domain.status import OccurrenceStatus
+from scheduler_daemon.domain.task import InvalidTask
+from scheduler_daemon.logconfig import scrub_text
+from scheduler_daemon.storage.database import first_line
+from scheduler_daemon.storage.error import Conflict, NotFound
+
+REFUSALS = (
+    Conflict,
+    NotFound,
+    InvalidArgument,
+    InvalidTask,
+    OutOfBounds,
+    ScheduleError,
+    backfill.InvalidBackfill,
+)
+
+
+@dataclass(frozen=True)
+class Done:
+    """What an action did: one line for the page, and a dry run's firings when it was one."""
+
+    message: str
+    ok: bool = True
+    status: int = 200
+    firings: list[dict[str, Any]] | None = None
+
+
+def attempt(step: Callable[[], Done]) -> Done:
+    """`step`, or its refusal as one line (`refusal`)."""
+    try:
+        return step()
+    except (*REFUSALS, psycopg.Error) as exc:
+        return refusal(exc)
+
+
+def refusal(exc: Exception) -> Done:
+    """A refusal as one line: the domain's (the CLI's message; 404 for an unknown task or
+    occurrence, else 409) or the database's (a role without the grant: 403; anything else: 503),
+    secrets scrubbed."""
+    if isinstance(exc, NotFound):
+        return Done(f"error: {scrub_text(str(exc))}", ok=False, status=404)
+    if isinstance(exc, psycopg.errors.InsufficientPrivilege):
+        return Done(f"error: database refused: {first_line(exc)}", ok=False, status=403)
+    if isinstance(exc, psycopg.Error):
+        return Done(f"error: database error: {scrub_text(first_line(exc))}", ok=False, status=503)
+    return Done(f"error: {scrub_text(str(exc))}", ok=False, status=409)
+
+
+def _record(client: Client, action: str, actor: str, **where: Any) -> str:
+    """Records the action; a record the database refuses is said, the action stands."""
+    try:
+        client.record_action(action, actor=actor, source="console", **where)
+    except psycopg.Error as exc:
+        return f" (not recorded: {first_line(exc)})"
+    return ""
+
+
+def trigger(client: Client, task_id: int, actor: str) -> Done:
+    occ = client.trigger(task_id, requested_by=actor)
+    assert not isinstance(occ, TriggerBatch)  # count 1
+    if occ.status == OccurrenceStatus.QUEUED:
+        text = f"occurrence {occ.id} queued"
+    else:
+        text = f"occurrence {occ.id} skipped: {occ.reason} (an occurrence is active)"
+    note = _record(client, "trigger", actor, task_id=occ.task_id, occurrence_id=occ.id, detail=text)
+    return Done(text + note, ok=occ.status == OccurrenceStatus.QUEUED)
+
+
+def pause(client: Client, task_id: int, actor: str) -> Done:
+    task = client.pause(task_id)
+    return Done(f"task '{task.name}' paused" + _record(client, "pause", actor, task_id=task.id))
+
+
+def resume(client: Client, task_id: int, actor: str) -> Done:
+    task = client.resume(task_id)
+    return Done(f"task '{task.name}' resumed" + _record(client, "resume", actor, task_id=task.id))
+
+
+def cancel(client: Client, occurrence_id: int, actor: str) -> Done:
+    done = client.cancel(occurrence_id, occurrence=True, requested_by=actor)
+    row = done.occurrence
+    text = (
+        f"occurrence {row.id} cancelled"
+        if done.cancel == "cancelled"
+        else f"occurrence {row.id}: cancel requested; its owner stops the job and confirms"
+    )
+    note = _record(
+        client, "cancel", actor, task_id=row.task_id, occurrence_id=row.id, detail=done.cancel
+    )
+    return Done(text + note)
+
+
+def _instant(option: str, text: str, zone: str) -> datetime:
+    try:
+        value = datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
+    except ValueError as exc:
+        raise backfill.InvalidBackfill(
+            f"{option} '{text}' is not an ISO 8601 instant such as 2030-01-01T09:00"
+        ) from exc
+    return value if value.tzinfo else value.replace(tzinfo=load_zone(zone))
+
+
+def backfill_range(
+    client: Client, task_id: int, actor: str, *, start: str, end: str, confirm: bool
+) -> Done:
+    """A dry run lists the firings of [start, end] and what would be queued; `confirm` queues
+    them (the latest outcomes the CLI's default picks: all but success)."""
+    record = client.get_task(task_id)
+    zone = record.spec.timezone
+    chosen = backfill.DEFAULT_INCLUDE
+    result = client.backfill(
+        record.id,
+        start=_instant("from", start, zone),
+        end=_instant("to", end, zone),
+        include=chosen,
+        dry_run=not confirm,
+        requested_by=actor,
+    )
+    if confirm:
+        text = (
+            f"queued {len(result.occurrence_ids)} backfill occurrence(s) of task "
+            f"{result.task_name} ({len(result.firings)} firing(s) in the range)"
+        )
+        return Done(text + _record(client, "backfill", actor, task_id=record.id, detail=text))
+    firings = [
+        {
+            **presentation.fire_time_fields(f.scheduled_for, zone),
+            "outcome": f.outcome,
+            "backfilled": f.backfilled,
+            "queue": f.wanted(chosen),
+        }
+        for f in result.firings
+    ]
+    text = (
+        f"dry run: {len(result.wanted)} of {len(result.firings)} firings would be queued "
+        f"for task {result.task_name}"
+    )
+    return Done(text, firings=firings)

@@ -1,0 +1,298 @@
+"""The console's ASGI application: its routes, the templates (Jinja, autoescaped), the
+vendored htmx served from the package, and the security headers on every response."""
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs
+
+import psycopg
+import structlog
+from jinja2 import Environment, FileSystemLoader, select_autoescape
+from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
+from starlette.datastructures import MutableHeaders
+from starlette.middleware import Middleware
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, RedirectResponse, Response
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from scheduler_daemon.client import Client
+from scheduler_daemon.console import actions, pages
+from scheduler_daemon.console.guard import (
+    CSRF_COOKIE,
+    CSRF_FIELD,
+    SESSION_COOKIE,
+    Guard,
+    Refused,
+)
+from scheduler_daemon.services.auditor import InvalidWindow
+
+HERE = Path(__file__).parent
+HTMX = "htmx-2.0.11.min.js"  # the vendored file (ADR 0018 names its version and licence)
+MAX_FORM_BYTES = 16 * 1024
+REFRESH_SECONDS = 5
+AUDIT_WINDOWS = {"15m": timedelta(minutes=15), "1h": timedelta(hours=1), "24h": timedelta(days=1)}
+SECURITY_HEADERS = {
+    # no inline script or style: htmx comes from /static, its indicator styles are off
+    "content-security-policy": "default-src 'self'; script-src 'self'; style-src 'self'; "
+    "img-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'",
+    "x-content-type-options": "nosniff",
+    "x-frame-options": "DENY",
+    "referrer-policy": "no-referrer",
+    "cache-control": "no-store",
+}
+
+log = structlog.get_logger("scheduler_daemon.console")
+
+
+@dataclass(frozen=True)
+class Console:
+    client: Client
+    guard: Guard
+    templates: Environment
+
+
+def templates() -> Environment:
+    env = Environment(
+        loader=FileSystemLoader(HERE / "templates"),
+        autoescape=select_autoescape(default=True, default_for_string=True),
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+    env.globals.update(htmx=HTMX, refresh=REFRESH_SECONDS, csrf_field=CSRF_FIELD)
+    return env
+
+
+Gather = Callable[[Client, Request], dict[str, Any]]
+Step = Callable[[Client, Request, dict[str, str], str], actions.Done]
+
+
+def _id(request: Request, name: str) -> int:
+    return int(request.path_params[name])
+
+
+def _tasks(client: Client, request: Request) -> dict[str, Any]:
+    query = request.query_params
+    found = pages.tasks(
+        client,
+        prefix=query.get("prefix"),
+        status=query.get("status"),
+        verdict=query.get("verdict"),
+        after=query.get("after"),
+    )
+    return {**found, "query": dict(query), "statuses": pages.STATUSES, "verdicts": pages.VERDICTS}
+
+
+def _backfill(client: Client, request: Request, form: dict[str, str], actor: str) -> actions.Done:
+    return actions.backfill_range(
+        client,
+        _id(request, "task_id"),
+        actor,
+        start=form.get("from", ""),
+        end=form.get("to", ""),
+        confirm=form.get("confirm") == "yes",
+    )
+
+
+def _audit(client: Client, request: Request) -> dict[str, Any]:
+    """The read-only audit over the chosen window (15m, 1h or 24h), run when asked."""
+    from scheduler_daemon import presentation
+    from scheduler_daemon.operations import audit
+
+    window = request.query_params.get("since", "1h")
+    if window not in AUDIT_WINDOWS:
+        window = "1h"
+    try:
+        report = audit(client.database_url, since=AUDIT_WINDOWS[window])
+    except InvalidWindow as exc:
+        return {"window": window, "windows": list(AUDIT_WINDOWS), "error": str(exc)}
+    return {
+        "window": window,
+        "windows": list(AUDIT_WINDOWS),
+        "report": presentation.audit_fields(report),
+        "text": presentation.audit_text(report),
+    }
+
+
+# The pages (GET): path, template, what it reads.
+PAGES: tuple[tuple[str, str, Gather], ...] = (
+    ("/", "fleet.html", lambda c, r: pages.fleet(c)),
+    ("/tasks", "tasks.html", _tasks),
+    (
+        "/tasks/{task_id:int}",
+        "task.html",
+        lambda c, r: pages.task(c, _id(r, "task_id"), after=r.query_params.get("after")),
+    ),
+    ("/running", "running.html", lambda c, r: pages.running(c)),
+    (
+        "/occurrences/{occurrence_id:int}",
+        "occurrence.html",
+        lambda c, r: pages.occurrence(c, _id(r, "occurrence_id")),
+    ),
+    ("/audit", "audit.html", _audit),
+    ("/login", "login.html", lambda c, r: {}),
+)
+# The actions (POST): path, what it does as the operator.
+ACTIONS: tuple[tuple[str, Step], ...] = (
+    ("/tasks/{task_id:int}/trigger", lambda c, r, f, a: actions.trigger(c, _id(r, "task_id"), a)),
+    ("/tasks/{task_id:int}/pause", lambda c, r, f, a: actions.pause(c, _id(r, "task_id"), a)),
+    ("/tasks/{task_id:int}/resume", lambda c, r, f, a: actions.resume(c, _id(r, "task_id"), a)),
+    ("/tasks/{task_id:int}/backfill", _backfill),
+    (
+        "/occurrences/{occurrence_id:int}/cancel",
+        lambda c, r, f, a: actions.cancel(c, _id(r, "occurrence_id"), a),
+    ),
+)
+
+
+def build_app(client: Client, guard: Guard) -> Starlette:
+    """The application over `client` (its database URL is never rendered)."""
+    console = Console(client, guard, templates())
+    routes: list[Any] = [
+        Route(path, page(console, name, gather), methods=["GET"]) for path, name, gather in PAGES
+    ]
+    routes += [Route(path, act(console, step), methods=["POST"]) for path, step in ACTIONS]
+    routes += [
+        Route("/login", login(console), methods=["POST"]),
+        Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
+    ]
+    return Starlette(routes=routes, middleware=[Middleware(SecurityHeaders)])
+
+
+def page(console: Console, name: str, gather: Gather) -> Callable[..., Response]:
+    """A page's endpoint (run in the thread pool): the template over what `gather` read, or the
+    one-line refusal (an unknown task, a bad filter, the database's error); its server time in
+    the `Server-Timing` header."""
+
+    def endpoint(request: Request) -> Response:
+        started = time.perf_counter()
+        try:
+            response = render(console, request, name, gather(console.client, request))
+        except (*actions.REFUSALS, psycopg.Error) as exc:
+            done = actions.refusal(exc)
+            response = render(console, request, "done.html", {"done": done}, done.status)
+        elapsed = (time.perf_counter() - started) * 1000
+        response.headers["server-timing"] = f"app;dur={elapsed:.1f}"
+        return response
+
+    return endpoint
+
+
+def act(console: Console, step: Step) -> Callable[..., Any]:
+    """An action's endpoint: writes on, the CSRF token, an operator (guard.py), in that order;
+    then `step` in the thread pool, its refusal as one line."""
+    guard = console.guard
+
+    async def endpoint(request: Request) -> Response:
+        form = await _form(request)
+        try:
+            if not guard.writes:
+                guard.actor(headers={}, session=None, client_host="")  # raises read-only
+            guard.check_csrf(request.cookies.get(CSRF_COOKIE), form.get(CSRF_FIELD))
+            actor = guard.actor(
+                headers=dict(request.headers),
+                session=request.cookies.get(SESSION_COOKIE),
+                client_host=request.client.host if request.client else "unknown",
+            )
+        except Refused as exc:
+            log.warning("console_action_refused", path=request.url.path, reason=str(exc))
+            done = actions.Done(str(exc), ok=False, status=exc.status)
+        else:
+            done = await run_in_threadpool(
+                actions.attempt, lambda: step(console.client, request, form, actor)
+            )
+            log.info(
+                "console_action",
+                path=request.url.path,
+                actor=actor,
+                ok=done.ok,
+                message=done.message,
+            )
+        back = request.url.path.rsplit("/", 1)[0]
+        shown = {k: form[k] for k in ("from", "to") if k in form}
+        context = {"done": done, "back": back, "form": shown}
+        return render(console, request, "done.html", context, done.status)
+
+    return endpoint
+
+
+class SecurityHeaders:
+    """Adds SECURITY_HEADERS to every response (static files keep their own caching)."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        static = scope["path"].startswith("/static/")
+
+        async def with_headers(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                headers = MutableHeaders(scope=message)
+                for name, value in SECURITY_HEADERS.items():
+                    if not (static and name == "cache-control"):
+                        headers.setdefault(name, value)
+            await send(message)
+
+        await self.app(scope, receive, with_headers)
+
+
+def render(
+    console: Console, request: Request, name: str, context: dict[str, Any], status: int = 200
+) -> HTMLResponse:
+    """A page; a browser without this process's CSRF cookie is given one (the forms carry it)."""
+    cookie = request.cookies.get(CSRF_COOKIE)
+    fresh = None if console.guard.csrf_valid(cookie) else console.guard.new_csrf()
+    guard = console.guard
+    html = console.templates.get_template(name).render(
+        **context,
+        path=request.url.path,
+        here=request.url.path + (f"?{request.url.query}" if request.url.query else ""),
+        csrf=fresh or cookie,
+        writes=guard.writes,
+        token_sign_in=guard.writes and guard.token is not None,
+        signed_in=bool(request.cookies.get(SESSION_COOKIE)),
+    )
+    response = HTMLResponse(html, status_code=status)
+    if fresh is not None:
+        response.set_cookie(CSRF_COOKIE, fresh, httponly=True, samesite="strict")
+    return response
+
+
+def login(console: Console) -> Callable[..., Any]:
+    """Signs in with the console token: a session cookie that holds no token."""
+
+    async def endpoint(request: Request) -> Response:
+        form = await _form(request)
+        guard = console.guard
+        try:
+            guard.check_csrf(request.cookies.get(CSRF_COOKIE), form.get(CSRF_FIELD))
+            guard.check_token(form.get("token", ""))
+        except Refused as exc:
+            log.warning("console_sign_in_refused", reason=str(exc))
+            done = actions.Done(str(exc), ok=False, status=exc.status)
+            return render(console, request, "done.html", {"done": done}, exc.status)
+        response = RedirectResponse("/", status_code=303)
+        response.set_cookie(SESSION_COOKIE, guard.session_value(), httponly=True, samesite="strict")
+        return response
+
+    return endpoint
+
+
+async def _form(request: Request) -> dict[str, str]:
+    """An urlencoded form, at most MAX_FORM_BYTES; the first value of each field."""
+    body = b""
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > MAX_FORM_BYTES:
+            return {}
+    parsed = parse_qs(body.decode("utf-8", "replace"), keep_blank_values=True)
+    return {k: v[0] for k, v in parsed.items()}

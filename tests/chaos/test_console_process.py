@@ -1,0 +1,74 @@
+"""The real `scheduler-daemon console` process: it serves the pages, refuses a POST without the
+CSRF token or the token and changes no row, acts once signed in; it refuses `--writes` with no
+operator (exit 2) and an address in use (exit 11)."""
+
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import httpx
+import pytest
+
+from scheduler_daemon.cli.base import EXIT_BAD_INPUT, EXIT_CONSOLE_UNAVAILABLE
+from tests.console_process import Browser, ConsoleProcess, message
+from tests.support import EVERY_MINUTE, query
+
+pytestmark = pytest.mark.slow
+TOKEN = "process-token-91ab"
+
+
+def test_a_real_console_process_refuses_then_acts_once_signed_in(
+    database_url, cli, tmp_path: Path
+) -> None:
+    cli("tasks", "add", "job", *EVERY_MINUTE)
+    console = ConsoleProcess(database_url, tmp_path, "--writes", token=TOKEN)
+    try:
+        console.wait_ready()
+        with httpx.Client(base_url=console.base, follow_redirects=False) as http:
+            browser = Browser(http)
+            page = browser.get("/tasks")
+            assert page.status_code == 200
+            assert ">job</a>" in page.text
+            assert page.headers["content-security-policy"].startswith("default-src 'self'")
+            assert browser.post("/tasks/1/trigger", csrf=False).status_code == 403
+            assert browser.post("/tasks/1/trigger").status_code == 401
+            assert query(database_url, "SELECT id FROM occurrence") == []
+            assert browser.sign_in(TOKEN).status_code == 303
+            done = browser.post("/tasks/1/trigger")
+            assert message(done.text) == "occurrence 1 queued"
+        rows = query(database_url, "SELECT actor, action, source FROM operator_action")
+        assert rows == [
+            {"actor": "console-token@127.0.0.1", "action": "trigger", "source": "console"}
+        ]
+        assert TOKEN not in console.log()
+    finally:
+        console.stop()
+    assert '"console_started"' in console.log()
+
+
+def test_writes_without_an_operator_and_a_port_in_use_are_refused(database_url) -> None:
+    argv = [sys.executable, "-m", "scheduler_daemon", "--database-url", database_url, "console"]
+    env_free = {k: v for k, v in os.environ.items() if k != "SCHEDULER_CONSOLE_TOKEN"}
+    no_operator = subprocess.run(
+        [*argv, "--writes"], check=False, capture_output=True, text=True, timeout=60, env=env_free
+    )
+    assert no_operator.returncode == EXIT_BAD_INPUT
+    assert no_operator.stderr.strip().splitlines() == [
+        "error: --writes needs an operator: --token-file, SCHEDULER_CONSOLE_TOKEN or --trust-header"
+    ]
+    with socket.create_server(("127.0.0.1", 0)) as taken:
+        port = taken.getsockname()[1]
+        in_use = subprocess.run(
+            [*argv, "--port", str(port)],
+            check=False,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env=env_free,
+        )
+    assert in_use.returncode == EXIT_CONSOLE_UNAVAILABLE
+    assert (
+        in_use.stderr.strip() == f"error: cannot listen on 127.0.0.1:{port}: Address already in use"
+    )
