@@ -40,7 +40,8 @@ def _plant(url: str, tasks: int, occurrences: int) -> None:
             """
             INSERT INTO task (name, schedule_kind, every, anchor_at, executor, payload,
                               next_run_at, start_deadline, occurrence_seq)
-            SELECT CASE WHEN g = 1 THEN 'per-second' ELSE 'task-' || lpad(g::text, 5, '0') END,
+            SELECT CASE WHEN g = 1 THEN 'per-second'
+                        ELSE 'task-' || lpad(g::text, greatest(5, length(%(n)s::text)), '0') END,
                    'interval', CASE WHEN g = 1 THEN interval '1 second'
                                     ELSE interval '30 minutes' END,
                    date_trunc('hour', now()) - interval '30 days', 'shell',

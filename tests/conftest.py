@@ -36,8 +36,9 @@ EMBEDDED_TEST_DIR = Path(
 )
 
 
-# Real-process tiers: tests/chaos (daemons under faults) and tests/ha (a streaming pair, failovers).
-SERIAL_DIRS = (Path(__file__).parent / "chaos", Path(__file__).parent / "ha")
+# Real-process tiers: tests/chaos (daemons under faults), tests/ha (a streaming pair, failovers)
+# and tests/browser (the web console in a headless chromium).
+SERIAL_DIRS = tuple(Path(__file__).parent / tier for tier in ("chaos", "ha", "browser"))
 
 
 def _in_serial_dir(path: Path) -> bool:
@@ -45,9 +46,10 @@ def _in_serial_dir(path: Path) -> bool:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Every test in tests/chaos and tests/ha is `serial`: real daemons or servers under faults,
-    timed against each other, one at a time. A plain `pytest` (the README's command) leaves them
-    out; `-m serial` runs them (after it, in .ci/run), and so does naming a path under them."""
+    """Every test in tests/chaos, tests/ha and tests/browser is `serial`: real daemons or servers
+    under faults, timed against each other, one at a time. A plain `pytest` (the README's
+    command) leaves them out; `-m serial` runs them (after it, in .ci/run), and so does naming a
+    path under them."""
     for item in items:
         if _in_serial_dir(item.path):
             item.add_marker(pytest.mark.serial)

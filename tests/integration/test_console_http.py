@@ -279,3 +279,26 @@ def test_the_task_page_shows_next_firings_in_zone_and_utc_with_dst_notes(
     assert rows.count("<tr><td>") == 10
     assert "T09:30:00+01:00" in rows or "T09:30:00+02:00" in rows
     assert "T08:30:00+00:00" in rows or "T07:30:00+00:00" in rows
+
+
+def test_the_console_acts_with_its_roles_grants_and_shows_the_databases_refusal(
+    database_url, client, db
+) -> None:
+    from tests.role_fleet import role_fleet
+
+    task = shell_task(client, "job")
+    with role_fleet(database_url) as roles:
+        for url, expected in [
+            (roles.reader, "error: database refused: permission denied for table task"),
+            (roles.operator, "task 'job' paused"),
+        ]:
+            with Client(url) as console_client:
+                guard = Guard(writes=True, token=TOKEN, trust_header=None)
+                with TestClient(build_app(console_client, guard)) as http:
+                    browser = Browser(http)
+                    assert browser.get(f"/tasks/{task.id}").status_code == 200  # reads: both
+                    browser.sign_in(TOKEN)
+                    page = browser.post(f"/tasks/{task.id}/pause")
+                    assert message(page.text) == expected
+        rows = db.execute("SELECT actor, action FROM operator_action").fetchall()
+        assert rows == [{"actor": "console-token@testclient", "action": "pause"}]
