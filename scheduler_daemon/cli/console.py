@@ -91,13 +91,17 @@ def console(
             err=True,
         )
         ctx.exit(EXIT_CONSOLE_UNAVAILABLE)
+    url = resolve_database_url(ctx.obj["database_url"])
+    from scheduler_daemon.storage import migration
+
+    migration.raise_unless_compatible(migration.state(url).verdict)  # exit 4 or 5, as `run`
     try:
         sock = socket.create_server((bind, port))
     except OSError as exc:
         reason = os.strerror(exc.errno) if exc.errno else str(exc)
         click.echo(f"error: cannot listen on {bind}:{port}: {reason}", err=True)
         ctx.exit(EXIT_CONSOLE_UNAVAILABLE)
-    client = Client(resolve_database_url(ctx.obj["database_url"]))
+    client = Client(url)
     ctx.call_on_close(client.close)
     guard = Guard(writes=writes, token=token, trust_header=trust_header)
     import structlog

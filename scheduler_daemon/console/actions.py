@@ -21,7 +21,7 @@ from scheduler_daemon.domain.status import OccurrenceStatus
 from scheduler_daemon.domain.task import InvalidTask
 from scheduler_daemon.logconfig import scrub_text
 from scheduler_daemon.storage.database import first_line
-from scheduler_daemon.storage.error import Conflict, NotFound
+from scheduler_daemon.storage.error import Conflict, DatabaseUnavailable, NotFound
 
 REFUSALS = (
     Conflict,
@@ -48,7 +48,7 @@ def attempt(step: Callable[[], Done]) -> Done:
     """`step`, or its refusal as one line (`refusal`)."""
     try:
         return step()
-    except (*REFUSALS, psycopg.Error) as exc:
+    except (*REFUSALS, psycopg.Error, DatabaseUnavailable) as exc:
         return refusal(exc)
 
 
@@ -62,6 +62,8 @@ def refusal(exc: Exception) -> Done:
         return Done(f"error: database refused: {first_line(exc)}", ok=False, status=403)
     if isinstance(exc, psycopg.Error):
         return Done(f"error: database error: {scrub_text(first_line(exc))}", ok=False, status=503)
+    if isinstance(exc, DatabaseUnavailable):
+        return Done(f"error: {scrub_text(str(exc))}", ok=False, status=503)
     return Done(f"error: {scrub_text(str(exc))}", ok=False, status=409)
 
 

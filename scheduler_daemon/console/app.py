@@ -32,6 +32,7 @@ from scheduler_daemon.console.guard import (
     Refused,
 )
 from scheduler_daemon.services.auditor import InvalidWindow
+from scheduler_daemon.storage.error import DatabaseUnavailable
 
 HERE = Path(__file__).parent
 HTMX = "htmx-2.0.11.min.js"  # the vendored file (ADR 0018 names its version and licence)
@@ -174,7 +175,7 @@ def page(console: Console, name: str, gather: Gather) -> Callable[..., Response]
         started = time.perf_counter()
         try:
             response = render(console, request, name, gather(console.client, request))
-        except (*actions.REFUSALS, psycopg.Error) as exc:
+        except (*actions.REFUSALS, psycopg.Error, DatabaseUnavailable) as exc:
             done = actions.refusal(exc)
             response = render(console, request, "done.html", {"done": done}, done.status)
         elapsed = (time.perf_counter() - started) * 1000

@@ -1,6 +1,6 @@
 """The real `scheduler-daemon console` process: it serves the pages, refuses a POST without the
 CSRF token or the token and changes no row, acts once signed in; it refuses `--writes` with no
-operator (exit 2) and an address in use (exit 11)."""
+operator (exit 2), a schema without `operator_action` (exit 4) and an address in use (exit 11)."""
 
 import os
 import socket
@@ -11,7 +11,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from scheduler_daemon.cli.base import EXIT_BAD_INPUT, EXIT_CONSOLE_UNAVAILABLE
+from scheduler_daemon.cli.base import EXIT_BAD_INPUT, EXIT_CONSOLE_UNAVAILABLE, EXIT_SCHEMA_BEHIND
+from scheduler_daemon.storage import migration
 from tests.console_process import Browser, ConsoleProcess, message
 from tests.support import EVERY_MINUTE, query
 
@@ -72,3 +73,18 @@ def test_writes_without_an_operator_and_a_port_in_use_are_refused(database_url) 
     assert (
         in_use.stderr.strip() == f"error: cannot listen on 127.0.0.1:{port}: Address already in use"
     )
+
+
+def test_a_schema_before_revision_0026_is_refused_before_listening(empty_database_url) -> None:
+    migration.upgrade(empty_database_url, "0025")
+    behind = subprocess.run(
+        [sys.executable, "-m", "scheduler_daemon", "--database-url", empty_database_url,
+         "console", "--port", "0"],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )  # fmt: skip
+    assert behind.returncode == EXIT_SCHEMA_BEHIND
+    assert behind.stderr.startswith("error: the database schema is at 0025")
+    assert "run `scheduler-daemon migrate`" in behind.stderr
