@@ -251,7 +251,7 @@ def _overlap(before: str, after: str) -> int:
     return k
 
 
-def fire_time_fields(at: datetime, zone: str, start: datetime | None) -> dict[str, str | None]:
+def fire_time_fields(at: datetime, zone: str, start: datetime | None = None) -> dict[str, Any]:
     """`tasks next`: a fire time in the zone and in UTC, then its spread start (--spread)."""
     shown = {"local": iso(at.astimezone(ZoneInfo(zone))), "utc": iso(at)}
     if start is not None:
