@@ -1,7 +1,9 @@
 """Helpers the tests share: real daemon processes, polling with a deadline, row snapshots."""
 
 import contextlib
+import json
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -323,6 +325,61 @@ def answering(body: bytes) -> Iterator[str]:
     finally:
         server.shutdown()
         server.server_close()
+
+
+class NotificationReceiver(ThreadingHTTPServer):
+    """A local notify URL: records every POST (its JSON body, headers and the status it was
+    answered); answers 500 to the first `fail` POSTs of each delivery_id, and to the first POST
+    of a share `flaky` of the ids (decided per id from `seed`), 200 otherwise."""
+
+    def __init__(self, fail: int = 0, *, flaky: float = 0.0, seed: int = 0) -> None:
+        self.fail, self.flaky, self.seed = fail, flaky, seed
+        self.received: list[dict[str, Any]] = []
+        self.lock = threading.Lock()
+        receiver = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                with receiver.lock:
+                    seen = sum(
+                        r["body"]["delivery_id"] == body["delivery_id"] for r in receiver.received
+                    )
+                    status = 500 if receiver.refuses(body["delivery_id"], seen) else 200
+                    receiver.received.append(
+                        {"body": body, "headers": dict(self.headers), "status": status}
+                    )
+                self.send_response(status)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def log_message(self, format: str, *args: object) -> None:
+                pass
+
+        super().__init__(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.serve_forever, daemon=True).start()
+
+    def refuses(self, delivery_id: str, seen: int) -> bool:
+        """Whether the POST of `delivery_id` after `seen` earlier ones is answered 500."""
+        if seen < self.fail:
+            return True
+        return seen == 0 and random.Random(f"{self.seed} {delivery_id}").random() < self.flaky
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server_address[1]}/hook"
+
+    def copies(self) -> dict[str, list[dict[str, Any]]]:
+        """The POSTs received, by delivery_id."""
+        by_id: dict[str, list[dict[str, Any]]] = {}
+        with self.lock:
+            for r in self.received:
+                by_id.setdefault(r["body"]["delivery_id"], []).append(r)
+        return by_id
+
+    def close(self) -> None:
+        self.shutdown()
+        self.server_close()
 
 
 OLD_INSTANCE = (

@@ -3,71 +3,26 @@ every (occurrence, event) arrives at least once, every copy of one with the same
 a daemon killed between a POST and its record leaves a repeat with the same id; a receiver
 answering 500 twice gets it on the third try."""
 
-import json
 import signal
-import threading
 import time
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from scheduler_daemon.runtime.root import POSTED_FILE_ENV
+from tests.support import NotificationReceiver as Receiver
 from tests.support import query, wait_for
 
 pytestmark = pytest.mark.slow
 NO_PROXY = {"no_proxy": "*", "NO_PROXY": "*"}  # loopback only, never through a proxy
 
 
-class Receiver(ThreadingHTTPServer):
-    """Records every POST (its JSON body and headers); answers 500 to the first `fail` POSTs of
-    each delivery_id, 200 after."""
-
-    def __init__(self, fail: int = 0) -> None:
-        self.fail = fail
-        self.received: list[dict[str, Any]] = []
-        self.lock = threading.Lock()
-        receiver = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                with receiver.lock:
-                    seen = sum(
-                        r["body"]["delivery_id"] == body["delivery_id"] for r in receiver.received
-                    )
-                    receiver.received.append({"body": body, "headers": dict(self.headers)})
-                status = 500 if seen < receiver.fail else 200
-                self.send_response(status)
-                self.send_header("Content-Length", "0")
-                self.end_headers()
-
-            def log_message(self, format: str, *args: object) -> None:
-                pass
-
-        super().__init__(("127.0.0.1", 0), Handler)
-        threading.Thread(target=self.serve_forever, daemon=True).start()
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.server_address[1]}/hook"
-
-    def copies(self) -> dict[str, list[dict[str, Any]]]:
-        """The POSTs received, by delivery_id."""
-        by_id: dict[str, list[dict[str, Any]]] = {}
-        with self.lock:
-            for r in self.received:
-                by_id.setdefault(r["body"]["delivery_id"], []).append(r)
-        return by_id
-
-
 def _receiver(fail: int = 0) -> Iterator[Receiver]:
     receiver = Receiver(fail)
     yield receiver
-    receiver.shutdown()
-    receiver.server_close()
+    receiver.close()
 
 
 @pytest.fixture
