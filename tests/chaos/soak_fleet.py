@@ -53,6 +53,8 @@ class Fleet:
         base = {
             "PYTHONFAULTHANDLER": "1",  # SIGABRT writes every thread's stack to the log
             "SOAK_INPROCESS_DIR": str(self.inprocess),  # tests/chaos/soak_jobs.py
+            "no_proxy": "*",  # notifications go to the test's receiver on loopback, never
+            "NO_PROXY": "*",  # through a proxy
         }
         if i != 2 or LIBFAKETIME is None:
             return base

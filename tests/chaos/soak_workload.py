@@ -52,6 +52,7 @@ class Workload:
         self.specs: dict[str, list[str]] = {}
         self.keys: dict[str, list[str]] = {}  # key -> its every-second catch-up tasks
         self.in_process: dict[str, dict[str, Any]] = {}  # what each in-process job does
+        self.notify: list[str] = []  # the tasks with notifications
         for folder in ("inprocess", "inprocess/locks", "inprocess/tried"):
             (root / folder).mkdir()
         self.joblog = root / "inprocess" / "joblog"
@@ -87,7 +88,7 @@ class Workload:
             argv += ["--concurrency-key", key]
         self.specs[name] = argv
 
-    def build(self, seconds: float, start: datetime) -> None:
+    def build(self, seconds: float, start: datetime, notify_url: str) -> None:
         r = self.rng
         for i in range(8):  # every 1-3 s, some longer than their interval: overlap skips
             self.add(
@@ -157,6 +158,44 @@ class Workload:
                 overlap=r.choice(["allow", "forbid", "queue"]),
             )
         self.build_in_process()
+        self.build_notify(notify_url)
+
+    def build_notify(self, url: str) -> None:
+        """Tasks with notifications whose firings end as each event a notification reports
+        (judged by tests/chaos/soak_notifications.py): failed (and interrupted, by a drain or a
+        takeover), timed out, skipped behind a running job, expired past a start deadline, and
+        two with a `--deadline`, one met by some of its firings only."""
+        notify = ("--notify", url, "--notify-on")
+        self.add(
+            "notify-failing",
+            ["--every", "4s"],
+            0.1,
+            code=1,
+            overlap="forbid",
+            extra=("--max-attempts", "2", "--backoff", "1s", *notify, "failure,timeout,expired"),
+        )
+        self.add(
+            "notify-timeout",
+            ["--every", "5s"],
+            10,
+            overlap="forbid",
+            extra=("--timeout", "1s", "--deadline", "2s", *notify, "failure,timeout,deadline"),
+        )
+        self.add(  # longer than its interval: the firings behind a running job are skipped
+            "notify-skipped",
+            ["--every", "1s"],
+            1.5,
+            overlap="forbid",
+            extra=("--deadline", "3s", *notify, "failure,timeout,skipped,expired,deadline"),
+        )
+        self.add(  # queued behind itself until its start deadline passes
+            "notify-expired",
+            ["--every", "1s"],
+            1.5,
+            overlap="queue",
+            extra=("--start-deadline", "2s", *notify, "failure,timeout,expired"),
+        )
+        self.notify = [name for name in self.specs if name.startswith("notify-")]
 
     def add_in_process(
         self,

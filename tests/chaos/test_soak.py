@@ -54,13 +54,13 @@ import pytest
 
 from scheduler_daemon.runtime.endpoint import MAX_CONNECTIONS, READ_TIMEOUT_SECONDS
 from scheduler_daemon.runtime.supervision import EXIT_IN_PROCESS_STUCK, EXIT_IN_PROCESS_UNTRUSTED
-from tests.chaos import soak_jobs
+from tests.chaos import soak_jobs, soak_notifications
 from tests.chaos.soak_fleet import DAEMONS, SUPERVISED, Fleet
 from tests.chaos.soak_inprocess import Verdict
 from tests.chaos.soak_switchover import Switchover
 from tests.chaos.soak_workload import Workload
 from tests.ha.pair import ReplicationPair
-from tests.support import http_get, query, wait_for
+from tests.support import NotificationReceiver, http_get, query, wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
@@ -492,8 +492,19 @@ def pair() -> Iterator[ReplicationPair]:
         pair.close()
 
 
+@pytest.fixture
+def receiver(soak) -> Iterator[NotificationReceiver]:
+    """The notify URL of the soak's tasks with notifications, for the whole soak: it answers 500
+    to the first POST of a fifth of the notifications (seeded), so retries happen."""
+    receiver = NotificationReceiver(flaky=0.2, seed=soak.seed)
+    try:
+        yield receiver
+    finally:
+        receiver.close()
+
+
 def test_the_fleet_keeps_every_guarantee_under_faults_by_the_jobs_and_the_audit(
-    pair, cli, capsys, tmp_path, soak
+    pair, cli, capsys, tmp_path, soak, *, receiver
 ) -> None:
     rng = random.Random(soak.seed)
     began = time.monotonic()
@@ -505,7 +516,7 @@ def test_the_fleet_keeps_every_guarantee_under_faults_by_the_jobs_and_the_audit(
     url = pair.url()  # every daemon, `recover` and `audit` follow the primary through it
     work = Workload(tmp_path, rng)
     (start,) = query(url, "SELECT now() AS t")
-    work.build(soak.seconds, start["t"] + timedelta(seconds=10))
+    work.build(soak.seconds, start["t"] + timedelta(seconds=10), receiver.url)
     for name, argv in work.specs.items():
         added = cli("tasks", "add", name, *argv, url=url)
         assert added.code == 0, (name, added.err)
@@ -525,6 +536,8 @@ def test_the_fleet_keeps_every_guarantee_under_faults_by_the_jobs_and_the_audit(
             proc.signal(signal.SIGCONT)
         time.sleep(BOUND + 3)
         driver.check_takeovers()
+        # The tasks with notifications paused, the daemons deliver what they owe.
+        drained = soak_notifications.drain(url, cli, work.notify)
         fleet.halt()
         (stopped,) = query(url, "SELECT now() AS t")
         for i in range(DAEMONS):
@@ -547,6 +560,7 @@ def test_the_fleet_keeps_every_guarantee_under_faults_by_the_jobs_and_the_audit(
     switched = driver.switchover.problems(events)
     in_process = Verdict(work.joblog)
     unlogged = _unlogged_successes(url, in_process)
+    notified = soak_notifications.Verdict(url, work.notify, receiver.received)
     with capsys.disabled():
         _report(driver, windows, _figures(url, events, driver), verdict, overlaps)
         print(
@@ -554,6 +568,9 @@ def test_the_fleet_keeps_every_guarantee_under_faults_by_the_jobs_and_the_audit(
             f" {driver.switchover.figures()}; problems {switched[:20]}"
         )
         _report_in_process(url, fleet, in_process, unlogged)
+        print(f"notifications: {notified.figures()}; drain {drained}")
+        for line in notified.problems[:20]:
+            print("  ", line)
         print(f"wall time {time.monotonic() - began:.0f} s")
 
     assert overlaps == [], "jobs that must exclude each other really ran at once"
@@ -568,6 +585,7 @@ def test_the_fleet_keeps_every_guarantee_under_faults_by_the_jobs_and_the_audit(
     assert in_process.problems == [], "idempotency keys or tokens went wrong"
     assert unlogged == [], "runs recorded `success` whose in-process job never ran to its end"
     assert in_process.sources() == {str(Path(soak_jobs.__file__).resolve())}
+    assert notified.problems == [], "notifications owed, lost, or sent with the wrong id"
     missed = [name for name, count in windows.items() if count == 0]
     assert not missed, f"the soak never entered {missed} (seed {soak.seed})"
 
