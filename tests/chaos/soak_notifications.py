@@ -97,6 +97,13 @@ class Verdict:
 
     def __init__(self, url: str, names: list[str], received: list[dict[str, Any]]) -> None:
         self.rows = query(url, ROWS)
+        self.statuses = query(
+            url,
+            """SELECT t.name, o.status, count(*) AS n FROM occurrence o
+               JOIN task t ON t.id = o.task_id WHERE t.name = ANY(%s)
+               GROUP BY 1, 2 ORDER BY 1, 2""",
+            (names,),
+        )
         self.received = received
         self.problems: list[str] = []
         self._judge(owed(url, names))
@@ -165,7 +172,11 @@ class Verdict:
 
     def figures(self) -> dict[str, Any]:
         copies = Counter(str(p["body"].get("delivery_id")) for p in self.received)
+        firings: dict[str, dict[str, int]] = defaultdict(dict)
+        for s in self.statuses:
+            firings[s["name"]][s["status"]] = s["n"]
         return {
+            "firings": dict(firings),
             "rows": len(self.rows),
             "by_event": dict(Counter(r["event"] for r in self.rows)),
             "ids_received": len(copies),

@@ -13,6 +13,10 @@ daemon with exit 9), and two that ignore a stop past their timeout: a plain one 
 grace (its daemon exits 8 and its run is taken over) and a coroutine that swallows its
 cancellation and returns within the grace. They report to their own job log, judged by
 tests/chaos/soak_inprocess.py.
+
+The tasks with notifications (`--notify` the test's receiver) fail, time out, skip behind a
+running job and expire past a start deadline; tests/chaos/soak_notifications.py judges what was
+delivered.
 """
 
 import json

@@ -19,12 +19,18 @@ primary. At the end the faults stop, every takeover point passes, `recover` runs
 must report nothing, the overlap file must be empty, and no run that was running at the stop may
 have been taken over or ended by anyone but its owner.
 
+Four tasks have notifications (tests/chaos/soak_notifications.py): they POST to a receiver in the
+test that answers 500 to the first POST of a fifth of them; after the faults they are paused and
+the outbox drained with the daemons running, and every (occurrence, event) they owe must have its
+outbox row, every row must have arrived, and every POST must carry its row's one `delivery_id`.
+
 A race that shows only on some seeds is still entered on every run: the soak counts each window
 it drove and fails when one count is zero (an older keyed occurrence committing after a younger
 one of its key started; a cancel while the job runs; a job interrupted by a drain; a completion and
 a takeover deferred by a held row lock; a manual and a scheduled occurrence of one one-shot task;
 runs whose leases passed while the switchover left no primary; an exit 8 and an exit 9; a stuck
-in-process run taken over; an in-process stop ignored within the grace).
+in-process run taken over; an in-process stop ignored within the grace; a notification of each
+event, and one delivered on a retry).
 
 In-process tasks run beside the process jobs (issue 33; tests/chaos/soak_jobs.py): their daemons
 may exit 8 (a job ignored its stop past the 1.5 s grace) or 9 (a job still ran at its trust
@@ -396,6 +402,15 @@ WINDOWS = {
         SELECT count(*) AS n FROM run r JOIN occurrence o ON o.id = r.occurrence_id
         JOIN task t ON t.id = o.task_id
         WHERE t.name = 'ip-stubborn-async' AND r.status = 'timeout'""",
+    # Notifications of every event the tasks with notifications select (the fewest of them).
+    "notified_every_event": """
+        SELECT min(n) AS n FROM (
+            SELECT (SELECT count(*) FROM notification_outbox WHERE event = e) AS n
+            FROM unnest(ARRAY['failure', 'timeout', 'skipped', 'expired', 'deadline']) e) s""",
+    # A notification delivered after a failed POST (the receiver's 500) or a lost record.
+    "notification_delivered_on_a_retry": """
+        SELECT count(*) AS n FROM notification_outbox
+        WHERE delivered_at IS NOT NULL AND attempts > 1""",
 }
 
 
