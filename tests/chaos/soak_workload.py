@@ -163,6 +163,29 @@ class Workload:
             )
         self.build_in_process()
         self.build_notify(notify_url)
+        self.build_firing_semantics()
+
+    def build_firing_semantics(self) -> None:
+        """Tasks using issue 37's firing semantics: retries after an exponential, jittered delay
+        (`--backoff-max`), and firings started at a spread offset (`--spread`)."""
+        r = self.rng
+        for i in range(2):  # retried after an exponential, jittered delay (issue 37 item 2)
+            self.add(
+                f"doubling-{i}",
+                ["--every", "6s"],
+                0.1,
+                code=1,
+                overlap="forbid",
+                extra=("--max-attempts", "4", "--backoff", "300ms", "--backoff-max", "2s"),
+            )
+        for i in range(4):  # started at a spread offset (issue 37 item 1): 2 s at most of 4 s
+            self.add(
+                f"spread-{i}",
+                ["--every", "4s"],
+                r.uniform(0.1, 1.5),
+                overlap="forbid",
+                extra=("--spread", "2s"),
+            )
 
     def build_notify(self, url: str) -> None:
         """Tasks with notifications whose firings end as each event a notification reports

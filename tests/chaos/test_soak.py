@@ -407,6 +407,17 @@ WINDOWS = {
         SELECT min(n) AS n FROM (
             SELECT (SELECT count(*) FROM notification_outbox WHERE event = e) AS n
             FROM unnest(ARRAY['failure', 'timeout', 'skipped', 'expired', 'deadline']) e) s""",
+    # Runs of spread tasks started at a spread offset (audit `started_before_spread` holds each
+    # to its start; this says the soak produced some).
+    "spread_started": """
+        SELECT count(*) AS n FROM run r JOIN occurrence o ON o.id = r.occurrence_id
+        WHERE o.spread_offset > interval '0'
+          AND r.started_at >= o.scheduled_for + o.spread_offset""",
+    # A retry whose delay was drawn under --backoff-max: below its ceiling, recorded.
+    "retry_delay_drawn": """
+        SELECT count(*) AS n FROM occurrence o JOIN task t ON t.id = o.task_id
+        WHERE t.backoff_max IS NOT NULL AND o.retry_delay IS NOT NULL
+          AND o.retry_delay <= t.backoff_max""",
     # A notification delivered after a failed POST (the receiver's 500) or a lost record.
     "notification_delivered_on_a_retry": """
         SELECT count(*) AS n FROM notification_outbox
