@@ -51,7 +51,8 @@ def differences(old: TaskSpec, new: TaskSpec) -> dict[str, Any]:
 def _same(name: str, spec: TaskSpec) -> Any:
     """A field's value as compared: headers as a mapping (the database keeps no key order)."""
     value = getattr(spec, name)
-    return dict(value) if name in ("headers", "header_refs") else value
+    headers = ("headers", "header_refs", "notify_headers", "notify_header_refs")
+    return dict(value) if name in headers else value
 
 
 def apply(

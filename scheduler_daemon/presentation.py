@@ -2,6 +2,7 @@
 queries return the documented shapes; cli/output.py lays them out as text). What the CLI shows and
 the web console (to come) will show alike: schedules in words, masked headers, the JSON fields."""
 
+from collections.abc import Mapping
 from dataclasses import fields
 from datetime import datetime, timedelta
 from typing import Any
@@ -14,7 +15,7 @@ from scheduler_daemon.domain.liveness import InstanceState, instance_state, unse
 from scheduler_daemon.domain.lock_holder import LockHolder
 from scheduler_daemon.domain.occurrence import Occurrence
 from scheduler_daemon.domain.run import HistoryRow, RunDetail, RunOutput
-from scheduler_daemon.domain.secret import MASK, mask_headers, redact
+from scheduler_daemon.domain.secret import redact, shown_headers
 from scheduler_daemon.domain.status import ExecutorKind
 from scheduler_daemon.domain.task import TaskRecord
 from scheduler_daemon.domain.timing import takeover_bound
@@ -48,12 +49,7 @@ def task_fields(task: TaskRecord, *, show_secrets: bool = False) -> dict[str, An
     """The documented task object. Secret header values, values that came from a task file's
     `${SCHEDULER_SECRET_*}`, and a URL's password are *** unless `show_secrets`."""
     spec = task.spec
-    headers = dict(spec.headers)
-    target = spec.target
-    if not show_secrets:
-        from_refs = {h: MASK for h, _ in spec.header_refs if h in headers}
-        headers = mask_headers(headers) | from_refs
-        target = redact(target) if spec.executor == ExecutorKind.HTTP else target
+    masked, url = not show_secrets and spec.executor == ExecutorKind.HTTP, spec.notify_url
     return {
         "id": task.id,
         "name": spec.name,
@@ -67,8 +63,8 @@ def task_fields(task: TaskRecord, *, show_secrets: bool = False) -> dict[str, An
         "dst_overlap": spec.dst_overlap,
         "executor": spec.executor,
         "in_process": spec.in_process,
-        "target": target,
-        "headers": headers,
+        "target": redact(spec.target) if masked else spec.target,
+        "headers": shown_headers(spec.headers, spec.header_refs, show_secrets=show_secrets),
         "concurrency_key": spec.concurrency_key,
         "overlap": spec.overlap,
         "misfire": spec.misfire,
@@ -82,9 +78,10 @@ def task_fields(task: TaskRecord, *, show_secrets: bool = False) -> dict[str, An
         "backoff_max_seconds": seconds(spec.backoff_max),
         "spread_seconds": seconds(spec.spread),
         "history_retention_seconds": seconds(spec.history_retention),
-        "notify_url": spec.notify_url
-        if show_secrets or spec.notify_url is None
-        else redact(spec.notify_url),
+        "notify_url": url if show_secrets or url is None else redact(url),
+        "notify_headers": shown_headers(
+            spec.notify_headers, spec.notify_header_refs, show_secrets=show_secrets
+        ),
         "notify_on": None if spec.notify_on is None else list(spec.notify_on),
         "deadline_seconds": seconds(spec.deadline),
         "source": task.source,
@@ -103,6 +100,16 @@ def task_fields(task: TaskRecord, *, show_secrets: bool = False) -> dict[str, An
         "parked_at": iso(task.parked_at),
         "park_error": task.park_error,
     }
+
+
+def fleet_settings_fields(settings: Mapping[str, Any]) -> dict[str, Any]:
+    """The fleet settings as `config show` and `set` print them: secrets (below) as ***."""
+    shown = {k.replace("_", "-"): v for k, v in settings.items()}
+    if isinstance(shown.get("notify-url"), str):
+        shown["notify-url"] = redact(shown["notify-url"])
+    if isinstance(shown.get("notify-headers"), dict):
+        shown["notify-headers"] = shown_headers(list(shown["notify-headers"].items()))
+    return shown
 
 
 def _json(value: Any) -> Any:
@@ -213,42 +220,6 @@ def run_output_fields(run: RunOutput) -> dict[str, Any]:
         "error_summary": error_summary(run.status, run.exit_code, run.http_status, run.error),
         "output_tail": run.output_tail,
     }
-
-
-OUTPUT_SKIPPED = "[… output skipped: more than the last 64 KiB was written between two reads …]\n"
-
-
-def unseen_output(shown: str, tail: str) -> str:
-    """What of a run's output tail `tail` a follower that printed `shown` has not printed: the
-    part after the longest start of `tail` that ends `shown` (the tail is the last 64 KiB, so
-    its start slides on as the job writes). When nothing overlaps but something was shown, more
-    was written between two reads than the tail holds: OUTPUT_SKIPPED, then the whole tail."""
-    if not tail or tail.startswith(shown):
-        return tail[len(shown) :]
-    overlap = _overlap(shown[-len(tail) :], tail)
-    if overlap == 0 and shown:
-        return OUTPUT_SKIPPED + tail
-    return tail[overlap:]
-
-
-def _overlap(before: str, after: str) -> int:
-    """The length of the longest start of `after` that is an end of `before`, in linear time
-    (the prefix function of `after`, then a match of it along `before`)."""
-    prefix = [0] * len(after)
-    k = 0
-    for i in range(1, len(after)):
-        while k and after[i] != after[k]:
-            k = prefix[k - 1]
-        if after[i] == after[k]:
-            k += 1
-        prefix[i] = k
-    k = 0
-    for char in before:
-        while k and (k == len(after) or char != after[k]):
-            k = prefix[k - 1]
-        if k < len(after) and char == after[k]:
-            k += 1
-    return k
 
 
 def fire_time_fields(at: datetime, zone: str, start: datetime | None = None) -> dict[str, Any]:

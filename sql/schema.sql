@@ -703,6 +703,15 @@ BEGIN
 END
 $function$;
 
+CREATE TABLE deadline_mark (
+    id boolean NOT NULL DEFAULT true,
+    judged_through timestamp with time zone NOT NULL,
+    updated_at timestamp with time zone NOT NULL,
+    CONSTRAINT deadline_mark_one_row_check CHECK (id),
+    CONSTRAINT deadline_mark_pkey PRIMARY KEY (id)
+);
+
+
 CREATE TABLE fleet_epoch (
     system_identifier bigint NOT NULL,
     timeline bigint NOT NULL,
@@ -759,7 +768,7 @@ CREATE INDEX instance_heartbeat_idx ON public.instance USING btree (heartbeat_at
 CREATE TABLE notification_outbox (
     id bigint GENERATED ALWAYS AS IDENTITY,
     delivery_id uuid NOT NULL DEFAULT gen_random_uuid(),
-    occurrence_id bigint NOT NULL,
+    occurrence_id bigint,
     task_id bigint NOT NULL,
     event text NOT NULL,
     payload jsonb NOT NULL,
@@ -768,14 +777,20 @@ CREATE TABLE notification_outbox (
     next_attempt_at timestamp with time zone NOT NULL DEFAULT now(),
     delivered_at timestamp with time zone,
     last_error text,
+    scheduled_for timestamp with time zone,
     CONSTRAINT notification_outbox_delivery_id_key UNIQUE (delivery_id),
     CONSTRAINT notification_outbox_event_check CHECK ((event = ANY (ARRAY['failure'::text, 'timeout'::text, 'skipped'::text, 'expired'::text, 'deadline'::text]))),
+    CONSTRAINT notification_outbox_firing_check CHECK (((occurrence_id IS NOT NULL) OR ((event = 'deadline'::text) AND (scheduled_for IS NOT NULL)))),
     CONSTRAINT notification_outbox_occurrence_event_key UNIQUE (occurrence_id, event),
     CONSTRAINT notification_outbox_occurrence_id_fkey FOREIGN KEY (occurrence_id) REFERENCES occurrence(id) ON DELETE CASCADE,
     CONSTRAINT notification_outbox_pkey PRIMARY KEY (id)
 );
 
 CREATE INDEX notification_outbox_due_idx ON public.notification_outbox USING btree (next_attempt_at, id) WHERE (delivered_at IS NULL);
+
+CREATE UNIQUE INDEX notification_outbox_firing_deadline_key ON public.notification_outbox USING btree (task_id, scheduled_for) WHERE (event = 'deadline'::text);
+
+CREATE INDEX notification_outbox_unrecorded_idx ON public.notification_outbox USING btree (created_at) WHERE (occurrence_id IS NULL);
 
 
 CREATE TABLE occurrence (
@@ -962,6 +977,7 @@ CREATE TABLE task (
     deadline interval,
     backoff_max interval,
     spread interval,
+    notify_header_refs jsonb,
     CONSTRAINT task_dst_gap_check CHECK ((dst_gap = ANY (ARRAY['shift'::text, 'skip'::text]))),
     CONSTRAINT task_dst_overlap_check CHECK ((dst_overlap = ANY (ARRAY['first'::text, 'second'::text, 'both'::text]))),
     CONSTRAINT task_durations_check CHECK (((misfire_grace >= '00:00:00'::interval) AND (backoff >= '00:00:00'::interval) AND ((catchup_window IS NULL) OR (catchup_window > '00:00:00'::interval)) AND ((start_deadline IS NULL) OR (start_deadline > '00:00:00'::interval)) AND ((run_timeout IS NULL) OR (run_timeout > '00:00:00'::interval)))),
@@ -984,6 +1000,8 @@ CREATE TABLE task (
     CONSTRAINT task_status_check CHECK ((status = ANY (ARRAY['enabled'::text, 'running'::text, 'completed'::text, 'failed'::text, 'cancelled'::text]))),
     CONSTRAINT task_status_kind_check CHECK (((schedule_kind = 'once'::text) OR (status = 'enabled'::text)))
 );
+
+CREATE INDEX task_deadline_idx ON public.task USING btree (id) WHERE ((deadline IS NOT NULL) AND (deleted_at IS NULL));
 
 CREATE INDEX task_deleted_idx ON public.task USING btree (deleted_at) WHERE (deleted_at IS NOT NULL);
 

@@ -8,7 +8,7 @@ id, name, schedule_kind, cron_expr, run_at, anchor_at, timezone, dst_gap, dst_ov
     executor, payload, concurrency_key, overlap, misfire, catchup_limit, max_attempts, status,
     paused, next_run_at, occurrence_seq, created_at, updated_at,
     deleted_at, parked_at, park_error, source, uuid, in_process, notify_url, notify_headers,
-    notify_on,
+    notify_header_refs, notify_on,
     CASE WHEN deadline > interval '36525 days' THEN interval '36525 days'
          ELSE deadline END AS deadline,
     CASE WHEN every > interval '36525 days' THEN interval '36525 days'
@@ -82,7 +82,7 @@ WITH added AS (
         executor, payload, concurrency_key, overlap, misfire, misfire_grace, catchup_limit,
         catchup_window, start_deadline, run_timeout, max_attempts, backoff, paused, next_run_at,
         history_retention, source, in_process, notify_url, notify_on, deadline, backoff_max,
-        spread, created_at, updated_at)
+        spread, notify_headers, notify_header_refs, created_at, updated_at)
     VALUES (
         %(name)s, %(schedule_kind)s, %(cron_expr)s, %(every)s, %(run_at)s, %(anchor_at)s,
         %(timezone)s, %(dst_gap)s, %(dst_overlap)s, %(executor)s, %(payload)s,
@@ -90,7 +90,7 @@ WITH added AS (
         %(catchup_window)s, %(start_deadline)s, %(run_timeout)s, %(max_attempts)s, %(backoff)s,
         %(paused)s, %(next_run_at)s, %(history_retention)s, %(source)s, %(in_process)s,
         %(notify_url)s, %(notify_on)s::text[], %(deadline)s, %(backoff_max)s, %(spread)s,
-        %(anchor_at)s, %(anchor_at)s)
+        %(notify_headers)s, %(notify_header_refs)s, %(anchor_at)s, %(anchor_at)s)
     ON CONFLICT (name) WHERE deleted_at IS NULL DO NOTHING
     RETURNING *
 ), wake AS (
@@ -150,7 +150,8 @@ UPDATE task SET
     history_retention = %(history_retention)s, source = coalesce(%(source)s, source),
     in_process = %(in_process)s, notify_url = %(notify_url)s,
     notify_on = %(notify_on)s::text[], deadline = %(deadline)s, backoff_max = %(backoff_max)s,
-    spread = %(spread)s, updated_at = %(now)s
+    spread = %(spread)s, notify_headers = %(notify_headers)s,
+    notify_header_refs = %(notify_header_refs)s, updated_at = %(now)s
 WHERE id = %(id)s AND deleted_at IS NULL
 RETURNING *
 )
@@ -258,12 +259,13 @@ INSERT INTO task (
     name, schedule_kind, cron_expr, every, run_at, anchor_at, timezone, dst_gap, dst_overlap,
     executor, payload, concurrency_key, overlap, misfire, misfire_grace, catchup_limit,
     catchup_window, start_deadline, run_timeout, max_attempts, backoff, paused, next_run_at,
-    in_process, notify_url, notify_on, deadline, backoff_max, spread, created_at, updated_at)
+    in_process, notify_url, notify_on, deadline, backoff_max, spread, notify_headers,
+    notify_header_refs, created_at, updated_at)
 SELECT name, schedule_kind, cron_expr, every, run_at, anchor_at, timezone, dst_gap, dst_overlap,
     executor, payload, concurrency_key, overlap, misfire, misfire_grace, catchup_limit,
     catchup_window, start_deadline, run_timeout, max_attempts, backoff, paused, next_run_at,
     in_process, notify_url, string_to_array(notify_on, ','), deadline, backoff_max, spread,
-    anchor_at, anchor_at
+    notify_headers, notify_header_refs, anchor_at, anchor_at
 FROM unnest(
     %(name)s::text[], %(schedule_kind)s::text[], %(cron_expr)s::text[], %(every)s::interval[],
     %(run_at)s::timestamptz[], %(anchor_at)s::timestamptz[], %(timezone)s::text[],
@@ -273,11 +275,13 @@ FROM unnest(
     %(start_deadline)s::interval[], %(run_timeout)s::interval[], %(max_attempts)s::integer[],
     %(backoff)s::interval[], %(paused)s::boolean[], %(next_run_at)s::timestamptz[],
     %(in_process)s::boolean[], %(notify_url)s::text[], %(notify_on)s::text[],
-    %(deadline)s::interval[], %(backoff_max)s::interval[], %(spread)s::interval[])
+    %(deadline)s::interval[], %(backoff_max)s::interval[], %(spread)s::interval[],
+    %(notify_headers)s::jsonb[], %(notify_header_refs)s::jsonb[])
     WITH ORDINALITY AS r(name, schedule_kind, cron_expr, every, run_at, anchor_at, timezone,
         dst_gap, dst_overlap, executor, payload, concurrency_key, overlap, misfire, misfire_grace,
         catchup_limit, catchup_window, start_deadline, run_timeout, max_attempts, backoff, paused,
-        next_run_at, in_process, notify_url, notify_on, deadline, backoff_max, spread, ord)
+        next_run_at, in_process, notify_url, notify_on, deadline, backoff_max, spread,
+        notify_headers, notify_header_refs, ord)
 ORDER BY ord
 RETURNING *
 

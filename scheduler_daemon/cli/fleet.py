@@ -23,7 +23,6 @@ from scheduler_daemon.cli.base import (
 )
 from scheduler_daemon.domain import limit
 from scheduler_daemon.domain.duration import format_duration, parse_duration
-from scheduler_daemon.domain.secret import redact
 from scheduler_daemon.runtime.supervision import (
     EXIT_FAILED_PASSES,
     EXIT_IN_PROCESS_STUCK,
@@ -435,20 +434,21 @@ def config() -> None:
 @json_option
 @click.pass_context
 def config_show(ctx: click.Context) -> None:
-    settings = {k.replace("_", "-"): v for k, v in client_for(ctx).fleet_settings().items()}
-    if isinstance(settings.get("notify-url"), str):  # a URL's password is a secret
-        settings["notify-url"] = redact(settings["notify-url"])
+    settings = presentation.fleet_settings_fields(client_for(ctx).fleet_settings())
     emit(ctx, settings, output.pairs(settings) if settings else "(none)")
 
 
 @config.command("set")
 @click.argument("name")
-@click.argument("value")
+@click.argument("values", nargs=-1, required=True, metavar="VALUE...")
 @json_option
 @click.pass_context
-def config_set(ctx: click.Context, name: str, value: str) -> None:
-    row = client_for(ctx).set_fleet_setting(name, value, updated_by=who())
-    emit(ctx, {name: row["value"]}, f"{name} = {row['value']}")
+def config_set(ctx: click.Context, name: str, values: tuple[str, ...]) -> None:
+    """Set one fleet setting. `notify-headers` takes one 'NAME: VALUE' per header; every other
+    setting one VALUE."""
+    row = client_for(ctx).set_fleet_setting(name, values, updated_by=who())
+    (value,) = presentation.fleet_settings_fields({row["key"]: row["value"]}).values()
+    emit(ctx, {name: value}, f"{name} = {value}")
 
 
 # -- database ------------------------------------------------------------------------------------

@@ -17,6 +17,7 @@ from scheduler_daemon.cli.base import (
     paging_options,
     who,
 )
+from scheduler_daemon.domain.followed_output import unseen_output
 
 
 # -- runs ----------------------------------------------------------------------------------------
@@ -110,7 +111,7 @@ def runs_logs(ctx: click.Context, ident: int, follow: bool) -> None:
                 err=True,
             )
         text = run.output_tail or ""
-        _write(presentation.unseen_output(shown, text))
+        _write(unseen_output(shown, text))
         shown = text or shown
         if run.status != "running":
             break

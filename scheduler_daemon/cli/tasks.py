@@ -34,7 +34,7 @@ from scheduler_daemon.domain.status import (
     OverlapPolicy,
     TaskStatus,
 )
-from scheduler_daemon.domain.task import InvalidTask, TaskSpec
+from scheduler_daemon.domain.task import InvalidTask, TaskSpec, header_pairs
 
 
 # -- tasks ---------------------------------------------------------------------------------------
@@ -53,6 +53,7 @@ def task_options(*, adding: bool) -> Option:
         *_executor_options(adding),
         *_policy_options(adding),
         *_retry_options(adding),
+        *_notify_options(adding),
     ]
     if adding:
         options.append(click.option("--paused", is_flag=True, help="Create it paused."))
@@ -156,12 +157,37 @@ def _policy_options(adding: bool) -> list[Option]:
         click.option("--start-deadline", type=optional(DURATION)),
         click.option("--timeout", type=optional(DURATION)),
         click.option(
+            "--history-retention",
+            type=optional(DURATION),
+            help="Keep this task's finished history this long (default: the fleet's "
+            "history-retention)." + ("" if adding else "  `none` clears it."),
+        ),
+    ]
+
+
+def _notify_options(adding: bool) -> list[Option]:
+    """Who hears of its firings: the notify URL, its headers, the events and the deadline."""
+
+    def optional(inner: click.ParamType) -> click.ParamType:
+        return _optional(inner, adding)
+
+    return [
+        click.option(
             "--notify",
             "notify_url",
             metavar="URL",
             type=optional(click.STRING),
             help="POST this task's notifications here (JSON; default: the fleet's notify-url)."
-            + ("" if adding else "  `none` clears it."),
+            + ("" if adding else "  `none` clears it (and its --notify-header)."),
+        ),
+        click.option(
+            "--notify-header",
+            "notify_headers",
+            multiple=True,
+            metavar="'NAME: VALUE'",
+            help="HTTP header to send with this task's notifications, to its --notify URL (repeat "
+            "for more); the rules of --header; shown as *** when it is a secret."
+            + ("" if adding else "  Replaces all of them; `none` clears them."),
         ),
         click.option(
             "--notify-on",
@@ -176,14 +202,8 @@ def _policy_options(adding: bool) -> list[Option]:
             "--deadline",
             type=optional(DURATION),
             help="Notify `deadline` when a firing has not succeeded by its scheduled time plus "
-            "this (queued, running, retrying or skipped); at most the history retention."
-            + ("" if adding else "  `none` clears it."),
-        ),
-        click.option(
-            "--history-retention",
-            type=optional(DURATION),
-            help="Keep this task's finished history this long (default: the fleet's "
-            "history-retention)." + ("" if adding else "  `none` clears it."),
+            "this (queued, running, retrying, skipped or not dispatched); at most the history "
+            "retention." + ("" if adding else "  `none` clears it."),
         ),
     ]
 
@@ -212,9 +232,10 @@ def _definition(opts: dict[str, Any], *, adding: bool) -> dict[str, Any]:
     """TaskSpec fields from the parsed options (update: only those given). An `--at` without an
     offset stays a local wall time: TaskSpec.resolved reads it in the task's zone (`--timezone`,
     else, when updating, the task's own) by its DST policies."""
-    headers = _headers(opts.pop("headers"))
-    if headers is not None:
-        opts["headers"] = headers
+    for option, key in (("--header", "headers"), ("--notify-header", "notify_headers")):
+        pairs = header_pairs(option, opts.pop(key))
+        if pairs is not None:
+            opts[key] = pairs
     targets = {k: opts.pop(k) for k in ("command", "http", "call")}
     given = {k: v for k, v in targets.items() if v is not None}
     if len(given) > 1 or (adding and not given):
@@ -243,21 +264,6 @@ def _definition(opts: dict[str, Any], *, adding: bool) -> dict[str, Any]:
 def events(text: str) -> tuple[str, ...]:
     """`--notify-on failure,timeout` as its events (checked by TaskSpec.validate)."""
     return tuple(e.strip() for e in text.split(",") if e.strip())
-
-
-def _headers(given: tuple[str, ...]) -> tuple[tuple[str, str], ...] | None:
-    """`--header 'Name: value'` options as pairs; None when none was given, () for `none`."""
-    if not given:
-        return None
-    if [g.strip().lower() for g in given] == ["none"]:
-        return ()
-    pairs = []
-    for text in given:
-        name, colon, value = text.partition(":")
-        if not colon or not name.strip():
-            raise InvalidTask("--header needs 'NAME: VALUE' (what was given is not shown)")
-        pairs.append((name.strip(), value.strip()))
-    return tuple(pairs)
 
 
 def _instant(text: str) -> datetime:

@@ -67,7 +67,7 @@ class TaskDefinition(ClientBase):
             spec.check_deadline(fleet_store.history_retention(conn))
         if spec.in_process:
             _allow_in_process(spec.name, _older_builds(conn))
-        if _notifies(spec.notify_url, spec.notify_on, spec.deadline):
+        if _notifies(spec.notify_url, spec.notify_on, spec.deadline, spec.notify_headers):
             _allow_notify(f"task '{spec.name}'", _not_notifying(conn))
         _refuse_new_fields(spec.name, _older_for(conn, _new_fields(spec)))
         if spec.cron is not None and _splits(spec.cron):
@@ -96,7 +96,11 @@ class TaskDefinition(ClientBase):
             made = [s.name for s in specs if s.in_process]
             if made:
                 _allow_in_process(made[0], _older_builds(conn))
-            notifying = [s.name for s in specs if _notifies(s.notify_url, s.notify_on, s.deadline)]
+            notifying = [
+                s.name
+                for s in specs
+                if _notifies(s.notify_url, s.notify_on, s.deadline, s.notify_headers)
+            ]
             if notifying:
                 _allow_notify(f"task '{notifying[0]}'", _not_notifying(conn))
             for spec in specs:
@@ -146,7 +150,10 @@ class TaskDefinition(ClientBase):
         # The instances' lock before the task's: the order `migrate --contract` takes them.
         older = _older_builds(conn) if changes.get("in_process") else []
         notifies = _notifies(
-            changes.get("notify_url"), changes.get("notify_on"), changes.get("deadline")
+            changes.get("notify_url"),
+            changes.get("notify_on"),
+            changes.get("deadline"),
+            changes.get("notify_headers"),
         )
         silent = _not_notifying(conn) if notifies else []
         behind = _older_for(conn, _new_fields(changes))
@@ -341,10 +348,12 @@ def _allow_in_process(task_name: str, older: list[Instance]) -> None:
         raise Conflict(refusal.message)
 
 
-def _notifies(url: str | None, events: Sequence[str] | None, deadline: Any) -> bool:
-    """Whether a write gives notifications (a URL, events or a deadline): what builds before
-    control.NOTIFY_SINCE would ignore. Clearing them is never refused."""
-    return url is not None or events is not None or deadline is not None
+def _notifies(
+    url: str | None, events: Sequence[str] | None, deadline: Any, headers: Sequence[Any] | None
+) -> bool:
+    """Whether a write gives notifications (a URL, events, a deadline or headers): what builds
+    before control.NOTIFY_SINCE would ignore. Clearing them is never refused."""
+    return url is not None or events is not None or deadline is not None or bool(headers)
 
 
 def _not_notifying(conn: psycopg.Connection[Any]) -> list[Instance]:

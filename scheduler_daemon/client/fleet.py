@@ -2,6 +2,7 @@
 settings."""
 
 import time
+from collections.abc import Sequence
 from dataclasses import replace
 from datetime import timedelta
 from typing import Any
@@ -98,12 +99,19 @@ class Fleet(ClientBase):
         with self._tx() as conn:
             return {row["key"]: row["value"] for row in fleet_store.list_settings(conn)}
 
-    def set_fleet_setting(self, name: str, value: str, *, updated_by: str) -> dict[str, Any]:
+    def set_fleet_setting(
+        self, name: str, value: str | Sequence[str], *, updated_by: str
+    ) -> dict[str, Any]:
+        """Sets `name` to `value`: one text, or for `notify-headers` one 'NAME: VALUE' each."""
         key, stored = argument.fleet_setting(name, value)  # within its bound (domain/limit.py)
         with self._tx() as conn:
             if key in argument.NOTIFY_SETTINGS and stored is not None:  # ADR 0016, as ADR 0010
-                older = migration.instances_before(conn, control.NOTIFY_SINCE)
-                refusal = control.plan_notify("the fleet", older)
+                if key == "notify_headers":  # builds before 0030 would POST without them
+                    older = migration.instances_before(conn, control.NOTIFY_HEADERS_SINCE)
+                    refusal = control.plan_fleet_notify_headers(older)
+                else:
+                    older = migration.instances_before(conn, control.NOTIFY_SINCE)
+                    refusal = control.plan_notify("the fleet", older)
                 if refusal is not None:
                     raise Conflict(refusal.message)
             return fleet_store.set_setting(conn, key, stored, updated_by)

@@ -2,11 +2,19 @@
 InvalidArgument and the checks that raise it (pure)."""
 
 import re
+from collections.abc import Sequence
 
 from scheduler_daemon.domain import limit
 from scheduler_daemon.domain.duration import format_duration, parse_duration
 from scheduler_daemon.domain.secret import redact
 from scheduler_daemon.domain.status import NOTIFY_ON_CHOICES, OccurrenceStatus, TaskStatus
+from scheduler_daemon.domain.task import (
+    InvalidTask,
+    bound_headers,
+    check_headers,
+    header_pairs,
+    headers_size,
+)
 
 OCCURRENCE_STATUSES = tuple(OccurrenceStatus)
 TASK_STATUSES = tuple(TaskStatus)
@@ -16,9 +24,10 @@ FLEET_SETTINGS = {
     "history-retention": "history_retention",
     "notify-url": "notify_url",
     "notify-on": "notify_on",
+    "notify-headers": "notify_headers",
 }
 # The settings that give notifications (ADR 0016): refused while a build before them runs.
-NOTIFY_SETTINGS = frozenset({"notify_url", "notify_on"})
+NOTIFY_SETTINGS = frozenset({"notify_url", "notify_on", "notify_headers"})
 DURATION_SETTINGS = frozenset({"history-retention"})  # stored as duration text
 
 
@@ -68,6 +77,21 @@ def history_cursor(text: str) -> tuple[int, int | None]:
     )
 
 
+def notify_headers_setting(name: str, given: Sequence[str]) -> dict[str, str] | None:
+    """`config set notify-headers 'NAME: VALUE'...`, a header each, with the rules of
+    `--notify-header`; None for `none` (no fleet headers)."""
+    try:
+        headers = header_pairs(name, given)
+        if not headers:
+            return None
+        bound_headers(name, headers)
+        check_headers(name, headers, setter="the deliverer")
+        headers_size(name, headers)
+    except (InvalidTask, limit.OutOfBounds) as exc:
+        raise InvalidArgument(str(exc)) from None
+    return dict(headers)
+
+
 def notify_setting(name: str, value: str) -> str | list[str] | None:
     """`config set notify-url URL` (an http(s) URL) or `notify-on EVENTS` (comma-separated);
     None for `none` (no fleet default)."""
@@ -92,14 +116,22 @@ def notify_setting(name: str, value: str) -> str | list[str] | None:
     return events
 
 
-def fleet_setting(name: str, value: str) -> tuple[str, int | str | list[str] | None]:
+def fleet_setting(
+    name: str, given: str | Sequence[str]
+) -> tuple[str, int | str | list[str] | dict[str, str] | None]:
     """A `config set NAME VALUE`: the stored key and its value (a whole number, or for a
     duration setting its duration text, None for `none`: keep everything), within its bound
-    (domain/limit.py)."""
+    (domain/limit.py). `notify-headers` takes a VALUE per header, every other setting one."""
     if name not in FLEET_SETTINGS:
         raise InvalidArgument(
             f"unknown setting '{name}': choose one of {', '.join(FLEET_SETTINGS)}"
         )
+    values = [given] if isinstance(given, str) else list(given)
+    if name == "notify-headers":
+        return FLEET_SETTINGS[name], notify_headers_setting(name, values)
+    if len(values) != 1:
+        raise InvalidArgument(f"{name} takes one VALUE, got {len(values)}")
+    (value,) = values
     if FLEET_SETTINGS[name] in NOTIFY_SETTINGS:
         try:
             return FLEET_SETTINGS[name], notify_setting(name, value)

@@ -39,6 +39,10 @@ SPREAD_SINCE = "0029"
 # such an expression as croniter reads it, both fields matching, so it is refused while one is
 # registered (ADR 0019, as ADR 0010).
 EITHER_DAYS_SINCE = "0026"
+# The schema revision that came with the fleet's notify headers (migration
+# 0030_notification_headers_and_firings): a build whose head is before it POSTs to the fleet's
+# notify-url without them, so `config set notify-headers` is refused while one is registered.
+NOTIFY_HEADERS_SINCE = "0030"
 # The changes that move a task's schedule: its due, undispatched firings are recorded first.
 SCHEDULE_FIELDS = frozenset({"cron", "every", "at", "timezone", "dst_gap", "dst_overlap"})
 
@@ -119,6 +123,16 @@ def plan_either_days(task_name: str, cron: str, older: Sequence[Instance]) -> Re
         since=EITHER_DAYS_SINCE,
         because="they fire it only on days both day fields match, or never: "
         "not on a day either one matches",
+    )
+
+
+def plan_fleet_notify_headers(older: Sequence[Instance]) -> Refusal | None:
+    """Whether the fleet may be given notify headers now (ADR 0016)."""
+    return refuse_beside_older(
+        "the fleet cannot have notify-headers",
+        older,
+        since=NOTIFY_HEADERS_SINCE,
+        because="they would POST to its notify-url without them",
     )
 
 

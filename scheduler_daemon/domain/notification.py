@@ -16,7 +16,7 @@ class Notification:
 
     id: int
     delivery_id: str
-    occurrence_id: int
+    occurrence_id: int | None  # None: a `deadline` of a firing not recorded when it was written
     task_id: int
     event: str
     payload: dict[str, Any]

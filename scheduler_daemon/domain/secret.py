@@ -95,6 +95,20 @@ def mask_headers(headers: Mapping[str, str]) -> dict[str, str]:
     return {k: MASK if is_secret_header(k) else v for k, v in headers.items()}
 
 
+def shown_headers(
+    headers: Iterable[tuple[str, str]],
+    refs: Iterable[tuple[str, str]] = (),
+    *,
+    show_secrets: bool = False,
+) -> dict[str, str]:
+    """Headers as output shows them: secret ones, and those a task file gave as a
+    `${SCHEDULER_SECRET_*}` reference (`refs`), as *** unless `show_secrets`."""
+    shown = dict(headers)
+    if show_secrets:
+        return shown
+    return mask_headers(shown) | {h: MASK for h, _ in refs if h in shown}
+
+
 def _mask_header_values(text: str) -> str:
     """Each secret `name: value` with its value masked. A name that is not a secret consumes
     only itself, so `ValueError: Cookie: x` still finds the Cookie."""

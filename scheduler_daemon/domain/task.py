@@ -2,6 +2,7 @@
 
 import json
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
@@ -91,6 +92,11 @@ class TaskSpec:
     # Each firing starts no earlier than its nominal time plus a deterministic offset in
     # [0, spread) (domain/spread.py); None: at its nominal time.
     spread: timedelta | None = None
+    # The headers POSTed with this task's notifications, to its own notify URL only (the fleet's
+    # URL gets the fleet's notify-headers), and the `${VAR}` templates they came from (`tasks
+    # apply`): the http executor's `headers` and `header_refs`, with its rules.
+    notify_headers: tuple[tuple[str, str], ...] = ()
+    notify_header_refs: tuple[tuple[str, str], ...] = ()
 
     @property
     def schedule_kind(self) -> ScheduleKind:
@@ -154,8 +160,16 @@ class TaskSpec:
             and "in_process" not in changes
         ):
             changes["in_process"] = False  # in-process belongs to the python target
+        if (
+            "notify_url" in changes
+            and changes["notify_url"] is None
+            and "notify_headers" not in changes
+        ):
+            changes["notify_headers"] = ()  # notify headers belong to the URL they were given with
         if "headers" in changes and "header_refs" not in changes:
             changes["header_refs"] = ()  # new values, given as they are
+        if "notify_headers" in changes and "notify_header_refs" not in changes:
+            changes["notify_header_refs"] = ()
         return replace(self, **changes)
 
     def validate(self, now: datetime | None = None, *, new_instant: bool = True) -> None:
@@ -229,9 +243,8 @@ class TaskSpec:
         if self.at is not None:
             _check_instant(self.at, now)
         limit.text(f"the {self.executor} target", self.target)
-        for header, header_value in self.headers:
-            limit.text("--header name", header)
-            limit.text(f"--header {header}", header_value)
+        bound_headers("--header", self.headers)
+        bound_headers("--notify-header", self.notify_headers)
 
     def _durations(self) -> dict[str, timedelta | None]:
         return {
@@ -260,7 +273,11 @@ class TaskSpec:
             not self.in_process or self.executor == ExecutorKind.PYTHON,
             "--in-process is for --call (python) tasks only",
         )
-        self._validate_headers()
+        _check(
+            not self.headers or self.executor == ExecutorKind.HTTP,
+            "--header is for --http tasks only",
+        )
+        check_headers("--header", self.headers, setter="the http executor")
         self._validate_notify()
         size = len(json.dumps(self.payload).encode())
         _check(
@@ -285,6 +302,12 @@ class TaskSpec:
             len(set(self.notify_on or ())) == len(self.notify_on or ()),
             "--notify-on: an event is given twice",
         )
+        _check(
+            not self.notify_headers or self.notify_url is not None,
+            "--notify-header needs --notify (the fleet's notify-url gets its notify-headers)",
+        )
+        check_headers("--notify-header", self.notify_headers, setter="the deliverer")
+        headers_size("--notify-header", self.notify_headers)
         self.check_deadline(self.history_retention)
 
     def check_deadline(self, retention: timedelta | None) -> None:
@@ -299,28 +322,59 @@ class TaskSpec:
             f"({format_duration(kept) if kept else 'none'}): its firing could be pruned first",
         )
 
-    def _validate_headers(self) -> None:
-        """Names and values are checked without echoing a value: it may be a secret."""
+
+def header_pairs(label: str, given: Sequence[str]) -> tuple[tuple[str, str], ...] | None:
+    """`--header 'Name: value'` options (`label`) as pairs, the name and value stripped; None
+    when none was given, () for a lone `none`. What was given is not echoed: it may be a
+    secret."""
+    if not given:
+        return None
+    if [g.strip().lower() for g in given] == ["none"]:
+        return ()
+    pairs = []
+    for text in given:
+        name, colon, value = text.partition(":")
+        if not colon or not name.strip():
+            raise InvalidTask(f"{label} needs 'NAME: VALUE' (what was given is not shown)")
+        pairs.append((name.strip(), value.strip()))
+    return tuple(pairs)
+
+
+def bound_headers(label: str, headers: Sequence[tuple[str, str]]) -> None:
+    """Each header name and value storable (domain/limit.py `text`: no NUL, no surrogate)."""
+    for name, value in headers:
+        limit.text(f"{label} name", name)
+        limit.text(f"{label} {name}", value)
+
+
+def check_headers(label: str, headers: Sequence[tuple[str, str]], *, setter: str) -> None:
+    """The rules HTTP headers a task sends obey (`--header` of an http task, `--notify-header`,
+    `config set notify-headers`): an RFC 9110 token for a name, none that `setter` sets itself,
+    no name twice (in any case), no line break or NUL in a value. Checked without echoing a
+    value: it may be a secret."""
+    seen: set[str] = set()
+    for name, value in headers:
         _check(
-            not self.headers or self.executor == ExecutorKind.HTTP,
-            "--header is for --http tasks only",
+            _HEADER_NAME.match(name) is not None,
+            f"{label} name '{name[:80]}' is not a valid HTTP header name",
         )
-        seen: set[str] = set()
-        for name, value in self.headers:
-            _check(
-                _HEADER_NAME.match(name) is not None,
-                f"--header name '{name[:80]}' is not a valid HTTP header name",
-            )
-            _check(
-                name.lower() not in RESERVED_HEADERS,
-                f"--header {name} is set by the http executor itself",
-            )
-            _check(name.lower() not in seen, f"--header {name} is given twice")
-            seen.add(name.lower())
-            _check(
-                not any(c in value for c in "\r\n\0"),
-                f"--header {name}: the value must not contain line breaks or NUL",
-            )
+        _check(name.lower() not in RESERVED_HEADERS, f"{label} {name} is set by {setter} itself")
+        _check(name.lower() not in seen, f"{label} {name} is given twice")
+        seen.add(name.lower())
+        _check(
+            not any(c in value for c in "\r\n\0"),
+            f"{label} {name}: the value must not contain line breaks or NUL",
+        )
+
+
+def headers_size(label: str, headers: Sequence[tuple[str, str]]) -> None:
+    """Headers kept apart from a payload (`--notify-header`, `config set notify-headers`) are
+    held to the payload's bound, as JSON."""
+    size = len(json.dumps(dict(headers)).encode())
+    _check(
+        size <= MAX_PAYLOAD_BYTES,
+        f"{label}: the headers are {size} bytes; the limit is {MAX_PAYLOAD_BYTES} bytes",
+    )
 
 
 def _check_spread(spec: "TaskSpec", now: datetime) -> None:

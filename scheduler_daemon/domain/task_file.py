@@ -1,15 +1,16 @@
 """Task files for `tasks apply` and `tasks export`: TOML, one table per task (pure).
 
 A table's keys are the options of `tasks add` without their dashes' leading `--`
-(`misfire-grace = "1m"`; underscores work too), `headers` is a table of header values, durations
-are strings (`"30s"`, `"PT1H"`) or numbers of seconds, and `at` is a TOML datetime or an ISO 8601
-string (without an offset: a local time in the task's `timezone`, read by its `dst-gap` and
-`dst-overlap` as `tasks add --at` reads it). A file is UTF-8 (a byte-order mark at its
-start is allowed) of at most 10 MiB, nested at most 100 deep. A header value may hold `${VAR}`
-references to variables named `SCHEDULER_SECRET_*` (no others: the applier's environment also
-holds its own database URL), resolved when the file is applied and shown as `***` to every
-reader; `tasks export` writes the reference back, and a secret header value without one as
-`***`, which `apply` reads as "keep the value stored" (never a new value).
+(`misfire-grace = "1m"`; underscores work too), `headers` and `notify-headers` are tables of
+header values, durations are strings (`"30s"`, `"PT1H"`) or numbers of seconds, and `at` is a
+TOML datetime or an ISO 8601 string (without an offset: a local time in the task's `timezone`,
+read by its `dst-gap` and `dst-overlap` as `tasks add --at` reads it). A file is UTF-8 (a
+byte-order mark at its start is allowed) of at most 10 MiB, nested at most 100 deep. A header
+value (of either table) may hold `${VAR}` references to variables named `SCHEDULER_SECRET_*` (no
+others: the applier's environment also holds its own database URL), resolved when the file is
+applied and shown as `***` to every reader; `tasks export` writes the reference back, and a
+secret header value without one as `***`, which `apply` reads as "keep the value stored" (never
+a new value).
 """
 
 import json
@@ -57,7 +58,12 @@ _TEXTS = {
 }
 _INTS = {"catchup-limit": "catchup_limit", "max-attempts": "max_attempts"}
 _FLAGS = {"paused": "paused", "in-process": "in_process"}
-FIELDS = (*_TEXTS, *_DURATIONS, *_INTS, "at", *_FLAGS, "headers", *_TARGETS, "notify", "notify-on")
+# The header tables: their TaskSpec fields, the values and the `${VAR}` templates.
+_HEADERS = {
+    "headers": ("headers", "header_refs"),
+    "notify-headers": ("notify_headers", "notify_header_refs"),
+}
+FIELDS = (*_TEXTS, *_DURATIONS, *_INTS, "at", *_FLAGS, *_HEADERS, *_TARGETS, "notify", "notify-on")
 _DEFAULTS = {f.name: f.default for f in fields(TaskSpec)}
 
 
@@ -171,10 +177,10 @@ def _spec(  # noqa: PLR0912 - one branch per kind of field, in one place
             if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
                 raise fail(key, 'must be a list of events such as ["failure", "timeout"]')
             values["notify_on"] = tuple(value)
-        elif key == "headers":
+        elif key in _HEADERS:
             if not isinstance(value, dict) or not all(isinstance(v, str) for v in value.values()):
                 raise fail(key, "must be a table of strings")
-            values["headers"], values["header_refs"] = _headers(value, env, fail)
+            values[_HEADERS[key][0]], values[_HEADERS[key][1]] = _headers(key, value, env, fail)
     if "at" in table:
         values["at"] = _at(table["at"], lambda m: fail("at", m))
     return TaskSpec(**values)
@@ -210,23 +216,22 @@ def _at(value: Any, fail: Any) -> datetime:
 
 
 def _headers(
-    given: dict[str, str], env: Mapping[str, str], fail: Any
+    key: str, given: dict[str, str], env: Mapping[str, str], fail: Any
 ) -> tuple[tuple[tuple[str, str], ...], tuple[tuple[str, str], ...]]:
-    """The header values with `${VAR}` resolved, and the templates of those that had any."""
+    """The values of header table `key` with `${VAR}` resolved, and the templates of those that
+    had any."""
     values, refs = [], []
     for header, template in given.items():
         foreign = [v for v in _REF.findall(template) if not v.startswith(SECRET_PREFIX)]
         if foreign:
             raise fail(
-                "headers",
+                key,
                 f"header {header}: ${{{foreign[0]}}} is not resolved: only variables named "
                 f"{SECRET_PREFIX}* are (export it as {SECRET_PREFIX}{foreign[0]})",
             )
         missing = [v for v in _REF.findall(template) if v not in env]
         if missing:
-            raise fail(
-                "headers", f"header {header} needs the environment variable {missing[0]}, unset"
-            )
+            raise fail(key, f"header {header} needs the environment variable {missing[0]}, unset")
         values.append((header, _REF.sub(lambda m: env[m.group(1)], template)))
         if _REF.search(template):
             refs.append((header, template))
@@ -236,17 +241,11 @@ def _headers(
 def keep_masked(new: TaskSpec, old: TaskSpec | None, name: str) -> TaskSpec:
     """`new` with every `***` that `export` wrote for a secret replaced by the stored value;
     InvalidTask when there is no stored value to keep."""
-    headers, stored = [], dict(old.headers) if old is not None else {}
-    for header, given in new.headers:
-        value = given
-        if value == MASK and dict(new.header_refs).get(header) is None:
-            if header not in stored:
-                raise InvalidTask(
-                    f"task '{name}': field 'headers': header {header} is masked (***) with no "
-                    "stored value to keep; give it or a ${VAR} reference"
-                )
-            value = stored[header]
-        headers.append((header, value))
+    kept: dict[str, Any] = {}
+    for key, (field, refs) in _HEADERS.items():
+        stored = dict(getattr(old, field)) if old is not None else {}
+        kept[field] = _kept_headers(f"task '{name}': field '{key}'", new, field, refs, stored)
+        kept[refs] = getattr(new, refs)
     target = new.target
     if old is not None and MASK in target and target == redact(old.target) != old.target:
         target = old.target  # a URL exported with its password masked
@@ -259,9 +258,26 @@ def keep_masked(new: TaskSpec, old: TaskSpec | None, name: str) -> TaskSpec:
         and notify_url == redact(old.notify_url) != old.notify_url
     ):
         notify_url = old.notify_url  # the same: its password was masked by `export`
-    return new.with_changes(
-        headers=tuple(headers), header_refs=new.header_refs, target=target, notify_url=notify_url
-    )
+    return new.with_changes(**kept, target=target, notify_url=notify_url)
+
+
+def _kept_headers(
+    where: str, new: TaskSpec, field: str, refs: str, stored: dict[str, str]
+) -> tuple[tuple[str, str], ...]:
+    """The header table `field` of `new` with each `***` that has no `${VAR}` reference (in
+    `refs`) replaced by the `stored` value; InvalidTask (`where`) when there is none."""
+    headers, templates = [], dict(getattr(new, refs))
+    for header, value in getattr(new, field):
+        if value != MASK or templates.get(header) is not None:
+            headers.append((header, value))
+        elif header in stored:
+            headers.append((header, stored[header]))
+        else:
+            raise InvalidTask(
+                f"{where}: header {header} is masked (***) with no stored value to keep; give "
+                "it or a ${VAR} reference"
+            )
+    return tuple(headers)
 
 
 def exported(task: TaskRecord) -> TaskSpec:
@@ -313,15 +329,21 @@ def render(
             lines.append(f"notify = {json.dumps(url)}")
         if spec.notify_on is not None:
             lines.append(f"notify-on = {json.dumps(list(spec.notify_on))}")
-        if spec.headers:
-            refs = dict(spec.header_refs)
-            shown = {
-                h: refs.get(h) or (MASK if is_secret_header(h) and not include_secrets else v)
-                for h, v in spec.headers
-            }
-            if include_secrets:
-                shown = dict(spec.headers)
-            pairs = ", ".join(f"{json.dumps(h)} = {json.dumps(v)}" for h, v in shown.items())
-            lines.append(f"headers = {{ {pairs} }}")
+        for key, (field, refs) in _HEADERS.items():
+            headers = getattr(spec, field)
+            if headers:
+                shown = _shown_headers(headers, dict(getattr(spec, refs)), include_secrets)
+                pairs = ", ".join(f"{json.dumps(h)} = {json.dumps(v)}" for h, v in shown.items())
+                lines.append(f"{key} = {{ {pairs} }}")
         blocks.append("\n".join(lines))
     return "\n\n".join(blocks) + "\n" if blocks else ""
+
+
+def _shown_headers(
+    headers: tuple[tuple[str, str], ...], refs: dict[str, str], include_secrets: bool
+) -> dict[str, str]:
+    """The headers as `export` writes them: every value as stored with `include_secrets`, else
+    its `${VAR}` reference, else `***` for a secret header."""
+    if include_secrets:
+        return dict(headers)
+    return {h: refs.get(h) or (MASK if is_secret_header(h) else v) for h, v in headers}

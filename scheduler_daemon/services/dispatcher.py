@@ -115,6 +115,9 @@ class Dispatcher:
         # The skipped firings' notifications, in the transaction that records them.
         skipped = [row["id"] for row in rows if row["status"] == OccurrenceStatus.SKIPPED]
         outbox_store.enqueue(conn, skipped, savepoint=True)
+        if spec.deadline is not None:  # firings recorded past their deadline (ADR 0016)
+            late = [r["id"] for r in rows if r["scheduled_for"] + spec.deadline <= db_now]
+            outbox_store.enqueue_late_deadlines(conn, late, now=db_now)
         for firing in plan.firings:
             row = inserted.get(firing.scheduled_for)
             if row is None:  # the unique scheduled firing: someone recorded it already

@@ -14,9 +14,10 @@ whatever the retention is later set to (two prunes marking one task wait for eac
 short transaction at most). A batch that fails on a row it cannot delete (a data
 or integrity error: a value written by hand, a trigger or key an operator added) is done again
 a task per transaction; the task whose rows still fail is logged and passed over, and every
-other task's history is still pruned. Every retention is capped at 100 years in SQL, so none
-written by hand subtracts from now() past the calendar. Called from the daemon's reconcile
-step, and by `scheduler-daemon prune`.
+other task's history is still pruned. A pass also deletes the `deadline` notifications written
+before their firing had a row (no cascade reaches them) once past the same retention. Every
+retention is capped at 100 years in SQL, so none written by hand subtracts from now() past the
+calendar. Called from the daemon's reconcile step, and by `scheduler-daemon prune`.
 """
 
 from collections.abc import Callable
@@ -27,7 +28,7 @@ from functools import partial
 import structlog
 from psycopg_pool import ConnectionPool
 
-from scheduler_daemon.storage import fleet_store, retention_store
+from scheduler_daemon.storage import fleet_store, outbox_store, retention_store
 from scheduler_daemon.storage.database import UNIT_LIMITS, first_line, transaction
 from scheduler_daemon.storage.error import LOCK_ERRORS, UNSTORABLE_ERRORS, sqlstate
 from scheduler_daemon.storage.retention_store import Batch
@@ -43,6 +44,7 @@ class PruneReport:
     dry_run: bool = False
     occurrences: int = 0
     runs: int = 0
+    notifications: int = 0  # `deadline` notifications of firings that had no row when written
     batches: int = 0
     swept: bool = False  # the cursor reached the end of the history
     retention: timedelta | None = None
@@ -105,14 +107,20 @@ class Pruner:
                 if dry_run or not full:
                     self.after = batch.after  # everything due in that window is gone
                 # else: the batch was full; the same window holds more, so stay on it
+            if not dry_run:  # what no occurrence's cascade reaches (ADR 0016)
+                with transaction(self.pool, UNIT_LIMITS) as tx:
+                    report.notifications = outbox_store.prune_unrecorded(
+                        tx.conn, retention=retention, min_retention=min(bounds), limit=self.batch
+                    )
         except LOCK_ERRORS as exc:  # a held row: the rest waits for the next pass
             self.log.warning("prune_batch_failed", error=first_line(exc))
-        if report.occurrences:
+        if report.occurrences or report.notifications:
             self.log.info(
                 "history_pruned",
                 dry_run=dry_run,
                 occurrences=report.occurrences,
                 runs=report.runs,
+                notifications=report.notifications,
             )
         return report
 

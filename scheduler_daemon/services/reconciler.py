@@ -6,6 +6,7 @@ that lost its race changes nothing. Scans page through in id order, so a backlog
 page is drained in one pass.
 """
 
+import functools
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -41,10 +42,14 @@ from scheduler_daemon.storage.database import (
 from scheduler_daemon.storage.error import LOCK_ERRORS
 
 log = structlog.get_logger()
-# A firing's deadline notification is looked for while its deadline passed at most this long
-# ago: the scan is an index range per task with a deadline; a fleet down for longer than this
-# owes none for the firings whose deadline passed meanwhile (ADR 0016).
+# The deadline scan judges the firings whose deadline passed since the fleet's mark (the
+# instant every deadline before was judged by a completed scan, kept in the database), looking
+# this far behind it (a firing recorded by a transaction that committed after the scan that
+# passed it, or by an operator's command), in windows of at most this length after it: a fleet
+# back from a long outage catches up a window at a time, each an index range per task with a
+# deadline (ADR 0016).
 DEADLINE_LOOKBACK = timedelta(hours=1)
+DEADLINE_WINDOWS = 24  # windows per pass at most: a day's outage caught up in one pass
 DEADLINE_PAGE = 500
 LOCKED = object()  # a unit's rows were locked by someone else past its lock wait
 CATEGORIES = ("taken_over", "requeued_claims", "expired", "finalized_tasks", "removed_instances")
@@ -228,18 +233,42 @@ class Reconciler:
             return LOCKED
 
     def _notify_deadlines(self, limits: Limits) -> int:
-        """The `deadline` notifications firings owe (ADR 0016), pages of DEADLINE_PAGE in short
-        transactions of their own, until one comes back short."""
+        """The `deadline` notifications firings owe (ADR 0016), in short transactions: the
+        recorded firings whose deadline fell in the window after the fleet's mark (pages of
+        DEADLINE_PAGE until one comes back short), the mark raised past each window judged
+        whole, then the due firings not recorded past their deadline."""
+        total = 0
+        for _ in range(DEADLINE_WINDOWS):
+            with transaction(self.pool, limits) as tx:
+                after, until, caught_up = outbox_store.deadline_window(
+                    tx.conn, lookback=DEADLINE_LOOKBACK
+                )
+            total += self._pages(
+                limits,
+                functools.partial(
+                    outbox_store.enqueue_deadlines, after=after, until=until, limit=DEADLINE_PAGE
+                ),
+            )
+            with transaction(self.pool, limits) as tx:
+                outbox_store.advance_deadline_mark(tx.conn, until)
+            if caught_up:
+                break
+        total += self._pages(
+            limits,
+            functools.partial(outbox_store.enqueue_unrecorded_deadlines, limit=DEADLINE_PAGE),
+        )
+        if total:
+            self.log.info("deadline_notifications_recorded", notifications=total)
+        return total
+
+    def _pages(self, limits: Limits, page: Callable[[Conn], int]) -> int:
+        """Runs `page` in a transaction of its own until it records fewer than DEADLINE_PAGE."""
         total = 0
         while True:
             with transaction(self.pool, limits) as tx:
-                added = outbox_store.enqueue_deadlines(
-                    tx.conn, lookback=DEADLINE_LOOKBACK, limit=DEADLINE_PAGE
-                )
+                added = page(tx.conn)
             total += added
             if added < DEADLINE_PAGE:
-                if total:
-                    self.log.info("deadline_notifications_recorded", notifications=total)
                 return total
 
     def _in_unit(self, limits: Limits, step: Callable[..., Any], *args: Any) -> Any:

@@ -2,7 +2,7 @@
 claimed by a deliverer for one POST and recorded fenced on that claim."""
 
 from collections.abc import Sequence
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 import psycopg
@@ -23,11 +23,59 @@ def enqueue(
     return int(run(conn, "outbox_enqueue", {"ids": sorted(set(occurrence_ids))}))
 
 
-def enqueue_deadlines(conn: psycopg.Connection[Any], *, lookback: timedelta, limit: int) -> int:
-    """Records the `deadline` notifications owed by firings whose deadline passed within
-    `lookback` (see `outbox_enqueue_deadlines`); returns how many were new."""
-    params = {"lookback": lookback, "limit": limit}
+def deadline_window(
+    conn: psycopg.Connection[Any], *, lookback: timedelta
+) -> tuple[datetime, datetime, bool]:
+    """The window of deadlines a scan judges next: (after, until] and whether `until` is now
+    (`deadline_mark_window`)."""
+    row = query.run(conn, "deadline_mark_window", {"lookback": lookback})
+    return row["after"], row["until"], bool(row["caught_up"])
+
+
+def advance_deadline_mark(conn: psycopg.Connection[Any], until: datetime) -> bool:
+    """Raises the fleet's mark to `until`, every deadline up to it judged; False: it was there."""
+    return query.run(conn, "deadline_mark_advance", {"until": until}) == 1
+
+
+def enqueue_deadlines(
+    conn: psycopg.Connection[Any], *, after: datetime, until: datetime, limit: int
+) -> int:
+    """Records the `deadline` notifications owed by recorded firings whose deadline falls in
+    (after, until] (see `outbox_enqueue_deadlines`); returns how many were new."""
+    params = {"after": after, "until": until, "limit": limit}
     return int(query.run(conn, "outbox_enqueue_deadlines", params))
+
+
+def enqueue_unrecorded_deadlines(conn: psycopg.Connection[Any], *, limit: int) -> int:
+    """Records the `deadline` notifications owed by due firings not recorded past their
+    deadline, keyed by the firing (see `outbox_enqueue_unrecorded_deadlines`)."""
+    return int(query.run(conn, "outbox_enqueue_unrecorded_deadlines", {"limit": limit}))
+
+
+def enqueue_late_deadlines(
+    conn: psycopg.Connection[Any], occurrence_ids: Sequence[int], *, now: datetime | None
+) -> int:
+    """Inside the transaction that recorded `occurrence_ids` (the dispatcher's): the `deadline`
+    notifications of those recorded past their deadline, in a savepoint of their own, as the
+    dispatcher runs each task's writes (see `outbox_enqueue_late_deadlines`)."""
+    if not occurrence_ids:
+        return 0
+    params = {"ids": sorted(set(occurrence_ids)), "now": now}
+    return int(query.run_in_savepoint(conn, "outbox_enqueue_late_deadlines", params))
+
+
+def prune_unrecorded(
+    conn: psycopg.Connection[Any],
+    *,
+    retention: timedelta | None,
+    min_retention: timedelta,
+    limit: int,
+) -> int:
+    """Deletes notifications of firings that had no row when written, once past their task's
+    retention (else `retention`; none is shorter than `min_retention`) (see
+    `outbox_prune_unrecorded`); returns how many."""
+    params = {"retention": retention, "min_retention": min_retention, "limit": limit}
+    return int(query.run(conn, "outbox_prune_unrecorded", params))
 
 
 def claim(conn: psycopg.Connection[Any], *, lease: timedelta) -> Notification | None:

@@ -33,6 +33,7 @@ TABLES = (
     "fleet_epoch",
     "notification_outbox",
     "operator_action",
+    "deadline_mark",
     VERSION_TABLE,
 )
 # What each role may change beyond reading every table. Row locks (SELECT ... FOR UPDATE) need
@@ -54,8 +55,12 @@ WRITES: dict[str, dict[str, tuple[str, ...]]] = {
         "fleet_epoch": ("INSERT",),  # a reconcile pass's first sighting (revision 0018)
         # A finished firing's notifications (revision 0025), written beside its outcome, then
         # claimed and recorded by the deliverer (UPDATE of COLUMNS only); the prune deletes
-        # them with the occurrence (ON DELETE CASCADE, run as the table owner).
-        "notification_outbox": ("INSERT", "UPDATE"),
+        # them with the occurrence (ON DELETE CASCADE, run as the table owner), and deletes
+        # itself those written before their firing had a row (revision 0030), which no cascade
+        # reaches. DELETE opens nothing new: deleting the occurrence removes its notifications.
+        "notification_outbox": ("INSERT", "UPDATE", "DELETE"),
+        # The deadline scan's mark (revision 0030), raised after each window it judged.
+        "deadline_mark": ("UPDATE",),
     },
     "operator": {
         "task": ("INSERT", "UPDATE"),  # deletion is a soft delete
@@ -118,6 +123,7 @@ COLUMNS: dict[str, dict[str, tuple[Column, ...]]] = {
             Column("delivered_at"),
             Column("last_error"),
         ),
+        "deadline_mark": (Column("judged_through"), Column("updated_at")),
     },
 }
 

@@ -46,6 +46,10 @@ def _columns(spec: TaskSpec) -> dict[str, Any]:
         "notify_url": spec.notify_url,
         "notify_on": None if spec.notify_on is None else list(spec.notify_on),
         "deadline": spec.deadline,
+        "notify_headers": Jsonb(dict(spec.notify_headers)) if spec.notify_headers else None,
+        "notify_header_refs": (
+            Jsonb(dict(spec.notify_header_refs)) if spec.notify_header_refs else None
+        ),
     }
 
 
@@ -82,6 +86,8 @@ def record(row: dict[str, Any]) -> TaskRecord:
         notify_url=row.get("notify_url"),
         notify_on=None if row.get("notify_on") is None else tuple(row["notify_on"]),
         deadline=row.get("deadline"),
+        notify_headers=tuple((row.get("notify_headers") or {}).items()),
+        notify_header_refs=tuple((row.get("notify_header_refs") or {}).items()),
     )
     return TaskRecord(
         id=row["id"],

@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import psycopg
 import pytest
 
 from scheduler_daemon.runtime.root import POSTED_FILE_ENV
@@ -202,3 +203,178 @@ def test_a_deadline_notification_arrives_for_a_firing_stuck_behind_a_running_for
     ids = [p["body"]["occurrence_id"] for posts in copies.values() for p in posts[:1]]
     assert len(ids) == len(set(ids))  # once per firing
     assert {r["event"] for r in rows} == {"deadline"}
+
+
+def test_notifications_carry_their_headers_a_secret_resolved_and_masked_where_shown(  # noqa: PLR0917 - fixtures
+    spawn, cli, database_url, receiver: Receiver, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A task's own notify headers (one from a `${SCHEDULER_SECRET_*}` reference, resolved by
+    `tasks apply`: the daemon's environment has no such variable) go to its own URL, the
+    fleet's notify-headers to the fleet's URL, each POST with only its own; `tasks export`
+    writes the reference, `tasks show` and `config show` print the secrets as ***."""
+    monkeypatch.setenv("SCHEDULER_SECRET_HOOK_TOKEN", "t0ken")
+    path = tmp_path / "tasks.toml"
+    path.write_text(
+        f'[own]\ncommand = "exit 3"\nevery = "1h"\nnotify = "{receiver.url}"\n'
+        'notify-headers = { Authorization = "Bearer ${SCHEDULER_SECRET_HOOK_TOKEN}", '
+        'X-Team = "ops" }\n\n[fleet]\ncommand = "exit 3"\nevery = "1h"\n'
+    )
+    assert cli("tasks", "apply", "-f", str(path), "--source", "s").code == 0
+    assert cli("config", "set", "notify-url", f"{receiver.url}?fleet").code == 0
+    assert cli("config", "set", "notify-headers", "X-Api-Key: f1eet").code == 0
+    monkeypatch.delenv("SCHEDULER_SECRET_HOOK_TOKEN")
+    daemon = spawn(database_url, "a", env=NO_PROXY)
+    try:
+        daemon.instance_id()
+        for name in ("own", "fleet"):
+            assert cli("tasks", "trigger", name).code == 0
+        wait_for(
+            lambda: {p[0]["body"]["task"] for p in receiver.copies().values()} == {"own", "fleet"},
+            timeout=45,
+            message="both notifications delivered",
+        )
+    finally:
+        assert daemon.stop() == 0, daemon.log()
+    sent = {
+        posts[0]["body"]["task"]: {k.lower(): v for k, v in posts[0]["headers"].items()}
+        for posts in receiver.copies().values()
+    }
+    assert (sent["own"]["authorization"], sent["own"]["x-team"]) == ("Bearer t0ken", "ops")
+    assert "x-api-key" not in sent["own"]
+    assert sent["fleet"]["x-api-key"] == "f1eet"
+    assert "authorization" not in sent["fleet"]
+    exported = cli("tasks", "export", "own").out
+    assert '"Authorization" = "Bearer ${SCHEDULER_SECRET_HOOK_TOKEN}"' in exported
+    assert "t0ken" not in exported
+    shown = cli("tasks", "show", "own", "--json").json()["notify_headers"]
+    assert shown == {"Authorization": "***", "X-Team": "ops"}
+    assert cli("config", "show", "--json").json()["notify-headers"] == {"X-Api-Key": "***"}
+    assert "t0ken" not in daemon.log()
+    assert "f1eet" not in daemon.log()
+
+
+def _deadline_posts(receiver: Receiver) -> dict[str, list[dict[str, Any]]]:
+    """The `deadline` notifications received, by the firing's scheduled time."""
+    by_firing: dict[str, list[dict[str, Any]]] = {}
+    for posts in receiver.copies().values():
+        if posts[0]["body"]["event"] == "deadline":
+            by_firing.setdefault(posts[0]["body"]["scheduled_for"], []).append(posts[0]["body"])
+    return by_firing
+
+
+def _passes(daemon: Any, more: int) -> None:
+    """Waits until `daemon` ran `more` reconcile passes from now."""
+    passes = daemon.log().count('"reconcile_pass"')
+    wait_for(
+        lambda: daemon.log().count('"reconcile_pass"') >= passes + more,
+        timeout=30,
+        message=f"{more} more reconcile passes",
+    )
+
+
+DEADLINE_TASK = ("--deadline", "1s", "--notify-on", "deadline", "--command", "true")
+DEBUG = {**NO_PROXY, "SCHEDULER_LOG_LEVEL": "debug"}  # `reconcile_pass` is a debug event
+
+
+def test_a_firing_due_while_no_daemon_ran_past_its_deadline_and_the_lookback_notifies_once(
+    spawn, cli, database_url, receiver: Receiver
+) -> None:
+    """A one-shot fell due 3 hours ago while no daemon ran (past its 1 s deadline, and past the
+    scan's one-hour lookback), the fleet's last scan before that: the daemon that starts
+    notifies `deadline` once for that firing, whether its scan saw it due and unrecorded first
+    or its dispatcher recorded it first. Would fail against the fixed lookback and the
+    occurrence-only scan (nothing at all: the firing is 3 hours old when it gets its row)."""
+    added = cli(
+        "tasks",
+        "add",
+        "late",
+        "--at",
+        "2099-01-01T00:00:00Z",
+        "--notify",
+        receiver.url,
+        *DEADLINE_TASK,
+    )
+    assert added.code == 0, added.err
+    (task,) = query(
+        database_url,
+        "UPDATE task SET run_at = now() - interval '3 hours', next_run_at = now()"
+        " - interval '3 hours' RETURNING id, next_run_at",
+    )
+    query(
+        database_url,
+        "UPDATE deadline_mark SET judged_through = now() - interval '3 hours 1 minute'"
+        " RETURNING id",
+    )
+    daemon = spawn(database_url, "a", env=DEBUG)
+    try:
+        daemon.instance_id()
+        wait_for(lambda: _deadline_posts(receiver), timeout=30, message="the deadline POST")
+        wait_for(
+            lambda: query(
+                database_url, "SELECT 1 FROM occurrence WHERE task_id = %s", (task["id"],)
+            ),
+            message="the firing recorded",
+        )
+        _passes(daemon, 3)
+        rows = _outbox(database_url)
+    finally:
+        assert daemon.stop() == 0, daemon.log()
+    (posts,) = _deadline_posts(receiver).values()
+    assert len(posts) == 1
+    assert posts[0]["task"] == "late"
+    assert posts[0]["scheduled_for"] is not None
+    assert [r["event"] for r in rows] == ["deadline"]
+
+
+def test_a_firing_held_undispatched_past_its_deadline_notifies_once_before_and_after_its_row(
+    spawn, cli, database_url, receiver: Receiver
+) -> None:
+    """Another session holds the task's row, so no dispatch can record its firing: the daemon
+    notifies `deadline` for it with no occurrence (outcome null) once its deadline passed; when
+    the row is released and the firing recorded (and run, late), no second notification comes.
+    Would fail against a scan of occurrence rows only (nothing while it is held) and a key on
+    the occurrence only (a second notification once it is recorded)."""
+    added = cli(
+        "tasks",
+        "add",
+        "held",
+        "--at",
+        "2099-01-01T00:00:00Z",
+        "--notify",
+        receiver.url,
+        *DEADLINE_TASK,
+    )
+    assert added.code == 0, added.err
+    (task,) = query(
+        database_url,
+        "UPDATE task SET run_at = now() + interval '1 second', next_run_at = now()"
+        " + interval '1 second' RETURNING id",
+    )
+    with psycopg.connect(database_url) as holder:
+        holder.execute("SELECT id FROM task WHERE id = %s FOR UPDATE", (task["id"],))
+        daemon = spawn(database_url, "a", env=DEBUG)
+        try:
+            daemon.instance_id()
+            (posts,) = wait_for(
+                lambda: list(_deadline_posts(receiver).values()),
+                timeout=30,
+                message="the deadline of the held firing",
+            )
+            assert query(database_url, "SELECT id FROM occurrence") == []  # still held
+            holder.rollback()
+            wait_for(
+                lambda: query(
+                    database_url,
+                    "SELECT 1 FROM occurrence WHERE task_id = %s AND status = 'success'",
+                    (task["id"],),
+                ),
+                message="the firing recorded and run",
+            )
+            _passes(daemon, 3)
+        finally:
+            assert daemon.stop() == 0, daemon.log()
+    ((only,),) = _deadline_posts(receiver).values()
+    assert posts == [only]
+    assert (only["occurrence_id"], only["outcome"], only["attempt"]) == (None, None, 0)
+    assert only["reason"] == "not dispatched within its deadline of 1 s"
+    assert [r["event"] for r in _outbox(database_url)] == ["deadline"]

@@ -3,6 +3,7 @@ and `--notify-on EVENTS` on add, update, apply and export, `config set notify-ur
 bad input is one line, exit 2, nothing written; refused while a build before revision 0025,
 which would record none, is registered (ADR 0010's pattern, its race forced)."""
 
+import tomllib
 from datetime import timedelta
 from pathlib import Path
 
@@ -219,3 +220,187 @@ def test_a_notify_url_past_8_kib_is_one_line_exit_2_and_writes_nothing(cli, coun
     fleet = cli("config", "set", "notify-url", long)
     assert (fleet.code, fleet.err) == (2, "error: notify-url is longer than 8192 bytes\n")
     assert counts() == before
+
+
+# -- --notify-header, `notify-headers` in task files and `config set notify-headers` ------------
+HEADERS = ("--notify", HOOK, "--notify-header", "Authorization: Bearer s3cret")
+
+
+def test_notify_headers_are_stored_shown_masked_replaced_and_cleared(cli, db) -> None:
+    """The http executor's header rules and masking: a secret header's value is *** in `show`
+    and `--json` unless `--show-secrets`; `--notify-header` replaces them all, `none` clears
+    them, and so does clearing the URL they belong to."""
+    added = cli(*ADD, *HEADERS, "--notify-header", "X-Team: ops", "--json")
+    assert added.code == 0, added.err
+    assert added.json()["notify_headers"] == {"Authorization": "***", "X-Team": "ops"}
+    (row,) = db.execute("SELECT notify_headers, notify_header_refs FROM task").fetchall()
+    assert row == {
+        "notify_headers": {"Authorization": "Bearer s3cret", "X-Team": "ops"},
+        "notify_header_refs": None,
+    }
+    assert "s3cret" not in cli("tasks", "show", "t").out
+    assert "s3cret" not in cli("tasks", "list", "--json").out
+    shown = cli("tasks", "show", "t", "--show-secrets", "--json").json()
+    assert shown["notify_headers"]["Authorization"] == "Bearer s3cret"
+    updated = cli("tasks", "update", "t", "--notify-header", "X-Other: 1", "--json")
+    assert updated.json()["notify_headers"] == {"X-Other": "1"}
+    assert cli("tasks", "update", "t", "--notify-header", "none").code == 0
+    assert db.execute("SELECT notify_headers FROM task").fetchone()["notify_headers"] is None
+    assert cli("tasks", "update", "t", "--notify-header", "X-Other: 1").code == 0
+    cleared = cli("tasks", "update", "t", "--notify", "none", "--json")
+    assert (cleared.json()["notify_url"], cleared.json()["notify_headers"]) == (None, {})
+
+
+@pytest.mark.parametrize(
+    ("options", "error"),
+    [
+        (
+            ("--notify-header", "Bad Name: x"),
+            "--notify-header name 'Bad Name' is not a valid HTTP header name",
+        ),
+        (
+            ("--notify-header", "Idempotency-Key: 1"),
+            "--notify-header Idempotency-Key is set by the deliverer itself",
+        ),
+        (
+            ("--notify-header", "A: 1", "--notify-header", "a: 2"),
+            "--notify-header a is given twice",
+        ),
+        (
+            ("--notify-header", "Authorization"),
+            "--notify-header needs 'NAME: VALUE' (what was given is not shown)",
+        ),
+        (
+            ("--notify-header", "X: a\nb"),
+            "--notify-header X: the value must not contain line breaks or NUL",
+        ),
+        (
+            ("--notify-header", "X: " + "a" * 65536),
+            "--notify-header: the headers are 65545 bytes; the limit is 65536 bytes",
+        ),
+    ],
+)
+def test_bad_notify_headers_are_one_line_exit_2_and_write_nothing(
+    cli, counts, options, error
+) -> None:
+    before = counts()
+    result = cli(*ADD, "--notify", HOOK, *options)
+    assert (result.code, result.err, result.out) == (2, f"error: {error}\n", "")
+    assert counts() == before
+    assert cli(*ADD, "--notify", HOOK).code == 0
+    before = counts()
+    updated = cli("tasks", "update", "t", *options)
+    assert (updated.code, updated.err) == (2, f"error: {error}\n")
+    assert counts() == before
+    fleet = cli("config", "set", "notify-headers", *options[1::2])
+    assert (fleet.code, fleet.err) == (
+        2,
+        "error: " + error.replace("--notify-header", "notify-headers") + "\n",
+    )
+    assert counts() == before
+
+
+def test_notify_headers_need_the_tasks_own_notify_url(cli, counts) -> None:
+    before = counts()
+    result = cli(*ADD, "--notify-header", "X-Team: ops")
+    assert (result.code, result.err) == (
+        2,
+        "error: --notify-header needs --notify (the fleet's notify-url gets its notify-headers)\n",
+    )
+    assert counts() == before
+
+
+def test_apply_and_export_carry_notify_headers_as_references_and_masks(
+    cli, tmp_path: Path, database_url, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A `${SCHEDULER_SECRET_*}` value is resolved when applied and exported as its reference;
+    a secret header given as it is is exported `***`, which apply reads as the stored value:
+    `export | apply` changes nothing."""
+    monkeypatch.setenv("SCHEDULER_SECRET_HOOK_TOKEN", "t0ken")
+    path = tmp_path / "tasks.toml"
+    path.write_text(
+        f'[t]\ncommand = "true"\nevery = "1h"\nnotify = "{HOOK}"\n'
+        'notify-headers = { Authorization = "Bearer ${SCHEDULER_SECRET_HOOK_TOKEN}", '
+        'X-Api-Key = "k3y", X-Team = "ops" }\n'
+    )
+    applied = cli("tasks", "apply", "-f", str(path), "--source", "s")
+    assert applied.code == 0, applied.err
+    (row,) = query(database_url, "SELECT notify_headers, notify_header_refs FROM task")
+    assert row["notify_headers"] == {
+        "Authorization": "Bearer t0ken",
+        "X-Api-Key": "k3y",
+        "X-Team": "ops",
+    }
+    assert row["notify_header_refs"] == {"Authorization": "Bearer ${SCHEDULER_SECRET_HOOK_TOKEN}"}
+    exported = cli("tasks", "export").out
+    assert tomllib.loads(exported)["t"]["notify-headers"] == {
+        "Authorization": "Bearer ${SCHEDULER_SECRET_HOOK_TOKEN}",
+        "X-Api-Key": "***",
+        "X-Team": "ops",
+    }
+    assert "t0ken" not in exported
+    assert "k3y" not in exported
+    shown = cli("tasks", "show", "t", "--json").json()["notify_headers"]
+    assert shown == {"Authorization": "***", "X-Api-Key": "***", "X-Team": "ops"}
+    assert "k3y" in cli("tasks", "export", "--include-secrets").out
+    before = query(database_url, "SELECT * FROM task ORDER BY id")
+    path.write_text(exported)
+    again = cli("tasks", "apply", "-f", str(path), "--source", "s")
+    assert again.out.splitlines() == ["1 task(s) in the file, 0 change(s)"], again.err
+    assert query(database_url, "SELECT * FROM task ORDER BY id") == before
+    path.write_text(exported.replace('"X-Team"', '"X-New"').replace('"ops"', '"***"'))
+    bad = cli("tasks", "apply", "-f", str(path), "--source", "s")
+    assert (bad.code, bad.err) == (
+        2,
+        "error: task 't': field 'notify-headers': header X-New is masked (***) with no stored "
+        "value to keep; give it or a ${VAR} reference\n",
+    )
+    assert query(database_url, "SELECT * FROM task ORDER BY id") == before
+
+
+def test_config_set_notify_headers_stores_the_fleet_headers_masked_when_shown(cli, db) -> None:
+    result = cli(
+        "config", "set", "notify-headers", "Authorization: Bearer f1eet", "X-Team: ops", "--json"
+    )
+    assert result.code == 0, result.err
+    assert result.json() == {"notify-headers": {"Authorization": "***", "X-Team": "ops"}}
+    assert "f1eet" not in cli("config", "set", "notify-headers", "Authorization: Bearer f1eet").out
+    again = cli("config", "set", "notify-headers", "Authorization: Bearer f1eet", "X-Team: ops")
+    assert again.code == 0
+    (row,) = db.execute("SELECT value FROM fleet_setting WHERE key = 'notify_headers'").fetchall()
+    assert row["value"] == {"Authorization": "Bearer f1eet", "X-Team": "ops"}
+    shown = cli("config", "show", "--json").json()
+    assert shown["notify-headers"] == {"Authorization": "***", "X-Team": "ops"}
+    assert "f1eet" not in cli("config", "show").out
+    too_many = cli("config", "set", "notify-on", "failure", "timeout")
+    assert (too_many.code, too_many.err) == (2, "error: notify-on takes one VALUE, got 2\n")
+    assert cli("config", "show", "--json").json().get("notify-on") is None
+    assert cli("config", "set", "notify-headers", "none").code == 0
+    (row,) = db.execute("SELECT value FROM fleet_setting WHERE key = 'notify_headers'").fetchall()
+    assert row["value"] is None
+
+
+def test_notify_headers_are_refused_beside_builds_that_would_not_send_them(
+    cli, counts, db, old_instance
+) -> None:
+    """A task's headers beside a build before 0025 (it records no notification); the fleet's
+    beside one before 0030 (it POSTs to the fleet's URL without them)."""
+    db.execute("DELETE FROM instance WHERE id = 'old-a'")
+    db.execute(OLD_INSTANCE, ("mid-a", control.NOTIFY_SINCE))
+    assert cli(*ADD, *HEADERS).code == 0  # a 0025 build sends a task's headers
+    db.execute(OLD_INSTANCE, ("old-b", "0024"))
+    before = counts()
+    fleet = cli("config", "set", "notify-headers", "X-Team: ops")
+    assert (fleet.code, fleet.out) == (2, "")
+    assert fleet.err == (
+        "error: the fleet cannot have notify-headers while instance(s) mid-a (host old-host, "
+        f"version 0.9.0, schema {control.NOTIFY_SINCE}), old-b (host old-host, version 0.9.0, "
+        f"schema 0024) of builds before schema "
+        f"{control.NOTIFY_HEADERS_SINCE} are registered (they would POST to its notify-url "
+        "without them); roll them to this build, or wait until a stopped one's row expires\n"
+    )
+    updated = cli("tasks", "update", "t", "--notify-header", "X-Team: ops")
+    assert updated.code == 2
+    assert "cannot have notifications while instance(s)" in updated.err
+    assert counts() == before
+    assert cli("tasks", "update", "t", "--notify-header", "none").code == 0  # clearing

@@ -118,6 +118,7 @@ def test_upgrade_downgrade_upgrade_keeps_tasks_occurrences_and_runs(
             "followed_at",
             "notify_url",
             "notify_headers",
+            "notify_header_refs",
             "notify_on",
             "deadline",
             "backoff_max",

@@ -151,6 +151,19 @@ def _plan(url: str, name: str, params: dict[str, Any]) -> str:
             ("run_pkey",),
         ),
         ("task_lock_many", {"ids": [1, 2]}, ("task_pkey",)),
+        # Every reconcile pass: the tasks with a deadline only, never the whole task table
+        # (revision 0030), and the few outbox rows without an occurrence.
+        (
+            "outbox_enqueue_deadlines",
+            {"after": "2030-01-01T00:00:00Z", "until": "2030-01-01T01:00:00Z", "limit": 500},
+            ("task_deadline_idx",),
+        ),
+        ("outbox_enqueue_unrecorded_deadlines", {"limit": 500}, ("task_deadline_idx",)),
+        (
+            "outbox_prune_unrecorded",
+            {"retention": timedelta(days=1), "min_retention": timedelta(days=1), "limit": 500},
+            ("notification_outbox_unrecorded_idx",),
+        ),
         # A batch of successes: each run by its primary key or the index of running runs only.
         (
             "run_succeed_many",

@@ -424,7 +424,8 @@ def test_the_daemon_role_prunes_history_and_the_others_cannot_delete_it(fleet: F
 def test_the_daemon_role_records_delivers_and_prunes_notifications(fleet: Fleet, cli) -> None:
     """The outbox's grants (storage/roles.py, ADR 0016): the daemon inserts a notification
     beside an outcome, claims and records it (UPDATE of the delivery columns only), and its
-    prune deletes it with the occurrence through the cascade, with no DELETE of its own."""
+    prune deletes it with the occurrence through the cascade, and itself a `deadline` row
+    written before its firing had one (revision 0030) once past the retention."""
     from psycopg.rows import dict_row
 
     from scheduler_daemon.storage import outbox_store
@@ -466,8 +467,13 @@ def test_the_daemon_role_records_delivers_and_prunes_notifications(fleet: Fleet,
         conn.commit()
         with pytest.raises(psycopg.errors.InsufficientPrivilege):
             conn.execute("UPDATE notification_outbox SET payload = '{}'")
-    with pytest.raises(psycopg.errors.InsufficientPrivilege):
-        query(daemon, "DELETE FROM notification_outbox")
+    unrecorded = query(
+        fleet.admin_url,
+        "INSERT INTO notification_outbox (task_id, scheduled_for, event, payload, created_at)"
+        " SELECT id, now() - age, 'deadline', '{}', now() - age FROM task,"
+        " (VALUES (interval '40 days'), (interval '1 day')) a(age) WHERE name = 'notified'"
+        " ORDER BY age DESC RETURNING id",
+    )
     assert cli("config", "set", "history-retention", "30d", url=operator).code == 0
     pruned = cli("prune", "--json", url=daemon)
     assert pruned.code == 0, pruned.err
@@ -478,7 +484,11 @@ def test_the_daemon_role_records_delivers_and_prunes_notifications(fleet: Fleet,
         "SELECT n.occurrence_id FROM notification_outbox n JOIN task t ON t.id = n.task_id "
         "WHERE t.name = 'notified'",
     )
-    assert {r["occurrence_id"] for r in left} == kept & set(ids) != set(ids)
+    assert {r["occurrence_id"] for r in left} - {None} == kept & set(ids) != set(ids)
+    assert [r["id"] for r in query(fleet.admin_url, UNRECORDED)] == [unrecorded[1]["id"]]
+
+
+UNRECORDED = "SELECT id FROM notification_outbox WHERE occurrence_id IS NULL ORDER BY id"
 
 
 # What a job runs, where, with what and when: a daemon role that could change any of these could

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from scheduler_daemon.domain import control
+from scheduler_daemon.domain import control, task_file
 from scheduler_daemon.domain.status import DEFAULT_NOTIFY_ON, NOTIFY_ON_CHOICES, NotifyEvent
 from scheduler_daemon.domain.task import InvalidTask, TaskSpec
 
@@ -39,3 +39,50 @@ def test_a_notify_url_must_be_http_or_https(url: str) -> None:
 
 def test_the_refusal_names_each_older_instance() -> None:
     assert control.plan_notify("task 't'", []) is None
+
+
+def test_notify_headers_follow_the_http_executors_header_rules() -> None:
+    """One home for the rules (task.check_headers, bound_headers): each refusal names the
+    option, never the value."""
+    url = {"notify_url": "https://h/n"}
+    _spec(**url, notify_headers=(("Authorization", "Bearer x"), ("X-Team", "ops"))).validate()
+    for headers, message in [
+        ((("X-A", "a\0b"),), "--notify-header X-A must not contain U\\+0000"),
+        ((("Content-Type", "x"),), "--notify-header Content-Type is set by the deliverer itself"),
+        ((("X-A", "1"), ("x-a", "2")), "--notify-header x-a is given twice"),
+        ((("X-A", "a" * 65536),), "the headers are 65547 bytes; the limit is 65536 bytes"),
+    ]:
+        with pytest.raises(InvalidTask, match=message):
+            _spec(**url, notify_headers=headers).validate()
+    with pytest.raises(InvalidTask, match="--notify-header needs --notify"):
+        _spec(notify_headers=(("X-Team", "ops"),)).validate()
+
+
+def test_clearing_the_notify_url_clears_the_headers_given_with_it() -> None:
+    spec = _spec(
+        notify_url="https://h/n",
+        notify_headers=(("Authorization", "${SCHEDULER_SECRET_T}"),),
+        notify_header_refs=(("Authorization", "${SCHEDULER_SECRET_T}"),),
+    )
+    cleared = spec.with_changes(notify_url=None)
+    assert (cleared.notify_headers, cleared.notify_header_refs) == ((), ())
+    moved = spec.with_changes(notify_url="https://other/n")
+    assert moved.notify_headers == spec.notify_headers
+    given = spec.with_changes(notify_headers=(("X-Team", "ops"),))
+    assert given.notify_header_refs == ()
+
+
+def test_a_task_file_reads_notify_headers_with_references_and_export_writes_them_back() -> None:
+    text = (
+        '[t]\ncommand = "true"\nevery = "1h"\nnotify = "https://h/n"\n'
+        'notify-headers = { Authorization = "Bearer ${SCHEDULER_SECRET_T}", X-Team = "ops" }\n'
+    )
+    (spec,) = task_file.parse(text, {"SCHEDULER_SECRET_T": "s3cret"}).values()
+    assert dict(spec.notify_headers) == {"Authorization": "Bearer s3cret", "X-Team": "ops"}
+    assert dict(spec.notify_header_refs) == {"Authorization": "Bearer ${SCHEDULER_SECRET_T}"}
+    rendered = task_file.render([spec])
+    assert "s3cret" not in rendered
+    (again,) = task_file.parse(rendered, {"SCHEDULER_SECRET_T": "s3cret"}).values()
+    assert again == spec
+    with pytest.raises(InvalidTask, match="field 'notify-headers': header Authorization needs"):
+        task_file.parse(text, {})

@@ -20,6 +20,7 @@ VERSIONS = Path(__file__).resolve().parents[2] / "migrations" / "versions"
         (control.EITHER_DAYS_SINCE, "*_either_day_field.py"),
         (control.BACKOFF_MAX_SINCE, "*_exponential_backoff.py"),
         (control.SPREAD_SINCE, "*_spread.py"),
+        (control.NOTIFY_HEADERS_SINCE, "*_notification_headers_and_firings.py"),
     ],
 )
 def test_the_revision_a_refusal_names_is_its_migrations(since: str, migration: str) -> None:

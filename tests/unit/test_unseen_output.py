@@ -3,7 +3,7 @@
 from hypothesis import given
 from hypothesis import strategies as st
 
-from scheduler_daemon.presentation import OUTPUT_SKIPPED, unseen_output
+from scheduler_daemon.domain.followed_output import OUTPUT_SKIPPED, unseen_output
 
 
 def test_a_growing_tail_prints_what_was_added() -> None:

@@ -1,0 +1,175 @@
+"""`deadline` notifications of firings not recorded in time (issue 35 item 1, ADR 0016, revision
+0030): a due firing not dispatched past its deadline owes one before it has a row, keyed by the
+firing; a firing recorded past its deadline owes it in the transaction that records it; a fleet
+down for longer than the scan's lookback owes the deadlines that passed meanwhile (the mark);
+and each firing gets one `deadline` row, whichever path wrote it first."""
+
+from datetime import datetime, timedelta
+from typing import Any
+
+from scheduler_daemon.domain.task import TaskSpec
+from scheduler_daemon.services import reconciler as reconciler_module
+from scheduler_daemon.services.reconciler import Reconciler
+from tests.support import Replica, query
+
+URL = "http://127.0.0.1:9/hook"
+HOUR = timedelta(hours=1)
+MINUTE = timedelta(minutes=1)
+
+
+def _task(client: Any, created: datetime | None = None, **kw: Any) -> Any:
+    """An hourly shell task with a 1-minute deadline that notifies `deadline` (created at
+    `created`, database clock: its firings are due from an hour after)."""
+    spec = TaskSpec(
+        name=kw.pop("name", "job"),
+        executor="shell",
+        target="true",
+        every=HOUR,
+        overlap="allow",
+        deadline=MINUTE,
+        notify_url=URL,
+        notify_on=("deadline",),
+        **kw,
+    )
+    return client.add_task(spec, now=created)
+
+
+def _reconcile(pool: Any) -> None:
+    Reconciler(
+        pool,
+        instance_id="rec",
+        restart_quiet=timedelta(0),
+        max_interruptions=3,
+        dead_after=timedelta(minutes=10),
+    ).run_once()
+
+
+def _deadlines(url: str) -> list[dict[str, Any]]:
+    return query(
+        url,
+        "SELECT occurrence_id, task_id, scheduled_for, payload FROM notification_outbox"
+        " WHERE event = 'deadline' ORDER BY scheduled_for NULLS LAST, id",
+    )
+
+
+def _now(url: str) -> datetime:
+    (row,) = query(url, "SELECT now() AS t")
+    return row["t"]
+
+
+def _mark(url: str, at: datetime) -> None:
+    query(url, "UPDATE deadline_mark SET judged_through = %s RETURNING id", (at,))
+
+
+def test_a_due_firing_not_dispatched_past_its_deadline_owes_one_notification_before_its_row(
+    client, pool, executors, database_url
+) -> None:
+    """The dispatch is held (no daemon dispatched it): the firing at `next_run_at` is notified
+    with no occurrence, once whatever the passes; when the dispatcher records it at last,
+    neither the dispatch nor the scan notifies it again, and the firings recorded with it past
+    their deadline get theirs in the dispatch. Would fail against a scan of occurrence rows
+    alone (nothing until the dispatch), or a key on the occurrence alone (a second row once it
+    is recorded)."""
+    created = _now(database_url) - 3 * HOUR - 30 * MINUTE
+    task = _task(client, created)
+    _task(client, created, name="paused", paused=True)  # nothing is owed while paused
+    _reconcile(pool)
+    _reconcile(pool)
+    (row,) = _deadlines(database_url)
+    due = created + HOUR
+    assert (row["occurrence_id"], row["task_id"], row["scheduled_for"]) == (None, task.id, due)
+    payload = row["payload"]
+    assert (payload["outcome"], payload["attempt"], payload["occurrence_id"]) == (None, 0, None)
+    assert payload["reason"] == "not dispatched within its deadline of 60 s"
+    # The catch-up (misfire run_once): the two oldest skipped (coalesced), the newest queued.
+    replica = Replica(database_url, pool, executors, "a")
+    assert replica.dispatcher.run_once().tasks == 1
+    _reconcile(pool)
+    rows = _deadlines(database_url)
+    firings = query(
+        database_url,
+        "SELECT id, scheduled_for, status FROM occurrence WHERE task_id = %s ORDER BY id",
+        (task.id,),
+    )
+    assert [(f["scheduled_for"], f["status"]) for f in firings] == [
+        (due, "skipped"),
+        (due + HOUR, "skipped"),
+        (due + 2 * HOUR, "queued"),
+    ]
+    assert [(r["occurrence_id"], r["scheduled_for"]) for r in rows] == [
+        (None, due),
+        (firings[1]["id"], due + HOUR),
+        (firings[2]["id"], due + 2 * HOUR),
+    ]
+
+
+def test_firings_recorded_past_their_deadline_owe_it_in_the_transaction_that_records_them(
+    client, pool, executors, database_url
+) -> None:
+    """Three firings missed by hours, caught up at once (misfire run_all): each has its
+    `deadline` row as soon as the dispatch commits, no reconcile pass needed, and a pass
+    after writes none more. Would fail against the scan alone: two of them fell due before
+    its lookback, behind a mark a peer's scan raised before the catch-up committed."""
+    task = _task(client, _now(database_url) - 3 * HOUR - 30 * MINUTE, misfire="run_all")
+    replica = Replica(database_url, pool, executors, "a")
+    assert replica.dispatcher.run_once().queued == 3
+    rows = _deadlines(database_url)
+    ids = query(
+        database_url,
+        "SELECT id, scheduled_for FROM occurrence WHERE task_id = %s ORDER BY id",
+        (task.id,),
+    )
+    assert [(r["occurrence_id"], r["scheduled_for"]) for r in rows] == [
+        (i["id"], i["scheduled_for"]) for i in ids
+    ]
+    assert {r["payload"]["outcome"] for r in rows} == {"queued"}
+    _reconcile(pool)
+    assert len(_deadlines(database_url)) == 3
+
+
+def test_a_fleet_down_longer_than_the_lookback_owes_the_deadlines_that_passed_meanwhile(
+    client, pool, executors, database_url
+) -> None:
+    """A firing recorded in time, queued when the fleet went down; its deadline passed 2.5
+    hours ago, an hour and a half before the scan's lookback. The mark (the fleet's last
+    judgement, before the outage) brings it back into the window. Would fail against the
+    fixed lookback (the first half shows it: a mark of now misses it)."""
+    created = _now(database_url) - 3 * HOUR - 30 * MINUTE
+    task = _task(client, created)
+    replica = Replica(database_url, pool, executors, "a")
+    assert replica.dispatcher.run_once(now=created + HOUR + MINUTE / 2).queued == 1
+    assert _deadlines(database_url) == []  # recorded 30 s after it fell due: in time
+    query(database_url, "UPDATE task SET paused = true RETURNING id")  # no catch-up here
+    _mark(database_url, _now(database_url))
+    _reconcile(pool)
+    assert _deadlines(database_url) == []  # a lookback of an hour: out of sight
+    _mark(database_url, created + HOUR)  # the fleet's last scan, before its outage
+    _reconcile(pool)
+    (row,) = _deadlines(database_url)
+    (firing,) = query(database_url, "SELECT id FROM occurrence WHERE task_id = %s", (task.id,))
+    assert (row["occurrence_id"], row["payload"]["outcome"]) == (firing["id"], "queued")
+    (mark,) = query(database_url, "SELECT judged_through - now() AS behind FROM deadline_mark")
+    assert abs(mark["behind"]) < MINUTE  # caught up
+
+
+def test_a_pass_judges_a_bounded_number_of_windows_and_the_next_pass_goes_on(
+    client, pool, database_url
+) -> None:
+    """Behind by 30 hours: one pass judges DEADLINE_WINDOWS windows of the lookback's length
+    (the firing 29 hours ago), the next the rest (the one 2 hours ago)."""
+    task = _task(client)
+    old, recent = (client.trigger(task.id, requested_by="test") for _ in range(2))
+    query(
+        database_url,
+        "UPDATE occurrence SET scheduled_for = now() - CASE id WHEN %s THEN interval '29 hours'"
+        " ELSE interval '2 hours' END WHERE task_id = %s RETURNING id",
+        (old.id, task.id),
+    )
+    _mark(database_url, _now(database_url) - 30 * HOUR)
+    _reconcile(pool)
+    assert [r["occurrence_id"] for r in _deadlines(database_url)] == [old.id]
+    windows = reconciler_module.DEADLINE_WINDOWS * reconciler_module.DEADLINE_LOOKBACK
+    (mark,) = query(database_url, "SELECT now() - judged_through AS behind FROM deadline_mark")
+    assert abs(mark["behind"] - (30 * HOUR - windows)) < MINUTE
+    _reconcile(pool)
+    assert sorted(r["occurrence_id"] for r in _deadlines(database_url)) == [old.id, recent.id]
