@@ -6,6 +6,7 @@ answering 500 twice gets it on the third try."""
 import signal
 import time
 from collections.abc import Iterator
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -272,7 +273,34 @@ def _passes(daemon: Any, more: int) -> None:
     )
 
 
-DEADLINE_TASK = ("--deadline", "1s", "--notify-on", "deadline", "--command", "true")
+def _one_shot(cli: Any, url: str, name: str, receiver: Receiver, *, due: str) -> dict[str, Any]:
+    """A one-shot with a 1 s deadline that notifies `deadline` to `receiver`, due at the
+    database's now plus `due` (an interval, negative for the past); its id and due time."""
+    added = cli(
+        "tasks",
+        "add",
+        name,
+        "--at",
+        "2099-01-01T00:00:00Z",
+        "--notify",
+        receiver.url,
+        "--deadline",
+        "1s",
+        "--notify-on",
+        "deadline",
+        "--command",
+        "true",
+    )
+    assert added.code == 0, added.err
+    (task,) = query(
+        url,
+        "UPDATE task SET run_at = now() + %s::interval, next_run_at = now() + %s::interval"
+        " WHERE name = %s RETURNING id, next_run_at",
+        (due, due, name),
+    )
+    return task
+
+
 DEBUG = {**NO_PROXY, "SCHEDULER_LOG_LEVEL": "debug"}  # `reconcile_pass` is a debug event
 
 
@@ -284,22 +312,7 @@ def test_a_firing_due_while_no_daemon_ran_past_its_deadline_and_the_lookback_not
     notifies `deadline` once for that firing, whether its scan saw it due and unrecorded first
     or its dispatcher recorded it first. Would fail against the fixed lookback and the
     occurrence-only scan (nothing at all: the firing is 3 hours old when it gets its row)."""
-    added = cli(
-        "tasks",
-        "add",
-        "late",
-        "--at",
-        "2099-01-01T00:00:00Z",
-        "--notify",
-        receiver.url,
-        *DEADLINE_TASK,
-    )
-    assert added.code == 0, added.err
-    (task,) = query(
-        database_url,
-        "UPDATE task SET run_at = now() - interval '3 hours', next_run_at = now()"
-        " - interval '3 hours' RETURNING id, next_run_at",
-    )
+    task = _one_shot(cli, database_url, "late", receiver, due="-3 hours")
     query(
         database_url,
         "UPDATE deadline_mark SET judged_through = now() - interval '3 hours 1 minute'"
@@ -322,7 +335,7 @@ def test_a_firing_due_while_no_daemon_ran_past_its_deadline_and_the_lookback_not
     (posts,) = _deadline_posts(receiver).values()
     assert len(posts) == 1
     assert posts[0]["task"] == "late"
-    assert posts[0]["scheduled_for"] is not None
+    assert datetime.fromisoformat(posts[0]["scheduled_for"]) == task["next_run_at"]
     assert [r["event"] for r in rows] == ["deadline"]
 
 
@@ -334,22 +347,7 @@ def test_a_firing_held_undispatched_past_its_deadline_notifies_once_before_and_a
     the row is released and the firing recorded (and run, late), no second notification comes.
     Would fail against a scan of occurrence rows only (nothing while it is held) and a key on
     the occurrence only (a second notification once it is recorded)."""
-    added = cli(
-        "tasks",
-        "add",
-        "held",
-        "--at",
-        "2099-01-01T00:00:00Z",
-        "--notify",
-        receiver.url,
-        *DEADLINE_TASK,
-    )
-    assert added.code == 0, added.err
-    (task,) = query(
-        database_url,
-        "UPDATE task SET run_at = now() + interval '1 second', next_run_at = now()"
-        " + interval '1 second' RETURNING id",
-    )
+    task = _one_shot(cli, database_url, "held", receiver, due="1 second")
     with psycopg.connect(database_url) as holder:
         holder.execute("SELECT id FROM task WHERE id = %s FOR UPDATE", (task["id"],))
         daemon = spawn(database_url, "a", env=DEBUG)

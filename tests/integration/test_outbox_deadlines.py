@@ -52,6 +52,14 @@ def _deadlines(url: str) -> list[dict[str, Any]]:
     )
 
 
+def _firings(url: str, task_id: int) -> list[dict[str, Any]]:
+    return query(
+        url,
+        "SELECT id, scheduled_for, status FROM occurrence WHERE task_id = %s ORDER BY id",
+        (task_id,),
+    )
+
+
 def _now(url: str) -> datetime:
     (row,) = query(url, "SELECT now() AS t")
     return row["t"]
@@ -86,11 +94,7 @@ def test_a_due_firing_not_dispatched_past_its_deadline_owes_one_notification_bef
     assert replica.dispatcher.run_once().tasks == 1
     _reconcile(pool)
     rows = _deadlines(database_url)
-    firings = query(
-        database_url,
-        "SELECT id, scheduled_for, status FROM occurrence WHERE task_id = %s ORDER BY id",
-        (task.id,),
-    )
+    firings = _firings(database_url, task.id)
     assert [(f["scheduled_for"], f["status"]) for f in firings] == [
         (due, "skipped"),
         (due + HOUR, "skipped"),
@@ -114,13 +118,8 @@ def test_firings_recorded_past_their_deadline_owe_it_in_the_transaction_that_rec
     replica = Replica(database_url, pool, executors, "a")
     assert replica.dispatcher.run_once().queued == 3
     rows = _deadlines(database_url)
-    ids = query(
-        database_url,
-        "SELECT id, scheduled_for FROM occurrence WHERE task_id = %s ORDER BY id",
-        (task.id,),
-    )
     assert [(r["occurrence_id"], r["scheduled_for"]) for r in rows] == [
-        (i["id"], i["scheduled_for"]) for i in ids
+        (f["id"], f["scheduled_for"]) for f in _firings(database_url, task.id)
     ]
     assert {r["payload"]["outcome"] for r in rows} == {"queued"}
     _reconcile(pool)
@@ -146,7 +145,7 @@ def test_a_fleet_down_longer_than_the_lookback_owes_the_deadlines_that_passed_me
     _mark(database_url, created + HOUR)  # the fleet's last scan, before its outage
     _reconcile(pool)
     (row,) = _deadlines(database_url)
-    (firing,) = query(database_url, "SELECT id FROM occurrence WHERE task_id = %s", (task.id,))
+    (firing,) = _firings(database_url, task.id)
     assert (row["occurrence_id"], row["payload"]["outcome"]) == (firing["id"], "queued")
     (mark,) = query(database_url, "SELECT judged_through - now() AS behind FROM deadline_mark")
     assert abs(mark["behind"]) < MINUTE  # caught up
