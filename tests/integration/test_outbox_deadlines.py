@@ -4,13 +4,17 @@ firing; a firing recorded past its deadline owes it in the transaction that reco
 down for longer than the scan's lookback owes the deadlines that passed meanwhile (the mark);
 and each firing gets one `deadline` row, whichever path wrote it first."""
 
+import threading
 from datetime import datetime, timedelta
 from typing import Any
+
+import psycopg
 
 from scheduler_daemon.domain.task import TaskSpec
 from scheduler_daemon.services import reconciler as reconciler_module
 from scheduler_daemon.services.reconciler import Reconciler
-from tests.support import Replica, query
+from scheduler_daemon.storage import outbox_store
+from tests.support import Replica, query, wait_for
 
 URL = "http://127.0.0.1:9/hook"
 HOUR = timedelta(hours=1)
@@ -172,3 +176,34 @@ def test_a_pass_judges_a_bounded_number_of_windows_and_the_next_pass_goes_on(
     assert abs(mark["behind"] - (30 * HOUR - windows)) < MINUTE
     _reconcile(pool)
     assert sorted(r["occurrence_id"] for r in _deadlines(database_url)) == [old.id, recent.id]
+
+
+def test_a_scan_and_a_dispatch_writing_one_firings_deadline_at_once_leave_one_row(
+    client, pool, executors, database_url
+) -> None:
+    """Forced interleaving: a scan's transaction has written the `deadline` row of a firing not
+    recorded yet and not committed; the dispatch that records that firing meanwhile (past its
+    deadline) writes the same firing's row and must wait on the firing's key, then write
+    nothing. Would fail against NOT EXISTS alone (the dispatch's snapshot does not see the
+    uncommitted row: two rows, two POSTs) or a key on the occurrence alone."""
+    task = _task(client, _now(database_url) - HOUR - 30 * MINUTE)
+    replica = Replica(database_url, pool, executors, "a")
+    with psycopg.connect(database_url) as scan:
+        assert outbox_store.enqueue_unrecorded_deadlines(scan, limit=10) == 1
+        dispatched: list[Any] = []
+        thread = threading.Thread(target=lambda: dispatched.append(replica.dispatcher.run_once()))
+        thread.start()
+        wait_for(
+            lambda: query(
+                database_url,
+                "SELECT 1 FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+                " AND datname = current_database()",
+            ),
+            message="the dispatch waiting on the firing's key",
+        )
+        scan.commit()
+        thread.join(30)
+    assert dispatched[0].queued == 1
+    (firing,) = _firings(database_url, task.id)
+    (row,) = _deadlines(database_url)
+    assert (row["occurrence_id"], row["scheduled_for"]) == (None, firing["scheduled_for"])
