@@ -43,11 +43,18 @@ OWED = """
     FROM occurrence o JOIN task t ON t.id = o.task_id
     WHERE t.name = ANY(%(names)s) AND o.status NOT IN ('queued', 'launching', 'running')"""
 
+# A `deadline` row written before its firing had a row (revision 0030) holds no occurrence: its
+# firing is the scheduled occurrence of its (task, scheduled_for), found here (`occurrence_id`)
+# beside what the row itself holds (`row_occurrence_id`, what its payload names).
 ROWS = """
-    SELECT n.id, n.occurrence_id, n.task_id, t.name AS task, n.event, n.delivery_id::text,
-           n.attempts, n.delivered_at IS NOT NULL AS delivered, o.status
+    SELECT n.id, o.id AS occurrence_id, n.occurrence_id AS row_occurrence_id, n.task_id,
+           t.name AS task, n.event, n.delivery_id::text, n.attempts,
+           n.delivered_at IS NOT NULL AS delivered, o.status
     FROM notification_outbox n JOIN task t ON t.id = n.task_id
-    JOIN occurrence o ON o.id = n.occurrence_id ORDER BY n.id"""
+    LEFT JOIN occurrence o ON o.id = coalesce(n.occurrence_id, (
+        SELECT f.id FROM occurrence f WHERE f.task_id = n.task_id
+          AND f.scheduled_for = n.scheduled_for AND f.trigger = 'schedule'))
+    ORDER BY n.id"""
 
 PENDING = """
     SELECT (SELECT count(*) FROM occurrence o JOIN task t ON t.id = o.task_id
@@ -142,7 +149,8 @@ class Verdict:
             row = by_id.get(delivery_id)
             for post in copies:
                 body = post["body"]
-                ids_of_pair[(body.get("occurrence_id"), body.get("event"))].add(delivery_id)
+                firing = row["occurrence_id"] if row is not None else body.get("occurrence_id")
+                ids_of_pair[(firing, body.get("event"))].add(delivery_id)
                 key = post["headers"].get("Idempotency-Key")
                 if key != delivery_id:
                     self.problems.append(
@@ -150,7 +158,7 @@ class Verdict:
                     )
                 said = (body.get("occurrence_id"), body.get("task_id"), body.get("task"))
                 if row is not None and (*said, body.get("event")) != (
-                    row["occurrence_id"],
+                    row["row_occurrence_id"],
                     row["task_id"],
                     row["task"],
                     row["event"],
@@ -158,7 +166,7 @@ class Verdict:
                     self.problems.append(
                         f"a POST of delivery_id {delivery_id} says occurrence/task/event"
                         f" {[*said, body.get('event')]}, its outbox row {row['id']} holds"
-                        f" {[row['occurrence_id'], row['task_id'], row['task'], row['event']]}"
+                        f" {[row['row_occurrence_id'], row['task_id'], row['task'], row['event']]}"
                     )
         self.problems += [
             f"occurrence {pair[0]}'s {pair[1]!r} notification came with {len(ids)} delivery ids"
