@@ -18,9 +18,15 @@ from typing import Any
 import psycopg
 
 from scheduler_daemon.domain import backfill
+from scheduler_daemon.domain.operator import Actor
 from scheduler_daemon.domain.status import OverlapPolicy, ScheduleKind, TaskStatus
 from scheduler_daemon.domain.task import TaskRecord
-from scheduler_daemon.storage import instance_store, occurrence_store, task_store
+from scheduler_daemon.storage import (
+    instance_store,
+    occurrence_store,
+    operator_action_store,
+    task_store,
+)
 from scheduler_daemon.storage.error import NotFound
 
 _MICROSECOND = timedelta(microseconds=1)
@@ -49,6 +55,7 @@ def queue_backfill(
     max_firings: int = backfill.DEFAULT_MAX,
     dry_run: bool = False,
     requested_by: str,
+    actor: Actor | None = None,
     progress: Callable[[int, int], None] | None = None,
     now: datetime | None = None,
 ) -> BackfillResult:
@@ -59,7 +66,8 @@ def queue_backfill(
     any active occurrence, and the task's own firings are skipped (`overlap`) meanwhile.
     Each batch of firings is one transaction under the task lock; the unique index
     occurrence_task_backfill_key makes a second backfill (or one running beside it) queue
-    nothing twice. `progress(done, total)` is called after each batch."""
+    nothing twice. With `actor`, a batch that queued records it in `operator_action` in its
+    own transaction. `progress(done, total)` is called after each batch."""
     if start > end:
         raise backfill.InvalidBackfill(
             f"--from {start.isoformat()} is after --to {end.isoformat()}"
@@ -76,7 +84,13 @@ def queue_backfill(
     for first in range(0, len(times), backfill.BATCH):
         batch = times[first : first + backfill.BATCH]
         with tx() as conn:
-            _queue_batch(conn, task, batch, result, include, requested_by=requested_by, now=now)
+            queued = _queue_batch(
+                conn, task, batch, result, include, requested_by=requested_by, now=now
+            )
+            if actor is not None and queued:
+                operator_action_store.record(
+                    conn, actor, "backfill", task_id=task.id, detail=_queued_text(task, queued)
+                )
         if progress is not None:
             progress(len(batch), len(times))
     result.wanted = [f for f in result.firings if f.wanted(include)]
@@ -109,20 +123,22 @@ def _queue_batch(
     *,
     requested_by: str,
     now: datetime | None,
-) -> None:
+) -> list[int]:
     """One batch of firings in the caller's transaction: classified by their latest outcomes
-    and, unless `result.dry_run`, the wanted ones queued under the task's lock."""
+    and, unless `result.dry_run`, the wanted ones queued under the task's lock; returns the
+    ids it queued."""
     locked = task if result.dry_run else task_store.lock(conn, task.id)
     recorded = occurrence_store.firings(conn, task.id, batch[0], batch[-1])
     firings = backfill.classify(batch, recorded)
     result.firings += firings
     wanted = [f for f in firings if f.wanted(include)]
     if result.dry_run or not wanted:
-        return
+        return []
     overlap = (
         OverlapPolicy.QUEUE if task.spec.overlap == OverlapPolicy.FORBID else task.spec.overlap
     )
     batch_now = task_store.clock(conn, now)
+    queued: list[int] = []
     for firing in wanted:
         row = occurrence_store.insert_backfill(
             conn,
@@ -135,7 +151,8 @@ def _queue_batch(
             now=batch_now,
         )
         if row is not None:
-            result.occurrence_ids.append(row["id"])
+            queued.append(row["id"])
+    result.occurrence_ids += queued
     if locked.spec.schedule_kind == ScheduleKind.ONCE and locked.status in (
         TaskStatus.COMPLETED,
         TaskStatus.FAILED,
@@ -143,3 +160,11 @@ def _queue_batch(
     ):  # a firing run again: a finished one-shot follows its newest firing
         task_store.set_next_run(conn, task.id, next_run_at=None, status=TaskStatus.RUNNING)
     instance_store.notify_wakeup(conn, "backfill")
+    return queued
+
+
+def _queued_text(task: TaskRecord, queued: list[int]) -> str:
+    return (
+        f"queued {len(queued)} backfill occurrence(s) of task {task.name} "
+        f"(ids {queued[0]}..{queued[-1]})"
+    )

@@ -11,7 +11,7 @@ import click
 
 from scheduler_daemon import presentation
 from scheduler_daemon.backfill import BackfillResult
-from scheduler_daemon.cli.base import client_for, emit, json_option, log_action, who
+from scheduler_daemon.cli.base import client_for, emit, json_option, operator, who
 from scheduler_daemon.cli.tasks import tasks
 from scheduler_daemon.domain import backfill
 from scheduler_daemon.domain.schedule.base import ScheduleError
@@ -86,11 +86,10 @@ def tasks_backfill(
             max_firings=max_firings,
             dry_run=dry_run,
             requested_by=who(),
+            actor=operator(),
             progress=progress,
         )
     data, text = _report(result, chosen, zone)
-    if not dry_run:
-        log_action(client, "backfill", task_id=result.task_id, detail=text)
     emit(ctx, data, text)
 
 

@@ -21,6 +21,7 @@ from scheduler_daemon.version import __version__
 
 if TYPE_CHECKING:
     from scheduler_daemon.client import Client
+    from scheduler_daemon.domain.operator import Actor
 
 EXIT_UNAVAILABLE = 1
 EXIT_BAD_INPUT = 2
@@ -81,32 +82,12 @@ def who() -> str:
     return f"{getpass.getuser()}@{socket.gethostname()}"
 
 
-def log_action(
-    client: "Client",
-    action: str,
-    *,
-    task_id: int | None,
-    occurrence_id: int | None = None,
-    detail: str | None = None,
-) -> None:
-    """Records an action that committed in `operator_action` (revision 0027) as this user@host;
-    a record the database refuses (a role without INSERT on it) is a warning on stderr: the
-    action stands."""
-    import psycopg
+def operator() -> "Actor":
+    """This user@host, from the CLI: the actor `operator_action` records beside each trigger,
+    pause, resume, cancel and backfill, in the action's own transaction."""
+    from scheduler_daemon.domain.operator import Actor
 
-    from scheduler_daemon.storage.database import first_line
-
-    try:
-        client.record_action(
-            action,
-            actor=who(),
-            source="cli",
-            task_id=task_id,
-            occurrence_id=occurrence_id,
-            detail=detail,
-        )
-    except psycopg.Error as exc:
-        click.echo(f"warning: {action} done but not recorded: {first_line(exc)}", err=True)
+    return Actor(who(), "cli")
 
 
 def emit(ctx: click.Context, data: Any, text: str) -> None:

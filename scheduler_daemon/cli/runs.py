@@ -13,7 +13,7 @@ from scheduler_daemon.cli.base import (
     emit,
     hint_more,
     json_option,
-    log_action,
+    operator,
     paging_options,
     who,
 )
@@ -139,9 +139,8 @@ def runs_cancel(ctx: click.Context, ident: int, occurrence: bool) -> None:
     stops the job at its next renewal, and the occurrence ends `cancelled` (keeping its slot
     until then) once the job is confirmed gone."""
     client = client_for(ctx)
-    done = client.cancel(ident, occurrence=occurrence, requested_by=who())
+    done = client.cancel(ident, occurrence=occurrence, requested_by=who(), actor=operator())
     row = done.occurrence
-    log_action(client, "cancel", task_id=row.task_id, occurrence_id=row.id, detail=done.cancel)
     fields = {
         **presentation.occurrence_fields(row),
         "cancel": done.cancel,

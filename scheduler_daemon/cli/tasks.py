@@ -20,7 +20,7 @@ from scheduler_daemon.cli.base import (
     emit,
     hint_more,
     json_option,
-    log_action,
+    operator,
     paging_options,
     who,
 )
@@ -365,8 +365,7 @@ def tasks_show(ctx: click.Context, task: str, show_secrets: bool) -> None:
 def tasks_pause(ctx: click.Context, task: str) -> None:
     """Stop firing a task (nothing is owed for firings while paused)."""
     client = client_for(ctx)
-    paused = client.pause(task)
-    log_action(client, "pause", task_id=paused.id)
+    paused = client.pause(task, actor=operator())
     _show_task(ctx, paused)
 
 
@@ -377,8 +376,7 @@ def tasks_pause(ctx: click.Context, task: str) -> None:
 def tasks_resume(ctx: click.Context, task: str) -> None:
     """Fire a paused task again, from its next firing after now."""
     client = client_for(ctx)
-    resumed = client.resume(task)
-    log_action(client, "resume", task_id=resumed.id)
+    resumed = client.resume(task, actor=operator())
     _show_task(ctx, resumed)
 
 
@@ -415,24 +413,13 @@ def tasks_next(ctx: click.Context, task: str, count: int) -> None:
 @click.pass_context
 def tasks_trigger(ctx: click.Context, task: str, count: int) -> None:
     """Queue a manual occurrence now; it follows the task's overlap policy."""
-    from scheduler_daemon.client import TriggerBatch
+    from scheduler_daemon.client import TriggerBatch, trigger_text
 
-    client = client_for(ctx)
-    occ = client.trigger(task, requested_by=who(), count=count)
+    occ = client_for(ctx).trigger(task, requested_by=who(), count=count, actor=operator())
     if isinstance(occ, TriggerBatch):
-        ids = occ.occurrence_ids
-        text = f"{occ.count} occurrences queued (ids {ids[0]}..{ids[-1]})"
-        log_action(client, "trigger", task_id=occ.task_id, detail=text)
-        emit(ctx, dataclasses.asdict(occ), text)
+        emit(ctx, dataclasses.asdict(occ), trigger_text(occ))
         return
-    fields = presentation.occurrence_fields(occ)
-    text = (
-        f"occurrence {occ.id} queued"
-        if occ.status == OccurrenceStatus.QUEUED
-        else f"occurrence {occ.id} skipped: {occ.reason} (an occurrence is active)"
-    )
-    log_action(client, "trigger", task_id=occ.task_id, occurrence_id=occ.id, detail=text)
-    emit(ctx, fields, text)
+    emit(ctx, presentation.occurrence_fields(occ), trigger_text(occ))
 
 
 @tasks.command("delete")

@@ -12,7 +12,12 @@ from scheduler_daemon.client.fleet import Fleet
 from scheduler_daemon.client.health import Health
 from scheduler_daemon.client.history import Cancellation, History, history_cursor
 from scheduler_daemon.client.operator_log import OperatorLog
-from scheduler_daemon.client.trigger import MAX_TRIGGER_COUNT, TriggerBatch, Triggering
+from scheduler_daemon.client.trigger import (
+    MAX_TRIGGER_COUNT,
+    TriggerBatch,
+    Triggering,
+    trigger_text,
+)
 
 __all__ = [
     "ALL_PAGE_SIZE",
@@ -23,6 +28,7 @@ __all__ = [
     "Page",
     "TriggerBatch",
     "history_cursor",
+    "trigger_text",
 ]
 
 

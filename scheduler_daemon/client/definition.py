@@ -22,6 +22,7 @@ from scheduler_daemon.domain import limit as bound
 from scheduler_daemon.domain.instance import Instance
 from scheduler_daemon.domain.misfire import DispatchPlan, Firing
 from scheduler_daemon.domain.occurrence import Occurrence
+from scheduler_daemon.domain.operator import Actor
 from scheduler_daemon.domain.schedule.cron_syntax import splits_day_fields
 from scheduler_daemon.domain.status import TaskStatus, Trigger
 from scheduler_daemon.domain.task import InvalidTask, TaskRecord, TaskSpec
@@ -30,6 +31,7 @@ from scheduler_daemon.storage import (
     instance_store,
     migration,
     occurrence_store,
+    operator_action_store,
     task_store,
 )
 from scheduler_daemon.storage.error import Conflict
@@ -245,11 +247,17 @@ class TaskDefinition(ClientBase):
         rows = rows[:limit] if more else rows
         return Page(rows, rows[-1].name if more else None)
 
-    def pause(self, ref: str | int, *, now: datetime | None = None) -> TaskRecord:
+    def pause(
+        self, ref: str | int, *, actor: Actor | None = None, now: datetime | None = None
+    ) -> TaskRecord:
         """Stops firing. Firings already due and not yet dispatched are recorded as skipped
-        (`paused`): nothing is owed while paused, and resume starts from its next firing."""
+        (`paused`): nothing is owed while paused, and resume starts from its next firing. With
+        `actor`, `operator_action` records it in the same transaction."""
         with self._tx() as conn:
-            return self.pause_in(conn, ref, now=now)
+            paused = self.pause_in(conn, ref, now=now)
+            if actor is not None:
+                operator_action_store.record(conn, actor, "pause", task_id=paused.id)
+            return paused
 
     def pause_in(
         self, conn: psycopg.Connection[Any], ref: str | int, *, now: datetime | None = None
@@ -267,11 +275,17 @@ class TaskDefinition(ClientBase):
             now=db_now,
         )
 
-    def resume(self, ref: str | int, *, now: datetime | None = None) -> TaskRecord:
+    def resume(
+        self, ref: str | int, *, actor: Actor | None = None, now: datetime | None = None
+    ) -> TaskRecord:
         """Unpauses; the next firing is computed from now, since paused firings are not owed.
-        A task that is not paused is left as it is (its due firings are still owed)."""
+        A task that is not paused is left as it is (its due firings are still owed). With
+        `actor`, `operator_action` records it in the same transaction."""
         with self._tx() as conn:
-            return self.resume_in(conn, ref, now=now)
+            resumed = self.resume_in(conn, ref, now=now)
+            if actor is not None:
+                operator_action_store.record(conn, actor, "resume", task_id=resumed.id)
+            return resumed
 
     def resume_in(
         self, conn: psycopg.Connection[Any], ref: str | int, *, now: datetime | None = None

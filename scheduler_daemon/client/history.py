@@ -17,12 +17,20 @@ from scheduler_daemon.client.base import (
 )
 from scheduler_daemon.domain import argument
 from scheduler_daemon.domain.occurrence import Occurrence
+from scheduler_daemon.domain.operator import Actor
 from scheduler_daemon.domain.outcome import task_outcome
 from scheduler_daemon.domain.run import HistoryRow, RunDetail, RunOutput
 from scheduler_daemon.domain.status import OccurrenceStatus, RunStatus
 from scheduler_daemon.domain.timing import renew_interval
 from scheduler_daemon.executors.base import STOP_GRACE_SECONDS
-from scheduler_daemon.storage import history, instance_store, occurrence_store, task_store
+from scheduler_daemon.storage import (
+    history,
+    instance_store,
+    occurrence_store,
+    operator_action_store,
+    task_store,
+)
+from scheduler_daemon.storage.database import Conn
 from scheduler_daemon.storage.error import Conflict, NotFound
 
 
@@ -130,48 +138,72 @@ class History(ClientBase):
                 raise NotFound(f"unknown occurrence {occurrence_id}")
             return occurrence, history.runs_of(conn, occurrence_id)
 
-    def cancel(self, ident: int, *, occurrence: bool = False, requested_by: str) -> Cancellation:
+    def cancel(
+        self,
+        ident: int,
+        *,
+        occurrence: bool = False,
+        requested_by: str,
+        actor: Actor | None = None,
+    ) -> Cancellation:
         """Cancels a run's occurrence (or an occurrence). A queued or claimed one ends at once
         (its token raised, so a launcher that has not started the job is fenced). A running one
         gets a cancel request: its owner learns of it at its next renewal, stops the job, and
         records `cancelled` once the job is gone; until then it keeps its slot (`forbid`, key,
-        budget). If the owner is dead, the takeover ends it after its takeover point."""
+        budget). If the owner is dead, the takeover ends it after its takeover point. With
+        `actor`, `operator_action` records it in the same transaction."""
         with self._tx() as conn:
-            if occurrence:
-                occurrence_id = ident
-            else:
-                run = history.get_run(conn, ident)
-                if run is None:
-                    raise NotFound(f"unknown run {ident}")
-                occurrence_id = run.occurrence_id
-            found = occurrence_store.get(conn, occurrence_id)
-            if found is None:
-                raise NotFound(f"unknown occurrence {occurrence_id}")
-            task_store.lock_row(conn, found.task_id)  # parent first
-            current = occurrence_store.lock(conn, occurrence_id)
-            reason = f"cancelled by {requested_by}"
-            if current is not None and current.status == OccurrenceStatus.RUNNING:
-                requested = occurrence_store.request_cancel(
-                    conn, occurrence_id, reason=reason, requested_by=requested_by
+            done = self._cancel_in(conn, ident, occurrence=occurrence, requested_by=requested_by)
+            if actor is not None:
+                row = done.occurrence
+                operator_action_store.record(
+                    conn,
+                    actor,
+                    "cancel",
+                    task_id=row.task_id,
+                    occurrence_id=row.id,
+                    detail=done.cancel,
                 )
-                assert requested is not None  # running and locked
-                within, takeover_at = self._stop_bound(conn, occurrence_id)
-                return Cancellation(
-                    replace(requested, task_name=found.task_name), "requested", within, takeover_at
-                )
-            cancelled = occurrence_store.cancel(
+            return done
+
+    def _cancel_in(
+        self, conn: Conn, ident: int, *, occurrence: bool, requested_by: str
+    ) -> Cancellation:
+        if occurrence:
+            occurrence_id = ident
+        else:
+            run = history.get_run(conn, ident)
+            if run is None:
+                raise NotFound(f"unknown run {ident}")
+            occurrence_id = run.occurrence_id
+        found = occurrence_store.get(conn, occurrence_id)
+        if found is None:
+            raise NotFound(f"unknown occurrence {occurrence_id}")
+        task_store.lock_row(conn, found.task_id)  # parent first
+        current = occurrence_store.lock(conn, occurrence_id)
+        reason = f"cancelled by {requested_by}"
+        if current is not None and current.status == OccurrenceStatus.RUNNING:
+            requested = occurrence_store.request_cancel(
                 conn, occurrence_id, reason=reason, requested_by=requested_by
             )
-            if cancelled is None:
-                status = current.status if current else found.status
-                raise Conflict(f"occurrence {occurrence_id} is already {status}")
-            task_store.record_outcome(
-                conn,
-                found.task_id,
-                task_outcome(cancelled, OccurrenceStatus.CANCELLED, cancelled.reason),
+            assert requested is not None  # running and locked
+            within, takeover_at = self._stop_bound(conn, occurrence_id)
+            return Cancellation(
+                replace(requested, task_name=found.task_name), "requested", within, takeover_at
             )
-            instance_store.notify_wakeup(conn, "cancelled")
-            return Cancellation(replace(cancelled, task_name=found.task_name), "cancelled")
+        cancelled = occurrence_store.cancel(
+            conn, occurrence_id, reason=reason, requested_by=requested_by
+        )
+        if cancelled is None:
+            status = current.status if current else found.status
+            raise Conflict(f"occurrence {occurrence_id} is already {status}")
+        task_store.record_outcome(
+            conn,
+            found.task_id,
+            task_outcome(cancelled, OccurrenceStatus.CANCELLED, cancelled.reason),
+        )
+        instance_store.notify_wakeup(conn, "cancelled")
+        return Cancellation(replace(cancelled, task_name=found.task_name), "cancelled")
 
     @staticmethod
     def _stop_bound(

@@ -10,8 +10,14 @@ from scheduler_daemon.client.base import ClientBase, allowed, task_ref
 from scheduler_daemon.domain import argument, backfill, control
 from scheduler_daemon.domain import limit as bound
 from scheduler_daemon.domain.occurrence import Occurrence
+from scheduler_daemon.domain.operator import Actor
 from scheduler_daemon.domain.status import OccurrenceStatus, OverlapPolicy, Trigger
-from scheduler_daemon.storage import instance_store, occurrence_store, task_store
+from scheduler_daemon.storage import (
+    instance_store,
+    occurrence_store,
+    operator_action_store,
+    task_store,
+)
 
 MAX_TRIGGER_COUNT = bound.MAX_TRIGGER_COUNT  # occurrences one `trigger(count=N)` may queue
 
@@ -36,16 +42,19 @@ class Triggering(ClientBase):
         *,
         requested_by: str,
         count: int = 1,
+        actor: Actor | None = None,
         now: datetime | None = None,
     ) -> "Occurrence | TriggerBatch":
         """A `manual` occurrence now; it follows the task's overlap policy. With `count` > 1,
         that many queued in one transaction (`queue` runs them one after another, `allow` side
-        by side; a `forbid` task is refused): a TriggerBatch instead of one Occurrence."""
+        by side; a `forbid` task is refused): a TriggerBatch instead of one Occurrence. With
+        `actor`, `operator_action` records it in the same transaction."""
         if count != 1:
-            return self._trigger_many(ref, count, requested_by=requested_by, now=now)
+            return self._trigger_many(ref, count, requested_by=requested_by, actor=actor, now=now)
         # One round trip begins the transaction, reads the clock and takes the parent lock;
         # one more inserts the occurrence (with its sequence number and the wake-up) and
-        # commits. (A `forbid` task's rule reads in between: one more.)
+        # commits; with an actor, the record's insert commits instead (one more). (A `forbid`
+        # task's rule reads in between: one more.)
         lock = task_store.lock_statement(task_ref(ref))
         with self._session.transaction(now=now, first=lock) as tx:
             conn, db_now = tx.conn, tx.now
@@ -64,12 +73,28 @@ class Triggering(ClientBase):
                 reason=plan.reason,
                 requested_by=requested_by,
                 now=db_now,
-                commit=True,
+                commit=actor is None,
             )
+            if actor is not None:
+                operator_action_store.record(
+                    conn,
+                    actor,
+                    "trigger",
+                    task_id=task.id,
+                    occurrence_id=occurrence.id,
+                    detail=trigger_text(occurrence),
+                    commit=True,
+                )
             return replace(occurrence, task_name=task.name)
 
     def _trigger_many(
-        self, ref: str | int, count: int, *, requested_by: str, now: datetime | None
+        self,
+        ref: str | int,
+        count: int,
+        *,
+        requested_by: str,
+        actor: Actor | None,
+        now: datetime | None,
     ) -> TriggerBatch:
         argument.count_within(count, "--count", MAX_TRIGGER_COUNT)
         with self._tx() as conn:
@@ -88,9 +113,14 @@ class Triggering(ClientBase):
                 status=OccurrenceStatus.QUEUED,
                 requested_by=requested_by,
             )
-            return TriggerBatch(
+            batch = TriggerBatch(
                 task.id, task.name, OccurrenceStatus.QUEUED, len(rows), [row["id"] for row in rows]
             )
+            if actor is not None:
+                operator_action_store.record(
+                    conn, actor, "trigger", task_id=task.id, detail=trigger_text(batch)
+                )
+            return batch
 
     def backfill(
         self,
@@ -102,11 +132,13 @@ class Triggering(ClientBase):
         max_firings: int = backfill.DEFAULT_MAX,
         dry_run: bool = False,
         requested_by: str,
+        actor: Actor | None = None,
         progress: Callable[[int, int], None] | None = None,
         now: datetime | None = None,
     ) -> BackfillResult:
         """Queues a `backfill` occurrence per firing of [start, end] whose latest outcome is in
-        `include` (scheduler_daemon/backfill.py says how)."""
+        `include` (scheduler_daemon/backfill.py says how); with `actor`, each transaction that
+        queued records it (`operator_action`) before it commits."""
         return queue_backfill(
             self._tx,
             task_ref(ref),
@@ -116,6 +148,18 @@ class Triggering(ClientBase):
             max_firings=max_firings,
             dry_run=dry_run,
             requested_by=requested_by,
+            actor=actor,
             progress=progress,
             now=now,
         )
+
+
+def trigger_text(done: "Occurrence | TriggerBatch") -> str:
+    """What a trigger did, in one line (the CLI's output, the console's message, the record's
+    detail)."""
+    if isinstance(done, TriggerBatch):
+        ids = done.occurrence_ids
+        return f"{done.count} occurrences queued (ids {ids[0]}..{ids[-1]})"
+    if done.status == OccurrenceStatus.QUEUED:
+        return f"occurrence {done.id} queued"
+    return f"occurrence {done.id} skipped: {done.reason} (an occurrence is active)"

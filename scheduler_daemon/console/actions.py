@@ -1,7 +1,8 @@
 """The console's actions: trigger, pause, resume, cancel, backfill (dry run, then confirm).
 Each goes through the Client exactly as the CLI's command does (the same domain rules, the same
 refusals and one-line errors) with the operator role's grants the console connects with, and is
-recorded in `operator_action` once it committed."""
+recorded in `operator_action` in its own transaction: a record the database refuses rolls the
+action back, and the refusal is the line shown."""
 
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -11,10 +12,11 @@ from typing import Any
 import psycopg
 
 from scheduler_daemon import presentation
-from scheduler_daemon.client import Client, TriggerBatch
+from scheduler_daemon.client import Client, TriggerBatch, trigger_text
 from scheduler_daemon.domain import backfill
 from scheduler_daemon.domain.argument import InvalidArgument
 from scheduler_daemon.domain.limit import OutOfBounds
+from scheduler_daemon.domain.operator import Actor
 from scheduler_daemon.domain.schedule.base import ScheduleError
 from scheduler_daemon.domain.schedule.zone import load_zone
 from scheduler_daemon.domain.status import OccurrenceStatus
@@ -67,48 +69,32 @@ def refusal(exc: Exception) -> Done:
     return Done(f"error: {scrub_text(str(exc))}", ok=False, status=409)
 
 
-def _record(client: Client, action: str, actor: str, **where: Any) -> str:
-    """Records the action; a record the database refuses is said, the action stands."""
-    try:
-        client.record_action(action, actor=actor, source="console", **where)
-    except psycopg.Error as exc:
-        return f" (not recorded: {first_line(exc)})"
-    return ""
+def _by(actor: str) -> Actor:
+    return Actor(actor, "console")
 
 
 def trigger(client: Client, task_id: int, actor: str) -> Done:
-    occ = client.trigger(task_id, requested_by=actor)
+    occ = client.trigger(task_id, requested_by=actor, actor=_by(actor))
     assert not isinstance(occ, TriggerBatch)  # count 1
-    if occ.status == OccurrenceStatus.QUEUED:
-        text = f"occurrence {occ.id} queued"
-    else:
-        text = f"occurrence {occ.id} skipped: {occ.reason} (an occurrence is active)"
-    note = _record(client, "trigger", actor, task_id=occ.task_id, occurrence_id=occ.id, detail=text)
-    return Done(text + note, ok=occ.status == OccurrenceStatus.QUEUED)
+    return Done(trigger_text(occ), ok=occ.status == OccurrenceStatus.QUEUED)
 
 
 def pause(client: Client, task_id: int, actor: str) -> Done:
-    task = client.pause(task_id)
-    return Done(f"task '{task.name}' paused" + _record(client, "pause", actor, task_id=task.id))
+    task = client.pause(task_id, actor=_by(actor))
+    return Done(f"task '{task.name}' paused")
 
 
 def resume(client: Client, task_id: int, actor: str) -> Done:
-    task = client.resume(task_id)
-    return Done(f"task '{task.name}' resumed" + _record(client, "resume", actor, task_id=task.id))
+    task = client.resume(task_id, actor=_by(actor))
+    return Done(f"task '{task.name}' resumed")
 
 
 def cancel(client: Client, occurrence_id: int, actor: str) -> Done:
-    done = client.cancel(occurrence_id, occurrence=True, requested_by=actor)
+    done = client.cancel(occurrence_id, occurrence=True, requested_by=actor, actor=_by(actor))
     row = done.occurrence
-    text = (
-        f"occurrence {row.id} cancelled"
-        if done.cancel == "cancelled"
-        else f"occurrence {row.id}: cancel requested; its owner stops the job and confirms"
-    )
-    note = _record(
-        client, "cancel", actor, task_id=row.task_id, occurrence_id=row.id, detail=done.cancel
-    )
-    return Done(text + note)
+    if done.cancel == "cancelled":
+        return Done(f"occurrence {row.id} cancelled")
+    return Done(f"occurrence {row.id}: cancel requested; its owner stops the job and confirms")
 
 
 def _instant(option: str, text: str, zone: str) -> datetime:
@@ -136,13 +122,13 @@ def backfill_range(
         include=chosen,
         dry_run=not confirm,
         requested_by=actor,
+        actor=_by(actor) if confirm else None,
     )
     if confirm:
-        text = (
+        return Done(
             f"queued {len(result.occurrence_ids)} backfill occurrence(s) of task "
             f"{result.task_name} ({len(result.firings)} firing(s) in the range)"
         )
-        return Done(text + _record(client, "backfill", actor, task_id=record.id, detail=text))
     firings = [
         {
             **presentation.fire_time_fields(f.scheduled_for, zone),

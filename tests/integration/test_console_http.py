@@ -302,3 +302,23 @@ def test_the_console_acts_with_its_roles_grants_and_shows_the_databases_refusal(
                     assert message(page.text) == expected
         rows = db.execute("SELECT actor, action FROM operator_action").fetchall()
         assert rows == [{"actor": "console-token@testclient", "action": "pause"}]
+
+
+def test_an_action_whose_record_is_refused_is_rolled_back_and_the_refusal_shown(
+    open_console, client, db
+) -> None:
+    # Fails on the build that recorded after the action committed: there the pause and the
+    # trigger stood and the page only added "(not recorded: ...)".
+    task = shell_task(client, "job")
+    db.execute("ALTER TABLE operator_action ADD CONSTRAINT refuse_all CHECK (false) NOT VALID")
+    browser = open_console()
+    browser.sign_in(TOKEN)
+    before = _state(db)
+    for path in [f"/tasks/{task.id}/trigger", f"/tasks/{task.id}/pause"]:
+        page = browser.post(path)
+        assert page.status_code == 503, path
+        line = message(page.text)
+        assert line.startswith("error: database error: "), path
+        assert "refuse_all" in line, path
+        assert "\n" not in line, path
+        assert _state(db) == before, path

@@ -36,14 +36,45 @@ def test_the_cli_records_who_did_what_to_which_task_and_occurrence(cli, db) -> N
     assert rows[4]["detail"].startswith("queued 3 backfill occurrence(s) of task t")
 
 
-def test_an_action_whose_record_is_refused_still_stands_with_a_warning(cli, db) -> None:
-    cli("tasks", "add", "t", *EVERY_MINUTE)
-    # the database refuses every record (as a role without INSERT on it would, before `db roles`
-    # ran after this migrate): the test database's superuser needs a constraint for that
+def _refuse_every_record(db) -> None:
+    """The database refuses every `operator_action` row from now on, as a role without INSERT
+    on it would (the test database's superuser needs a constraint for that)."""
     db.execute("ALTER TABLE operator_action ADD CONSTRAINT refuse_all CHECK (false) NOT VALID")
-    result = cli("tasks", "trigger", "t")
-    assert result.code == 0
-    assert result.out.strip() == "occurrence 1 queued"
-    assert result.err.startswith("warning: trigger done but not recorded: ")
-    assert db.execute("SELECT status FROM occurrence").fetchone()["status"] == "queued"
-    assert db.execute("SELECT count(*) AS n FROM operator_action").fetchone()["n"] == 0
+
+
+def _written(db) -> dict:
+    return {
+        "occurrences": db.execute("SELECT id, status FROM occurrence ORDER BY id").fetchall(),
+        "tasks": db.execute(
+            "SELECT paused, occurrence_seq, next_run_at FROM task ORDER BY id"
+        ).fetchall(),
+        "actions": db.execute("SELECT count(*) AS n FROM operator_action").fetchone()["n"],
+    }
+
+
+def test_an_action_whose_record_is_refused_is_rolled_back_with_one_line(cli, db) -> None:
+    # Fails on the build that recorded after the action committed: there the trigger stood
+    # (exit 0, a queued occurrence) and only a warning said the record was lost.
+    cli("tasks", "add", "t", *EVERY_MINUTE)
+    cli("tasks", "add", "p", *EVERY_MINUTE)
+    cli("tasks", "add", "q", *EVERY_MINUTE, "--overlap", "queue")
+    assert cli("tasks", "pause", "p").code == 0
+    assert cli("tasks", "trigger", "t").code == 0  # occurrence 1, to cancel below
+    _refuse_every_record(db)
+    before = _written(db)
+    window = ("--from", "2026-01-01T00:00", "--to", "2026-01-01T00:02")
+    for args in [
+        ("tasks", "trigger", "t"),
+        ("tasks", "trigger", "q", "--count", "3"),
+        ("tasks", "pause", "t"),
+        ("tasks", "resume", "p"),
+        ("runs", "cancel", "--occurrence", "1"),
+        ("tasks", "backfill", "t", *window),
+    ]:
+        result = cli(*args)
+        assert result.code == 1, args
+        assert result.out == "", args
+        (line,) = result.err.splitlines()
+        assert line.startswith("error: database error: "), args
+        assert "refuse_all" in line, args
+        assert _written(db) == before, args  # the action rolled back with its record
