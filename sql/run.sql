@@ -13,46 +13,94 @@ r.id, o.id AS occurrence_id, o.occurrence_seq, o.task_id, t.name AS task_name,
 -- whose status its latest run does not show (it never ran, waits for its next attempt after a
 -- retry or a takeover, or ended in the queue); only OWN_HISTORY_ROW can be such a status.
 -- Keyset: rows after (after_occurrence, after_run), after_run NULL meaning "after that
--- occurrence's own row". The run branch walks run_occurrence_idx (or run_status_history_idx with
--- a status) backwards; the occurrence branch walks occurrence_own_row_idx (its statuses written
--- out: OWN_HISTORY_ROW) backwards, no further down than the run branch's page reached when that
--- page is full, so neither scans the whole history. Its columns are the run row of docs/cli.md
+-- occurrence's own row". Each side has two branches, one of which a NULL or non-NULL parameter
+-- rules out at planning (One-Time Filter: false):
+-- - the fleet's (no task, or a task with a status): the run side walks run_occurrence_idx (or
+--   run_status_history_idx with a status) backwards; the occurrence side walks
+--   occurrence_own_row_idx (its statuses written out: OWN_HISTORY_ROW) backwards;
+-- - one task's (`runs list --task`, the console's task page): both sides walk that task's range
+--   of occurrence_task_history_idx (task_id, id) backwards, the run side reading each
+--   occurrence's runs by run_occurrence_idx. The range is written as row comparisons on
+--   (task_id, id) and the order as (task_id, id), not `task_id = X` and `id`: with the equality
+--   the planner may walk occurrence_pkey backwards instead, filtering on the task, and a task
+--   whose occurrences are the oldest ids (a per-second task among a fleet) read every newer row
+--   first (900,000 of them in bench/console_pages.py: 956 ms).
+-- The occurrence side reads no further down than the run side's page reached when that page is
+-- full, so neither scans the whole history. Its columns are the run row of docs/cli.md
 -- (run_row below, domain.run.HistoryRow); run_get and run_list_for_occurrence select it too.
 WITH runs AS MATERIALIZED (
-    SELECT {{run_row}}
-    FROM run r JOIN occurrence o ON o.id = r.occurrence_id JOIN task t ON t.id = o.task_id
-    WHERE (%(status)s::text IS NULL OR r.status = %(status)s)
-      AND (%(status)s::text IS NULL OR %(status)s = ANY(%(run_statuses)s::text[]))
-      AND (%(task_id)s::bigint IS NULL OR o.task_id = %(task_id)s)
-      AND (%(after_occurrence)s::bigint IS NULL
-           OR (r.occurrence_id, r.id) < (%(after_occurrence)s::bigint,
-                                         coalesce(%(after_run)s::bigint, 9223372036854775807)))
-      -- the same bound on the occurrence side, so a join walking both keys starts at the cursor
-      AND (%(after_occurrence)s::bigint IS NULL OR o.id <= %(after_occurrence)s::bigint)
-    ORDER BY r.occurrence_id DESC, r.id DESC
-    LIMIT %(limit)s
+    (SELECT {{run_row}}
+     FROM run r JOIN occurrence o ON o.id = r.occurrence_id JOIN task t ON t.id = o.task_id
+     WHERE (%(task_id)s::bigint IS NULL OR %(status)s::text IS NOT NULL)
+       AND (%(status)s::text IS NULL OR r.status = %(status)s)
+       AND (%(status)s::text IS NULL OR %(status)s = ANY(%(run_statuses)s::text[]))
+       AND (%(task_id)s::bigint IS NULL OR o.task_id = %(task_id)s)
+       AND (%(after_occurrence)s::bigint IS NULL
+            OR (r.occurrence_id, r.id) < (%(after_occurrence)s::bigint,
+                                          coalesce(%(after_run)s::bigint, 9223372036854775807)))
+       -- the same bound on the occurrence side, so a join walking both keys starts at the cursor
+       AND (%(after_occurrence)s::bigint IS NULL OR o.id <= %(after_occurrence)s::bigint)
+     ORDER BY r.occurrence_id DESC, r.id DESC
+     LIMIT %(limit)s)
+    UNION ALL
+    (SELECT {{run_row}}
+     FROM task t CROSS JOIN occurrence o  -- t is the task: no join on o.task_id (see above)
+     CROSS JOIN LATERAL (
+         SELECT * FROM run r WHERE r.occurrence_id = o.id
+           AND (%(after_occurrence)s::bigint IS NULL
+                OR (r.occurrence_id, r.id) < (%(after_occurrence)s::bigint,
+                                              coalesce(%(after_run)s::bigint,
+                                                       9223372036854775807)))
+         ORDER BY r.id DESC LIMIT %(limit)s) r
+     WHERE %(task_id)s::bigint IS NOT NULL AND %(status)s::text IS NULL
+       AND t.id = %(task_id)s
+       AND (o.task_id, o.id) >= (%(task_id)s::bigint, 0)
+       AND (o.task_id, o.id) <= (%(task_id)s::bigint,
+                                 coalesce(%(after_occurrence)s::bigint, 9223372036854775807))
+     ORDER BY o.task_id DESC, o.id DESC, r.id DESC
+     LIMIT %(limit)s)
 ), reach AS (
     SELECT coalesce(min(occurrence_id), 0) AS low FROM runs HAVING count(*) >= %(limit)s
 ), occurrences AS MATERIALIZED (
-    SELECT NULL::bigint AS id, o.id AS occurrence_id, o.occurrence_seq, o.task_id, t.name,
-        o.scheduled_for, o.trigger, NULL::integer AS attempt, o.status, o.reason, o.claim_owner,
-        NULL::timestamptz AS started_at, o.finished_at, NULL::integer AS exit_code,
-        NULL::integer AS http_status, o.error, o.firing_count, o.last_scheduled_for,
-        NULL::bigint AS lease_token, NULL::timestamptz AS cancel_requested_at
-    FROM occurrence o JOIN task t ON t.id = o.task_id
-    LEFT JOIN LATERAL (
-        SELECT r.status FROM run r WHERE r.occurrence_id = o.id
-        ORDER BY r.id DESC LIMIT 1) latest ON true
-    WHERE o.status IN ('queued', 'launching', 'skipped', 'expired', 'cancelled')
-      AND (%(status)s::text IS NULL OR o.status = %(status)s)
-      AND (%(status)s::text IS NULL
-           OR %(status)s IN ('queued', 'launching', 'skipped', 'expired', 'cancelled'))
-      AND (%(task_id)s::bigint IS NULL OR o.task_id = %(task_id)s)
-      AND (%(after_occurrence)s::bigint IS NULL OR o.id < %(after_occurrence)s)
-      AND o.id >= coalesce((SELECT low FROM reach), 0)
-      AND o.status IS DISTINCT FROM latest.status
-    ORDER BY o.id DESC
-    LIMIT %(limit)s
+    (SELECT NULL::bigint AS id, o.id AS occurrence_id, o.occurrence_seq, o.task_id, t.name,
+         o.scheduled_for, o.trigger, NULL::integer AS attempt, o.status, o.reason, o.claim_owner,
+         NULL::timestamptz AS started_at, o.finished_at, NULL::integer AS exit_code,
+         NULL::integer AS http_status, o.error, o.firing_count, o.last_scheduled_for,
+         NULL::bigint AS lease_token, NULL::timestamptz AS cancel_requested_at
+     FROM occurrence o JOIN task t ON t.id = o.task_id
+     LEFT JOIN LATERAL (
+         SELECT r.status FROM run r WHERE r.occurrence_id = o.id
+         ORDER BY r.id DESC LIMIT 1) latest ON true
+     WHERE (%(task_id)s::bigint IS NULL OR %(status)s::text IS NOT NULL)
+       AND o.status IN ('queued', 'launching', 'skipped', 'expired', 'cancelled')
+       AND (%(status)s::text IS NULL OR o.status = %(status)s)
+       AND (%(status)s::text IS NULL
+            OR %(status)s IN ('queued', 'launching', 'skipped', 'expired', 'cancelled'))
+       AND (%(task_id)s::bigint IS NULL OR o.task_id = %(task_id)s)
+       AND (%(after_occurrence)s::bigint IS NULL OR o.id < %(after_occurrence)s)
+       AND o.id >= coalesce((SELECT low FROM reach), 0)
+       AND o.status IS DISTINCT FROM latest.status
+     ORDER BY o.id DESC
+     LIMIT %(limit)s)
+    UNION ALL
+    (SELECT NULL::bigint AS id, o.id AS occurrence_id, o.occurrence_seq, o.task_id, t.name,
+         o.scheduled_for, o.trigger, NULL::integer AS attempt, o.status, o.reason, o.claim_owner,
+         NULL::timestamptz AS started_at, o.finished_at, NULL::integer AS exit_code,
+         NULL::integer AS http_status, o.error, o.firing_count, o.last_scheduled_for,
+         NULL::bigint AS lease_token, NULL::timestamptz AS cancel_requested_at
+     FROM task t CROSS JOIN occurrence o
+     LEFT JOIN LATERAL (
+         SELECT r.status FROM run r WHERE r.occurrence_id = o.id
+         ORDER BY r.id DESC LIMIT 1) latest ON true
+     WHERE %(task_id)s::bigint IS NOT NULL AND %(status)s::text IS NULL
+       AND t.id = %(task_id)s
+       AND o.status IN ('queued', 'launching', 'skipped', 'expired', 'cancelled')
+       AND (o.task_id, o.id) >= (%(task_id)s::bigint, coalesce((SELECT low FROM reach), 0))
+       AND (o.task_id, o.id) < (%(task_id)s::bigint,
+                                coalesce(%(after_occurrence)s::bigint, 9223372036854775807))
+       AND o.status IS DISTINCT FROM latest.status
+     ORDER BY o.task_id DESC, o.id DESC
+     LIMIT %(limit)s)
 )
 SELECT * FROM (SELECT * FROM runs UNION ALL SELECT * FROM occurrences) history
 ORDER BY occurrence_id DESC, id DESC NULLS FIRST

@@ -308,3 +308,61 @@ def _tables_under_sorts(node: dict[str, Any], sorting: bool = False) -> list[str
 def _rows_of(node: dict[str, Any], index: str) -> int:
     own = node.get("Actual Rows", 0) if node.get("Index Name") == index else 0
     return own + sum(_rows_of(child, index) for child in node.get("Plans", []))
+
+
+@pytest.fixture
+def old_task(database_url: str) -> str:
+    """Task 1 (`old`) with the oldest 3,000 occurrences, one run each, then task 2 (`new`) with
+    30,000 newer ones: a per-second task's history under a fleet's newer firings (9% of the
+    rows, as bench/console_pages.py's per-second task)."""
+    query(
+        database_url,
+        """
+        INSERT INTO task (name, schedule_kind, every, anchor_at, executor, payload, overlap)
+        SELECT n, 'interval', '1 hour', now(), 'shell', '{"command": "true"}', 'allow'
+        FROM unnest(ARRAY['old', 'new']) n RETURNING 1""",
+    )
+    query(
+        database_url,
+        """
+        INSERT INTO occurrence (task_id, occurrence_seq, scheduled_for, trigger, overlap, status,
+                                not_before, finished_at, attempts, lease_token)
+        SELECT CASE WHEN g <= 3000 THEN 1 ELSE 2 END, g, now() - (40000 - g) * interval '1 s',
+               'schedule', 'allow', 'success', now(), now(), 1, 1
+        FROM generate_series(1, 33000) g RETURNING 1""",
+    )
+    query(
+        database_url,
+        """
+        INSERT INTO run (occurrence_id, attempt, owner, lease_token, lease_expires_at,
+                         takeover_at, status, started_at, finished_at)
+        SELECT o.id, 1, 'x', 1, now(), now(), 'success', o.scheduled_for, o.scheduled_for
+        FROM occurrence o ORDER BY o.id RETURNING 1""",
+    )
+    query(database_url, "ANALYZE")
+    return database_url
+
+
+@pytest.mark.parametrize("params", [{}, {"after_occurrence": 2000}, {"after_occurrence": 1}])
+def test_a_task_whose_history_is_the_oldest_reads_about_a_page(old_task, client, params) -> None:
+    # Fails on the statement before it gave one task its own branch: run_history walked
+    # run_occurrence_idx and occurrence_pkey backwards over every newer occurrence of the other
+    # task (30,000 rows of each) before it reached this task's (the console's task page of a
+    # per-second task: 956 ms at 1,000,000 runs).
+    with psycopg.connect(old_task, prepare_threshold=None) as conn:
+        (plan,) = conn.execute(
+            f"EXPLAIN (ANALYZE, FORMAT JSON) {queries.QUERIES['run_history'].sql}",
+            {**HISTORY, "task_id": 1, **params},
+        ).fetchone()
+    read = _table_rows(plan[0]["Plan"])
+    limit = HISTORY["limit"]
+    assert read["occurrence"] <= 3 * limit, read
+    assert read["run"] <= 3 * limit, read
+    # and the page is that task's newest, in order
+    after = None if not params else str(params["after_occurrence"])
+    page = client.runs_page(task="old", limit=limit, after=after)
+    # after an occurrence's own row come its runs (the cursor without a run id)
+    newest = 3000 if not params else params["after_occurrence"]
+    expected = list(range(newest, max(newest - limit, 0), -1))
+    assert [r.occurrence_id for r in page.rows] == expected
+    assert [r.id for r in page.rows] == expected  # one run per occurrence, ids alike
