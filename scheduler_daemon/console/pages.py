@@ -82,7 +82,8 @@ def task(client: Client, task_id: int, *, after: str | None) -> dict[str, Any]:
     return {
         "task": fields,
         "words": words,
-        "next": [presentation.fire_time_fields(t, zone) for t in upcoming],
+        "next": presentation.next_firing_fields(record, upcoming),
+        "spread": record.spec.spread is not None,
         "dst_notes": dst_notes(upcoming, zone),
         "health": presentation.health_fields(client.task_health(record.id))
         if record.deleted_at is None

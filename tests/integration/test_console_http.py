@@ -4,6 +4,7 @@ row, without the CSRF token, on a read-only console, or without the operator's t
 header; an allowed one goes through the CLI's Client calls (the same one-line refusals) and is
 recorded in `operator_action`."""
 
+import json
 from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
@@ -322,3 +323,28 @@ def test_an_action_whose_record_is_refused_is_rolled_back_and_the_refusal_shown(
         assert "refuse_all" in line, path
         assert "\n" not in line, path
         assert _state(db) == before, path
+
+
+def test_the_task_page_shows_each_next_firings_spread_start_as_tasks_next_does(
+    open_console, client, cli
+) -> None:
+    # Fails on the page that showed the nominal times only (no spread start column).
+    task = client.add_task(
+        TaskSpec(
+            name="spread",
+            executor="shell",
+            target="true",
+            cron="0 * * * *",
+            timezone="Europe/Berlin",
+            spread=timedelta(minutes=20),
+        )
+    )
+    html = open_console().get(f"/tasks/{task.id}").text
+    table = html.split('id="next-firings"')[1].split("</table>")[0]
+    shown = [cell.split("</td>")[0] for cell in table.split('<td class="spread-start">')[1:]]
+    result = cli("tasks", "next", "spread", "-n", "10", "--json")
+    assert result.code == 0
+    expected = [row["start_local"] for row in json.loads(result.out)]
+    assert len(expected) == 10
+    assert shown == expected
+    assert any(s != row["local"] for s, row in zip(shown, json.loads(result.out), strict=True))
