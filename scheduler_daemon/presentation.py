@@ -16,7 +16,6 @@ from scheduler_daemon.domain.lock_holder import LockHolder
 from scheduler_daemon.domain.occurrence import Occurrence
 from scheduler_daemon.domain.run import HistoryRow, RunDetail, RunOutput
 from scheduler_daemon.domain.secret import redact, shown_headers
-from scheduler_daemon.domain.spread import spread_offset
 from scheduler_daemon.domain.status import ExecutorKind
 from scheduler_daemon.domain.task import TaskRecord
 from scheduler_daemon.domain.timing import takeover_bound
@@ -229,18 +228,6 @@ def fire_time_fields(at: datetime, zone: str, start: datetime | None = None) -> 
     if start is not None:
         shown |= {"start_local": iso(start.astimezone(ZoneInfo(zone))), "start_utc": iso(start)}
     return shown
-
-
-def next_firing_fields(task: TaskRecord, times: list[datetime]) -> list[dict[str, Any]]:
-    """`tasks next` and the console's task page: each fire time in the task's zone and in UTC,
-    then, for a task with --spread, its spread start (ADR 0021)."""
-    spread = task.spec.spread
-    return [
-        fire_time_fields(
-            t, task.spec.timezone, t + spread_offset(task.id, t, spread) if spread else None
-        )
-        for t in times
-    ]
 
 
 def status_fields(status: dict[str, Any]) -> dict[str, Any]:

@@ -24,6 +24,7 @@ from scheduler_daemon.cli.base import (
     paging_options,
     who,
 )
+from scheduler_daemon.domain.spread import spread_start
 from scheduler_daemon.domain.status import (
     DstGapPolicy,
     DstOverlapPolicy,
@@ -388,8 +389,11 @@ def tasks_next(ctx: click.Context, task: str, count: int) -> None:
     """The next fire times, in the task's zone and in UTC."""
     client = client_for(ctx)
     record = client.get_task(task)
-    rows = presentation.next_firing_fields(record, client.next_fire_times(record.id, count))
     spread = record.spec.spread
+    rows = [
+        presentation.fire_time_fields(t, record.spec.timezone, spread_start(record.id, t, spread))
+        for t in client.next_fire_times(record.id, count)
+    ]
     columns = ("local", "utc", "start_local", "start_utc") if spread else ("local", "utc")
     emit(ctx, rows, output.table(rows, columns))
 

@@ -10,6 +10,7 @@ from scheduler_daemon.client import Client
 from scheduler_daemon.console.chart import Point, chart
 from scheduler_daemon.domain import health
 from scheduler_daemon.domain.schedule.words import cron_words, dst_notes
+from scheduler_daemon.domain.spread import spread_start
 from scheduler_daemon.domain.status import TaskStatus
 
 TASKS_PAGE = 50  # tasks per page of the task list
@@ -82,7 +83,10 @@ def task(client: Client, task_id: int, *, after: str | None) -> dict[str, Any]:
     return {
         "task": fields,
         "words": words,
-        "next": presentation.next_firing_fields(record, upcoming),
+        "next": [
+            presentation.fire_time_fields(t, zone, spread_start(record.id, t, record.spec.spread))
+            for t in upcoming
+        ],
         "spread": record.spec.spread is not None,
         "dst_notes": dst_notes(upcoming, zone),
         "health": presentation.health_fields(client.task_health(record.id))

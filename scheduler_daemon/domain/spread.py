@@ -32,6 +32,12 @@ def spread_offset(task_id: int, nominal: datetime, spread: timedelta) -> timedel
     return int.from_bytes(digest[:8], "big") % window * MICROSECOND
 
 
+def spread_start(task_id: int, nominal: datetime, spread: timedelta | None) -> datetime | None:
+    """When a firing at `nominal` starts under `spread` (`tasks next`, the console's task page);
+    None without a spread."""
+    return None if spread is None else nominal + spread_offset(task_id, nominal, spread)
+
+
 def shortest_gap(schedule: Schedule, after: datetime) -> timedelta | None:
     """The shortest gap between consecutive firings among the next GAP_SAMPLE after `after`
     (None: fewer than two firings, a one-shot)."""
