@@ -13,7 +13,9 @@ SELECT set_config('jit', 'off', true)
 -- rule); the statuses of its newest `attempts` finished runs, newest first, from its newest
 -- `scan` outcomes (occurrence_task_outcome_idx backwards), read only when its newest outcome
 -- is not a success. Bounded per task by its active rows
--- and `attempts` runs, and for the fleet by the window's lost rows.
+-- and `attempts` runs, and for the fleet by the window's lost rows. With `after` and `batch`
+-- (the console's verdict filter, ADR 0023): the next `batch` tasks by name after `after`, one
+-- range of task_name_c_idx (`batch` NULL: no LIMIT).
 WITH clock AS (SELECT coalesce(%(now)s::timestamptz, now()) AS now),
 lost AS (
     SELECT g.task_id, jsonb_agg(jsonb_build_object('status', g.status, 'reason', g.reason,
@@ -68,7 +70,9 @@ LEFT JOIN LATERAL (
           LIMIT %(attempts)s) a
 ) recent ON true
 WHERE t.deleted_at IS NULL AND (%(id)s::bigint IS NULL OR t.id = %(id)s::bigint)
+  AND (%(after)s::text IS NULL OR t.name COLLATE "C" > %(after)s)
 ORDER BY t.name COLLATE "C"
+LIMIT %(batch)s
 
 -- name: health_window :many
 -- The window's figures of the tasks `ids` (a page's): their rows as the daemon reads them;

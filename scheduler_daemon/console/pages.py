@@ -14,6 +14,7 @@ from scheduler_daemon.domain.spread import spread_start
 from scheduler_daemon.domain.status import TaskStatus
 
 TASKS_PAGE = 50  # tasks per page of the task list
+JUDGE_AT_MOST = 5000  # tasks the verdict filter judges per page (ADR 0023), then "more"
 HISTORY_ROWS = 100  # history rows on a task page (a cursor continues)
 CHART_RUNS = 60  # runs the chart draws
 RUNNING_ROWS = 200  # rows of "running now"
@@ -45,11 +46,20 @@ def tasks(
     verdict: str | None,
     after: str | None,
 ) -> dict[str, Any]:
-    """One page of tasks by name (prefix and status filters), or by health verdict."""
+    """One page of tasks by name (prefix and status filters), or by health verdict (the
+    tasks judged so, by name, judging at most JUDGE_AT_MOST tasks a page)."""
     if verdict:
-        page = client.health_page(limit=TASKS_PAGE, after=after, verdict=verdict)
-        rows = [presentation.health_fields(r) for r in page.rows]
-        return {"health_rows": rows, "rows": None, "after": page.after}
+        judged = client.verdict_page(
+            verdict, limit=TASKS_PAGE, judge_at_most=JUDGE_AT_MOST, after=after
+        )
+        rows = [presentation.health_fields(r) for r in judged.rows]
+        return {
+            "health_rows": rows,
+            "rows": None,
+            "after": judged.after,
+            "judged": judged.judged,
+            "judge_at_most": JUDGE_AT_MOST,
+        }
     page = client.tasks_page(
         limit=TASKS_PAGE, after=after, prefix=prefix or None, status=status or None
     )

@@ -43,8 +43,11 @@ def signals(
     task_id: int | None = None,
     attempts: int,
     now: datetime | None = None,
+    after: str | None = None,
+    batch: int | None = None,
 ) -> list[TaskSignals]:
-    """Every live task's signals (or the task `task_id`'s), in the byte order of names. JIT is
+    """Every live task's signals (or the task `task_id`'s), in the byte order of names; with
+    `after` and `batch`, the next `batch` after the name `after` (task_name_c_idx). JIT is
     off for the rest of the transaction (sql/health.sql says why)."""
     query.run(conn, "health_jit_off")
     rows = query.run(
@@ -56,6 +59,8 @@ def signals(
             "id": task_id,
             "attempts": attempts,
             "scan": ATTEMPT_SCAN,
+            "after": after,
+            "batch": batch,
         },
     )
     return [

@@ -121,6 +121,8 @@ def test_every_tasks_verdict_reads_a_few_index_entries_per_task(fleet) -> None:
         "id": None,
         "attempts": health.FAILING_ATTEMPTS,
         "scan": health.ATTEMPT_SCAN,
+        "after": None,
+        "batch": None,
     }
     plan = _explain(fleet, "health_signals", params)
     assert "Seq Scan on occurrence" not in plan, plan
@@ -141,3 +143,26 @@ def test_every_tasks_verdict_reads_a_few_index_entries_per_task(fleet) -> None:
     ), plan
     lost = r"Index Only Scan using occurrence_lost_idx on occurrence o"
     assert _loops(plan, lost)[1] == 1, plan  # the fleet's lost rows of the window, once
+
+
+def test_a_batch_of_verdicts_reads_one_name_range_of_its_tasks(fleet) -> None:
+    """The console's verdict filter (ADR 0023) judges a batch after a name: fails on a batch
+    read that judges every task before its LIMIT (the outcome index entered once per task)."""
+    params = {
+        "now": None,
+        "window": DAY,
+        "id": None,
+        "attempts": health.FAILING_ATTEMPTS,
+        "scan": health.ATTEMPT_SCAN,
+        "after": "",
+        "batch": 100,
+    }
+    plan = _explain(fleet, "health_signals", params)
+    assert "task_name_c_idx" in plan, plan
+    assert "Seq Scan on occurrence" not in plan, plan
+    newest = re.findall(
+        r"occurrence_task_outcome_idx on occurrence(?: \w+)? \(actual rows=[\d.]+ loops=(\d+)\)",
+        plan,
+    )
+    assert newest, plan
+    assert int(newest[0]) == 100, plan
