@@ -135,7 +135,9 @@ def _queue_batch(
     if result.dry_run or not wanted:
         return []
     overlap = (
-        OverlapPolicy.QUEUE if task.spec.overlap == OverlapPolicy.FORBID else task.spec.overlap
+        OverlapPolicy.QUEUE
+        if task.spec.overlap in (OverlapPolicy.FORBID, OverlapPolicy.REPLACE)
+        else task.spec.overlap
     )
     batch_now = task_store.clock(conn, now)
     queued: list[int] = []

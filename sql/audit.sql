@@ -53,12 +53,14 @@ HAVING count(*) > 1
 ORDER BY task_id
 
 -- name: audit_exclusive_runs :many
--- Runs that must not overlap their group's: by task for `forbid` occurrences and for backfill
--- ones queued one at a time (a `forbid` task's backfill is recorded as `queue`), by
+-- Runs that must not overlap their group's: by task for `forbid` and `replace` occurrences
+-- and for backfill ones queued one at a time (a `forbid` or `replace` task's backfill is
+-- recorded as `queue`), by
 -- concurrency key for keyed ones; only runs still executing at or after `since`.
 SELECT 'task' AS scope, o.task_id::text AS group_key, r.id, r.started_at, r.finished_at
 FROM run r JOIN occurrence o ON o.id = r.occurrence_id
-WHERE (o.overlap = 'forbid' OR (o.trigger = 'backfill' AND o.overlap = 'queue'))
+WHERE (o.overlap = 'forbid' OR o.overlap = 'replace'
+       OR (o.trigger = 'backfill' AND o.overlap = 'queue'))
   AND coalesce(r.finished_at, 'infinity') > coalesce(%(since)s::timestamptz, '-infinity')
 UNION ALL
 SELECT 'concurrency_key', o.concurrency_key, r.id, r.started_at, r.finished_at

@@ -57,6 +57,30 @@ WITH firing AS (
 )
 SELECT * FROM inserted
 
+-- name: occurrence_replace_predecessors :many
+-- A new firing of a locked `replace` task replaces its active predecessors (`--overlap
+-- replace`): a queued or launching one is cancelled at once (reason `replaced`; the raised
+-- token fences a launcher that has not started it yet), a running one gets a cancel request
+-- (reason `replaced`) and keeps its slot until its owner confirms the job is gone, so the claim
+-- starts the replacement only after it (sd_claim_launch_v5). Run before the new firing is
+-- inserted: the queued one's unique index (occurrence_replace_queued_key) then has room.
+UPDATE occurrence SET
+    status = CASE WHEN status = 'running' THEN status ELSE 'cancelled' END,
+    reason = CASE WHEN status = 'running' THEN reason ELSE 'replaced' END,
+    lease_token = CASE WHEN status = 'running' THEN lease_token ELSE lease_token + 1 END,
+    claim_owner = CASE WHEN status = 'running' THEN claim_owner END,
+    claim_expires_at = CASE WHEN status = 'running' THEN claim_expires_at END,
+    finished_at = CASE WHEN status = 'running' THEN NULL ELSE %(now)s::timestamptz END,
+    cancel_requested_at = CASE WHEN status = 'running'
+                               THEN coalesce(cancel_requested_at, %(now)s::timestamptz) END,
+    cancel_reason = CASE WHEN status = 'running' THEN coalesce(cancel_reason, 'replaced') END,
+    updated_at = %(now)s
+WHERE id IN (
+    SELECT id FROM occurrence
+    WHERE task_id = %(task_id)s AND status IN ('queued', 'launching', 'running')
+    ORDER BY id FOR UPDATE)
+RETURNING id, status, reason, cancel_reason
+
 -- name: occurrence_active_count :scalar
 -- How many occurrences of a task are queued, launching or running.
 SELECT count(*) FROM occurrence
@@ -93,14 +117,15 @@ WHERE o.id = %(id)s
 SELECT count(*) FROM occurrence WHERE status IN ('launching', 'running')
 
 -- fragment: claim_launch
-SELECT * FROM sd_claim_launch_v4(%(key)s::bigint, %(slots)s::int, %(owner)s::text,
+SELECT * FROM sd_claim_launch_v5(%(key)s::bigint, %(slots)s::int, %(owner)s::text,
     %(ttl)s::interval, %(grace)s::interval, %(build_revision)s::text, %(now)s::timestamptz)
 
 -- name: occurrence_claim_launch :many
 -- A whole claim in one round trip and one transaction (sent after the per-transaction limits
 -- as one simple query, no BEGIN or COMMIT: `database.one_trip`), so the fleet budget's lock is
--- held for the server's work alone, never across a round trip: sd_claim_launch_v4 (migration
--- 0029: v3 of 0020 returning the spread start too; v2 of 0019, v1 of 0012 and 0015 with the
+-- held for the server's work alone, never across a round trip: sd_claim_launch_v5 (migration
+-- 0031: v4 of 0029, which returns the spread start, with `replace` waiting for its predecessor;
+-- v3 of 0020; v2 of 0019, v1 of 0012 and 0015 with the
 -- failover rules below, and the task's `in_process`, which picks the executor), whose statements are planned once per server process (a simple query's are parsed and
 -- planned on every call). The function:
 -- 1. Plans without sequential or bitmap scans, sorts or JIT (its SET clauses), so the plan does
@@ -120,7 +145,8 @@ SELECT * FROM sd_claim_launch_v4(%(key)s::bigint, %(slots)s::int, %(owner)s::tex
 --    expire unlaunched, and the run exists before any job starts (KNOWN-FAILURES 7).
 -- Exclusion looks at who is executing, not at logical time: never one whose concurrency key (or
 -- whose `queue` task) has any launching or running occurrence, whatever its age, nor one with an
--- older queued occurrence of that key or task (FIFO among the waiting). Claims are serialized by
+-- older queued occurrence of that key or task (FIFO among the waiting); never a `replace`
+-- occurrence while one of its task is launching or running (a predecessor asked to stop). Claims are serialized by
 -- the budget lock, so occurrence_key_executing_key never fires.
 -- Failover (issue 32): the token is greatest(token, (timeline - 1) * 2^32) + 1 over the newest
 -- timeline in fleet_epoch, so every token after a promotion exceeds every token of a lost

@@ -341,6 +341,96 @@ BEGIN
 END
 $function$;
 
+CREATE OR REPLACE FUNCTION public.sd_claim_launch_v5(p_key bigint, p_slots integer, p_owner text, p_ttl interval, p_grace interval, p_build_revision text, p_now timestamp with time zone)
+ RETURNS TABLE(free integer, id bigint, task_id bigint, occurrence_seq bigint, scheduled_for timestamp with time zone, lease_token bigint, task_name text, executor text, payload jsonb, run_timeout interval, run_id bigint, attempt integer, started_at timestamp with time zone, idempotency_key text, run_uuid uuid, in_process boolean, spread_start timestamp with time zone)
+ LANGUAGE plpgsql
+ SET enable_seqscan TO 'off'
+ SET enable_bitmapscan TO 'off'
+ SET enable_sort TO 'off'
+ SET jit TO 'off'
+ SET plan_cache_mode TO 'force_generic_plan'
+ SET enable_hashjoin TO 'off'
+ SET enable_mergejoin TO 'off'
+AS $function$
+#variable_conflict use_column
+DECLARE
+    v_floor bigint;
+    v_exclusive_from timestamptz;
+BEGIN
+    PERFORM pg_advisory_xact_lock(p_key);
+    -- Every token after a promotion above every token of the lost branch.
+    SELECT (coalesce(max(e.timeline), 1) - 1) * 4294967296 INTO v_floor FROM fleet_epoch e;
+    -- After a failover the fleet saw, exclusive work waits out every lost claim's trust deadline.
+    SELECT f.seen + greatest(p_ttl + p_grace,
+                             (SELECT max(i.lease_ttl + i.lease_grace) FROM instance i))
+    INTO v_exclusive_from
+    FROM (SELECT max(e.first_seen_at) AS seen FROM fleet_epoch e
+          WHERE e.first_seen_at > (SELECT min(first_seen_at) FROM fleet_epoch)) f;
+    RETURN QUERY
+    WITH free AS MATERIALIZED (
+        SELECT greatest(0, least(p_slots,
+            coalesce((SELECT CASE WHEN jsonb_typeof(value) = 'number'
+                                  THEN least(greatest(floor(value::numeric), 0), 100000)::bigint
+                             END
+                      FROM fleet_setting WHERE key = 'max_concurrent_runs'), 0)
+            - (SELECT count(*) FROM occurrence
+               WHERE status IN ('launching', 'running'))))::integer AS n
+    ), picked AS MATERIALIZED (
+        SELECT o.id FROM occurrence o
+        WHERE o.status = 'queued' AND o.not_before <= coalesce(p_now, clock_timestamp())
+          AND (v_exclusive_from IS NULL
+               OR coalesce(p_now, clock_timestamp()) >= v_exclusive_from
+               OR (o.overlap = 'allow' AND o.concurrency_key IS NULL))
+          AND (o.concurrency_key IS NULL OR NOT EXISTS (
+                SELECT 1 FROM occurrence other
+                WHERE other.concurrency_key = o.concurrency_key
+                  AND other.status IN ('queued', 'launching', 'running')
+                  AND (other.status <> 'queued'
+                       OR (other.scheduled_for, other.id) < (o.scheduled_for, o.id))))
+          AND (o.overlap <> 'queue' OR NOT EXISTS (
+                SELECT 1 FROM occurrence other
+                WHERE other.task_id = o.task_id
+                  AND other.status IN ('queued', 'launching', 'running')
+                  AND (other.status <> 'queued' OR other.occurrence_seq < o.occurrence_seq)))
+          -- A `replace` firing waits until its predecessor's job is gone (0031).
+          AND (o.overlap <> 'replace' OR NOT EXISTS (
+                SELECT 1 FROM occurrence other
+                WHERE other.task_id = o.task_id AND other.status IN ('launching', 'running')))
+        ORDER BY o.attempts, o.scheduled_for, o.id
+        LIMIT (SELECT n FROM free)
+        FOR UPDATE SKIP LOCKED
+    ), launched AS (
+        UPDATE occurrence o SET status = 'running',
+            lease_token = greatest(o.lease_token, v_floor) + 1,
+            attempts = o.attempts + 1, claim_owner = p_owner, claim_expires_at = NULL,
+            first_claim_snapshot = coalesce(o.first_claim_snapshot, pg_current_snapshot()),
+            updated_at = coalesce(p_now, clock_timestamp())
+        FROM picked WHERE o.id = picked.id
+        RETURNING o.id, o.task_id, o.occurrence_seq, o.scheduled_for, o.lease_token, o.attempts,
+            coalesce(o.idempotency_key, 'scheduler-daemon-occurrence-' || o.id) AS key,
+            o.scheduled_for + coalesce(o.spread_offset, interval '0') AS spread_start
+    ), runs AS (
+        INSERT INTO run (occurrence_id, attempt, owner, lease_token, lease_expires_at,
+            takeover_at, started_at, build_revision)
+        SELECT l.id, l.attempts, p_owner, l.lease_token,
+            coalesce(p_now, clock_timestamp()) + p_ttl,
+            coalesce(p_now, clock_timestamp()) + p_ttl + p_grace,
+            coalesce(p_now, clock_timestamp()), p_build_revision
+        FROM launched l
+        RETURNING id, occurrence_id, attempt, started_at, uuid
+    )
+    SELECT f.n, l.id, l.task_id, l.occurrence_seq, l.scheduled_for, l.lease_token,
+        t.name, t.executor, t.payload,
+        CASE WHEN t.run_timeout > interval '36525 days' THEN interval '36525 days'
+             ELSE t.run_timeout END,
+        r.id, r.attempt, r.started_at, l.key, r.uuid,
+        CASE WHEN t.id IS NOT NULL THEN coalesce(t.in_process, false) END, l.spread_start
+    FROM free f
+    LEFT JOIN (launched l JOIN runs r ON r.occurrence_id = l.id JOIN task t ON t.id = l.task_id)
+        ON true;
+END
+$function$;
+
 CREATE OR REPLACE FUNCTION public.sd_occurrence_key_v1(p_task_id bigint, p_trigger text, p_scheduled_for timestamp with time zone)
  RETURNS text
  LANGUAGE sql
@@ -827,7 +917,7 @@ CREATE TABLE occurrence (
     CONSTRAINT occurrence_claim_check CHECK (((status <> 'launching'::text) OR ((claim_owner IS NOT NULL) AND (claim_expires_at IS NOT NULL)))),
     CONSTRAINT occurrence_counts_check CHECK (((occurrence_seq >= 1) AND (attempts >= 0) AND (interruptions >= 0) AND (lease_token >= 0))),
     CONSTRAINT occurrence_finished_check CHECK (((status = ANY (ARRAY['success'::text, 'failed'::text, 'timeout'::text, 'interrupted'::text, 'cancelled'::text, 'skipped'::text, 'expired'::text])) = (finished_at IS NOT NULL))),
-    CONSTRAINT occurrence_overlap_check CHECK ((overlap = ANY (ARRAY['forbid'::text, 'queue'::text, 'allow'::text]))),
+    CONSTRAINT occurrence_overlap_check CHECK ((overlap = ANY (ARRAY['forbid'::text, 'queue'::text, 'allow'::text, 'replace'::text]))),
     CONSTRAINT occurrence_pkey PRIMARY KEY (id),
     CONSTRAINT occurrence_reason_check CHECK (((status <> ALL (ARRAY['skipped'::text, 'expired'::text, 'cancelled'::text])) OR (reason IS NOT NULL))),
     CONSTRAINT occurrence_status_check CHECK ((status = ANY (ARRAY['queued'::text, 'launching'::text, 'running'::text, 'success'::text, 'failed'::text, 'timeout'::text, 'interrupted'::text, 'cancelled'::text, 'skipped'::text, 'expired'::text]))),
@@ -856,6 +946,10 @@ CREATE INDEX occurrence_own_row_idx ON public.occurrence USING btree (id) WHERE 
 CREATE UNIQUE INDEX occurrence_queue_executing_key ON public.occurrence USING btree (task_id) WHERE ((overlap = 'queue'::text) AND (status = ANY (ARRAY['launching'::text, 'running'::text])));
 
 CREATE INDEX occurrence_queue_idx ON public.occurrence USING btree (attempts, scheduled_for, id) WHERE (status = 'queued'::text);
+
+CREATE UNIQUE INDEX occurrence_replace_executing_key ON public.occurrence USING btree (task_id) WHERE ((overlap = 'replace'::text) AND (status = ANY (ARRAY['launching'::text, 'running'::text])));
+
+CREATE UNIQUE INDEX occurrence_replace_queued_key ON public.occurrence USING btree (task_id) WHERE ((overlap = 'replace'::text) AND (status = 'queued'::text));
 
 CREATE INDEX occurrence_task_active_idx ON public.occurrence USING btree (task_id, occurrence_seq) WHERE (status = ANY (ARRAY['queued'::text, 'launching'::text, 'running'::text]));
 
@@ -988,7 +1082,7 @@ CREATE TABLE task (
     CONSTRAINT task_limits_check CHECK (((max_attempts >= 1) AND ((catchup_limit IS NULL) OR (catchup_limit >= 1)))),
     CONSTRAINT task_misfire_check CHECK ((misfire = ANY (ARRAY['skip'::text, 'run_once'::text, 'run_all'::text]))),
     CONSTRAINT task_name_check CHECK (((length(name) >= 1) AND (length(name) <= 200))),
-    CONSTRAINT task_overlap_check CHECK ((overlap = ANY (ARRAY['forbid'::text, 'queue'::text, 'allow'::text]))),
+    CONSTRAINT task_overlap_check CHECK ((overlap = ANY (ARRAY['forbid'::text, 'queue'::text, 'allow'::text, 'replace'::text]))),
     CONSTRAINT task_parked_check CHECK (((parked_at IS NULL) = (park_error IS NULL))),
     CONSTRAINT task_payload_size_check CHECK ((octet_length((payload)::text) <= 65536)),
     CONSTRAINT task_pkey PRIMARY KEY (id),

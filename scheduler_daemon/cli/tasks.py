@@ -405,7 +405,7 @@ def tasks_next(ctx: click.Context, task: str, count: int) -> None:
     type=int,
     default=1,
     show_default=True,
-    help="Queue this many in one transaction (not for an --overlap forbid task).",
+    help="Queue this many in one transaction (not for an --overlap forbid or replace task).",
 )
 @json_option
 @click.pass_context

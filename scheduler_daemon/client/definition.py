@@ -384,18 +384,18 @@ def _allow_notify(subject: str, older: list[Instance]) -> None:
 
 
 def _new_fields(given: TaskSpec | Mapping[str, Any]) -> list[str]:
-    """The fields of control.NEW_FIELDS that `given` (a spec, or an update's changes) sets;
-    clearing one (None) is never refused."""
+    """The keys of control.NEW_FIELDS and NEW_VALUES that `given` (a spec, or an update's
+    changes) sets; clearing a field (None) is never refused."""
     if isinstance(given, TaskSpec):
-        given = {field: getattr(given, field) for field in control.NEW_FIELDS}
-    return [field for field in control.NEW_FIELDS if given.get(field) is not None]
+        given = {name: getattr(given, name) for name in TaskSpec.__dataclass_fields__}
+    return control.new_settings(given)
 
 
 def _older_for(conn: psycopg.Connection[Any], fields: Sequence[str]) -> dict[str, list[Instance]]:
     """For each of `fields`, the registered instances of builds before the revision that added
     it, read under the compatibility lock as `_older_builds` (ADR 0010's pattern), before any
     task lock (the order `migrate --contract` takes them)."""
-    return {f: migration.instances_before(conn, control.NEW_FIELDS[f][1]) for f in fields}
+    return {f: migration.instances_before(conn, control.setting_since(f)) for f in fields}
 
 
 def _refuse_new_fields(task_name: str, older: Mapping[str, list[Instance]]) -> None:

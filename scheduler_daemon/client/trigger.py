@@ -64,6 +64,8 @@ class Triggering(ClientBase):
             forbid = task.spec.overlap == OverlapPolicy.FORBID
             active = occurrence_store.active_count(conn, task.id) if forbid else 0
             plan = control.plan_trigger(task, active=active)
+            if task.spec.overlap == OverlapPolicy.REPLACE:  # the manual firing wins too
+                occurrence_store.replace_predecessors(conn, task.id, now=db_now)
             occurrence = occurrence_store.insert_trigger(
                 conn,
                 task_id=task.id,

@@ -13,7 +13,9 @@ CHECKS: dict[str, str] = {
     "firing_recorded_twice": "a firing has at most one scheduled and one backfill occurrence",
     "firing_missing": "every firing the schedule called for while the task was active has a row",
     "forbid_active_twice": "a `forbid` task never has two active occurrences",
-    "runs_overlap": "runs of one `forbid` task, or of one concurrency key, never overlap in time",
+    "runs_overlap": (
+        "runs of one `forbid` or `replace` task, or of one concurrency key, never overlap in time"
+    ),
     "fifo_order": "no run starts while an older occurrence of its key (or `queue` task) waits",
     "budget_exceeded": "executing runs never exceed the fleet budget in force",
     "success_twice": "an occurrence has at most one successful run",

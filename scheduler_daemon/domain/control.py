@@ -34,6 +34,9 @@ BACKOFF_MAX_SINCE = "0028"
 # The schema revision that added `task.spread` (migration 0029_spread): a build whose head is
 # before it queues a spread task's firings at their nominal time and expires them by it.
 SPREAD_SINCE = "0029"
+# The schema revision that added `--overlap replace` (migration 0031_overlap_replace): a build
+# whose head is before it would park such a task and claim its firing beside its predecessor.
+REPLACE_SINCE = "0031"
 # The schema revision from which a cron's `#`, `L5` and `W` beside a restricted other day field
 # follow "either day field matches" (migration 0026_either_day_field): a build before it fires
 # such an expression as croniter reads it, both fields matching, so it is refused while one is
@@ -105,10 +108,34 @@ NEW_FIELDS = {
 }
 
 
+# Values of existing task fields that a build before the revision that added them would
+# misexecute, keyed "field=value": refused as NEW_FIELDS are (`new_settings`, ADR 0022).
+NEW_VALUES = {
+    f"overlap={OverlapPolicy.REPLACE}": (
+        "--overlap replace",
+        REPLACE_SINCE,
+        "their dispatch would park it and their claim start a firing beside its predecessor",
+    ),
+}
+
+
+def new_settings(given: Mapping[str, Any]) -> list[str]:
+    """The keys of NEW_FIELDS that `given` (a spec's fields, or an update's changes) sets, and
+    of NEW_VALUES whose value it sets; clearing a field (None) is never refused."""
+    fields = [field for field in NEW_FIELDS if given.get(field) is not None]
+    values = [key for key in NEW_VALUES if str(given.get(key.split("=")[0])) == key.split("=")[1]]
+    return fields + values
+
+
+def setting_since(key: str) -> str:
+    """The revision that added a key of NEW_FIELDS or NEW_VALUES."""
+    return {**NEW_FIELDS, **NEW_VALUES}[key][1]
+
+
 def plan_new_field(field: str, task_name: str, older: Sequence[Instance]) -> Refusal | None:
-    """Whether a task may be given `field` (a key of NEW_FIELDS) now, with `older` the registered
-    instances of builds before the revision that added it."""
-    option, since, because = NEW_FIELDS[field]
+    """Whether a task may be given `field` (a key of NEW_FIELDS or NEW_VALUES) now, with `older`
+    the registered instances of builds before the revision that added it."""
+    option, since, because = {**NEW_FIELDS, **NEW_VALUES}[field]
     return refuse_beside_older(
         f"task '{task_name}' cannot have {option}", older, since=since, because=because
     )
@@ -279,10 +306,11 @@ def plan_trigger(task: TaskRecord, *, active: int) -> TriggerPlan:
 def plan_trigger_many(task: TaskRecord, count: int) -> TriggerPlan | Refusal:
     """`count` manual occurrences queued at once: refused for a `forbid` task, where all but one
     would be skipped."""
-    if task.spec.overlap == OverlapPolicy.FORBID:
+    if task.spec.overlap in (OverlapPolicy.FORBID, OverlapPolicy.REPLACE):
+        lost = "skip" if task.spec.overlap == OverlapPolicy.FORBID else "replace"
         return Refusal(
-            f"task '{task.name}' has --overlap forbid (one active occurrence at a time): "
-            f"--count {count} would skip all but one; use --overlap queue or allow"
+            f"task '{task.name}' has --overlap {task.spec.overlap} (one active occurrence at a "
+            f"time): --count {count} would {lost} all but one; use --overlap queue or allow"
         )
     return plan_trigger(task, active=0)
 

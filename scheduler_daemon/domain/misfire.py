@@ -129,7 +129,7 @@ def _validate(policy: _Policy, next_run_at: datetime) -> None:
 def _decide(due: list[datetime], policy: _Policy) -> list[tuple[datetime, str | None]]:
     """(firing, skip reason or None for queued) for the newest due firings, oldest first.
 
-    Every rule looks only at newer firings, except overlap's "the first one runs", and every
+    Every rule looks only at newer firings, except `forbid`'s "the first one runs", and every
     queued firing is among the newest MAX_FIRING_ROWS; so deciding the newest firings alone
     gives the same answer as deciding them all.
     """
@@ -160,6 +160,9 @@ def _decide(due: list[datetime], policy: _Policy) -> list[tuple[datetime, str | 
     if policy.overlap == OverlapPolicy.FORBID:
         for i in queued if policy.active else queued[1:]:
             reasons[i] = LostReason.OVERLAP
+    elif policy.overlap == OverlapPolicy.REPLACE:  # the newest wins; it replaces the others
+        for i in queued[:-1]:
+            reasons[i] = LostReason.REPLACED
     return list(zip(due, reasons, strict=True))
 
 

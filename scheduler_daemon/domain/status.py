@@ -89,6 +89,9 @@ class OverlapPolicy(StrEnum):
     FORBID = "forbid"
     QUEUE = "queue"
     ALLOW = "allow"
+    # A new firing cancels a queued predecessor and asks a running one to stop; it starts once
+    # the predecessor's job is gone (occurrence_replace_predecessors, sd_claim_launch_v5).
+    REPLACE = "replace"
 
 
 class MisfirePolicy(StrEnum):
@@ -190,6 +193,9 @@ class LostReason(StrEnum):
     CATCHUP_WINDOW = "catchup_window"
     CATCHUP_LIMIT = "catchup_limit"
     OVERLAP = "overlap"  # its task was still running (overlap `forbid`)
+    # A newer firing of its `replace` task came: skipped in the same pass, or cancelled queued,
+    # or its running job stopped (the occurrence's reason).
+    REPLACED = "replaced"
     PAUSED = "paused"
     PARKED = "parked"
     RESCHEDULED = "rescheduled"

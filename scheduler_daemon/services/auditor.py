@@ -305,7 +305,7 @@ class Auditor:
         violations = []
         for (scope, key), spans in groups.items():
             column, value = ("task_id", int(key)) if scope == "task" else ("concurrency_key", key)
-            what = f"forbid task {key}" if scope == "task" else f"concurrency key {key!r}"
+            what = f"exclusive task {key}" if scope == "task" else f"concurrency key {key!r}"
             for a, b in overlapping_pairs(spans):
                 violations.append(
                     Violation(

@@ -107,6 +107,10 @@ class Dispatcher:
             and occurrence_store.active_count(conn, task.id) > 0,
         )
         once_fired = spec.schedule_kind == ScheduleKind.ONCE and bool(plan.firings)
+        if spec.overlap == OverlapPolicy.REPLACE and any(
+            f.status == OccurrenceStatus.QUEUED for f in plan.firings
+        ):
+            self._replace(conn, task, db_now)
         offsets = _offsets(task, [f.scheduled_for for f in plan.firings])
         rows = occurrence_store.dispatch(
             conn, task, plan, once_fired=once_fired, now=db_now, spread_offsets=offsets
@@ -142,6 +146,20 @@ class Dispatcher:
                 occurrence_id=row["id"],
                 status=firing.status,
                 reason=firing.reason,
+                instance_id=self.instance_id,
+            )
+
+    def _replace(self, conn: Conn, task: TaskRecord, db_now: datetime) -> None:
+        """The new firing of a `replace` task replaces its active predecessors, before it is
+        inserted (the task is locked): a queued one is cancelled, a running one asked to stop;
+        the claim starts the new one once that job is gone (sd_claim_launch_v5)."""
+        for row in occurrence_store.replace_predecessors(conn, task.id, now=db_now):
+            log.info(
+                "occurrence_replaced",
+                task_id=task.id,
+                occurrence_id=row["id"],
+                status=row["status"],
+                cancel_requested=row["status"] == OccurrenceStatus.RUNNING,
                 instance_id=self.instance_id,
             )
 

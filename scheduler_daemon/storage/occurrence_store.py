@@ -163,6 +163,11 @@ def insert_trigger(
     return Occurrence.from_row(row)
 
 
+def replace_predecessors(conn: psycopg.Connection[Any], task_id: int, *, now: datetime) -> Any:
+    """A new firing of the locked `replace` task replaces its active ones (sql says how)."""
+    return query.run(conn, "occurrence_replace_predecessors", {"task_id": task_id, "now": now})
+
+
 def active_count(conn: psycopg.Connection[Any], task_id: int) -> int:
     return int(query.run(conn, "occurrence_active_count", {"task_id": task_id}))
 

@@ -27,10 +27,10 @@ KEY = re.compile(
 
 
 def _claim(url: str, *, now: datetime | None = None, ttl: timedelta = TTL) -> list[dict[str, Any]]:
-    """One claim as this build sends it (sd_claim_launch_v4), the clock pinned to `now`."""
+    """One claim as this build sends it (sd_claim_launch_v5), the clock pinned to `now`."""
     rows = query(
         url,
-        "SELECT * FROM sd_claim_launch_v4(1, 100, 'o', %s, %s, 'x', %s)",
+        "SELECT * FROM sd_claim_launch_v5(1, 100, 'o', %s, %s, 'x', %s)",
         (ttl, GRACE, now),
     )
     return [r for r in rows if r["id"] is not None]

@@ -70,6 +70,7 @@ INDEXES = {
     "occurrence_task_active_idx": ACTIVE,
     "occurrence_key_executing_key": EXECUTING,
     "occurrence_queue_executing_key": EXECUTING,
+    "occurrence_replace_executing_key": EXECUTING,
     "occurrence_executing_idx": EXECUTING,
     "occurrence_own_row_idx": OWN_HISTORY_ROW,
     "occurrence_lost_idx": LOST,
