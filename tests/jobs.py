@@ -1,5 +1,6 @@
 """Importable callables that the python-executor tests run as `tests.jobs:<name>`."""
 
+import fcntl
 import json
 import os
 import subprocess
@@ -105,3 +106,24 @@ def trace_context(ctx: Any) -> str:
     """Print the trace context the job was given: TRACEPARENT in its environment, and
     `ctx.traceparent`, as JSON."""
     return json.dumps({"env": os.environ.get("TRACEPARENT"), "ctx": ctx.traceparent})
+
+
+def replace_locked(ctx: Any) -> None:
+    """Hold an OS lock (`flock`, non-blocking) on $TEST_JOB_DIR/<task>.lock for 3 s, having
+    appended `start <task> <occurrence> <pid> <taken>` to $TEST_JOB_DIR/joblog in one O_APPEND
+    write (taken: 1 if another job held the lock, as the soak's jobs note it): a `replace` job
+    whose predecessor was not gone would find it taken. Ignores cancellation: only the kill
+    that stops it ends it early (tests/chaos/test_overlap_replace.py)."""
+    directory = os.environ["TEST_JOB_DIR"]
+    fd = os.open(os.path.join(directory, f"{ctx.task_name}.lock"), os.O_RDWR | os.O_CREAT)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        taken = 0
+    except BlockingIOError:
+        taken = 1
+    line = f"start {ctx.task_name} {ctx.occurrence_id} {os.getpid()} {taken}\n"
+    log = os.open(os.path.join(directory, "joblog"), os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+    os.write(log, line.encode())
+    os.close(log)
+    time.sleep(3)
+    os.close(fd)
