@@ -7,7 +7,8 @@ daemons of both builds are the daemon role. So an old build that writes somethin
 build's grants leave out meets `permission denied`, and the test fails on it. While an old
 build before revision 0020 is registered, `tasks add --in-process` is refused (exit 2); once it
 left, it succeeds; the same for a cron whose `#`, `L5` or `W` sits beside a restricted other day
-field while a build before revision 0026 is (ADR 0019).
+field while a build before revision 0026 is (ADR 0019), and for `--overlap replace` while a
+build before 0031 is (ADR 0022).
 
 The old build comes from `git archive` of that commit, found from the history of
 migrations/versions/ (not a fixed hash), into a virtualenv of its own that reuses this one's
@@ -42,6 +43,10 @@ IN_PROCESS += ("--in-process", "--paused")
 # Refused while a build before 0026 is registered: it would fire it on no day (a third Friday is
 # never the 8th); paused, as above.
 EITHER_DAYS = ("tasks", "add", "either", "--cron", "0 0 8 * 5#3", "--command", "true", "--paused")
+# Refused while a build before 0031 is registered: its dispatch would park it and its claim
+# start a firing beside its predecessor; paused, as above.
+REPLACE = ("tasks", "add", "replacing", "--every", "1h", "--command", "true")
+REPLACE += ("--overlap", "replace", "--paused")
 
 
 def _git(*args: str) -> str:
@@ -93,9 +98,16 @@ def _old_build(tmp_path: Path) -> tuple[str, Path]:
         text=True,
         check=True,
         cwd=cwd,
+        env={**os.environ, **_build_env(str(python))},
     ).stdout.strip()
     assert found.startswith(str(source)), found
     return str(python), cwd
+
+
+def _build_env(python: str) -> dict[str, str]:
+    """The old build's processes without PYTHONPATH (a worktree's, which names the new source
+    first and would make the old build the new one); the new build's as they are."""
+    return {} if python == sys.executable else {"PYTHONPATH": ""}
 
 
 def _cli(python: str, cwd: Path, url: str, *args: str) -> subprocess.CompletedProcess[str]:
@@ -106,6 +118,7 @@ def _cli(python: str, cwd: Path, url: str, *args: str) -> subprocess.CompletedPr
         check=False,
         cwd=cwd,
         timeout=120,
+        env={**os.environ, **_build_env(python)},
     )
 
 
@@ -159,7 +172,9 @@ def test_a_rolling_upgrade_never_drops_or_doubles_a_run(
     started: list[DaemonProcess] = []
 
     def start(name: str, python: str) -> DaemonProcess:
-        daemon = DaemonProcess(roles.daemon, tmp_path, name, *TIMING, python=python, cwd=cwd)
+        daemon = DaemonProcess(
+            roles.daemon, tmp_path, name, *TIMING, python=python, cwd=cwd, env=_build_env(python)
+        )
         started.append(daemon)
         return daemon
 
@@ -217,6 +232,13 @@ def test_a_rolling_upgrade_never_drops_or_doubles_a_run(
             assert "cannot have --cron '0 0 8 * 5#3'" in refused.stderr, refused.stderr
             assert {old_a_id, old_b_id} <= set(refused.stderr.split()), refused.stderr
             assert not query(url, "SELECT 1 FROM task WHERE name = 'either'")
+        if before < control.REPLACE_SINCE:
+            refused = new_cli(*REPLACE, role=roles.operator)
+            assert refused.returncode == 2, refused.stdout + refused.stderr
+            assert refused.stderr.count("\n") == 1, refused.stderr
+            assert "cannot have --overlap replace" in refused.stderr, refused.stderr
+            assert {old_a_id, old_b_id} <= set(refused.stderr.split()), refused.stderr
+            assert not query(url, "SELECT 1 FROM task WHERE name = 'replacing'")
         # A release whose newest step is a contract leaves it pending; one whose newest steps
         # are all expand steps (an earlier contract ran in that migrate) leaves none.
         build = migration.build()
@@ -294,6 +316,12 @@ def test_a_rolling_upgrade_never_drops_or_doubles_a_run(
             timeout=40,
             interval=1,
             message="the cron read by either day field to be accepted once the old build left",
+        )
+        wait_for(
+            lambda: new_cli(*REPLACE, role=roles.operator).returncode == 0,
+            timeout=40,
+            interval=1,
+            message="the replace task to be accepted once the old build left",
         )
         time.sleep(3)  # the new build works on after the contract
         (stopped,) = query(url, "SELECT now() AS t")
