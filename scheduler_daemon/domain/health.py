@@ -124,6 +124,8 @@ def is_policy_skip(reason: str | None, overlap: str, misfire: str) -> bool:
     `overlap` is the occurrence's (the policy it was written under), `misfire` the task's."""
     if reason == "overlap":
         return overlap == OverlapPolicy.FORBID
+    if reason == "replaced":  # a catch-up pass's older firings, a newer one won
+        return overlap == OverlapPolicy.REPLACE
     if reason in OPERATOR_REASONS:
         return True
     return reason in MISFIRE_REASONS.get(MisfirePolicy(misfire), frozenset())

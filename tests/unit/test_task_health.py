@@ -81,6 +81,7 @@ def test_losing_firings_when_a_skip_is_not_the_tasks_own_policy() -> None:
         ("rescheduled", "forbid", "run_once"),
         ("dst_gap", "forbid", "run_once"),
         ("deleted", "forbid", "run_once"),
+        ("replaced", "replace", "run_all"),  # a catch-up pass's older firings, the newest won
     ],
 )
 def test_a_skip_its_own_policy_or_an_operator_made_loses_nothing(reason, overlap, misfire) -> None:
@@ -95,6 +96,7 @@ def test_a_skip_its_own_policy_or_an_operator_made_loses_nothing(reason, overlap
         ("coalesced", "forbid", "skip"),
         ("catchup_limit", "forbid", "run_once"),  # more firings than a pass writes
         ("parked", "forbid", "run_once"),
+        ("replaced", "queue", "run_all"),  # written under replace only
     ],
 )
 def test_a_skip_another_rule_made_is_a_lost_firing(reason, overlap, misfire) -> None:
