@@ -1,5 +1,6 @@
 """Dispatcher: turns due tasks into occurrences, applying the misfire and overlap policies."""
 
+import contextlib
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -107,14 +108,18 @@ class Dispatcher:
             and occurrence_store.active_count(conn, task.id) > 0,
         )
         once_fired = spec.schedule_kind == ScheduleKind.ONCE and bool(plan.firings)
-        if spec.overlap == OverlapPolicy.REPLACE and any(
-            f.status == OccurrenceStatus.QUEUED for f in plan.firings
-        ):
-            self._replace(conn, task, db_now)
         offsets = _offsets(task, [f.scheduled_for for f in plan.firings])
-        rows = occurrence_store.dispatch(
-            conn, task, plan, once_fired=once_fired, now=db_now, spread_offsets=offsets
+        replaces = spec.overlap == OverlapPolicy.REPLACE and any(
+            f.status == OccurrenceStatus.QUEUED for f in plan.firings
         )
+        # A replace and its new firing stand or fall together: a dispatch that fails (the task
+        # is parked) must not have stopped the predecessor for nothing.
+        with conn.transaction() if replaces else contextlib.nullcontext():
+            if replaces:
+                self._replace(conn, task, db_now)
+            rows = occurrence_store.dispatch(
+                conn, task, plan, once_fired=once_fired, now=db_now, spread_offsets=offsets
+            )
         inserted = {row["scheduled_for"]: row for row in rows}
         # The skipped firings' notifications, in the transaction that records them.
         skipped = [row["id"] for row in rows if row["status"] == OccurrenceStatus.SKIPPED]

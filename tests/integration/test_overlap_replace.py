@@ -258,3 +258,26 @@ def test_replace_is_refused_while_an_older_build_is_registered(
     db.execute(OLD_INSTANCE, ("new-a", migration.head_revision()))
     db.execute("DELETE FROM instance WHERE id = 'old-a'")
     assert cli("tasks", "update", "t", "--overlap", "replace").code == 0
+
+
+def test_a_dispatch_that_fails_leaves_the_predecessor_as_it_was(
+    client, pool, executors, database_url
+) -> None:
+    # Would fail if the replace step were not undone with the failed insert: the task is parked
+    # (its error kept) and its queued predecessor would be cancelled for a firing never written.
+    task, created = _hourly(client, database_url)
+    replica = Replica(database_url, pool, executors, "a")
+    assert replica.dispatcher.run_once(now=created + HOUR).queued == 1
+    query(
+        database_url,
+        "CREATE FUNCTION refuse_insert() RETURNS trigger LANGUAGE plpgsql AS "
+        "$$ BEGIN RAISE EXCEPTION 'insert refused by the test'; END $$; "
+        "CREATE TRIGGER refuse BEFORE INSERT ON occurrence FOR EACH ROW "
+        "EXECUTE FUNCTION refuse_insert()",
+    )
+    replica.dispatcher.run_once(now=created + 2 * HOUR)
+    (t,) = query(database_url, "SELECT parked_at, park_error FROM task WHERE id = %s", (task.id,))
+    assert t["parked_at"] is not None
+    assert "insert refused by the test" in t["park_error"]
+    (only,) = _rows(database_url, task.id)
+    assert (only["status"], only["reason"], only["cancel_reason"]) == ("queued", None, None)
