@@ -9,7 +9,7 @@ import psycopg
 import structlog
 from psycopg_pool import ConnectionPool
 
-from scheduler_daemon.domain.misfire import plan_dispatch
+from scheduler_daemon.domain.misfire import DispatchPlan, plan_dispatch
 from scheduler_daemon.domain.spread import spread_offset
 from scheduler_daemon.domain.status import OccurrenceStatus, OverlapPolicy, ScheduleKind
 from scheduler_daemon.domain.task import TaskRecord
@@ -108,18 +108,7 @@ class Dispatcher:
             and occurrence_store.active_count(conn, task.id) > 0,
         )
         once_fired = spec.schedule_kind == ScheduleKind.ONCE and bool(plan.firings)
-        offsets = _offsets(task, [f.scheduled_for for f in plan.firings])
-        replaces = spec.overlap == OverlapPolicy.REPLACE and any(
-            f.status == OccurrenceStatus.QUEUED for f in plan.firings
-        )
-        # A replace and its new firing stand or fall together: a dispatch that fails (the task
-        # is parked) must not have stopped the predecessor for nothing.
-        with conn.transaction() if replaces else contextlib.nullcontext():
-            if replaces:
-                self._replace(conn, task, db_now)
-            rows = occurrence_store.dispatch(
-                conn, task, plan, once_fired=once_fired, now=db_now, spread_offsets=offsets
-            )
+        rows = self._record(conn, task, plan, once_fired=once_fired, db_now=db_now)
         inserted = {row["scheduled_for"]: row for row in rows}
         # The skipped firings' notifications, in the transaction that records them.
         skipped = [row["id"] for row in rows if row["status"] == OccurrenceStatus.SKIPPED]
@@ -152,6 +141,30 @@ class Dispatcher:
                 status=firing.status,
                 reason=firing.reason,
                 instance_id=self.instance_id,
+            )
+
+    def _record(
+        self,
+        conn: Conn,
+        task: TaskRecord,
+        plan: DispatchPlan,
+        *,
+        once_fired: bool,
+        db_now: datetime,
+    ) -> list[dict[str, Any]]:
+        """Writes the plan (`occurrence_store.dispatch`), a `replace` task's predecessors
+        replaced first when it queues a firing. A replace and its new firing stand or fall
+        together: a dispatch that fails (the task is parked) must not have stopped the
+        predecessor for nothing."""
+        offsets = _offsets(task, [f.scheduled_for for f in plan.firings])
+        replaces = task.spec.overlap == OverlapPolicy.REPLACE and any(
+            f.status == OccurrenceStatus.QUEUED for f in plan.firings
+        )
+        with conn.transaction() if replaces else contextlib.nullcontext():
+            if replaces:
+                self._replace(conn, task, db_now)
+            return occurrence_store.dispatch(
+                conn, task, plan, once_fired=once_fired, now=db_now, spread_offsets=offsets
             )
 
     def _replace(self, conn: Conn, task: TaskRecord, db_now: datetime) -> None:
