@@ -2,7 +2,7 @@
 and one queued occurrence per `replace` task (unique partial indexes), and `sd_claim_launch_v5`.
 
 Revision ID: 0031
-Revises: 0029
+Revises: 0030
 Create Date: 2026-12-07
 
 - `task_overlap_check`, `occurrence_overlap_check`: 'replace' added. Each is dropped and added
@@ -28,7 +28,7 @@ before this revision is registered (ADR 0010, ADR 0022). The downgrade drops wha
 from alembic import op
 
 revision = "0031"
-down_revision = "0029"
+down_revision = "0030"
 branch_labels = None
 depends_on = None
 phase = "expand"

@@ -21,6 +21,7 @@ VERSIONS = Path(__file__).resolve().parents[2] / "migrations" / "versions"
         (control.BACKOFF_MAX_SINCE, "*_exponential_backoff.py"),
         (control.SPREAD_SINCE, "*_spread.py"),
         (control.NOTIFY_HEADERS_SINCE, "*_notification_headers_and_firings.py"),
+        (control.REPLACE_SINCE, "*_overlap_replace.py"),
     ],
 )
 def test_the_revision_a_refusal_names_is_its_migrations(since: str, migration: str) -> None:
