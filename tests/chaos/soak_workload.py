@@ -79,7 +79,7 @@ class Workload:
         code: int = 0,
         extra: tuple[str, ...] = (),
     ) -> None:
-        own = overlap in ("forbid", "queue")
+        own = overlap in ("forbid", "queue", "replace")
         argv = [
             *schedule,
             "--overlap",
@@ -167,7 +167,8 @@ class Workload:
 
     def build_firing_semantics(self) -> None:
         """Tasks using issue 37's firing semantics: retries after an exponential, jittered delay
-        (`--backoff-max`), and firings started at a spread offset (`--spread`)."""
+        (`--backoff-max`), `--overlap replace` (its job holds its task's OS lock, as forbid's
+        does), and firings started at a spread offset (`--spread`)."""
         r = self.rng
         for i in range(2):  # retried after an exponential, jittered delay (issue 37 item 2)
             self.add(
@@ -178,6 +179,8 @@ class Workload:
                 overlap="forbid",
                 extra=("--max-attempts", "4", "--backoff", "300ms", "--backoff-max", "2s"),
             )
+        for i in range(2):  # the newest firing wins (issue 37 item 3): often stops a running one
+            self.add(f"replace-{i}", ["--every", "3s"], r.uniform(1, 4), overlap="replace")
         for i in range(4):  # started at a spread offset (issue 37 item 1): 2 s at most of 4 s
             self.add(
                 f"spread-{i}",

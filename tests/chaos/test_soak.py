@@ -413,6 +413,11 @@ WINDOWS = {
         SELECT count(*) AS n FROM run r JOIN occurrence o ON o.id = r.occurrence_id
         WHERE o.spread_offset > interval '0'
           AND r.started_at >= o.scheduled_for + o.spread_offset""",
+    # A firing of a replace task that stopped its running predecessor (reason `replaced`).
+    "replaced_a_running_job": """
+        SELECT count(*) AS n FROM occurrence o JOIN task t ON t.id = o.task_id
+        WHERE t.overlap = 'replace' AND o.status = 'cancelled' AND o.reason = 'replaced'
+          AND EXISTS (SELECT FROM run r WHERE r.occurrence_id = o.id)""",
     # A retry whose delay was drawn under --backoff-max: below its ceiling, recorded.
     "retry_delay_drawn": """
         SELECT count(*) AS n FROM occurrence o JOIN task t ON t.id = o.task_id
