@@ -40,6 +40,9 @@ BEGIN
     ), picked AS MATERIALIZED (
         SELECT o.id FROM occurrence o
         WHERE o.status = 'queued' AND o.not_before <= coalesce(p_now, clock_timestamp())
+          -- A replace firing (0031) is not this build's: it would start it beside its
+          -- predecessor, or fail the whole claim on the one-executing index.
+          AND o.overlap <> 'replace'
           -- An in-process task (0020) is not this build's: it would run it in a worker process.
           AND NOT EXISTS (SELECT 1 FROM task t WHERE t.id = o.task_id AND t.in_process)
           AND (o.concurrency_key IS NULL OR NOT EXISTS (
@@ -121,6 +124,9 @@ BEGIN
     ), picked AS MATERIALIZED (
         SELECT o.id FROM occurrence o
         WHERE o.status = 'queued' AND o.not_before <= coalesce(p_now, clock_timestamp())
+          -- A replace firing (0031) is not this build's: it would start it beside its
+          -- predecessor, or fail the whole claim on the one-executing index.
+          AND o.overlap <> 'replace'
           -- An in-process task (0020) is not this build's: it would run it in a worker process.
           AND NOT EXISTS (SELECT 1 FROM task t WHERE t.id = o.task_id AND t.in_process)
           AND (v_exclusive_from IS NULL
@@ -207,6 +213,9 @@ BEGIN
     ), picked AS MATERIALIZED (
         SELECT o.id FROM occurrence o
         WHERE o.status = 'queued' AND o.not_before <= coalesce(p_now, clock_timestamp())
+          -- A replace firing (0031) is not this build's: it would start it beside its
+          -- predecessor, or fail the whole claim on the one-executing index.
+          AND o.overlap <> 'replace'
           AND (v_exclusive_from IS NULL
                OR coalesce(p_now, clock_timestamp()) >= v_exclusive_from
                OR (o.overlap = 'allow' AND o.concurrency_key IS NULL))
@@ -292,6 +301,9 @@ BEGIN
     ), picked AS MATERIALIZED (
         SELECT o.id FROM occurrence o
         WHERE o.status = 'queued' AND o.not_before <= coalesce(p_now, clock_timestamp())
+          -- A replace firing (0031) is not this build's: it would start it beside its
+          -- predecessor, or fail the whole claim on the one-executing index.
+          AND o.overlap <> 'replace'
           AND (v_exclusive_from IS NULL
                OR coalesce(p_now, clock_timestamp()) >= v_exclusive_from
                OR (o.overlap = 'allow' AND o.concurrency_key IS NULL))
