@@ -159,14 +159,11 @@ class TaskDefinition(ClientBase):
         )
         silent = _not_notifying(conn) if notifies else []
         behind = _older_for(conn, _new_fields(changes))
-        task = task_store.lock(conn, task_ref(ref))
-        _allow_in_process(task.name, older)
-        _allow_notify(f"task '{task.name}'", silent)
-        _refuse_new_fields(task.name, behind)
         reading_both = _reading_both(conn) if _splits(changes.get("cron")) else []
         task = task_store.lock(conn, task_ref(ref))
         _allow_in_process(task.name, older)
         _allow_notify(f"task '{task.name}'", silent)
+        _refuse_new_fields(task.name, behind)
         _allow_either_days(task.name, str(changes.get("cron")), reading_both)
         db_now = task_store.clock(conn, now)
         plan = allowed(control.plan_update(task, changes, db_now))

@@ -15,7 +15,7 @@ from scheduler_daemon.domain import control
 from scheduler_daemon.domain.task import TaskSpec
 from scheduler_daemon.storage import migration
 from scheduler_daemon.storage.error import Conflict
-from tests.support import OLD_INSTANCE, query, write_during_registration
+from tests.support import OLD_INSTANCE, query, wait_for, write_during_registration
 
 CRON = "0 0 8 * 5#3"  # the issue's: refused as "never fires" before
 ADD = ("tasks", "add", "x", "--cron", CRON, "--command", "true")
@@ -181,3 +181,44 @@ def test_migration_0026_starts_the_new_reading_with_a_baseline_for_such_tasks(
         (later[0]["id"],),
     )
     assert event["either_days"] is True  # every row written from now on: the column's default
+
+
+def test_an_update_to_such_a_cron_takes_the_compatibility_lock_before_the_task_lock(
+    client, database_url
+) -> None:
+    """Session B holds the compatibility lock, as `migrate --contract` or another field's write
+    does, and then wants the task's row. The update must wait for the compatibility lock before
+    it locks the task: B then gets the row at once. Fails against an update that locked the task
+    first and the compatibility lock after (the order the merge of 689fd94 left): B waits on the
+    task, the update on B's lock, and PostgreSQL aborts one of them as a deadlock."""
+    import threading
+
+    task = client.add_task(
+        TaskSpec(name="t", executor="shell", target="true", cron="0 0 1 * *", timezone="UTC")
+    )
+    failures: list[BaseException] = []
+
+    def update() -> None:
+        try:
+            client.update_task(task.id, cron="0 0 16,18 * 3#3")
+        except BaseException as exc:  # handed to the test thread
+            failures.append(exc)
+
+    with psycopg.connect(database_url) as holder:
+        holder.execute("SELECT pg_advisory_xact_lock(%s)", (migration.COMPAT_LOCK_KEY,))
+        updating = threading.Thread(target=update)
+        updating.start()
+        wait_for(
+            lambda: query(
+                database_url,
+                "SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND NOT granted",
+            ),
+            message="the update to wait for the compatibility lock",
+        )
+        holder.execute("SET LOCAL lock_timeout = '5s'")
+        holder.execute("SELECT 1 FROM task WHERE id = %s FOR UPDATE", (task.id,))
+    updating.join(30)
+    assert not updating.is_alive()
+    assert failures == []
+    (row,) = query(database_url, "SELECT cron_expr FROM task WHERE id = %s", (task.id,))
+    assert row["cron_expr"] == "0 0 16,18 * 3#3"
