@@ -208,8 +208,12 @@ class TaskSpec:
                 f"--at {self.at.isoformat()} is in the past (database time {now})",
             )
         _check(
-            not (self.misfire == MisfirePolicy.RUN_ALL and self.overlap == OverlapPolicy.FORBID),
-            "--misfire run_all with --overlap forbid could only skip; use --overlap queue or allow",
+            not (
+                self.misfire == MisfirePolicy.RUN_ALL
+                and self.overlap in (OverlapPolicy.FORBID, OverlapPolicy.REPLACE)
+            ),
+            f"--misfire run_all with --overlap {self.overlap} could only skip; use --overlap queue "
+            "or allow",
         )
         _check(
             self.backoff_max is None or self.backoff_max >= self.backoff,

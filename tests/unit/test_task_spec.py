@@ -48,6 +48,10 @@ def spec(**kw: object) -> TaskSpec:
         ({"backoff_max": timedelta(0)}, "--backoff-max must be positive"),
         ({"catchup_limit": 0}, "--catchup-limit must be at least 1"),
         ({"misfire": "run_all"}, "--misfire run_all with --overlap forbid could only skip"),
+        (
+            {"misfire": "run_all", "overlap": "replace"},
+            "--misfire run_all with --overlap replace could only skip",
+        ),
         ({"executor": "http", "target": "ftp://x"}, "needs an http:// or https:// URL"),
         ({"executor": "python", "target": "no colon"}, "needs MODULE:FUNCTION"),
         ({"target": "x" * MAX_PAYLOAD_BYTES}, f"the limit is {MAX_PAYLOAD_BYTES} bytes"),
