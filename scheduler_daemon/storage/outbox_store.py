@@ -7,6 +7,7 @@ from typing import Any
 
 import psycopg
 
+from scheduler_daemon.domain import control
 from scheduler_daemon.domain.notification import Notification
 from scheduler_daemon.storage import query
 
@@ -49,7 +50,8 @@ def enqueue_deadlines(
 def enqueue_unrecorded_deadlines(conn: psycopg.Connection[Any], *, limit: int) -> int:
     """Records the `deadline` notifications owed by due firings not recorded past their
     deadline, keyed by the firing (see `outbox_enqueue_unrecorded_deadlines`)."""
-    return int(query.run(conn, "outbox_enqueue_unrecorded_deadlines", {"limit": limit}))
+    params = {"limit": limit, "since": control.NOTIFY_HEADERS_SINCE}
+    return int(query.run(conn, "outbox_enqueue_unrecorded_deadlines", params))
 
 
 def enqueue_late_deadlines(

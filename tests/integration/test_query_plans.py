@@ -158,7 +158,11 @@ def _plan(url: str, name: str, params: dict[str, Any]) -> str:
             {"after": "2030-01-01T00:00:00Z", "until": "2030-01-01T01:00:00Z", "limit": 500},
             ("task_deadline_idx",),
         ),
-        ("outbox_enqueue_unrecorded_deadlines", {"limit": 500}, ("task_deadline_idx",)),
+        (
+            "outbox_enqueue_unrecorded_deadlines",
+            {"limit": 500, "since": "0030"},
+            ("task_deadline_idx",),
+        ),
         (
             "outbox_prune_unrecorded",
             {"retention": timedelta(days=1), "min_retention": timedelta(days=1), "limit": 500},
