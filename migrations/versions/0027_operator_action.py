@@ -8,9 +8,8 @@ Create Date: 2026-12-07
 - `operator_action`: who (`actor`: the CLI's user@host, the console's token holder or proxy
   user), what (`action`: trigger, pause, resume, cancel, backfill), the task and occurrence it
   touched, where from (`source`: cli or console), a one-line `detail`, and when (`at`, the
-  database clock). Written in its own short transaction right after the action committed
-  (ADR 0018): an action whose record failed still happened, and its occurrence's `requested_by`
-  still says who. No foreign keys: the history of a pruned occurrence or a deleted task stays.
+  database clock). Written in the action's own transaction (ADR 0018): an action and its record
+  commit or roll back together. No foreign keys: the history of a pruned occurrence or a deleted task stays.
   Older builds never read or write it. The index serves the console's newest-first lists.
 
 The downgrade drops what this adds.

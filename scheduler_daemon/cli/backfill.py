@@ -4,7 +4,6 @@ printing only; Client.backfill does the work)."""
 import contextlib
 import sys
 from collections.abc import Callable, Iterator
-from datetime import datetime
 from typing import Any
 
 import click
@@ -14,23 +13,8 @@ from scheduler_daemon.backfill import BackfillResult
 from scheduler_daemon.cli.base import client_for, emit, json_option, operator, who
 from scheduler_daemon.cli.tasks import tasks
 from scheduler_daemon.domain import backfill
-from scheduler_daemon.domain.schedule.base import ScheduleError
-from scheduler_daemon.domain.schedule.zone import load_zone
 
 PROGRESS_FROM = 1_000  # firings: a smaller range is done before a bar would be worth drawing
-
-
-def _instant(option: str, text: str, zone: str) -> datetime:
-    try:
-        value = datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
-    except ValueError as exc:
-        raise backfill.InvalidBackfill(
-            f"{option} '{text}' is not an ISO 8601 instant such as 2030-01-01T09:00"
-        ) from exc
-    try:
-        return value if value.tzinfo else value.replace(tzinfo=load_zone(zone))
-    except ScheduleError as exc:
-        raise backfill.InvalidBackfill(str(exc)) from exc
 
 
 @tasks.command("backfill")
@@ -80,8 +64,8 @@ def tasks_backfill(
     with _progress_bar(ctx) as progress:
         result = client.backfill(
             record.id,
-            start=_instant("--from", start, zone),
-            end=_instant("--to", end, zone),
+            start=backfill.range_instant("--from", start, zone),
+            end=backfill.range_instant("--to", end, zone),
             include=chosen,
             max_firings=max_firings,
             dry_run=dry_run,

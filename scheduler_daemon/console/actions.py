@@ -6,7 +6,6 @@ action back, and the refusal is the line shown."""
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime
 from typing import Any
 
 import psycopg
@@ -18,7 +17,6 @@ from scheduler_daemon.domain.argument import InvalidArgument
 from scheduler_daemon.domain.limit import OutOfBounds
 from scheduler_daemon.domain.operator import Actor
 from scheduler_daemon.domain.schedule.base import ScheduleError
-from scheduler_daemon.domain.schedule.zone import load_zone
 from scheduler_daemon.domain.status import OccurrenceStatus
 from scheduler_daemon.domain.task import InvalidTask
 from scheduler_daemon.logconfig import scrub_text
@@ -97,16 +95,6 @@ def cancel(client: Client, occurrence_id: int, actor: str) -> Done:
     return Done(f"occurrence {row.id}: cancel requested; its owner stops the job and confirms")
 
 
-def _instant(option: str, text: str, zone: str) -> datetime:
-    try:
-        value = datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
-    except ValueError as exc:
-        raise backfill.InvalidBackfill(
-            f"{option} '{text}' is not an ISO 8601 instant such as 2030-01-01T09:00"
-        ) from exc
-    return value if value.tzinfo else value.replace(tzinfo=load_zone(zone))
-
-
 def backfill_range(
     client: Client, task_id: int, actor: str, *, start: str, end: str, confirm: bool
 ) -> Done:
@@ -117,8 +105,8 @@ def backfill_range(
     chosen = backfill.DEFAULT_INCLUDE
     result = client.backfill(
         record.id,
-        start=_instant("from", start, zone),
-        end=_instant("to", end, zone),
+        start=backfill.range_instant("from", start, zone),
+        end=backfill.range_instant("to", end, zone),
         include=chosen,
         dry_run=not confirm,
         requested_by=actor,

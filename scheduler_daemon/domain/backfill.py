@@ -10,6 +10,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
+from scheduler_daemon.domain.schedule.base import ScheduleError
+from scheduler_daemon.domain.schedule.zone import load_zone
 from scheduler_daemon.domain.status import FINISHED, OccurrenceStatus, Trigger
 from scheduler_daemon.domain.task import InvalidTask
 
@@ -24,6 +26,21 @@ BATCH = 500  # firings per transaction
 
 class InvalidBackfill(InvalidTask):
     """A backfill request that cannot be carried out; the message is one line."""
+
+
+def range_instant(option: str, text: str, zone: str) -> datetime:
+    """A backfill range's end (`--from`/`--to`, or the console's form fields): an ISO 8601
+    instant, or a local time read in the task's `zone`; anything else one line naming `option`."""
+    try:
+        value = datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
+    except ValueError as exc:
+        raise InvalidBackfill(
+            f"{option} '{text}' is not an ISO 8601 instant such as 2030-01-01T09:00"
+        ) from exc
+    try:
+        return value if value.tzinfo else value.replace(tzinfo=load_zone(zone))
+    except ScheduleError as exc:
+        raise InvalidBackfill(str(exc)) from exc
 
 
 @dataclass(frozen=True)
