@@ -68,21 +68,18 @@ def test_a_new_firing_cancels_the_queued_predecessor_as_replaced(
     assert t["parked_at"] is None
 
 
-def test_a_catch_up_pass_queues_only_the_newest_firing_and_skips_the_rest_as_replaced(
+def test_a_catch_up_pass_queues_only_the_newest_firing_and_records_the_rest(
     client, pool, executors, database_url
 ) -> None:
-    # run_all would queue all three; under replace the newest wins, the older ones are recorded
-    # skipped (replaced), each a row of its own: firings recorded, not missing.
-    task, created = _hourly(client, database_url, misfire="run_all")
+    # Three firings missed: the newest is queued, the older ones recorded skipped, each a row of
+    # its own: firings recorded, not missing. (`--misfire run_all` is refused with replace, as
+    # with forbid: it could only skip.)
+    task, created = _hourly(client, database_url)
     replica = Replica(database_url, pool, executors, "a")
     result = replica.dispatcher.run_once(now=created + 3 * HOUR + MINUTE)
     assert (result.queued, result.skipped) == (1, 2)
     rows = _rows(database_url, task.id)
-    assert [(r["status"], r["reason"]) for r in rows] == [
-        ("skipped", "replaced"),
-        ("skipped", "replaced"),
-        ("queued", None),
-    ]
+    assert [r["status"] for r in rows] == ["skipped", "skipped", "queued"]
     assert [r["scheduled_for"] for r in rows] == [created + n * HOUR for n in (1, 2, 3)]
 
 
@@ -196,7 +193,7 @@ def test_audit_reports_overlapping_runs_of_a_replace_task(cli, client, database_
 def test_audit_counts_replaced_firings_as_recorded(
     cli, client, pool, executors, database_url
 ) -> None:
-    task, created = _hourly(client, database_url, misfire="run_all")
+    task, created = _hourly(client, database_url)
     replica = Replica(database_url, pool, executors, "a")
     replica.dispatcher.run_once(now=created + HOUR)
     replica.dispatcher.run_once(now=created + 2 * HOUR + MINUTE)  # replaces the first
