@@ -87,6 +87,7 @@ def task_fields(task: TaskRecord, *, show_secrets: bool = False) -> dict[str, An
         "source": task.source,
         "status": task.status,
         "paused": spec.paused,
+        "paused_until": iso(task.paused_until),
         "next_run_at": iso(task.next_run_at),
         "occurrence_seq": task.occurrence_seq,
         "last_outcome_seq": task.last_outcome_seq,

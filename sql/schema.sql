@@ -987,7 +987,7 @@ CREATE TABLE operator_action (
     detail text,
     CONSTRAINT operator_action_action_check CHECK ((action = ANY (ARRAY['trigger'::text, 'pause'::text, 'resume'::text, 'cancel'::text, 'backfill'::text]))),
     CONSTRAINT operator_action_pkey PRIMARY KEY (id),
-    CONSTRAINT operator_action_source_check CHECK ((source = ANY (ARRAY['cli'::text, 'console'::text])))
+    CONSTRAINT operator_action_source_check CHECK ((source = ANY (ARRAY['cli'::text, 'console'::text, 'scheduler'::text])))
 );
 
 CREATE INDEX operator_action_task_idx ON public.operator_action USING btree (task_id, id);
@@ -1084,6 +1084,7 @@ CREATE TABLE task (
     backoff_max interval,
     spread interval,
     notify_header_refs jsonb,
+    paused_until timestamp with time zone,
     CONSTRAINT task_dst_gap_check CHECK ((dst_gap = ANY (ARRAY['shift'::text, 'skip'::text]))),
     CONSTRAINT task_dst_overlap_check CHECK ((dst_overlap = ANY (ARRAY['first'::text, 'second'::text, 'both'::text]))),
     CONSTRAINT task_durations_check CHECK (((misfire_grace >= '00:00:00'::interval) AND (backoff >= '00:00:00'::interval) AND ((catchup_window IS NULL) OR (catchup_window > '00:00:00'::interval)) AND ((start_deadline IS NULL) OR (start_deadline > '00:00:00'::interval)) AND ((run_timeout IS NULL) OR (run_timeout > '00:00:00'::interval)))),
@@ -1116,6 +1117,8 @@ CREATE INDEX task_due_idx ON public.task USING btree (next_run_at) WHERE ((delet
 CREATE INDEX task_name_c_idx ON public.task USING btree (name COLLATE "C") WHERE (deleted_at IS NULL);
 
 CREATE UNIQUE INDEX task_name_key ON public.task USING btree (name) WHERE (deleted_at IS NULL);
+
+CREATE INDEX task_paused_until_idx ON public.task USING btree (paused_until) WHERE (paused AND (paused_until IS NOT NULL));
 
 CREATE INDEX task_retention_idx ON public.task USING btree (history_retention) WHERE (history_retention IS NOT NULL);
 

@@ -8,7 +8,7 @@ id, name, schedule_kind, cron_expr, run_at, anchor_at, timezone, dst_gap, dst_ov
     executor, payload, concurrency_key, overlap, misfire, catchup_limit, max_attempts, status,
     paused, next_run_at, occurrence_seq, created_at, updated_at,
     deleted_at, parked_at, park_error, source, uuid, in_process, notify_url, notify_headers,
-    notify_header_refs, notify_on,
+    notify_header_refs, notify_on, paused_until,
     CASE WHEN deadline > interval '36525 days' THEN interval '36525 days'
          ELSE deadline END AS deadline,
     CASE WHEN every > interval '36525 days' THEN interval '36525 days'
@@ -147,6 +147,7 @@ UPDATE task SET
     catchup_window = %(catchup_window)s, start_deadline = %(start_deadline)s,
     run_timeout = %(run_timeout)s, max_attempts = %(max_attempts)s, backoff = %(backoff)s,
     paused = %(paused)s, next_run_at = %(next_run_at)s, status = %(status)s,
+    paused_until = CASE WHEN paused = %(paused)s THEN paused_until END,
     history_retention = %(history_retention)s, source = coalesce(%(source)s, source),
     in_process = %(in_process)s, notify_url = %(notify_url)s,
     notify_on = %(notify_on)s::text[], deadline = %(deadline)s, backoff_max = %(backoff_max)s,
@@ -159,9 +160,11 @@ SELECT {{task_shown}} FROM t {{task_outcome}}
 
 -- name: task_set_paused :one
 -- Pauses or resumes a locked task; resume passes the next firing from now (paused firings are
--- not owed). Returns it as shown.
+-- not owed). `paused_until`: the instant a pause ends by itself (revision 0033), NULL on a
+-- resume and on a plain pause. Returns it as shown.
 WITH t AS (
 UPDATE task SET paused = %(paused)s, next_run_at = %(next_run_at)s, status = %(status)s,
+    paused_until = %(paused_until)s::timestamptz,
     last_error = coalesce(%(last_error)s, last_error), updated_at = %(now)s
 WHERE id = %(id)s AND deleted_at IS NULL
 RETURNING *
@@ -374,3 +377,12 @@ FROM lost
 JOIN live l ON l.id = lost.task_id
 GROUP BY l.task, lost.reason
 ORDER BY l.task, lost.reason
+
+-- name: task_pauses_ended :many
+-- A page, in id order, of the paused tasks whose `--until` instant has passed on the database
+-- clock (task_paused_until_idx): the reconciler resumes each in a transaction of its own.
+SELECT id FROM task
+WHERE paused AND paused_until IS NOT NULL AND paused_until <= now() AND deleted_at IS NULL
+  AND id > %(after)s
+ORDER BY id
+LIMIT %(limit)s

@@ -4,7 +4,7 @@ transaction (`tasks apply`)."""
 
 import functools
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 import psycopg
@@ -245,23 +245,43 @@ class TaskDefinition(ClientBase):
         return Page(rows, rows[-1].name if more else None)
 
     def pause(
-        self, ref: str | int, *, actor: Actor | None = None, now: datetime | None = None
+        self,
+        ref: str | int,
+        *,
+        until: datetime | timedelta | None = None,
+        actor: Actor | None = None,
+        now: datetime | None = None,
     ) -> TaskRecord:
         """Stops firing. Firings already due and not yet dispatched are recorded as skipped
-        (`paused`): nothing is owed while paused, and resume starts from its next firing. With
-        `actor`, `operator_action` records it in the same transaction."""
+        (`paused`): nothing is owed while paused, and resume starts from its next firing.
+        `until` (an instant with an offset, or a duration from now on the database clock): the
+        pause ends by itself then, as `resume` would (a reconciler's pass); None clears a
+        pending end. With `actor`, `operator_action` records it in the same transaction."""
         with self._tx() as conn:
-            paused = self.pause_in(conn, ref, now=now)
+            paused = self.pause_in(conn, ref, until=until, now=now)
             if actor is not None:
-                operator_action_store.record(conn, actor, "pause", task_id=paused.id)
+                detail = None if paused.paused_until is None else f"until {paused.paused_until}"
+                operator_action_store.record(conn, actor, "pause", task_id=paused.id, detail=detail)
             return paused
 
     def pause_in(
-        self, conn: psycopg.Connection[Any], ref: str | int, *, now: datetime | None = None
+        self,
+        conn: psycopg.Connection[Any],
+        ref: str | int,
+        *,
+        until: datetime | timedelta | None = None,
+        now: datetime | None = None,
     ) -> TaskRecord:
+        # Under the compatibility lock, before the task lock (the order `migrate --contract`
+        # takes them, as `_older_for`).
+        older = [] if until is None else migration.instances_before(conn, control.PAUSE_UNTIL_SINCE)
         task = task_store.lock(conn, task_ref(ref))
         db_now = task_store.clock(conn, now)
-        plan = control.plan_pause(task, db_now)
+        end = None if until is None else control.pause_end(until, db_now)
+        refusal = control.plan_pause_until(task.name, older)
+        if refusal is not None:
+            raise Conflict(refusal.message)
+        plan = control.plan_pause(task, db_now, end)
         self._record_owed(conn, task, plan.owed, db_now)
         return task_store.set_paused(
             conn,
@@ -270,6 +290,7 @@ class TaskDefinition(ClientBase):
             status=plan.status,
             next_run_at=plan.next_run_at,
             now=db_now,
+            paused_until=plan.until,
         )
 
     def resume(

@@ -7,7 +7,7 @@ raises it as a Conflict); a change that is malformed raises InvalidTask.
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from scheduler_daemon.domain.instance import Instance
@@ -46,6 +46,10 @@ EITHER_DAYS_SINCE = "0026"
 # 0030_notification_headers_and_firings): a build whose head is before it POSTs to the fleet's
 # notify-url without them, so `config set notify-headers` is refused while one is registered.
 NOTIFY_HEADERS_SINCE = "0030"
+# The schema revision that added `task.paused_until` (migration 0033_pause_until): a build whose
+# head is before it never reads it, so it would never end such a pause; `tasks pause --until` is
+# refused while one is registered (ADR 0024, as ADR 0010).
+PAUSE_UNTIL_SINCE = "0033"
 # The changes that move a task's schedule: its due, undispatched firings are recorded first.
 SCHEDULE_FIELDS = frozenset({"cron", "every", "at", "timezone", "dst_gap", "dst_overlap"})
 
@@ -247,19 +251,48 @@ class PausePlan:
     owed: tuple[Firing, ...]  # recorded as skipped (`paused`): nothing is owed while paused
     next_run_at: datetime | None
     status: str
+    until: datetime | None = None  # the instant the pause ends by itself; None: by an operator
 
 
-def plan_pause(task: TaskRecord, now: datetime) -> PausePlan:
+def pause_end(until: datetime | timedelta, now: datetime) -> datetime:
+    """`--until` as an instant on the database clock: a duration from `now`, or an instant with
+    an offset; refused (InvalidTask, one line) unless it is after `now`."""
+    if isinstance(until, timedelta):
+        end = now + until
+    elif until.tzinfo is None:
+        raise InvalidTask(f"--until {until.isoformat()} needs an offset (Z, +02:00) or a duration")
+    else:
+        end = until
+    if end <= now:
+        raise InvalidTask(
+            f"--until {end.isoformat()} is not after now ({now.isoformat()}, database clock)"
+        )
+    return end
+
+
+def plan_pause_until(task_name: str, older: Sequence[Instance]) -> Refusal | None:
+    """Whether a task may be paused until an instant now (ADR 0024)."""
+    return refuse_beside_older(
+        f"task '{task_name}' cannot be paused --until an instant",
+        older,
+        since=PAUSE_UNTIL_SINCE,
+        because="they would never resume it",
+    )
+
+
+def plan_pause(task: TaskRecord, now: datetime, until: datetime | None = None) -> PausePlan:
     """Stops firing. Firings already due are recorded as skipped and the next firing is planned
-    from now; a one-shot whose one firing was skipped is cancelled, as the dispatcher does."""
+    from now; a one-shot whose one firing was skipped is cancelled, as the dispatcher does.
+    `until` (after `now`, `pause_end`): the pause ends by itself then; None clears a pending
+    end."""
     owed = (
         () if task.parked_at is not None else owed_firings(task, task.spec, now, LostReason.PAUSED)
     )
     if not owed:
-        return PausePlan(owed, task.next_run_at, task.status)
+        return PausePlan(owed, task.next_run_at, task.status, until)
     once = task.spec.schedule_kind == ScheduleKind.ONCE
     status = TaskStatus.CANCELLED if once else task.status
-    return PausePlan(owed, task.spec.schedule().next_after(now), status)
+    return PausePlan(owed, task.spec.schedule().next_after(now), status, until)
 
 
 @dataclass(frozen=True)
@@ -269,11 +302,15 @@ class ResumePlan:
     error: str | None = None  # shown on the task when resuming ends it
 
 
-def plan_resume(task: TaskRecord, now: datetime) -> ResumePlan | None:
+def plan_resume(task: TaskRecord, now: datetime, *, pending: bool = False) -> ResumePlan | None:
     """Unpauses, the next firing from now (paused firings are not owed); a one-shot whose
     instant passed meanwhile is cancelled. None: the task is not paused, nothing changes (its
-    due firings are still owed)."""
+    due firings are still owed). `pending`: the resume a `--until` pause is owed at its instant,
+    None unless that instant has passed on the database clock (the reconciler re-checks what
+    its scan saw, so an operator's resume or pause in between wins)."""
     if not task.spec.paused:
+        return None
+    if pending and (task.paused_until is None or task.paused_until > now):
         return None
     if task.status != TaskStatus.ENABLED:  # a one-shot past its firing: nothing to plan
         return ResumePlan(None, task.status)

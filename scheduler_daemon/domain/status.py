@@ -168,6 +168,7 @@ class ActionSource(StrEnum):
 
     CLI = "cli"
     CONSOLE = "console"
+    SCHEDULER = "scheduler"  # a `--until` pause's resume, carried out by a reconciler (0033)
 
 
 # The events a notify URL reports when neither the task nor the fleet names them (outbox_enqueue):

@@ -432,6 +432,7 @@ class TaskRecord:
     parked_at: datetime | None = None  # set when the dispatcher could not plan it
     park_error: str | None = None
     source: str | None = None  # the `tasks apply` source that defined it; None: made by hand
+    paused_until: datetime | None = None  # a `--until` pause ends by itself then (0033)
 
     @property
     def name(self) -> str:

@@ -16,17 +16,25 @@ from typing import Any, Protocol
 import structlog
 from psycopg_pool import ConnectionPool
 
-from scheduler_daemon.domain import timing
+from scheduler_daemon.domain import control, timing
 from scheduler_daemon.domain.occurrence import ExpiredClaim, OccurrenceRef
+from scheduler_daemon.domain.operator import Actor
 from scheduler_daemon.domain.outcome import decide, finalize_one_shot, settlement, task_outcome
 from scheduler_daemon.domain.run import TakeoverCandidate
-from scheduler_daemon.domain.status import LostReason, OccurrenceStatus, OutcomeStatus, TaskStatus
+from scheduler_daemon.domain.status import (
+    ActionSource,
+    LostReason,
+    OccurrenceStatus,
+    OutcomeStatus,
+    TaskStatus,
+)
 from scheduler_daemon.domain.task import TaskRef
 from scheduler_daemon.domain.trace import RunTracer
 from scheduler_daemon.settings import DaemonSettings
 from scheduler_daemon.storage import (
     instance_store,
     occurrence_store,
+    operator_action_store,
     outbox_store,
     run_store,
     task_store,
@@ -52,7 +60,16 @@ DEADLINE_LOOKBACK = timedelta(hours=1)
 DEADLINE_WINDOWS = 24  # windows per pass at most: a day's outage caught up in one pass
 DEADLINE_PAGE = 500
 LOCKED = object()  # a unit's rows were locked by someone else past its lock wait
-CATEGORIES = ("taken_over", "requeued_claims", "expired", "finalized_tasks", "removed_instances")
+CATEGORIES = (
+    "taken_over",
+    "requeued_claims",
+    "expired",
+    "finalized_tasks",
+    "resumed_tasks",
+    "removed_instances",
+)
+# Who carries out a `--until` pause's resume, as `operator_action` records it (revision 0033).
+SCHEDULER = Actor("scheduler", ActionSource.SCHEDULER)
 
 
 class Seen(Protocol):
@@ -128,6 +145,7 @@ class Reconciler:
             ("requeued_claims", self._claims_page, self._requeue_claim),
             ("expired", self._deadline_page, self._expire),
             ("finalized_tasks", self._one_shots_page, self._finalize),
+            ("resumed_tasks", self._pauses_page, self._resume),
         ]
         for category, page, fix in steps:
             locked: list[Seen] = []
@@ -298,6 +316,9 @@ class Reconciler:
     def _one_shots_page(self, conn: Conn, **kw: Any) -> list[TaskRef]:
         return task_store.unfinished_one_shots(conn, **kw)
 
+    def _pauses_page(self, conn: Conn, **kw: Any) -> list[TaskRef]:
+        return task_store.pauses_ended(conn, **kw)
+
     # -- fixes: each one transaction, task → occurrence → run ------------------------------------
     def _take_over(self, seen: TakeoverCandidate, limits: Limits = UNIT_LIMITS) -> int | None:
         with transaction(self.pool, limits) as tx:
@@ -396,4 +417,38 @@ class Reconciler:
                 task_store.record_outcome(tx.conn, task.id, end.outcome)
             task_store.finish_lifecycle(tx.conn, task.id, status=end.status, error=end.error)
         self.log.info("task_finalized", task_id=seen.id)
+        return seen.id
+
+    def _resume(self, seen: TaskRef, limits: Limits = UNIT_LIMITS) -> int | None:
+        """Resumes a task whose `--until` pause ended, exactly as `tasks resume` does (the next
+        firing from now: paused firings are not owed), recorded as the action of `scheduler`,
+        in one transaction. Re-read after the task lock: an operator's resume or pause since
+        the scan (which clears or moves the end) wins, and only one reconciler resumes it."""
+        with transaction(self.pool, limits) as tx:
+            task = task_store.lock_row(tx.conn, seen.id)
+            if task is None or task.deleted_at is not None:
+                return None
+            now = task_store.clock(tx.conn)
+            plan = control.plan_resume(task, now, pending=True)
+            if plan is None:
+                return None
+            task_store.set_paused(
+                tx.conn,
+                task.id,
+                paused=False,
+                status=plan.status,
+                next_run_at=plan.next_run_at,
+                now=now,
+                last_error=plan.error,
+            )
+            operator_action_store.record(
+                tx.conn,
+                SCHEDULER,
+                "resume",
+                task_id=task.id,
+                detail=f"pause ended at {task.paused_until.isoformat()}"
+                if task.paused_until
+                else None,
+            )
+        self.log.info("task_pause_ended", task_id=seen.id, paused_until=task.paused_until)
         return seen.id

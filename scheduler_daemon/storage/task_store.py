@@ -106,6 +106,7 @@ def record(row: dict[str, Any]) -> TaskRecord:
         parked_at=row.get("parked_at"),
         park_error=row.get("park_error"),
         source=row.get("source"),
+        paused_until=row.get("paused_until"),
     )
 
 
@@ -249,10 +250,12 @@ def set_paused(
     next_run_at: datetime | None,
     now: datetime,
     last_error: str | None = None,
+    paused_until: datetime | None = None,
 ) -> TaskRecord:
     params = {
         "id": task_id,
         "paused": paused,
+        "paused_until": paused_until,
         "status": status,
         "next_run_at": next_run_at,
         "now": now,
@@ -355,6 +358,12 @@ def lock_many(conn: psycopg.Connection[Any], ids: Sequence[int]) -> dict[int, Ta
 
 def unfinished_one_shots(conn: psycopg.Connection[Any], *, after: int, limit: int) -> list[TaskRef]:
     rows = query.run(conn, "task_unfinished_one_shots", {"after": after, "limit": limit})
+    return [TaskRef.from_row(row) for row in rows]
+
+
+def pauses_ended(conn: psycopg.Connection[Any], *, after: int, limit: int) -> list[TaskRef]:
+    """A page of the paused tasks whose `--until` instant has passed (database clock)."""
+    rows = query.run(conn, "task_pauses_ended", {"after": after, "limit": limit})
     return [TaskRef.from_row(row) for row in rows]
 
 

@@ -125,6 +125,7 @@ def test_upgrade_downgrade_upgrade_keeps_tasks_occurrences_and_runs(
             "retry_delay",
             "spread",
             "spread_offset",
+            "paused_until",
         }
         return {
             "task": [

@@ -1,0 +1,113 @@
+"""`tasks pause --until` against a real database: the reconciler resumes the task at the instant
+(database clock) exactly as `tasks resume` would, records it as `scheduler`'s action, and an
+operator's resume or plain pause before then clears the pending end; bad input writes nothing."""
+
+from datetime import datetime, timedelta
+from typing import Any
+
+import pytest
+
+from scheduler_daemon.services.reconciler import Reconciler
+from tests.conftest import row_counts
+from tests.support import EVERY_MINUTE, OLD_INSTANCE, query, wait_for
+
+
+def _reconciler(pool: Any) -> Reconciler:
+    return Reconciler(
+        pool,
+        instance_id="rec",
+        restart_quiet=timedelta(0),
+        max_interruptions=3,
+        dead_after=timedelta(minutes=10),
+    )
+
+
+def _db_now(url: str) -> datetime:
+    return query(url, "SELECT now() AS n")[0]["n"]
+
+
+def _task(url: str) -> dict[str, Any]:
+    return query(url, "SELECT id, paused, paused_until, next_run_at FROM task")[0]
+
+
+def test_a_pause_until_ends_by_itself_at_its_instant_as_a_resume(cli, pool, database_url) -> None:
+    cli("tasks", "add", "p", *EVERY_MINUTE)
+    query(database_url, "UPDATE task SET next_run_at = now() - interval '3 hours'")
+    shown = cli("tasks", "pause", "p", "--until", "2s", "--json").json()
+    until = datetime.fromisoformat(shown["paused_until"])
+    assert shown["paused"] is True
+    # Before the instant a pass changes nothing (fails if the scan ignored the instant).
+    assert _reconciler(pool).run_once().ids["resumed_tasks"] == []
+    assert _task(database_url)["paused"] is True
+    wait_for(lambda: _db_now(database_url) > until, message="the pause's end on the db clock")
+    report = _reconciler(pool).run_once()
+    task = _task(database_url)
+    assert report.ids["resumed_tasks"] == [task["id"]]
+    assert task["paused"] is False
+    assert task["paused_until"] is None
+    # Paused time owes nothing: the next firing is after the end, and the only row is the one
+    # `pause` recorded for what was due before it.
+    assert until < task["next_run_at"] <= _db_now(database_url) + timedelta(minutes=1)
+    rows = query(database_url, "SELECT status, reason FROM occurrence")
+    assert rows == [{"status": "skipped", "reason": "paused"}]
+    actions = query(database_url, "SELECT actor, action, source FROM operator_action ORDER BY id")
+    assert [a["action"] for a in actions] == ["pause", "resume"]
+    assert actions[1] == {"actor": "scheduler", "action": "resume", "source": "scheduler"}
+    # The resume is a task event (the history trigger): the task active again from then on.
+    (event,) = query(
+        database_url,
+        "SELECT active, at FROM task_event WHERE kind = 'changed' ORDER BY id DESC LIMIT 1",
+    )
+    assert event["active"] is True
+    assert event["at"] >= until
+    # A second pass resumes nothing more.
+    assert _reconciler(pool).run_once().ids["resumed_tasks"] == []
+    assert len(query(database_url, "SELECT id FROM operator_action")) == 2
+
+
+@pytest.mark.parametrize("clearing", [("resume",), ("pause",)])
+def test_a_resume_or_a_plain_pause_before_the_instant_clears_the_pending_end(
+    cli, pool, database_url, clearing: tuple[str, ...]
+) -> None:
+    cli("tasks", "add", "p", *EVERY_MINUTE)
+    shown = cli("tasks", "pause", "p", "--until", "1s", "--json").json()
+    until = datetime.fromisoformat(shown["paused_until"])
+    after = cli("tasks", *clearing, "p", "--json").json()
+    assert after["paused_until"] is None
+    wait_for(lambda: _db_now(database_url) > until, message="the old end on the db clock")
+    assert _reconciler(pool).run_once().ids["resumed_tasks"] == []
+    assert _task(database_url)["paused"] is (clearing == ("pause",))
+    assert query(database_url, "SELECT 1 FROM operator_action WHERE source = 'scheduler'") == []
+
+
+@pytest.mark.parametrize(
+    ("until", "says"),
+    [
+        ("2020-01-01T00:00:00Z", "is not after now"),
+        ("2099-01-01T00:00:00", "needs an offset"),
+        ("tomorrow", "is neither a duration"),
+        ("-5m", "is neither a duration"),
+    ],
+)
+def test_a_bad_or_past_end_is_one_line_exit_2_and_nothing_written(
+    cli, db, until: str, says: str
+) -> None:
+    cli("tasks", "add", "p", *EVERY_MINUTE)
+    before = (row_counts(db), db.execute("SELECT * FROM task").fetchall())
+    result = cli("tasks", "pause", "p", "--until", until)
+    assert result.code == 2
+    assert says in result.err
+    assert result.err.count("\n") == 1
+    assert (row_counts(db), db.execute("SELECT * FROM task").fetchall()) == before
+    assert db.execute("SELECT count(*) AS n FROM operator_action").fetchone()["n"] == 0
+
+
+def test_pause_until_is_refused_beside_an_older_build(cli, db, database_url) -> None:
+    cli("tasks", "add", "p", *EVERY_MINUTE)
+    query(database_url, OLD_INSTANCE, ("old-1", "0031"))
+    result = cli("tasks", "pause", "p", "--until", "1h")
+    assert result.code == 2
+    assert "cannot be paused --until" in result.err
+    assert "old-1" in result.err
+    assert _task(database_url)["paused"] is False
+    assert cli("tasks", "pause", "p").code == 0  # a plain pause is still fine beside it
