@@ -443,6 +443,30 @@ BEGIN
 END
 $function$;
 
+CREATE OR REPLACE FUNCTION public.sd_end_pause_v1(p_id bigint, p_next_run_at timestamp with time zone, p_status text, p_error text)
+ RETURNS boolean
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO '$user', 'public'
+AS $function$
+DECLARE
+    v_until timestamptz;
+BEGIN
+    SELECT t.paused_until INTO v_until FROM task t
+    WHERE t.id = p_id AND t.paused AND t.paused_until <= now() AND t.deleted_at IS NULL
+    FOR UPDATE;
+    IF v_until IS NULL THEN
+        RETURN false;  -- resumed, paused again or deleted since: nothing to end
+    END IF;
+    UPDATE task SET paused = false, paused_until = NULL, next_run_at = p_next_run_at,
+        status = p_status, last_error = coalesce(p_error, last_error), updated_at = now()
+    WHERE id = p_id;
+    INSERT INTO operator_action (actor, action, source, task_id, detail)
+    VALUES ('scheduler', 'resume', 'scheduler', p_id, 'pause ended at ' || v_until);
+    RETURN true;
+END
+$function$;
+
 CREATE OR REPLACE FUNCTION public.sd_occurrence_key_v1(p_task_id bigint, p_trigger text, p_scheduled_for timestamp with time zone)
  RETURNS text
  LANGUAGE sql

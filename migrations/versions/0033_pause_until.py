@@ -10,6 +10,11 @@ Create Date: 2026-12-07
   a default rewrites nothing.
 - `task_paused_until_idx` (paused_until) WHERE paused AND paused_until IS NOT NULL: the
   reconciler's scan for ended pauses reads only the pending ones. Built CONCURRENTLY (as 0024).
+- `sd_end_pause_v1(task id, next firing, status, error)`: ends a `--until` pause whose instant has
+  passed on the database clock (and only such a pause), and records it in `operator_action` as
+  action `resume` by actor and source `scheduler`, in the caller's transaction. SECURITY
+  DEFINER: the daemon role may not write `paused` (what runs when stays the operator's) nor
+  insert into `operator_action`; this is the one change of them it may make.
 - `operator_action_source_check`: 'scheduler' added (the pending resume is recorded as an
   action of actor `scheduler`, source `scheduler`). Replaced NOT VALID in one statement, then
   VALIDATEd outside the transaction, as 0031 did.
@@ -28,6 +33,31 @@ depends_on = None
 phase = "expand"
 
 CHECK = "operator_action_source_check"
+END_PAUSE_ARGS = "bigint, timestamptz, text, text"
+END_PAUSE_V1 = r"""
+CREATE FUNCTION sd_end_pause_v1(
+    p_id bigint, p_next_run_at timestamptz, p_status text, p_error text)
+RETURNS boolean
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path FROM CURRENT
+AS $function$
+DECLARE
+    v_until timestamptz;
+BEGIN
+    SELECT t.paused_until INTO v_until FROM task t
+    WHERE t.id = p_id AND t.paused AND t.paused_until <= now() AND t.deleted_at IS NULL
+    FOR UPDATE;
+    IF v_until IS NULL THEN
+        RETURN false;  -- resumed, paused again or deleted since: nothing to end
+    END IF;
+    UPDATE task SET paused = false, paused_until = NULL, next_run_at = p_next_run_at,
+        status = p_status, last_error = coalesce(p_error, last_error), updated_at = now()
+    WHERE id = p_id;
+    INSERT INTO operator_action (actor, action, source, task_id, detail)
+    VALUES ('scheduler', 'resume', 'scheduler', p_id, 'pause ended at ' || v_until);
+    RETURN true;
+END
+$function$
+"""
 INDEX = "task_paused_until_idx"
 
 
@@ -56,6 +86,7 @@ def upgrade() -> None:
     op.execute("SET LOCAL statement_timeout = '60s'")
     op.execute("ALTER TABLE task ADD COLUMN IF NOT EXISTS paused_until timestamptz")
     _source_check("'cli', 'console', 'scheduler'")
+    op.execute(END_PAUSE_V1)
     _validate()
     with op.get_context().autocommit_block():
         op.execute("SET lock_timeout = '5s'")
@@ -77,6 +108,7 @@ def downgrade() -> None:
         op.execute("RESET lock_timeout")
     op.execute("SET LOCAL lock_timeout = '5s'")
     op.execute("SET LOCAL statement_timeout = '60s'")
+    op.execute(f"DROP FUNCTION IF EXISTS sd_end_pause_v1({END_PAUSE_ARGS})")
     _source_check("'cli', 'console'")
     op.execute("ALTER TABLE task DROP COLUMN IF EXISTS paused_until")
     _validate()

@@ -18,23 +18,15 @@ from psycopg_pool import ConnectionPool
 
 from scheduler_daemon.domain import control, timing
 from scheduler_daemon.domain.occurrence import ExpiredClaim, OccurrenceRef
-from scheduler_daemon.domain.operator import Actor
 from scheduler_daemon.domain.outcome import decide, finalize_one_shot, settlement, task_outcome
 from scheduler_daemon.domain.run import TakeoverCandidate
-from scheduler_daemon.domain.status import (
-    ActionSource,
-    LostReason,
-    OccurrenceStatus,
-    OutcomeStatus,
-    TaskStatus,
-)
+from scheduler_daemon.domain.status import LostReason, OccurrenceStatus, OutcomeStatus, TaskStatus
 from scheduler_daemon.domain.task import TaskRef
 from scheduler_daemon.domain.trace import RunTracer
 from scheduler_daemon.settings import DaemonSettings
 from scheduler_daemon.storage import (
     instance_store,
     occurrence_store,
-    operator_action_store,
     outbox_store,
     run_store,
     task_store,
@@ -68,8 +60,6 @@ CATEGORIES = (
     "resumed_tasks",
     "removed_instances",
 )
-# Who carries out a `--until` pause's resume, as `operator_action` records it (revision 0033).
-SCHEDULER = Actor("scheduler", ActionSource.SCHEDULER)
 
 
 class Seen(Protocol):
@@ -428,27 +418,14 @@ class Reconciler:
             task = task_store.lock_row(tx.conn, seen.id)
             if task is None or task.deleted_at is not None:
                 return None
-            now = task_store.clock(tx.conn)
-            plan = control.plan_resume(task, now, pending=True)
-            if plan is None:
-                return None
-            task_store.set_paused(
+            plan = control.plan_resume(task, task_store.clock(tx.conn), pending=True)
+            if plan is None or not task_store.end_pause(
                 tx.conn,
                 task.id,
-                paused=False,
-                status=plan.status,
                 next_run_at=plan.next_run_at,
-                now=now,
-                last_error=plan.error,
-            )
-            operator_action_store.record(
-                tx.conn,
-                SCHEDULER,
-                "resume",
-                task_id=task.id,
-                detail=f"pause ended at {task.paused_until.isoformat()}"
-                if task.paused_until
-                else None,
-            )
+                status=plan.status,
+                error=plan.error,
+            ):
+                return None
         self.log.info("task_pause_ended", task_id=seen.id, paused_until=task.paused_until)
         return seen.id

@@ -367,6 +367,20 @@ def pauses_ended(conn: psycopg.Connection[Any], *, after: int, limit: int) -> li
     return [TaskRef.from_row(row) for row in rows]
 
 
+def end_pause(
+    conn: psycopg.Connection[Any],
+    task_id: int,
+    *,
+    next_run_at: datetime | None,
+    status: str,
+    error: str | None,
+) -> bool:
+    """Ends the locked task's `--until` pause whose instant has passed, recorded as the action of
+    `scheduler` (`task_end_pause`); False when there is none to end."""
+    params = {"id": task_id, "next_run_at": next_run_at, "status": status, "error": error}
+    return bool(query.run(conn, "task_end_pause", params))
+
+
 def finish_lifecycle(
     conn: psycopg.Connection[Any], task_id: int, *, status: str, error: str | None = None
 ) -> bool:

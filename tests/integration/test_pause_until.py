@@ -5,6 +5,7 @@ operator's resume or plain pause before then clears the pending end; bad input w
 from datetime import datetime, timedelta
 from typing import Any
 
+import psycopg
 import pytest
 
 from scheduler_daemon.services.reconciler import Reconciler
@@ -111,3 +112,40 @@ def test_pause_until_is_refused_beside_an_older_build(cli, db, database_url) -> 
     assert "old-1" in result.err
     assert _task(database_url)["paused"] is False
     assert cli("tasks", "pause", "p").code == 0  # a plain pause is still fine beside it
+
+
+def test_the_daemon_role_ends_a_pause_only_through_its_function_and_only_once_due(
+    cli, database_url
+) -> None:
+    """The daemon role may not write `paused` (test_roles) nor insert an operator action: it ends
+    a `--until` pause through sd_end_pause_v1 alone, which refuses a pause not yet due. Fails on
+    a reconciler that updated the row itself (permission denied under the daemon role)."""
+    from scheduler_daemon.storage.database import make_pool
+    from tests.role_fleet import role_fleet
+
+    with role_fleet(database_url) as fleet:
+        operator, daemon = fleet.url(fleet.names.operator), fleet.url(fleet.names.daemon)
+        assert cli("tasks", "add", "p", *EVERY_MINUTE, url=operator).code == 0
+        shown = cli("tasks", "pause", "p", "--until", "1s", "--json", url=operator)
+        assert shown.code == 0, shown.err
+        until = datetime.fromisoformat(shown.json()["paused_until"])
+        task_id = _task(database_url)["id"]
+        with pytest.raises(psycopg.errors.InsufficientPrivilege):
+            query(daemon, "UPDATE task SET paused = false WHERE id = %s", (task_id,))
+        early = query(
+            daemon, "SELECT sd_end_pause_v1(%s, NULL, 'enabled', NULL) AS ended", (task_id,)
+        )
+        assert early == [{"ended": False}]  # not before its instant, whoever asks
+        wait_for(lambda: _db_now(database_url) > until, message="the end on the db clock")
+        pool = make_pool(daemon, max_size=1, name="daemon-role")
+        pool.open(wait=True)
+        try:
+            report = _reconciler(pool).run_once()
+        finally:
+            pool.close()
+        assert report.ids["resumed_tasks"] == [task_id]
+        assert _task(database_url)["paused"] is False
+        (action,) = query(
+            database_url, "SELECT actor, source FROM operator_action WHERE action = 'resume'"
+        )
+        assert action == {"actor": "scheduler", "source": "scheduler"}
