@@ -8,7 +8,8 @@ build's grants leave out meets `permission denied`, and the test fails on it. Wh
 build before revision 0020 is registered, `tasks add --in-process` is refused (exit 2); once it
 left, it succeeds; the same for a cron whose `#`, `L5` or `W` sits beside a restricted other day
 field while a build before revision 0026 is (ADR 0019), and for `--overlap replace` while a
-build before 0031 is (ADR 0022).
+build before 0031 is (ADR 0022), and for `tasks pause --until` while a build before 0032 is
+(ADR 0024; once accepted, the new build's reconciler ends the pause as the daemon role).
 
 The old build comes from `git archive` of that commit, found from the history of
 migrations/versions/ (not a fixed hash), into a virtualenv of its own that reuses this one's
@@ -47,6 +48,9 @@ EITHER_DAYS = ("tasks", "add", "either", "--cron", "0 0 8 * 5#3", "--command", "
 # start a firing beside its predecessor; paused, as above.
 REPLACE = ("tasks", "add", "replacing", "--every", "1h", "--command", "true")
 REPLACE += ("--overlap", "replace", "--paused")
+# Refused while a build before 0032 is registered: it never reads the end, so it would never
+# resume the task. Once accepted, a new build's reconciler (as the daemon role) resumes it.
+PAUSE_UNTIL = ("tasks", "pause", "t7", "--until", "2s")
 
 
 def _git(*args: str) -> str:
@@ -239,6 +243,13 @@ def test_a_rolling_upgrade_never_drops_or_doubles_a_run(
             assert "cannot have --overlap replace" in refused.stderr, refused.stderr
             assert {old_a_id, old_b_id} <= set(refused.stderr.split()), refused.stderr
             assert not query(url, "SELECT 1 FROM task WHERE name = 'replacing'")
+        if before < control.PAUSE_UNTIL_SINCE:
+            refused = new_cli(*PAUSE_UNTIL, role=roles.operator)
+            assert refused.returncode == 2, refused.stdout + refused.stderr
+            assert refused.stderr.count("\n") == 1, refused.stderr
+            assert "cannot be paused --until" in refused.stderr, refused.stderr
+            assert {old_a_id, old_b_id} <= set(refused.stderr.split()), refused.stderr
+            assert query(url, "SELECT paused FROM task WHERE name = 't7'") == [{"paused": False}]
         # A release whose newest step is a contract leaves it pending; one whose newest steps
         # are all expand steps (an earlier contract ran in that migrate) leaves none.
         build = migration.build()
@@ -322,6 +333,17 @@ def test_a_rolling_upgrade_never_drops_or_doubles_a_run(
             timeout=40,
             interval=1,
             message="the replace task to be accepted once the old build left",
+        )
+        wait_for(
+            lambda: new_cli(*PAUSE_UNTIL, role=roles.operator).returncode == 0,
+            timeout=40,
+            interval=1,
+            message="pause --until to be accepted once the old build left",
+        )
+        wait_for(
+            lambda: query(url, "SELECT paused FROM task WHERE name = 't7'") == [{"paused": False}],
+            timeout=30,
+            message="the new build's reconciler to end the pause",
         )
         time.sleep(3)  # the new build works on after the contract
         (stopped,) = query(url, "SELECT now() AS t")
