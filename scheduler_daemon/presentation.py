@@ -269,6 +269,9 @@ def status_fields(status: dict[str, Any]) -> dict[str, Any]:
             }
         )
     parked = [{**t, "parked_at": iso(t["parked_at"])} for t in status.get("parked_tasks", [])]
+    resumes = [
+        {**t, "paused_until": iso(t["paused_until"])} for t in status.get("pending_resumes", [])
+    ]
     holders = [lock_holder_fields(h) for h in status.get("budget_lock_holders", [])]
     database = dict(status.get("database", {}))
     for key in ("first_recorded_at", "last_failover_seen_at"):
@@ -288,6 +291,7 @@ def status_fields(status: dict[str, Any]) -> dict[str, Any]:
         "warnings": [] if warning is None else [warning],
         "in_process_refused_by": refused_by,
         "parked_tasks": parked,
+        "pending_resumes": resumes,
         "budget_lock_holders": holders,
         "database": database,
     }

@@ -255,6 +255,12 @@ UPDATE task SET next_run_at = %(next_run_at)s, status = %(status)s WHERE id = %(
 SELECT id, name, parked_at, park_error FROM task
 WHERE parked_at IS NOT NULL AND deleted_at IS NULL ORDER BY id
 
+-- name: task_list_pending_resumes :many
+-- Live paused tasks with a pending `--until` end (task_paused_until_idx), soonest first, for
+-- `status`.
+SELECT id, name, paused_until FROM task
+WHERE paused AND paused_until IS NOT NULL AND deleted_at IS NULL ORDER BY paused_until, id
+
 -- name: task_insert_many :many
 -- Inserts many tasks in one statement (Client.add_tasks): each parameter is one column as an
 -- array, element i of every array being task i; next_run_at was computed from the database clock.

@@ -340,6 +340,8 @@ def status(ctx: click.Context) -> None:
         )
     for parked in fields["parked_tasks"]:
         text += f"\nparked: {parked['name']} (id {parked['id']}): {parked['park_error']}"
+    for pending in fields["pending_resumes"]:
+        text += f"\npaused until {pending['paused_until']}: {pending['name']} (id {pending['id']})"
     for holder in fields["budget_lock_holders"]:
         text += "\n" + presentation.lock_holder_text(holder)
     refused = presentation.in_process_refused_text(fields["in_process_refused_by"])

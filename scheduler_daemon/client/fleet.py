@@ -52,6 +52,7 @@ class Fleet(ClientBase):
                 "executing_runs": occurrence_store.executing_count(conn),
                 "max_concurrent_runs": fleet_store.budget(conn),
                 "parked_tasks": task_store.parked(conn),
+                "pending_resumes": task_store.pending_resumes(conn),
                 "notifications": outbox_store.counts(conn),
                 # the instances whose build refuses a task `in_process` (ADR 0010)
                 "in_process_refused_by": [

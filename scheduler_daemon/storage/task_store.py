@@ -409,3 +409,8 @@ def set_next_run(
 
 def parked(conn: psycopg.Connection[Any]) -> list[dict[str, Any]]:
     return query.run(conn, "task_list_parked")
+
+
+def pending_resumes(conn: psycopg.Connection[Any]) -> list[dict[str, Any]]:
+    """The live tasks paused `--until` an instant, soonest end first."""
+    return query.run(conn, "task_list_pending_resumes")

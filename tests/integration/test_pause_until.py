@@ -37,6 +37,12 @@ def test_a_pause_until_ends_by_itself_at_its_instant_as_a_resume(cli, pool, data
     shown = cli("tasks", "pause", "p", "--until", "2s", "--json").json()
     until = datetime.fromisoformat(shown["paused_until"])
     assert shown["paused"] is True
+    # `status` shows the pending resume (JSON and text), `tasks show` its end.
+    task_id = _task(database_url)["id"]
+    pending = {"id": task_id, "name": "p", "paused_until": shown["paused_until"]}
+    assert cli("status", "--json").json()["pending_resumes"] == [pending]
+    assert f"paused until {shown['paused_until']}: p (id {task_id})" in cli("status").out
+    assert cli("tasks", "show", "p", "--json").json()["paused_until"] == shown["paused_until"]
     # Before the instant a pass changes nothing (fails if the scan ignored the instant).
     assert _reconciler(pool).run_once().ids["resumed_tasks"] == []
     assert _task(database_url)["paused"] is True
@@ -61,6 +67,7 @@ def test_a_pause_until_ends_by_itself_at_its_instant_as_a_resume(cli, pool, data
     )
     assert event["active"] is True
     assert event["at"] >= until
+    assert cli("status", "--json").json()["pending_resumes"] == []
     # A second pass resumes nothing more.
     assert _reconciler(pool).run_once().ids["resumed_tasks"] == []
     assert len(query(database_url, "SELECT id FROM operator_action")) == 2
