@@ -396,6 +396,6 @@ LIMIT %(limit)s
 -- name: task_end_pause :scalar
 -- Ends the locked task's `--until` pause if its instant has passed on the database clock, with
 -- the next firing and status `tasks resume` would give it, and records it as `scheduler`'s
--- action, in the caller's transaction (sd_end_pause_v1, revision 0032: the daemon role may
+-- action, in the caller's transaction (sd_end_pause_v1, revision 0033: the daemon role may
 -- write neither itself). False: nothing to end (resumed, paused again or deleted since).
 SELECT sd_end_pause_v1(%(id)s, %(next_run_at)s, %(status)s, %(error)s)

@@ -8,7 +8,7 @@ build's grants leave out meets `permission denied`, and the test fails on it. Wh
 build before revision 0020 is registered, `tasks add --in-process` is refused (exit 2); once it
 left, it succeeds; the same for a cron whose `#`, `L5` or `W` sits beside a restricted other day
 field while a build before revision 0026 is (ADR 0019), and for `--overlap replace` while a
-build before 0031 is (ADR 0022), and for `tasks pause --until` while a build before 0032 is
+build before 0031 is (ADR 0022), and for `tasks pause --until` while a build before 0033 is
 (ADR 0024; once accepted, the new build's reconciler ends the pause as the daemon role).
 
 The old build comes from `git archive` of that commit, found from the history of
@@ -48,7 +48,7 @@ EITHER_DAYS = ("tasks", "add", "either", "--cron", "0 0 8 * 5#3", "--command", "
 # start a firing beside its predecessor; paused, as above.
 REPLACE = ("tasks", "add", "replacing", "--every", "1h", "--command", "true")
 REPLACE += ("--overlap", "replace", "--paused")
-# Refused while a build before 0032 is registered: it never reads the end, so it would never
+# Refused while a build before 0033 is registered: it never reads the end, so it would never
 # resume the task. Once accepted, a new build's reconciler (as the daemon role) resumes it.
 PAUSE_UNTIL = ("tasks", "pause", "t7", "--until", "2s")
 
