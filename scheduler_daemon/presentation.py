@@ -179,6 +179,7 @@ OCCURRENCE_FIELDS = (
     "status",
     "reason",
     "requested_by",
+    "args",
     "attempts",
     "interruptions",
     "lease_token",
@@ -268,10 +269,6 @@ def status_fields(status: dict[str, Any]) -> dict[str, Any]:
                 "heartbeat_at": iso(row.heartbeat_at),
             }
         )
-    parked = [{**t, "parked_at": iso(t["parked_at"])} for t in status.get("parked_tasks", [])]
-    resumes = [
-        {**t, "paused_until": iso(t["paused_until"])} for t in status.get("pending_resumes", [])
-    ]
     holders = [lock_holder_fields(h) for h in status.get("budget_lock_holders", [])]
     database = dict(status.get("database", {}))
     for key in ("first_recorded_at", "last_failover_seen_at"):
@@ -290,11 +287,16 @@ def status_fields(status: dict[str, Any]) -> dict[str, Any]:
         "live_instances": states.count(InstanceState.LIVE),
         "warnings": [] if warning is None else [warning],
         "in_process_refused_by": refused_by,
-        "parked_tasks": parked,
-        "pending_resumes": resumes,
+        "parked_tasks": _tasks_at(status, "parked_tasks", "parked_at"),
+        "pending_resumes": _tasks_at(status, "pending_resumes", "paused_until"),
         "budget_lock_holders": holders,
         "database": database,
     }
+
+
+def _tasks_at(status: dict[str, Any], key: str, instant: str) -> list[dict[str, Any]]:
+    """`status`'s task list `key` (parked, paused until an instant), its `instant` as ISO."""
+    return [{**t, instant: iso(t[instant])} for t in status.get(key, [])]
 
 
 def instances_table_rows(instances: list[dict[str, Any]]) -> list[dict[str, Any]]:

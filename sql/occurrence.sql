@@ -117,7 +117,7 @@ WHERE o.id = %(id)s
 SELECT count(*) FROM occurrence WHERE status IN ('launching', 'running')
 
 -- fragment: claim_launch
-SELECT * FROM sd_claim_launch_v5(%(key)s::bigint, %(slots)s::int, %(owner)s::text,
+SELECT * FROM sd_claim_launch_v6(%(key)s::bigint, %(slots)s::int, %(owner)s::text,
     %(ttl)s::interval, %(grace)s::interval, %(build_revision)s::text, %(now)s::timestamptz)
 
 -- name: occurrence_claim_launch :many
@@ -331,7 +331,8 @@ RETURNING id, scheduled_for
 -- A manual occurrence of a task whose row lock the caller holds, due at `now`, in one statement:
 -- allocates its sequence number on the task row (a one-shot task's status stays as it is: only
 -- its firings decide it), inserts it (finished if its status is one of `finished`), and wakes
--- idle daemons on `channel` when the transaction commits.
+-- idle daemons on `channel` when the transaction commits. `args`: the trigger's arguments
+-- (revision 0034), NULL for none.
 WITH bumped AS (
     UPDATE task SET occurrence_seq = occurrence_seq + 1
     WHERE id = %(task_id)s
@@ -341,10 +342,10 @@ WITH bumped AS (
 )
 INSERT INTO occurrence (
     task_id, occurrence_seq, scheduled_for, trigger, overlap, concurrency_key, status, reason,
-    requested_by, not_before, created_at, updated_at, finished_at, idempotency_key)
+    requested_by, not_before, created_at, updated_at, finished_at, idempotency_key, args)
 SELECT bumped.id, bumped.occurrence_seq, %(now)s, 'manual', %(overlap)s, %(concurrency_key)s,
     %(status)s, %(reason)s, %(requested_by)s, %(now)s, %(now)s, %(now)s,
     CASE WHEN %(status)s = ANY(%(finished)s::text[]) THEN %(now)s::timestamptz END,
-    sd_occurrence_key_v1(bumped.id, 'manual', %(now)s)
+    sd_occurrence_key_v1(bumped.id, 'manual', %(now)s), %(args)s::jsonb
 FROM bumped CROSS JOIN wake
 RETURNING *

@@ -5,7 +5,8 @@ r.id, o.id AS occurrence_id, o.occurrence_seq, o.task_id, t.name AS task_name,
     o.scheduled_for, o.trigger, r.attempt, r.status, o.reason, r.owner AS instance_id,
     r.started_at, r.finished_at, r.exit_code, r.http_status, r.error, o.firing_count,
     o.last_scheduled_for, r.lease_token,
-    CASE WHEN r.status = 'running' THEN o.cancel_requested_at END AS cancel_requested_at
+    CASE WHEN r.status = 'running' THEN o.cancel_requested_at END AS cancel_requested_at,
+    o.args
 
 -- name: run_history :many
 -- One page of history, newest occurrence first: within an occurrence its own row first, then its
@@ -66,7 +67,8 @@ WITH runs AS MATERIALIZED (
          o.scheduled_for, o.trigger, NULL::integer AS attempt, o.status, o.reason, o.claim_owner,
          NULL::timestamptz AS started_at, o.finished_at, NULL::integer AS exit_code,
          NULL::integer AS http_status, o.error, o.firing_count, o.last_scheduled_for,
-         NULL::bigint AS lease_token, NULL::timestamptz AS cancel_requested_at
+         NULL::bigint AS lease_token, NULL::timestamptz AS cancel_requested_at,
+         o.args
      FROM occurrence o JOIN task t ON t.id = o.task_id
      LEFT JOIN LATERAL (
          SELECT r.status FROM run r WHERE r.occurrence_id = o.id
@@ -87,7 +89,8 @@ WITH runs AS MATERIALIZED (
          o.scheduled_for, o.trigger, NULL::integer AS attempt, o.status, o.reason, o.claim_owner,
          NULL::timestamptz AS started_at, o.finished_at, NULL::integer AS exit_code,
          NULL::integer AS http_status, o.error, o.firing_count, o.last_scheduled_for,
-         NULL::bigint AS lease_token, NULL::timestamptz AS cancel_requested_at
+         NULL::bigint AS lease_token, NULL::timestamptz AS cancel_requested_at,
+         o.args
      FROM task t CROSS JOIN occurrence o
      LEFT JOIN LATERAL (
          SELECT r.status FROM run r WHERE r.occurrence_id = o.id

@@ -443,6 +443,97 @@ BEGIN
 END
 $function$;
 
+CREATE OR REPLACE FUNCTION public.sd_claim_launch_v6(p_key bigint, p_slots integer, p_owner text, p_ttl interval, p_grace interval, p_build_revision text, p_now timestamp with time zone)
+ RETURNS TABLE(free integer, id bigint, task_id bigint, occurrence_seq bigint, scheduled_for timestamp with time zone, lease_token bigint, task_name text, executor text, payload jsonb, run_timeout interval, run_id bigint, attempt integer, started_at timestamp with time zone, idempotency_key text, run_uuid uuid, in_process boolean, spread_start timestamp with time zone, args jsonb)
+ LANGUAGE plpgsql
+ SET enable_seqscan TO 'off'
+ SET enable_bitmapscan TO 'off'
+ SET enable_sort TO 'off'
+ SET jit TO 'off'
+ SET plan_cache_mode TO 'force_generic_plan'
+ SET enable_hashjoin TO 'off'
+ SET enable_mergejoin TO 'off'
+AS $function$
+#variable_conflict use_column
+DECLARE
+    v_floor bigint;
+    v_exclusive_from timestamptz;
+BEGIN
+    PERFORM pg_advisory_xact_lock(p_key);
+    -- Every token after a promotion above every token of the lost branch.
+    SELECT (coalesce(max(e.timeline), 1) - 1) * 4294967296 INTO v_floor FROM fleet_epoch e;
+    -- After a failover the fleet saw, exclusive work waits out every lost claim's trust deadline.
+    SELECT f.seen + greatest(p_ttl + p_grace,
+                             (SELECT max(i.lease_ttl + i.lease_grace) FROM instance i))
+    INTO v_exclusive_from
+    FROM (SELECT max(e.first_seen_at) AS seen FROM fleet_epoch e
+          WHERE e.first_seen_at > (SELECT min(first_seen_at) FROM fleet_epoch)) f;
+    RETURN QUERY
+    WITH free AS MATERIALIZED (
+        SELECT greatest(0, least(p_slots,
+            coalesce((SELECT CASE WHEN jsonb_typeof(value) = 'number'
+                                  THEN least(greatest(floor(value::numeric), 0), 100000)::bigint
+                             END
+                      FROM fleet_setting WHERE key = 'max_concurrent_runs'), 0)
+            - (SELECT count(*) FROM occurrence
+               WHERE status IN ('launching', 'running'))))::integer AS n
+    ), picked AS MATERIALIZED (
+        SELECT o.id FROM occurrence o
+        WHERE o.status = 'queued' AND o.not_before <= coalesce(p_now, clock_timestamp())
+          AND (v_exclusive_from IS NULL
+               OR coalesce(p_now, clock_timestamp()) >= v_exclusive_from
+               OR (o.overlap = 'allow' AND o.concurrency_key IS NULL))
+          AND (o.concurrency_key IS NULL OR NOT EXISTS (
+                SELECT 1 FROM occurrence other
+                WHERE other.concurrency_key = o.concurrency_key
+                  AND other.status IN ('queued', 'launching', 'running')
+                  AND (other.status <> 'queued'
+                       OR (other.scheduled_for, other.id) < (o.scheduled_for, o.id))))
+          AND (o.overlap <> 'queue' OR NOT EXISTS (
+                SELECT 1 FROM occurrence other
+                WHERE other.task_id = o.task_id
+                  AND other.status IN ('queued', 'launching', 'running')
+                  AND (other.status <> 'queued' OR other.occurrence_seq < o.occurrence_seq)))
+          -- A `replace` firing waits until its predecessor's job is gone (0031).
+          AND (o.overlap <> 'replace' OR NOT EXISTS (
+                SELECT 1 FROM occurrence other
+                WHERE other.task_id = o.task_id AND other.status IN ('launching', 'running')))
+        ORDER BY o.attempts, o.scheduled_for, o.id
+        LIMIT (SELECT n FROM free)
+        FOR UPDATE SKIP LOCKED
+    ), launched AS (
+        UPDATE occurrence o SET status = 'running',
+            lease_token = greatest(o.lease_token, v_floor) + 1,
+            attempts = o.attempts + 1, claim_owner = p_owner, claim_expires_at = NULL,
+            first_claim_snapshot = coalesce(o.first_claim_snapshot, pg_current_snapshot()),
+            updated_at = coalesce(p_now, clock_timestamp())
+        FROM picked WHERE o.id = picked.id
+        RETURNING o.id, o.task_id, o.occurrence_seq, o.scheduled_for, o.lease_token, o.attempts,
+            coalesce(o.idempotency_key, 'scheduler-daemon-occurrence-' || o.id) AS key,
+            o.scheduled_for + coalesce(o.spread_offset, interval '0') AS spread_start, o.args
+    ), runs AS (
+        INSERT INTO run (occurrence_id, attempt, owner, lease_token, lease_expires_at,
+            takeover_at, started_at, build_revision)
+        SELECT l.id, l.attempts, p_owner, l.lease_token,
+            coalesce(p_now, clock_timestamp()) + p_ttl,
+            coalesce(p_now, clock_timestamp()) + p_ttl + p_grace,
+            coalesce(p_now, clock_timestamp()), p_build_revision
+        FROM launched l
+        RETURNING id, occurrence_id, attempt, started_at, uuid
+    )
+    SELECT f.n, l.id, l.task_id, l.occurrence_seq, l.scheduled_for, l.lease_token,
+        t.name, t.executor, t.payload,
+        CASE WHEN t.run_timeout > interval '36525 days' THEN interval '36525 days'
+             ELSE t.run_timeout END,
+        r.id, r.attempt, r.started_at, l.key, r.uuid,
+        CASE WHEN t.id IS NOT NULL THEN coalesce(t.in_process, false) END, l.spread_start,
+        l.args
+    FROM free f
+    LEFT JOIN (launched l JOIN runs r ON r.occurrence_id = l.id JOIN task t ON t.id = l.task_id)
+        ON true;
+END
+$function$;
+
 CREATE OR REPLACE FUNCTION public.sd_end_pause_v1(p_id bigint, p_next_run_at timestamp with time zone, p_status text, p_error text)
  RETURNS boolean
  LANGUAGE plpgsql
@@ -949,6 +1040,8 @@ CREATE TABLE occurrence (
     idempotency_key text,
     retry_delay interval,
     spread_offset interval,
+    args jsonb,
+    CONSTRAINT occurrence_args_check CHECK (((args IS NULL) OR ((jsonb_typeof(args) = 'object'::text) AND (octet_length((args)::text) <= 131072)))),
     CONSTRAINT occurrence_cancel_check CHECK ((((cancel_requested_at IS NULL) = (cancel_reason IS NULL)) AND ((cancel_requested_at IS NULL) OR (status <> ALL (ARRAY['queued'::text, 'launching'::text]))))),
     CONSTRAINT occurrence_claim_check CHECK (((status <> 'launching'::text) OR ((claim_owner IS NOT NULL) AND (claim_expires_at IS NOT NULL)))),
     CONSTRAINT occurrence_counts_check CHECK (((occurrence_seq >= 1) AND (attempts >= 0) AND (interruptions >= 0) AND (lease_token >= 0))),

@@ -127,3 +127,11 @@ def replace_locked(ctx: Any) -> None:
     os.close(log)
     time.sleep(3)
     os.close(fd)
+
+
+def record_args(ctx: Any) -> None:
+    """Append this attempt's `ctx.args` (as JSON) to the file its `file` argument names, then
+    fail, so the occurrence is retried and the next attempt records them again."""
+    with open(ctx.args["file"], "a") as out:
+        out.write(json.dumps({"attempt": ctx.attempt, "args": ctx.args}) + "\n")
+    raise ValueError("fail, to be retried")

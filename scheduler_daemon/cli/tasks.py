@@ -24,6 +24,7 @@ from scheduler_daemon.cli.base import (
     paging_options,
     who,
 )
+from scheduler_daemon.domain import argument
 from scheduler_daemon.domain.duration import parse_duration
 from scheduler_daemon.domain.spread import spread_start
 from scheduler_daemon.domain.status import (
@@ -432,13 +433,28 @@ def tasks_next(ctx: click.Context, task: str, count: int) -> None:
     show_default=True,
     help="Queue this many in one transaction (not for an --overlap forbid or replace task).",
 )
+@click.option(
+    "--arg",
+    "arg_pairs",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="An argument for this occurrence (repeat for more; each value a string).",
+)
+@click.option(
+    "--args-json", metavar="JSON", help="The arguments as one JSON object (instead of --arg)."
+)
 @json_option
 @click.pass_context
-def tasks_trigger(ctx: click.Context, task: str, count: int) -> None:
+def tasks_trigger(
+    ctx: click.Context, task: str, count: int, arg_pairs: tuple[str, ...], args_json: str | None
+) -> None:
     """Queue a manual occurrence now; it follows the task's overlap policy."""
     from scheduler_daemon.client import TriggerBatch, trigger_text
 
-    occ = client_for(ctx).trigger(task, requested_by=who(), count=count, actor=operator())
+    args = argument.trigger_args(arg_pairs, args_json)  # before connecting
+    occ = client_for(ctx).trigger(
+        task, requested_by=who(), count=count, actor=operator(), args=args
+    )
     if isinstance(occ, TriggerBatch):
         emit(ctx, dataclasses.asdict(occ), trigger_text(occ))
         return

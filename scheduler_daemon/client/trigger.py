@@ -1,9 +1,13 @@
 """The Client's runs on demand: a manual trigger (one occurrence, or a batch of them) and a
 backfill of a past range."""
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime
+from typing import Any
+
+import psycopg
+from psycopg.types.json import Jsonb
 
 from scheduler_daemon.backfill import BackfillResult, queue_backfill
 from scheduler_daemon.client.base import ClientBase, allowed, task_ref
@@ -12,8 +16,10 @@ from scheduler_daemon.domain import limit as bound
 from scheduler_daemon.domain.occurrence import Occurrence
 from scheduler_daemon.domain.operator import Actor
 from scheduler_daemon.domain.status import OccurrenceStatus, OverlapPolicy, Trigger
+from scheduler_daemon.domain.task import TaskRecord
 from scheduler_daemon.storage import (
     instance_store,
+    migration,
     occurrence_store,
     operator_action_store,
     task_store,
@@ -44,11 +50,33 @@ class Triggering(ClientBase):
         count: int = 1,
         actor: Actor | None = None,
         now: datetime | None = None,
+        args: Mapping[str, Any] | None = None,
     ) -> "Occurrence | TriggerBatch":
         """A `manual` occurrence now; it follows the task's overlap policy. With `count` > 1,
         that many queued in one transaction (`queue` runs them one after another, `allow` side
         by side; a `forbid` task is refused): a TriggerBatch instead of one Occurrence. With
-        `actor`, `operator_action` records it in the same transaction."""
+        `actor`, `operator_action` records it in the same transaction. `args` (a JSON object,
+        argument.trigger_args): recorded on the one occurrence and handed to each of its
+        attempts; refused beside a build before control.ARGS_SINCE, and with `count` > 1."""
+        if args is not None:
+            if count != 1:
+                raise argument.InvalidArgument("arguments trigger one occurrence: drop --count")
+            with self._tx() as conn:
+                # Under the compatibility lock, before the task lock (as `_older_for`).
+                older = migration.instances_before(conn, control.ARGS_SINCE)
+                task = task_store.lock(conn, task_ref(ref))
+                allowed(control.plan_trigger_args(task.name, older))
+                db_now = task_store.clock(conn, now)
+                # `_tx` commits at its end (no COMMIT sent with the last statement).
+                return self._trigger_one(
+                    conn,
+                    task,
+                    db_now,
+                    requested_by=requested_by,
+                    actor=actor,
+                    args=dict(args),
+                    commit=False,
+                )
         if count != 1:
             return self._trigger_many(ref, count, requested_by=requested_by, actor=actor, now=now)
         # One round trip begins the transaction, reads the clock and takes the parent lock;
@@ -59,35 +87,53 @@ class Triggering(ClientBase):
         with self._session.transaction(now=now, first=lock) as tx:
             conn, db_now = tx.conn, tx.now
             task = task_store.locked(ref, tx.result)
-            # Only a `forbid` task's rule reads its active occurrences (at most one, by index),
-            # in a statement of its own: after the lock, so it sees every committed trigger.
-            forbid = task.spec.overlap == OverlapPolicy.FORBID
-            active = occurrence_store.active_count(conn, task.id) if forbid else 0
-            plan = control.plan_trigger(task, active=active)
-            if task.spec.overlap == OverlapPolicy.REPLACE:  # the manual firing wins too
-                occurrence_store.replace_predecessors(conn, task.id, now=db_now)
-            occurrence = occurrence_store.insert_trigger(
-                conn,
-                task_id=task.id,
-                overlap=task.spec.overlap,
-                concurrency_key=task.spec.concurrency_key,
-                status=plan.status,
-                reason=plan.reason,
-                requested_by=requested_by,
-                now=db_now,
-                commit=actor is None,
+            return self._trigger_one(
+                conn, task, db_now, requested_by=requested_by, actor=actor, args=None, commit=True
             )
-            if actor is not None:
-                operator_action_store.record(
-                    conn,
-                    actor,
-                    "trigger",
-                    task_id=task.id,
-                    occurrence_id=occurrence.id,
-                    detail=trigger_text(occurrence),
-                    commit=True,
-                )
-            return replace(occurrence, task_name=task.name)
+
+    def _trigger_one(
+        self,
+        conn: psycopg.Connection[Any],
+        task: TaskRecord,
+        db_now: datetime,
+        *,
+        requested_by: str,
+        actor: Actor | None,
+        args: dict[str, Any] | None,
+        commit: bool,
+    ) -> Occurrence:
+        """The manual occurrence of the locked `task` (its overlap policy and key apply), and
+        its record; with `commit`, the last statement commits."""
+        # Only a `forbid` task's rule reads its active occurrences (at most one, by index), in
+        # a statement of its own: after the lock, so it sees every committed trigger.
+        forbid = task.spec.overlap == OverlapPolicy.FORBID
+        active = occurrence_store.active_count(conn, task.id) if forbid else 0
+        plan = control.plan_trigger(task, active=active)
+        if task.spec.overlap == OverlapPolicy.REPLACE:  # the manual firing wins too
+            occurrence_store.replace_predecessors(conn, task.id, now=db_now)
+        occurrence = occurrence_store.insert_trigger(
+            conn,
+            task_id=task.id,
+            overlap=task.spec.overlap,
+            concurrency_key=task.spec.concurrency_key,
+            status=plan.status,
+            reason=plan.reason,
+            requested_by=requested_by,
+            now=db_now,
+            commit=commit and actor is None,
+            args=None if args is None else Jsonb(args),
+        )
+        if actor is not None:
+            operator_action_store.record(
+                conn,
+                actor,
+                "trigger",
+                task_id=task.id,
+                occurrence_id=occurrence.id,
+                detail=trigger_text(occurrence),
+                commit=commit,
+            )
+        return replace(occurrence, task_name=task.name)
 
     def _trigger_many(
         self,

@@ -1,8 +1,10 @@
 """Input errors that are not about one task (a count, a limit, a status filter, a fleet setting):
 InvalidArgument and the checks that raise it (pure)."""
 
+import json
 import re
 from collections.abc import Sequence
+from typing import Any
 
 from scheduler_daemon.domain import limit
 from scheduler_daemon.domain.duration import format_duration, parse_duration
@@ -185,3 +187,37 @@ def _id(text: str) -> int | None:
     if text.isascii() and text.isdigit() and int(text) <= limit.INT8_MAX:
         return int(text)
     return None
+
+
+def trigger_args(pairs: Sequence[str], args_json: str | None) -> dict[str, Any] | None:
+    """`tasks trigger`'s arguments: `--arg KEY=VALUE` (repeatable, each value a string) or
+    `--args-json` (a JSON object), not both; None when neither is given. At most
+    limit.MAX_ARGS_BYTES as compact JSON; InvalidArgument (one line) otherwise."""
+    if pairs and args_json is not None:
+        raise InvalidArgument("give --arg or --args-json, not both")
+    if args_json is not None:
+        try:
+            args = json.loads(args_json)
+        except ValueError as exc:
+            raise InvalidArgument(f"--args-json is not JSON: {exc}") from None
+        if not isinstance(args, dict):
+            raise InvalidArgument("--args-json must be a JSON object ({...})")
+    elif pairs:
+        args = {}
+        for pair in pairs:
+            key, sep, value = pair.partition("=")
+            if not sep or not key:
+                raise InvalidArgument(f"--arg {pair!r} is not KEY=VALUE")
+            if key in args:
+                raise InvalidArgument(f"--arg {key!r} given twice")
+            args[key] = value
+    else:
+        return None
+    size = len(json.dumps(args, separators=(",", ":"), ensure_ascii=False).encode())
+    if size > limit.MAX_ARGS_BYTES:
+        raise InvalidArgument(
+            f"the arguments are {size:,} bytes as JSON; at most {limit.MAX_ARGS_BYTES:,}"
+        )
+    if "\\u0000" in json.dumps(args):
+        raise InvalidArgument("the arguments contain a NUL, which PostgreSQL cannot store")
+    return args

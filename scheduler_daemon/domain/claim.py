@@ -25,6 +25,7 @@ class Claim(FromRow):
     idempotency_key: str  # stored on the occurrence at its creation (the legacy one if none)
     in_process: bool  # run by the in-process executor, not `executor`'s (task.in_process)
     spread_start: datetime  # its scheduled time plus its spread offset: what start lag counts from
+    args: dict[str, Any] | None = None  # its trigger's arguments, the same on every attempt
 
 
 @dataclass(frozen=True)

@@ -50,6 +50,10 @@ NOTIFY_HEADERS_SINCE = "0030"
 # head is before it never reads it, so it would never end such a pause; `tasks pause --until` is
 # refused while one is registered (ADR 0024, as ADR 0010).
 PAUSE_UNTIL_SINCE = "0033"
+# The schema revision that added `occurrence.args` (migration 0034_trigger_args): a build whose
+# head is before it claims through sd_claim_launch_v5 and runs the job without them, so a
+# trigger with arguments is refused while one is registered (ADR 0024, as ADR 0010).
+ARGS_SINCE = "0034"
 # The changes that move a task's schedule: its due, undispatched firings are recorded first.
 SCHEDULE_FIELDS = frozenset({"cron", "every", "at", "timezone", "dst_gap", "dst_overlap"})
 
@@ -277,6 +281,16 @@ def plan_pause_until(task_name: str, older: Sequence[Instance]) -> Refusal | Non
         older,
         since=PAUSE_UNTIL_SINCE,
         because="they would never resume it",
+    )
+
+
+def plan_trigger_args(task_name: str, older: Sequence[Instance]) -> Refusal | None:
+    """Whether task `task_name` may be triggered with arguments now (ADR 0024)."""
+    return refuse_beside_older(
+        f"task '{task_name}' cannot be triggered with arguments",
+        older,
+        since=ARGS_SINCE,
+        because="they would run it without them",
     )
 
 

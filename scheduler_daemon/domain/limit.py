@@ -26,6 +26,7 @@ MAX_PAYLOAD_BYTES = 64 * 1024  # the target and headers, as JSON
 MAX_URL_BYTES = 8 * 1024  # a notify URL (UTF-8); an http task's URL is inside its payload
 MAX_NEXT_COUNT = 10_000  # `tasks next -n`
 MAX_TRIGGER_COUNT = 100_000  # `tasks trigger --count`
+MAX_ARGS_BYTES = 64 * 1024  # `tasks trigger --arg/--args-json`, as compact JSON (UTF-8)
 MAX_HEALTH_WINDOW = timedelta(days=31)  # `tasks health --window`: a window walks its index range
 MAX_FAILING_AFTER = 100  # `tasks health --failing-after`: the newest outcomes read for it
 MAX_TASK_FILE_BYTES = 10 * 1024 * 1024

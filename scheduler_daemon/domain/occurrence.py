@@ -2,6 +2,7 @@
 
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 from scheduler_daemon.domain.row import FromRow
 from scheduler_daemon.domain.status import OccurrenceStatus
@@ -36,6 +37,7 @@ class Occurrence(FromRow):
     cancel_requested_at: datetime | None
     cancel_reason: str | None
     task_name: str | None = None  # joined from the task by the queries that read it
+    args: dict[str, Any] | None = None  # a manual trigger's arguments (revision 0034)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "status", OccurrenceStatus(self.status))

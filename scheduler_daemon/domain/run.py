@@ -2,6 +2,7 @@
 
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 from scheduler_daemon.domain.row import FromRow
 
@@ -66,6 +67,7 @@ class HistoryRow(FromRow):
     last_scheduled_for: datetime | None
     lease_token: int | None
     cancel_requested_at: datetime | None  # only on a running run whose occurrence has one
+    args: dict[str, Any] | None  # its occurrence's trigger arguments (revision 0034)
 
 
 @dataclass(frozen=True)

@@ -4,6 +4,7 @@
 How each executor runs, stops and reports is explained in docs/explanation/executors.md.
 """
 
+import json
 import os
 import shutil
 import tempfile
@@ -48,6 +49,7 @@ class JobContext:
     deadline: float  # absolute time.monotonic(): kill the job when it passes without extend()
     run_uuid: str  # this run's, unique even where run ids repeat (a failover that lost commits)
     traceparent: str | None = None  # the run span's W3C trace context (--otel), else None
+    args: dict[str, Any] | None = None  # the manual trigger's arguments (a JSON object), else None
 
     def identifiers(self) -> dict[str, Any]:
         """The identifying fields as JSON-ready values (the HTTP body, the python ctx)."""
@@ -61,6 +63,7 @@ class JobContext:
             "lease_token": self.lease_token,
             "idempotency_key": self.idempotency_key,
             "run_uuid": self.run_uuid,
+            "args": self.args,
         }
 
     def environment(self) -> dict[str, str]:
@@ -79,6 +82,8 @@ class JobContext:
         }
         if self.traceparent:
             env["TRACEPARENT"] = self.traceparent
+        if self.args is not None:
+            env["SCHEDULER_ARGS"] = json.dumps(self.args, separators=(",", ":"))
         return env
 
 

@@ -280,4 +280,5 @@ def _context(claim: Claim, run: Launched, deadline: float, trace: RunTrace | Non
         deadline=deadline,
         run_uuid=str(run.run_uuid),
         traceparent=None if trace is None else trace.traceparent,
+        args=claim.args,
     )

@@ -138,11 +138,10 @@ def insert_trigger(
     requested_by: str,
     now: datetime,
     commit: bool = False,
+    args: object = None,  # a Jsonb of the arguments, or None
 ) -> Occurrence:
-    """A manual occurrence of a locked task due at `now`, in one statement: its sequence
-    number allocated (the task's status left as it is), and idle daemons woken (`triggered`)
-    at commit. `commit`: the statement ends the transaction, COMMIT sent in the same round
-    trip."""
+    """A manual occurrence (with `args`) of a locked task due now, its sequence number allocated,
+    daemons woken at commit; `commit`: COMMIT sent with the statement (`occurrence_trigger`)."""
     row = (query.run_and_commit if commit else query.run)(
         conn,
         "occurrence_trigger",
@@ -157,6 +156,7 @@ def insert_trigger(
             "reason": reason,
             "requested_by": requested_by,
             "finished": list(FINISHED),
+            "args": args,
         },
     )
     assert row is not None  # the caller holds the task's lock: its row exists

@@ -9,7 +9,8 @@ build before revision 0020 is registered, `tasks add --in-process` is refused (e
 left, it succeeds; the same for a cron whose `#`, `L5` or `W` sits beside a restricted other day
 field while a build before revision 0026 is (ADR 0019), and for `--overlap replace` while a
 build before 0031 is (ADR 0022), and for `tasks pause --until` while a build before 0033 is
-(ADR 0024; once accepted, the new build's reconciler ends the pause as the daemon role).
+(ADR 0024; once accepted, the new build's reconciler ends the pause as the daemon role), and
+for `tasks trigger --arg` while a build before 0034 is.
 
 The old build comes from `git archive` of that commit, found from the history of
 migrations/versions/ (not a fixed hash), into a virtualenv of its own that reuses this one's
@@ -51,6 +52,42 @@ REPLACE += ("--overlap", "replace", "--paused")
 # Refused while a build before 0033 is registered: it never reads the end, so it would never
 # resume the task. Once accepted, a new build's reconciler (as the daemon role) resumes it.
 PAUSE_UNTIL = ("tasks", "pause", "t7", "--until", "2s")
+# Refused while a build before 0034 is registered: it would run the job without them.
+TRIGGER_ARGS = ("tasks", "trigger", "t6", "--arg", "mixed=yes")
+# Each refusal: the revision before which a registered build refuses it, the command, what its
+# one line says, and a query that finds what it would have written (nothing, when refused).
+REFUSED = (
+    (
+        control.IN_PROCESS_SINCE,
+        IN_PROCESS,
+        "cannot run in-process",
+        "SELECT 1 FROM task WHERE name = 'inproc'",
+    ),
+    (
+        control.EITHER_DAYS_SINCE,
+        EITHER_DAYS,
+        "cannot have --cron '0 0 8 * 5#3'",
+        "SELECT 1 FROM task WHERE name = 'either'",
+    ),
+    (
+        control.REPLACE_SINCE,
+        REPLACE,
+        "cannot have --overlap replace",
+        "SELECT 1 FROM task WHERE name = 'replacing'",
+    ),
+    (
+        control.PAUSE_UNTIL_SINCE,
+        PAUSE_UNTIL,
+        "cannot be paused --until",
+        "SELECT 1 FROM task WHERE name = 't7' AND paused",
+    ),
+    (
+        control.ARGS_SINCE,
+        TRIGGER_ARGS,
+        "cannot be triggered with arguments",
+        "SELECT 1 FROM occurrence WHERE args IS NOT NULL",
+    ),
+)
 
 
 def _git(*args: str) -> str:
@@ -222,34 +259,14 @@ def test_a_rolling_upgrade_never_drops_or_doubles_a_run(
         # run it in a worker. (The old build is the one before the newest migration: once that
         # is past 0020, it knows the field, and integration/test_in_process_task.py alone
         # covers the refusal.)
-        if before < control.IN_PROCESS_SINCE:
-            refused = new_cli(*IN_PROCESS, role=roles.operator)
-            assert refused.returncode == 2, refused.stdout + refused.stderr
-            assert refused.stderr.count("\n") == 1, refused.stderr
-            assert "cannot run in-process" in refused.stderr, refused.stderr
-            assert {old_a_id, old_b_id} <= set(refused.stderr.split()), refused.stderr
-            assert not query(url, "SELECT 1 FROM task WHERE name = 'inproc'")
-        if before < control.EITHER_DAYS_SINCE:
-            refused = new_cli(*EITHER_DAYS, role=roles.operator)
-            assert refused.returncode == 2, refused.stdout + refused.stderr
-            assert refused.stderr.count("\n") == 1, refused.stderr
-            assert "cannot have --cron '0 0 8 * 5#3'" in refused.stderr, refused.stderr
-            assert {old_a_id, old_b_id} <= set(refused.stderr.split()), refused.stderr
-            assert not query(url, "SELECT 1 FROM task WHERE name = 'either'")
-        if before < control.REPLACE_SINCE:
-            refused = new_cli(*REPLACE, role=roles.operator)
-            assert refused.returncode == 2, refused.stdout + refused.stderr
-            assert refused.stderr.count("\n") == 1, refused.stderr
-            assert "cannot have --overlap replace" in refused.stderr, refused.stderr
-            assert {old_a_id, old_b_id} <= set(refused.stderr.split()), refused.stderr
-            assert not query(url, "SELECT 1 FROM task WHERE name = 'replacing'")
-        if before < control.PAUSE_UNTIL_SINCE:
-            refused = new_cli(*PAUSE_UNTIL, role=roles.operator)
-            assert refused.returncode == 2, refused.stdout + refused.stderr
-            assert refused.stderr.count("\n") == 1, refused.stderr
-            assert "cannot be paused --until" in refused.stderr, refused.stderr
-            assert {old_a_id, old_b_id} <= set(refused.stderr.split()), refused.stderr
-            assert query(url, "SELECT paused FROM task WHERE name = 't7'") == [{"paused": False}]
+        for since, command, says, written in REFUSED:
+            if before < since:
+                refused = new_cli(*command, role=roles.operator)
+                assert refused.returncode == 2, refused.stdout + refused.stderr
+                assert refused.stderr.count("\n") == 1, refused.stderr
+                assert says in refused.stderr, refused.stderr
+                assert {old_a_id, old_b_id} <= set(refused.stderr.split()), refused.stderr
+                assert not query(url, written), command
         # A release whose newest step is a contract leaves it pending; one whose newest steps
         # are all expand steps (an earlier contract ran in that migrate) leaves none.
         build = migration.build()
@@ -344,6 +361,19 @@ def test_a_rolling_upgrade_never_drops_or_doubles_a_run(
             lambda: query(url, "SELECT paused FROM task WHERE name = 't7'") == [{"paused": False}],
             timeout=30,
             message="the new build's reconciler to end the pause",
+        )
+        wait_for(
+            lambda: new_cli(*TRIGGER_ARGS, role=roles.operator).returncode == 0,
+            timeout=40,
+            interval=1,
+            message="a trigger with arguments to be accepted once the old build left",
+        )
+        wait_for(
+            lambda: query(
+                url, "SELECT 1 FROM occurrence WHERE args IS NOT NULL AND status = 'success'"
+            ),
+            timeout=30,
+            message="the new build to run the triggered occurrence",
         )
         time.sleep(3)  # the new build works on after the contract
         (stopped,) = query(url, "SELECT now() AS t")

@@ -126,6 +126,7 @@ def test_upgrade_downgrade_upgrade_keeps_tasks_occurrences_and_runs(
             "spread",
             "spread_offset",
             "paused_until",
+            "args",
         }
         return {
             "task": [

@@ -103,6 +103,7 @@ def test_the_body_and_headers_carry_the_run_identifiers(
         "lease_token": 5,
         "idempotency_key": "occ-7-key",
         "run_uuid": "0b7e4a52-6c1d-4c9e-9a53-2f1d8e0c7a11",
+        "args": None,  # a trigger without arguments (tests/chaos/test_trigger_args.py: with)
     }
 
 

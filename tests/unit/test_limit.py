@@ -40,6 +40,8 @@ def test_the_docs_table_of_limits_states_the_constants() -> None:
     assert ints.startswith(f"1 to {limit.INT4_MAX:,} ")
     assert table["`tasks next -n`"] == f"1 to {limit.MAX_NEXT_COUNT:,}"
     assert table["`tasks trigger --count`"] == f"1 to {limit.MAX_TRIGGER_COUNT:,}"
+    args = table["`tasks trigger --arg`, `--args-json`"]
+    assert args.startswith(f"a JSON object of at most {limit.MAX_ARGS_BYTES // 1024} KiB ")
     file = table["a task file"]
     assert file.startswith(f"at most {limit.MAX_TASK_FILE_BYTES // 2**20} MiB")
     assert f"at most {limit.MAX_TASK_FILE_DEPTH} tables" in file
@@ -49,7 +51,7 @@ def test_the_docs_table_of_limits_states_the_constants() -> None:
     assert notify.startswith(f"at most {limit.MAX_URL_BYTES // 1024} KiB")
     headers = next(v for k, v in table.items() if k.startswith("notify headers"))
     assert headers.startswith(f"at most {limit.MAX_PAYLOAD_BYTES // 1024} KiB")
-    assert len(table) == 15  # a new bound gets a row, and a check here
+    assert len(table) == 16  # a new bound gets a row, and a check here
 
 
 @pytest.mark.parametrize(

@@ -113,7 +113,7 @@ def test_the_three_history_queries_select_one_column_list_the_documented_shape()
 def test_a_claim_row_reads_as_its_claim_and_its_run_each_field_a_column_of_the_claim() -> None:
     # One mapping, by name: would fail against a field the claim function does not return, or
     # a hand-built Launched that read the occurrence's id as its run's.
-    returns = re.search(r"sd_claim_launch_v5\(.*?\n RETURNS TABLE\((.*?)\)\n", SCHEMA)
+    returns = re.search(r"sd_claim_launch_v6\(.*?\n RETURNS TABLE\((.*?)\)\n", SCHEMA)
     assert returns is not None
     columns = [column.split()[0] for column in returns[1].split(", ")]
     assert {f.name for f in fields(Claim) + fields(Launched)} <= set(columns)

@@ -22,6 +22,8 @@ VERSIONS = Path(__file__).resolve().parents[2] / "migrations" / "versions"
         (control.SPREAD_SINCE, "*_spread.py"),
         (control.NOTIFY_HEADERS_SINCE, "*_notification_headers_and_firings.py"),
         (control.REPLACE_SINCE, "*_overlap_replace.py"),
+        (control.PAUSE_UNTIL_SINCE, "*_pause_until.py"),
+        (control.ARGS_SINCE, "*_trigger_args.py"),
     ],
 )
 def test_the_revision_a_refusal_names_is_its_migrations(since: str, migration: str) -> None:
