@@ -2,6 +2,7 @@
 (database clock) exactly as `tasks resume` would, records it as `scheduler`'s action, and an
 operator's resume or plain pause before then clears the pending end; bad input writes nothing."""
 
+import threading
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -156,3 +157,37 @@ def test_the_daemon_role_ends_a_pause_only_through_its_function_and_only_once_du
             database_url, "SELECT actor, source FROM operator_action WHERE action = 'resume'"
         )
         assert action == {"actor": "scheduler", "source": "scheduler"}
+
+
+def test_an_operator_pause_inside_the_reconcilers_window_wins(cli, pool, database_url) -> None:
+    """The race: a reconciler's scan saw an ended pause, and before it locks the task an
+    operator pauses it again (a plain pause clears the end). A second session holds the task's
+    row while the reconciler waits on it, writes what a plain pause writes, and commits. Fails on
+    a fix that trusted its scan instead of re-checking under the lock (it would resume the task
+    the operator just paused)."""
+    cli("tasks", "add", "p", *EVERY_MINUTE)
+    shown = cli("tasks", "pause", "p", "--until", "1s", "--json").json()
+    until = datetime.fromisoformat(shown["paused_until"])
+    wait_for(lambda: _db_now(database_url) > until, message="the end on the db clock")
+    reports: list[Any] = []
+    with psycopg.connect(database_url) as holder:
+        holder.execute("SELECT id FROM task FOR UPDATE")
+        passing = threading.Thread(target=lambda: reports.append(_reconciler(pool).run_once()))
+        passing.start()
+        wait_for(
+            lambda: query(
+                database_url,
+                "SELECT 1 FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+                "AND datname = current_database()",
+            ),
+            message="the reconciler to wait on the task's lock",
+        )
+        holder.execute("UPDATE task SET paused_until = NULL")  # what a plain pause writes
+        holder.commit()
+        passing.join(60)
+    assert not passing.is_alive()
+    assert reports[0].ids["resumed_tasks"] == []
+    task = _task(database_url)
+    assert task["paused"] is True
+    assert task["paused_until"] is None
+    assert query(database_url, "SELECT 1 FROM operator_action WHERE source = 'scheduler'") == []
