@@ -209,7 +209,7 @@ def test_a_claim_with_no_free_slot_claims_nothing_and_says_so(seeded) -> None:
     with psycopg.connect(seeded) as conn:
         conn.execute("UPDATE fleet_setting SET value = '0' WHERE key = 'max_concurrent_runs'")
         cursor = conn.execute(queries.QUERIES["occurrence_claim_launch"].sql, CLAIM)
-        assert cursor.fetchall() == [(0, *[None] * 16)]  # one row: no slot, nothing claimed
+        assert cursor.fetchall() == [(0, *[None] * 17)]  # one row: no slot, nothing claimed
         runs = conn.execute("SELECT count(*) FROM run WHERE owner = 'o'")
         assert runs.fetchone()[0] == 0
 
