@@ -64,6 +64,7 @@ def test_the_one_statement_trigger_reaches_its_task_by_primary_key_and_scans_not
         "reason": None,
         "requested_by": "test",
         "finished": list(FINISHED),
+        "args": None,
     }
     plan = _plan(seeded, "occurrence_trigger", params)
     assert "Index Scan using task_pkey on task" in plan, plan
