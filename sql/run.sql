@@ -8,6 +8,15 @@ r.id, o.id AS occurrence_id, o.occurrence_seq, o.task_id, t.name AS task_name,
     CASE WHEN r.status = 'running' THEN o.cancel_requested_at END AS cancel_requested_at,
     o.args
 
+-- fragment: occurrence_own_row
+-- An occurrence's own row in run_history, in run_row's columns (run ones NULL), over `occurrence o
+-- JOIN task t`: the occurrence side of both its branches.
+NULL::bigint AS id, o.id AS occurrence_id, o.occurrence_seq, o.task_id, t.name,
+    o.scheduled_for, o.trigger, NULL::integer AS attempt, o.status, o.reason, o.claim_owner,
+    NULL::timestamptz AS started_at, o.finished_at, NULL::integer AS exit_code,
+    NULL::integer AS http_status, o.error, o.firing_count, o.last_scheduled_for,
+    NULL::bigint AS lease_token, NULL::timestamptz AS cancel_requested_at, o.args
+
 -- name: run_history :many
 -- One page of history, newest occurrence first: within an occurrence its own row first, then its
 -- runs, newest first. A run row per attempt, plus an occurrence row (id NULL) for an occurrence
@@ -63,12 +72,7 @@ WITH runs AS MATERIALIZED (
 ), reach AS (
     SELECT coalesce(min(occurrence_id), 0) AS low FROM runs HAVING count(*) >= %(limit)s
 ), occurrences AS MATERIALIZED (
-    (SELECT NULL::bigint AS id, o.id AS occurrence_id, o.occurrence_seq, o.task_id, t.name,
-         o.scheduled_for, o.trigger, NULL::integer AS attempt, o.status, o.reason, o.claim_owner,
-         NULL::timestamptz AS started_at, o.finished_at, NULL::integer AS exit_code,
-         NULL::integer AS http_status, o.error, o.firing_count, o.last_scheduled_for,
-         NULL::bigint AS lease_token, NULL::timestamptz AS cancel_requested_at,
-         o.args
+    (SELECT {{occurrence_own_row}}
      FROM occurrence o JOIN task t ON t.id = o.task_id
      LEFT JOIN LATERAL (
          SELECT r.status FROM run r WHERE r.occurrence_id = o.id
@@ -85,12 +89,7 @@ WITH runs AS MATERIALIZED (
      ORDER BY o.id DESC
      LIMIT %(limit)s)
     UNION ALL
-    (SELECT NULL::bigint AS id, o.id AS occurrence_id, o.occurrence_seq, o.task_id, t.name,
-         o.scheduled_for, o.trigger, NULL::integer AS attempt, o.status, o.reason, o.claim_owner,
-         NULL::timestamptz AS started_at, o.finished_at, NULL::integer AS exit_code,
-         NULL::integer AS http_status, o.error, o.firing_count, o.last_scheduled_for,
-         NULL::bigint AS lease_token, NULL::timestamptz AS cancel_requested_at,
-         o.args
+    (SELECT {{occurrence_own_row}}
      FROM task t CROSS JOIN occurrence o
      LEFT JOIN LATERAL (
          SELECT r.status FROM run r WHERE r.occurrence_id = o.id
