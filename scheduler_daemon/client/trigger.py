@@ -59,6 +59,7 @@ class Triggering(ClientBase):
         argument.trigger_args): recorded on the one occurrence and handed to each of its
         attempts; refused beside a build before control.ARGS_SINCE, and with `count` > 1."""
         if args is not None:
+            args = argument.checked_args(args)  # as the CLI checks them: one line, nothing written
             if count != 1:
                 raise argument.InvalidArgument("arguments trigger one occurrence: drop --count")
             with self._tx() as conn:
@@ -74,7 +75,7 @@ class Triggering(ClientBase):
                     db_now,
                     requested_by=requested_by,
                     actor=actor,
-                    args=dict(args),
+                    args=args,
                     commit=False,
                 )
         if count != 1:
