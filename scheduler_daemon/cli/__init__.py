@@ -12,6 +12,7 @@ import psycopg
 from scheduler_daemon.cli import (  # noqa: F401 - registers the commands
     audit,
     backfill,
+    calendars,
     console,
     fleet,
     health,

@@ -159,6 +159,14 @@ def _policy_options(adding: bool) -> list[Option]:
         click.option("--start-deadline", type=optional(DURATION)),
         click.option("--timeout", type=optional(DURATION)),
         click.option(
+            "--exclude-calendar",
+            "exclude_calendars",
+            multiple=True,
+            metavar="CALENDAR",
+            help="Skip (record `excluded`) the firings on this calendar's dates in the task's "
+            "zone; repeat for more." + ("" if adding else "  Replaces them; `none` clears them."),
+        ),
+        click.option(
             "--history-retention",
             type=optional(DURATION),
             help="Keep this task's finished history this long (default: the fleet's "
@@ -238,6 +246,8 @@ def _definition(opts: dict[str, Any], *, adding: bool) -> dict[str, Any]:
         pairs = header_pairs(option, opts.pop(key))
         if pairs is not None:
             opts[key] = pairs
+    if calendars := opts.pop("exclude_calendars"):  # `none` alone: ()
+        opts["exclude_calendars"] = () if calendars == ("none",) else tuple(sorted(calendars))
     targets = {k: opts.pop(k) for k in ("command", "http", "call")}
     given = {k: v for k, v in targets.items() if v is not None}
     if len(given) > 1 or (adding and not given):
