@@ -236,7 +236,16 @@ def row_counts(conn: psycopg.Connection[Any]) -> dict[str, int]:
     with conn.cursor(row_factory=tuple_row) as cur:
         return {
             t: cur.execute(f"SELECT count(*) FROM {t}").fetchone()[0]  # type: ignore[index]
-            for t in ("task", "occurrence", "run", "instance", "fleet_setting")
+            for t in (
+                "task",
+                "occurrence",
+                "run",
+                "instance",
+                "fleet_setting",
+                "calendar",
+                "calendar_date",
+                "task_calendar",
+            )
         }
 
 

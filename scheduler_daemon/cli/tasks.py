@@ -26,7 +26,6 @@ from scheduler_daemon.cli.base import (
 )
 from scheduler_daemon.domain import argument
 from scheduler_daemon.domain.duration import parse_duration
-from scheduler_daemon.domain.spread import spread_start
 from scheduler_daemon.domain.status import (
     DstGapPolicy,
     DstOverlapPolicy,
@@ -414,24 +413,6 @@ def tasks_resume(ctx: click.Context, task: str) -> None:
     client = client_for(ctx)
     resumed = client.resume(task, actor=operator())
     _show_task(ctx, resumed)
-
-
-@tasks.command("next")
-@click.argument("task")
-@click.option("-n", "count", type=int, default=5, show_default=True)
-@json_option
-@click.pass_context
-def tasks_next(ctx: click.Context, task: str, count: int) -> None:
-    """The next fire times, in the task's zone and in UTC."""
-    client = client_for(ctx)
-    record = client.get_task(task)
-    spread = record.spec.spread
-    rows = [
-        presentation.fire_time_fields(t, record.spec.timezone, spread_start(record.id, t, spread))
-        for t in client.next_fire_times(record.id, count)
-    ]
-    columns = ("local", "utc", "start_local", "start_utc") if spread else ("local", "utc")
-    emit(ctx, rows, output.table(rows, columns))
 
 
 @tasks.command("trigger")
