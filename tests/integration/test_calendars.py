@@ -255,3 +255,28 @@ def test_the_roles_operator_writes_calendars_daemon_and_reader_read_them(cli, da
             pool.close()
         refused = cli("calendars", "delete", "xmas", url=operator)
         assert (refused.code, "in use by task(s) t" in refused.err) == (2, True)
+
+
+def test_an_excluded_firing_owes_no_deadline_notification(cli, pool, database_url) -> None:
+    assert cli("calendars", "add", "xmas", "--date", "2030-12-25").code == 0
+    notify = ("--notify", "http://127.0.0.1:9/n", "--notify-on", "deadline", "--deadline", "1m")
+    for name, extra in (("held", ("--exclude-calendar", "xmas")), ("free", ())):
+        added = cli(
+            "tasks", "add", name, "--cron", "0 9 * * *", "--command", "true", *notify, *extra
+        )
+        assert added.code == 0, added.err
+    query(database_url, "UPDATE task SET next_run_at = %s", (HOLIDAY + timedelta(hours=9),))
+    # Recorded past their deadline: the dispatch's own check (ADR 0016) leaves `held` out.
+    _dispatch(pool, HOLIDAY + timedelta(hours=9, minutes=5))
+    # The reconcile scan over the window of both deadlines leaves it out too.
+    from scheduler_daemon.storage import outbox_store
+
+    with psycopg.connect(database_url) as conn:
+        after, until = HOLIDAY, HOLIDAY + timedelta(days=1)
+        outbox_store.enqueue_deadlines(conn, after=after, until=until, limit=100)
+    rows = query(
+        database_url,
+        "SELECT t.name FROM notification_outbox n JOIN task t ON t.id = n.task_id "
+        "WHERE n.event = 'deadline'",
+    )
+    assert [r["name"] for r in rows] == ["free"]
