@@ -43,15 +43,17 @@ SELECT c.id, c.name, c.source_kind, c.first_day, c.last_day, c.created_at, c.upd
 FROM calendar c
 WHERE c.name = %(name)s
 
--- name: calendar_lock :one
--- Locks a calendar by name (its deletion waits for no writer, and a task's link to it waits
--- for the deletion), with the live tasks that name it.
-SELECT c.id,
-    ARRAY(SELECT t.name FROM task_calendar tc JOIN task t ON t.id = tc.task_id
-          WHERE tc.calendar_id = c.id AND t.deleted_at IS NULL ORDER BY t.name) AS tasks
-FROM calendar c
-WHERE c.name = %(name)s
-FOR UPDATE OF c
+-- name: calendar_lock :scalar
+-- Locks a calendar by name, returning its id: a task's link to it (the foreign key's FOR KEY
+-- SHARE) waits for the deletion, and the deletion waits for a link not yet committed.
+SELECT c.id FROM calendar c WHERE c.name = %(name)s FOR UPDATE OF c
+
+-- name: calendar_users :many
+-- The live tasks naming a calendar, read after its lock (a statement of its own, so its
+-- snapshot sees a link committed while the lock was awaited).
+SELECT t.name FROM task_calendar tc JOIN task t ON t.id = tc.task_id
+WHERE tc.calendar_id = %(id)s AND t.deleted_at IS NULL
+ORDER BY t.name
 
 -- name: calendar_delete :rowcount
 -- Deletes a locked calendar no live task names: the links of deleted tasks go first (their

@@ -444,7 +444,10 @@ def _skip_one_shot(conn: psycopg.Connection[Any], task: TaskRecord, db_now: date
 def _set_calendars(conn: psycopg.Connection[Any], task_id: int, names: Sequence[str]) -> None:
     """The locked task's calendars become `names`; InvalidTask (one line; the caller's
     transaction rolls back, nothing written) naming the first that does not exist."""
-    found = set(calendar_store.set_for_task(conn, task_id, names))
+    try:
+        found = set(calendar_store.set_for_task(conn, task_id, names))
+    except psycopg.errors.ForeignKeyViolation:  # deleted while this waited for its lock
+        raise InvalidTask("--exclude-calendar: a calendar given was deleted meanwhile") from None
     unknown = [name for name in names if name not in found]
     if unknown:
         raise InvalidTask(f"--exclude-calendar: unknown calendar '{unknown[0]}'")

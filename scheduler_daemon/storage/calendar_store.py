@@ -51,9 +51,14 @@ def find(conn: psycopg.Connection[Any], name: str) -> Calendar | None:
 
 
 def lock(conn: psycopg.Connection[Any], name: str) -> tuple[int, list[str]] | None:
-    """Locks calendar `name`: its id and the live tasks that name it; None when there is none."""
-    row = query.run(conn, "calendar_lock", {"name": name})
-    return None if row is None else (row["id"], list(row["tasks"]))
+    """Locks calendar `name`: its id and the live tasks that name it, read after the lock (a
+    link committed while it waited counts); None when there is none."""
+    calendar_id = query.run(conn, "calendar_lock", {"name": name})
+    if calendar_id is None:
+        return None
+    return calendar_id, [
+        row["name"] for row in query.run(conn, "calendar_users", {"id": calendar_id})
+    ]
 
 
 def delete(conn: psycopg.Connection[Any], calendar_id: int) -> bool:

@@ -280,3 +280,76 @@ def test_an_excluded_firing_owes_no_deadline_notification(cli, pool, database_ur
         "WHERE n.event = 'deadline'",
     )
     assert [r["name"] for r in rows] == ["free"]
+
+
+def _blocked(url: str, holder_pid: int) -> bool:
+    """Whether some session waits on a lock `holder_pid` holds."""
+    rows = query(
+        url, "SELECT 1 FROM pg_stat_activity WHERE %s = ANY(pg_blocking_pids(pid))", (holder_pid,)
+    )
+    return bool(rows)
+
+
+def test_a_delete_waiting_on_a_link_not_yet_committed_is_refused_naming_the_task(
+    cli, client, database_url
+) -> None:
+    """The race: a second session links a task to the calendar (holding its FOR KEY SHARE) and
+    commits while `calendars delete` waits for the calendar's lock. Fails on a delete that read
+    the calendar's users in the locking statement (its snapshot predates the link: the delete
+    then meets the RESTRICT foreign key, a database error, not the one-line refusal)."""
+    import threading
+
+    from scheduler_daemon.storage.error import Conflict
+    from tests.support import wait_for
+
+    assert cli("calendars", "add", "c", "--date", "2030-12-25").code == 0
+    assert cli("tasks", "add", "t", *EVERY_MINUTE).code == 0
+    errors: list[BaseException] = []
+    with psycopg.connect(database_url) as holder:
+        holder.execute(
+            "INSERT INTO task_calendar SELECT t.id, c.id FROM task t, calendar c "
+            "WHERE t.name = 't' AND c.name = 'c'"
+        )
+
+        def delete() -> None:
+            try:
+                client.delete_calendar("c")
+            except BaseException as exc:
+                errors.append(exc)
+
+        deleting = threading.Thread(target=delete)
+        deleting.start()
+        wait_for(lambda: _blocked(database_url, holder.info.backend_pid), message="the wait")
+        holder.commit()
+        deleting.join(10)
+    assert len(errors) == 1
+    assert isinstance(errors[0], Conflict), errors[0]
+    assert "in use by task(s) t" in str(errors[0])
+    assert [c["name"] for c in cli("calendars", "list", "--json").json()] == ["c"]
+
+
+def test_a_link_waiting_on_a_delete_is_refused_in_one_line(cli, database_url, db) -> None:
+    """The other order: a second session deletes the calendar (holding its row) while `tasks
+    update --exclude-calendar` waits to link it; once the delete commits, the update is one line,
+    exit 2, nothing written. Fails on an update that let the foreign key's error through."""
+    import threading
+
+    from tests.support import wait_for
+
+    assert cli("calendars", "add", "c", "--date", "2030-12-25").code == 0
+    assert cli("tasks", "add", "t", *EVERY_MINUTE).code == 0
+    results: list[Any] = []
+    with psycopg.connect(database_url) as holder:
+        holder.execute("DELETE FROM calendar WHERE name = 'c'")
+        updating = threading.Thread(
+            target=lambda: results.append(cli("tasks", "update", "t", "--exclude-calendar", "c"))
+        )
+        updating.start()
+        wait_for(lambda: _blocked(database_url, holder.info.backend_pid), message="the wait")
+        holder.commit()
+        updating.join(10)
+    (result,) = results
+    assert result.code == 2
+    assert "--exclude-calendar" in result.err
+    assert result.err.count("\n") == 1
+    assert query_count(db, "task_calendar") == 0

@@ -252,3 +252,15 @@ def test_without_calendars_the_plan_is_unchanged() -> None:
     with_none = plan(sched, "UTC", set(), next_run_at=start, now=start)
     assert [(f.status, f.reason) for f in with_none.firings] == [("queued", None)]
     assert with_none.next_run_at == datetime(2030, 12, 26, 9, tzinfo=UTC)
+
+
+@pytest.mark.parametrize("misfire", ["skip", "run_once", "run_all"])
+def test_excluded_is_the_tasks_own_policy_never_a_lost_firing(misfire: str) -> None:
+    from scheduler_daemon.domain.health import is_policy_skip
+    from scheduler_daemon.domain.task_figures import lost_by_reason
+
+    assert is_policy_skip("excluded", "forbid", misfire)
+    # The gauge's bounded `reason` label knows it (not folded into `other`).
+    assert lost_by_reason([{"task": "t", "reason": "excluded", "firings": 3}]) == {
+        ("t", "excluded"): 3
+    }
