@@ -84,6 +84,7 @@ def task_fields(task: TaskRecord, *, show_secrets: bool = False) -> dict[str, An
         ),
         "notify_on": None if spec.notify_on is None else list(spec.notify_on),
         "deadline_seconds": seconds(spec.deadline),
+        "exclude_calendars": list(spec.exclude_calendars),
         "source": task.source,
         "status": task.status,
         "paused": spec.paused,

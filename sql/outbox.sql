@@ -107,10 +107,11 @@ SELECT o.id, o.task_id, CASE WHEN o.trigger = 'schedule' THEN o.scheduled_for EN
 -- Records a `deadline` notification for each firing of a live task with a `deadline` whose
 -- scheduled time plus the deadline falls in (`after`, `until`] and that had not succeeded by
 -- then, whatever it is now (queued, launching, running, retrying, or ended otherwise, a firing
--- skipped behind a running `forbid` job included), once: the NOT EXISTS on either key and the
--- unique keys. The window is an index range of occurrence_task_window_idx per task of
--- task_deadline_idx (`after` and `until` are parameters, so they bound the range); at most
--- `limit` rows; only for a task with a notify URL that selects `deadline`.
+-- skipped behind a running `forbid` job included, one its calendar excluded not), once: the NOT
+-- EXISTS on either key and the unique keys. The window is an index range of
+-- occurrence_task_window_idx per task of task_deadline_idx (`after` and `until` are parameters,
+-- so they bound the range); at most `limit` rows; only for a task with a notify URL that selects
+-- `deadline`.
 INSERT INTO notification_outbox (occurrence_id, task_id, scheduled_for, event, payload,
     created_at, next_attempt_at)
 {{outbox_deadline_row}}
@@ -122,6 +123,8 @@ JOIN occurrence o ON o.task_id = t.id
 WHERE t.deadline IS NOT NULL AND t.deleted_at IS NULL
   AND NOT (o.status = 'success'
            AND o.finished_at <= o.scheduled_for + least(t.deadline, interval '36525 days'))
+  -- A firing its task's calendar excluded (revision 0036) was never meant to run (ADR 0025).
+  AND o.reason IS DISTINCT FROM 'excluded'
   AND {{outbox_task_notifies}}
   AND NOT EXISTS (SELECT 1 FROM notification_outbox n
                   WHERE n.occurrence_id = o.id AND n.event = 'deadline')

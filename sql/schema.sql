@@ -950,6 +950,29 @@ BEGIN
 END
 $function$;
 
+CREATE TABLE calendar (
+    id bigint GENERATED ALWAYS AS IDENTITY,
+    name text NOT NULL,
+    source_kind text NOT NULL,
+    first_day date,
+    last_day date,
+    created_at timestamp with time zone NOT NULL DEFAULT now(),
+    updated_at timestamp with time zone NOT NULL DEFAULT now(),
+    CONSTRAINT calendar_name_key UNIQUE (name),
+    CONSTRAINT calendar_pkey PRIMARY KEY (id),
+    CONSTRAINT calendar_source_kind_check CHECK ((source_kind = ANY (ARRAY['dates'::text, 'ics'::text]))),
+    CONSTRAINT calendar_span_check CHECK (((first_day IS NULL) OR (last_day >= first_day)))
+);
+
+
+CREATE TABLE calendar_date (
+    calendar_id bigint NOT NULL,
+    day date NOT NULL,
+    CONSTRAINT calendar_date_calendar_id_fkey FOREIGN KEY (calendar_id) REFERENCES calendar(id) ON DELETE CASCADE,
+    CONSTRAINT calendar_date_pkey PRIMARY KEY (calendar_id, day)
+);
+
+
 CREATE TABLE deadline_mark (
     id boolean NOT NULL DEFAULT true,
     judged_through timestamp with time zone NOT NULL,
@@ -1276,6 +1299,17 @@ CREATE TRIGGER task_event_on_change AFTER UPDATE ON public.task FOR EACH ROW WHE
 CREATE TRIGGER task_event_on_insert AFTER INSERT ON public.task FOR EACH ROW EXECUTE FUNCTION task_event_record();
 
 CREATE TRIGGER task_pause_clears_until BEFORE UPDATE OF paused ON public.task FOR EACH ROW EXECUTE FUNCTION sd_task_pause_clears_until_v1();
+
+
+CREATE TABLE task_calendar (
+    task_id bigint NOT NULL,
+    calendar_id bigint NOT NULL,
+    CONSTRAINT task_calendar_calendar_id_fkey FOREIGN KEY (calendar_id) REFERENCES calendar(id) ON DELETE RESTRICT,
+    CONSTRAINT task_calendar_pkey PRIMARY KEY (task_id, calendar_id),
+    CONSTRAINT task_calendar_task_id_fkey FOREIGN KEY (task_id) REFERENCES task(id) ON DELETE CASCADE
+);
+
+CREATE INDEX task_calendar_calendar_idx ON public.task_calendar USING btree (calendar_id);
 
 
 CREATE TABLE task_event (

@@ -41,7 +41,8 @@ id, name, schedule_kind, cron_expr, run_at, anchor_at, timezone, dst_gap, dst_ov
 -- A task row `t` (joined with {{task_outcome}}) as `tasks list/show`, `--json` and the Client
 -- show it: every column, its intervals capped, and its newest outcome (`last_*`): a recurring
 -- task's read from its occurrences (revision 0021: its successes no longer write its row, whose
--- `last_*` are stale), a one-shot task's from its row (finalized with its deciding occurrence).
+-- `last_*` are stale), a one-shot task's from its row (finalized with its deciding occurrence),
+-- and the names of its calendars (revision 0036: task_calendar's key, one index range).
 {{task_defined}},
     CASE WHEN schedule_kind = 'once' THEN last_outcome_seq
          ELSE coalesce(shown.shown_seq, 0) END AS last_outcome_seq,
@@ -54,7 +55,9 @@ id, name, schedule_kind, cron_expr, run_at, anchor_at, timezone, dst_gap, dst_ov
     CASE WHEN schedule_kind = 'once' THEN last_finished_at
          ELSE shown.shown_finished_at END AS last_finished_at,
     CASE WHEN schedule_kind = 'once' THEN last_error
-         ELSE shown.shown_error END AS last_error
+         ELSE shown.shown_error END AS last_error,
+    ARRAY(SELECT c.name FROM task_calendar tc JOIN calendar c ON c.id = tc.calendar_id
+          WHERE tc.task_id = t.id ORDER BY c.name) AS exclude_calendars
 
 -- fragment: task_outcome
 -- The newest outcome of a recurring task `t`: its finished occurrence of highest sequence, a
@@ -182,8 +185,11 @@ WHERE id = %(id)s AND deleted_at IS NULL
 
 -- name: task_claim_due :many
 -- Locks a batch of due, enabled, unpaused tasks; tasks another dispatcher holds are skipped.
--- Their intervals capped.
-SELECT {{task_read}} FROM task
+-- Their intervals capped, and the ids of each one's calendars (revision 0036; an index probe of
+-- task_calendar's key, empty for most): the dispatcher reads their dates only for those.
+SELECT {{task_read}},
+    ARRAY(SELECT tc.calendar_id FROM task_calendar tc WHERE tc.task_id = task.id) AS calendar_ids
+FROM task
 WHERE deleted_at IS NULL AND NOT paused AND status = 'enabled' AND parked_at IS NULL
   AND next_run_at <= coalesce(%(now)s::timestamptz, now())
 ORDER BY next_run_at, id

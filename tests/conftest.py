@@ -230,13 +230,21 @@ def cli(database_url: str, capsys: pytest.CaptureFixture[str]) -> Iterator[Any]:
 
 
 def row_counts(conn: psycopg.Connection[Any]) -> dict[str, int]:
-    """Rows per table, to assert that a refused command wrote nothing."""
+    """Rows per table, to assert that a refused command wrote nothing (the calendar tables of
+    revision 0036 when the schema has them: some tests run at an older revision)."""
     from psycopg.rows import tuple_row
 
+    tables = ("task", "occurrence", "run", "instance", "fleet_setting")
+    tables += ("calendar", "calendar_date", "task_calendar")
     with conn.cursor(row_factory=tuple_row) as cur:
+        present = [
+            t
+            for t in tables
+            if cur.execute("SELECT to_regclass(%s)", (t,)).fetchone()[0] is not None  # type: ignore[index]
+        ]
         return {
             t: cur.execute(f"SELECT count(*) FROM {t}").fetchone()[0]  # type: ignore[index]
-            for t in ("task", "occurrence", "run", "instance", "fleet_setting")
+            for t in present
         }
 
 

@@ -12,6 +12,7 @@ import psycopg
 from scheduler_daemon.cli import (  # noqa: F401 - registers the commands
     audit,
     backfill,
+    calendars,
     console,
     fleet,
     health,
@@ -19,6 +20,7 @@ from scheduler_daemon.cli import (  # noqa: F401 - registers the commands
     roles,
     runs,
     task_file,
+    task_next,
     tasks,
 )
 from scheduler_daemon.cli.base import (

@@ -26,7 +26,6 @@ from scheduler_daemon.cli.base import (
 )
 from scheduler_daemon.domain import argument
 from scheduler_daemon.domain.duration import parse_duration
-from scheduler_daemon.domain.spread import spread_start
 from scheduler_daemon.domain.status import (
     DstGapPolicy,
     DstOverlapPolicy,
@@ -159,6 +158,14 @@ def _policy_options(adding: bool) -> list[Option]:
         click.option("--start-deadline", type=optional(DURATION)),
         click.option("--timeout", type=optional(DURATION)),
         click.option(
+            "--exclude-calendar",
+            "exclude_calendars",
+            multiple=True,
+            metavar="CALENDAR",
+            help="Skip (record `excluded`) the firings on this calendar's dates in the task's "
+            "zone; repeat for more." + ("" if adding else "  Replaces them; `none` clears them."),
+        ),
+        click.option(
             "--history-retention",
             type=optional(DURATION),
             help="Keep this task's finished history this long (default: the fleet's "
@@ -238,6 +245,8 @@ def _definition(opts: dict[str, Any], *, adding: bool) -> dict[str, Any]:
         pairs = header_pairs(option, opts.pop(key))
         if pairs is not None:
             opts[key] = pairs
+    if calendars := opts.pop("exclude_calendars"):  # `none` alone: ()
+        opts["exclude_calendars"] = () if calendars == ("none",) else tuple(sorted(calendars))
     targets = {k: opts.pop(k) for k in ("command", "http", "call")}
     given = {k: v for k, v in targets.items() if v is not None}
     if len(given) > 1 or (adding and not given):
@@ -404,24 +413,6 @@ def tasks_resume(ctx: click.Context, task: str) -> None:
     client = client_for(ctx)
     resumed = client.resume(task, actor=operator())
     _show_task(ctx, resumed)
-
-
-@tasks.command("next")
-@click.argument("task")
-@click.option("-n", "count", type=int, default=5, show_default=True)
-@json_option
-@click.pass_context
-def tasks_next(ctx: click.Context, task: str, count: int) -> None:
-    """The next fire times, in the task's zone and in UTC."""
-    client = client_for(ctx)
-    record = client.get_task(task)
-    spread = record.spec.spread
-    rows = [
-        presentation.fire_time_fields(t, record.spec.timezone, spread_start(record.id, t, spread))
-        for t in client.next_fire_times(record.id, count)
-    ]
-    columns = ("local", "utc", "start_local", "start_utc") if spread else ("local", "utc")
-    emit(ctx, rows, output.table(rows, columns))
 
 
 @tasks.command("trigger")

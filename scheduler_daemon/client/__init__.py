@@ -7,6 +7,7 @@ task row first. `add_tasks` and `trigger(count=N)` do many rows in one transacti
 """
 
 from scheduler_daemon.client.base import ALL_PAGE_SIZE, PAGE_SIZE, Page
+from scheduler_daemon.client.calendars import Calendars, NextFiring
 from scheduler_daemon.client.definition import TaskDefinition
 from scheduler_daemon.client.fleet import Fleet
 from scheduler_daemon.client.health import Health
@@ -25,6 +26,7 @@ __all__ = [
     "PAGE_SIZE",
     "Cancellation",
     "Client",
+    "NextFiring",
     "Page",
     "TriggerBatch",
     "history_cursor",
@@ -32,7 +34,7 @@ __all__ = [
 ]
 
 
-class Client(TaskDefinition, Triggering, History, Fleet, Health, OperatorLog):
+class Client(TaskDefinition, Triggering, History, Fleet, Health, OperatorLog, Calendars):
     """Task management against one database. `database_url=None` resolves it from the settings
     (SCHEDULER_DATABASE_URL, else the embedded server). One connection, reused by every call and
     shared by threads in turn; safe to keep across `fork` (the child opens its own) and through
@@ -41,4 +43,5 @@ class Client(TaskDefinition, Triggering, History, Fleet, Health, OperatorLog):
     Its parts, one job each: task definitions (client/definition.py), runs on demand
     (client/trigger.py), history and cancel (client/history.py), the fleet (client/fleet.py),
     health over a window (client/health.py), the record of operators' actions
-    (client/operator_log.py), over the connection they share (client/base.py)."""
+    (client/operator_log.py), exclusion calendars (client/calendars.py), over the connection
+    they share (client/base.py)."""

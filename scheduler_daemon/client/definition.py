@@ -2,6 +2,7 @@
 their next fire times. Each change locks the task row first; `*_in` runs in the caller's
 transaction (`tasks apply`)."""
 
+import dataclasses
 import functools
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
@@ -27,6 +28,7 @@ from scheduler_daemon.domain.schedule.cron_syntax import splits_day_fields
 from scheduler_daemon.domain.status import TaskStatus, Trigger
 from scheduler_daemon.domain.task import InvalidTask, TaskRecord, TaskSpec
 from scheduler_daemon.storage import (
+    calendar_store,
     fleet_store,
     instance_store,
     migration,
@@ -76,8 +78,9 @@ class TaskDefinition(ClientBase):
             _allow_either_days(spec.name, spec.cron, _reading_both(conn))
         if skips:
             added = task_store.insert(conn, spec, None, source=source)
-            return _skip_one_shot(conn, added, db_now)
-        return task_store.insert(conn, spec, spec.schedule().next_after(db_now), source=source)
+            return _skip_one_shot(conn, _link_calendars(conn, added, spec), db_now)
+        added = task_store.insert(conn, spec, spec.schedule().next_after(db_now), source=source)
+        return _link_calendars(conn, added, spec)
 
     def add_tasks(
         self, specs: Iterable[TaskSpec], *, now: datetime | None = None
@@ -125,6 +128,7 @@ class TaskDefinition(ClientBase):
                     skipping.add(spec.name)
                 ready.append((spec, None if skips else spec.schedule().next_after(db_now)))
             added = task_store.insert_many(conn, ready)
+            added = [_link_calendars(conn, t, s) for t, (s, _) in zip(added, ready, strict=True)]
             added = [_skip_one_shot(conn, t, db_now) if t.name in skipping else t for t in added]
             due = [t.next_run_at for t in added if t.next_run_at is not None]
             instance_store.notify_task_added(conn, min(due, default=None))
@@ -172,6 +176,8 @@ class TaskDefinition(ClientBase):
         self._record_owed(conn, task, plan.owed, db_now)
         if plan.unpark:
             task_store.unpark(conn, task.id)
+        if "exclude_calendars" in changes:  # before the update, whose row shows them
+            _set_calendars(conn, task.id, plan.spec.exclude_calendars)
         updated = task_store.update(
             conn,
             task.id,
@@ -433,6 +439,28 @@ def _skip_one_shot(conn: psycopg.Connection[Any], task: TaskRecord, db_now: date
     plan = DispatchPlan((control.skipped_one_shot(task.spec),), next_run_at=None)
     occurrence_store.dispatch(conn, task, plan, once_fired=True, now=db_now)
     return task_store.find(conn, task.id)
+
+
+def _set_calendars(conn: psycopg.Connection[Any], task_id: int, names: Sequence[str]) -> None:
+    """The locked task's calendars become `names`; InvalidTask (one line; the caller's
+    transaction rolls back, nothing written) naming the first that does not exist."""
+    try:
+        found = set(calendar_store.set_for_task(conn, task_id, names))
+    except psycopg.errors.ForeignKeyViolation:  # deleted while this waited for its lock
+        raise InvalidTask("--exclude-calendar: a calendar given was deleted meanwhile") from None
+    unknown = [name for name in names if name not in found]
+    if unknown:
+        raise InvalidTask(f"--exclude-calendar: unknown calendar '{unknown[0]}'")
+
+
+def _link_calendars(conn: psycopg.Connection[Any], task: TaskRecord, spec: TaskSpec) -> TaskRecord:
+    """Links a task just inserted to its calendars (`--exclude-calendar`), shown on it."""
+    if not spec.exclude_calendars:
+        return task
+    _set_calendars(conn, task.id, spec.exclude_calendars)
+    return dataclasses.replace(
+        task, spec=dataclasses.replace(task.spec, exclude_calendars=spec.exclude_calendars)
+    )
 
 
 def _splits(cron: str | None) -> bool:

@@ -57,6 +57,10 @@ PAUSE_UNTIL_SINCE = "0033"
 # head is before it claims through sd_claim_launch_v5 and runs the job without them, so a
 # trigger with arguments is refused while one is registered (ADR 0024, as ADR 0010).
 ARGS_SINCE = "0034"
+# The schema revision that added exclusion calendars (migration 0036_calendars): a build whose
+# head is before it never reads `task_calendar` and would run the firings a calendar excludes,
+# so a task is refused calendars while one is registered (ADR 0025, as ADR 0010).
+CALENDARS_SINCE = "0036"
 # The changes that move a task's schedule: its due, undispatched firings are recorded first.
 SCHEDULE_FIELDS = frozenset({"cron", "every", "at", "timezone", "dst_gap", "dst_overlap"})
 
@@ -116,6 +120,11 @@ NEW_FIELDS = {
         "they would retry it after the fixed --backoff every time",
     ),
     "spread": ("--spread", SPREAD_SINCE, "they would start its firings at their nominal time"),
+    "exclude_calendars": (
+        "--exclude-calendar",
+        CALENDARS_SINCE,
+        "they would run the firings its calendars exclude",
+    ),
 }
 
 
@@ -132,8 +141,9 @@ NEW_VALUES = {
 
 def new_settings(given: Mapping[str, Any]) -> list[str]:
     """The keys of NEW_FIELDS that `given` (a spec's fields, or an update's changes) sets, and
-    of NEW_VALUES whose value it sets; clearing a field (None) is never refused."""
-    fields = [field for field in NEW_FIELDS if given.get(field) is not None]
+    of NEW_VALUES whose value it sets; clearing a field (None, or () for a list) is never
+    refused."""
+    fields = [field for field in NEW_FIELDS if given.get(field) not in (None, ())]
     values = [key for key in NEW_VALUES if str(given.get(key.split("=")[0])) == key.split("=")[1]]
     return fields + values
 

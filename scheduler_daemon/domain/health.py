@@ -36,8 +36,9 @@ _MICROSECOND = timedelta(microseconds=1)
 """Owed firings of a cron task are counted one by one up to this many (domain/misfire.py)."""
 
 # Skip reasons written by an operator's change, not by a rule: what the operator asked for
-# (`dst_gap`: a one-shot's local `--at` in a DST gap, written with `--dst-gap skip`).
-OPERATOR_REASONS = frozenset({"paused", "rescheduled", "deleted", "dst_gap"})
+# (`dst_gap`: a one-shot's local `--at` in a DST gap, written with `--dst-gap skip`;
+# `excluded`: a firing on a date of the task's own calendars, ADR 0025).
+OPERATOR_REASONS = frozenset({"paused", "rescheduled", "deleted", "dst_gap", "excluded"})
 # The skip reasons each misfire policy writes by its own rule.
 MISFIRE_REASONS = {
     MisfirePolicy.SKIP: frozenset({"misfired"}),

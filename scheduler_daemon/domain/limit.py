@@ -31,6 +31,9 @@ MAX_HEALTH_WINDOW = timedelta(days=31)  # `tasks health --window`: a window walk
 MAX_FAILING_AFTER = 100  # `tasks health --failing-after`: the newest outcomes read for it
 MAX_TASK_FILE_BYTES = 10 * 1024 * 1024
 MAX_TASK_FILE_DEPTH = 100  # nested tables and arrays in a task file
+MAX_CALENDAR_DATES = 10_000  # the excluded dates one calendar holds (ADR 0025)
+MAX_TASK_CALENDARS = 16  # `--exclude-calendar` names on one task
+MAX_ICS_BYTES = 1024 * 1024  # `calendars add --ics`
 
 # Characters no name or key may hold: control (Cc: NUL, ESC, newline, DEL...), format (Cf:
 # zero-width and bidirectional marks) and surrogates (Cs: not encodable as UTF-8).

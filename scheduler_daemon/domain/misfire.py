@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from itertools import pairwise
 
+from scheduler_daemon.domain.calendar import Exclusion, excluded_run
 from scheduler_daemon.domain.schedule.base import Schedule
 from scheduler_daemon.domain.status import (
     LostReason,
@@ -90,8 +91,14 @@ def plan_dispatch(
     catchup_window: timedelta | None,
     overlap: str,
     active: bool,
+    exclusion: Exclusion | None = None,
 ) -> DispatchPlan:
-    """Plan the firings due at `now`: `next_run_at` and every fire time after it up to `now`."""
+    """Plan the firings due at `now`: `next_run_at` and every fire time after it up to `now`.
+    With `exclusion` (the task's calendars, ADR 0025), a due firing on an excluded date is
+    recorded `excluded` and never queued; the other firings are decided as if it were not
+    there. Consecutive excluded firings are one row, and a run that reaches the newest due
+    firing goes on past now to the next firing no date excludes, which becomes the task's
+    next due time (an every-minute task over a holiday writes one row, not 1,440)."""
     policy = _Policy(now, misfire, misfire_grace, catchup_limit, catchup_window, overlap, active)
     _validate(policy, next_run_at)
     if next_run_at > now:
@@ -102,8 +109,48 @@ def plan_dispatch(
         tail.append(next_run_at)
     tail.reverse()
     head = [] if complete else _head_runs(schedule, policy, next_run_at, tail[0])
-    decided = _decide(tail, policy)
-    return DispatchPlan(_rows(head, decided), schedule.next_after(now))
+    if exclusion is None:
+        return DispatchPlan(_rows(head, _decide(tail, policy)), schedule.next_after(now))
+    return _excluding(schedule, exclusion, policy, head, tail)
+
+
+def _excluding(
+    schedule: Schedule,
+    exclusion: Exclusion,
+    policy: _Policy,
+    head: list[_Run],
+    tail: list[datetime],
+) -> DispatchPlan:
+    """plan_dispatch with calendars: the excluded firings of the newest due ones as runs (the
+    older ones, counted rather than listed, keep their misfire reason: they never run either)."""
+    excluded = [exclusion.excludes(f) for f in tail]
+    rows = list(
+        _rows(head, _decide([f for f, x in zip(tail, excluded, strict=True) if not x], policy))
+    )
+    next_run_at = schedule.next_after(policy.now)
+    i = 0
+    while i < len(tail):
+        if not excluded[i]:
+            i += 1
+            continue
+        j = i
+        while j + 1 < len(tail) and excluded[j + 1]:
+            j += 1
+        if j == len(tail) - 1:  # the newest due firing: the run goes on past now
+            run = excluded_run(schedule, exclusion, tail[i])
+            next_run_at = run.next_firing
+            rows.append(_excluded_row(run.first, run.last, run.count, run.exact))
+        else:
+            rows.append(_excluded_row(tail[i], tail[j], j - i + 1, True))
+        i = j + 1
+    rows.sort(key=lambda row: row.scheduled_for)
+    return DispatchPlan(tuple(rows), next_run_at)
+
+
+def _excluded_row(first: datetime, last: datetime, count: int, exact: bool) -> Firing:
+    if count == 1:
+        return Firing(first, OccurrenceStatus.SKIPPED, LostReason.EXCLUDED)
+    return Firing(first, OccurrenceStatus.SKIPPED, LostReason.EXCLUDED, count, last, exact)
 
 
 def _validate(policy: _Policy, next_run_at: datetime) -> None:

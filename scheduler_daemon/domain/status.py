@@ -184,6 +184,13 @@ DEFAULT_NOTIFY_ON = (
 NOTIFY_ON_CHOICES = tuple(str(e) for e in NotifyEvent)
 
 
+class CalendarSource(StrEnum):
+    """How a calendar's dates were given (`calendar.source_kind`, revision 0036)."""
+
+    DATES = "dates"  # --date and --range
+    ICS = "ics"  # an iCalendar file, expanded
+
+
 class LostReason(StrEnum):
     """Why a firing was recorded skipped or expired (its occurrence's `reason`). Not a CHECK:
     `reason` is free text for a cancel. The misfire planner, the operator plans, the manual
@@ -204,4 +211,6 @@ class LostReason(StrEnum):
     START_DEADLINE = "start_deadline"  # expired: not started within its start deadline
     # A one-shot's local `--at` in a DST gap under `--dst-gap skip`: recorded when written.
     DST_GAP = "dst_gap"
+    # Its nominal time falls on a date of one of its task's calendars (ADR 0025): never run.
+    EXCLUDED = "excluded"
     OTHER = "other"

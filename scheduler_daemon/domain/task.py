@@ -97,6 +97,8 @@ class TaskSpec:
     # apply`): the http executor's `headers` and `header_refs`, with its rules.
     notify_headers: tuple[tuple[str, str], ...] = ()
     notify_header_refs: tuple[tuple[str, str], ...] = ()
+    # The calendars whose dates exclude its firings (ADR 0025), by name, sorted; (): none.
+    exclude_calendars: tuple[str, ...] = ()
 
     @property
     def schedule_kind(self) -> ScheduleKind:
@@ -249,6 +251,12 @@ class TaskSpec:
         limit.text(f"the {self.executor} target", self.target)
         bound_headers("--header", self.headers)
         bound_headers("--notify-header", self.notify_headers)
+        for calendar in self.exclude_calendars:
+            limit.name("--exclude-calendar", calendar)
+        if len(self.exclude_calendars) > limit.MAX_TASK_CALENDARS:
+            raise OutOfBounds(f"--exclude-calendar: at most {limit.MAX_TASK_CALENDARS} calendars")
+        if len(set(self.exclude_calendars)) != len(self.exclude_calendars):
+            raise OutOfBounds("--exclude-calendar: a calendar is given twice")
 
     def _durations(self) -> dict[str, timedelta | None]:
         return {

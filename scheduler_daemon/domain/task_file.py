@@ -63,7 +63,18 @@ _HEADERS = {
     "headers": ("headers", "header_refs"),
     "notify-headers": ("notify_headers", "notify_header_refs"),
 }
-FIELDS = (*_TEXTS, *_DURATIONS, *_INTS, "at", *_FLAGS, *_HEADERS, *_TARGETS, "notify", "notify-on")
+FIELDS = (
+    *_TEXTS,
+    *_DURATIONS,
+    *_INTS,
+    "at",
+    *_FLAGS,
+    *_HEADERS,
+    *_TARGETS,
+    "notify",
+    "notify-on",
+    "exclude-calendars",
+)
 _DEFAULTS = {f.name: f.default for f in fields(TaskSpec)}
 
 
@@ -177,6 +188,10 @@ def _spec(  # noqa: PLR0912 - one branch per kind of field, in one place
             if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
                 raise fail(key, 'must be a list of events such as ["failure", "timeout"]')
             values["notify_on"] = tuple(value)
+        elif key == "exclude-calendars":
+            if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+                raise fail(key, 'must be a list of calendar names such as ["holidays"]')
+            values["exclude_calendars"] = tuple(sorted(value))
         elif key in _HEADERS:
             if not isinstance(value, dict) or not all(isinstance(v, str) for v in value.values()):
                 raise fail(key, "must be a table of strings")
@@ -329,6 +344,8 @@ def render(
             lines.append(f"notify = {json.dumps(url)}")
         if spec.notify_on is not None:
             lines.append(f"notify-on = {json.dumps(list(spec.notify_on))}")
+        if spec.exclude_calendars:
+            lines.append(f"exclude-calendars = {json.dumps(list(spec.exclude_calendars))}")
         for key, (field, refs) in _HEADERS.items():
             headers = getattr(spec, field)
             if headers:

@@ -9,6 +9,7 @@ import psycopg
 import structlog
 from psycopg_pool import ConnectionPool
 
+from scheduler_daemon.domain.calendar import RUN_HORIZON, Exclusion, read_window
 from scheduler_daemon.domain.misfire import DispatchPlan, plan_dispatch
 from scheduler_daemon.domain.spread import spread_offset
 from scheduler_daemon.domain.status import (
@@ -18,7 +19,7 @@ from scheduler_daemon.domain.status import (
     ScheduleKind,
 )
 from scheduler_daemon.domain.task import TaskRecord
-from scheduler_daemon.storage import occurrence_store, outbox_store, task_store
+from scheduler_daemon.storage import calendar_store, occurrence_store, outbox_store, task_store
 from scheduler_daemon.storage.database import Conn, first_line, transaction
 
 log = structlog.get_logger()
@@ -80,7 +81,7 @@ class Dispatcher:
         error, out of the due scan until a `tasks update` fixes it, so it costs nothing and
         never stops the others."""
         try:
-            self._dispatch(conn, task_store.record(row), db_now, result)
+            self._dispatch(conn, task_store.record(row), db_now, result, row.get("calendar_ids"))
         except psycopg.OperationalError as exc:
             if not isinstance(exc, psycopg.errors.ProgramLimitExceeded):
                 raise  # lock timeouts, lost connections: the whole pass is retried
@@ -95,7 +96,12 @@ class Dispatcher:
         log.error("task_parked", task_id=task_id, error=error, instance_id=self.instance_id)
 
     def _dispatch(
-        self, conn: Conn, task: TaskRecord, db_now: datetime, result: DispatchResult
+        self,
+        conn: Conn,
+        task: TaskRecord,
+        db_now: datetime,
+        result: DispatchResult,
+        calendar_ids: list[int] | None = None,
     ) -> None:
         spec = task.spec
         assert task.next_run_at is not None
@@ -111,16 +117,13 @@ class Dispatcher:
             # Only `forbid` looks at what is active: the others skip the count's round trip.
             active=spec.overlap == OverlapPolicy.FORBID
             and occurrence_store.active_count(conn, task.id) > 0,
+            # Only a task with calendars reads their dates: the others skip the round trip.
+            exclusion=_exclusion(conn, task, db_now) if calendar_ids else None,
         )
         once_fired = spec.schedule_kind == ScheduleKind.ONCE and bool(plan.firings)
         rows = self._record(conn, task, plan, once_fired=once_fired, db_now=db_now)
         inserted = {row["scheduled_for"]: row for row in rows}
-        # The skipped firings' notifications, in the transaction that records them.
-        skipped = [row["id"] for row in rows if row["status"] == OccurrenceStatus.SKIPPED]
-        outbox_store.enqueue(conn, skipped, savepoint=True)
-        if spec.deadline is not None:  # firings recorded past their deadline (ADR 0016)
-            late = [r["id"] for r in rows if r["scheduled_for"] + spec.deadline <= db_now]
-            outbox_store.enqueue_late_deadlines(conn, late, now=db_now)
+        _notify(conn, task, rows, db_now)
         for firing in plan.firings:
             row = inserted.get(firing.scheduled_for)
             if row is None:  # the unique scheduled firing: someone recorded it already
@@ -188,6 +191,28 @@ class Dispatcher:
                 cancel_requested=predecessor.status == OccurrenceStatus.RUNNING,
                 instance_id=self.instance_id,
             )
+
+
+def _notify(conn: Conn, task: TaskRecord, rows: list[dict[str, Any]], db_now: datetime) -> None:
+    """The skipped firings' notifications, in the transaction that records them; an excluded
+    firing is the task's own calendar at work, never a notification (ADR 0025)."""
+    rows = [row for row in rows if row["reason"] != LostReason.EXCLUDED]
+    skipped = [row["id"] for row in rows if row["status"] == OccurrenceStatus.SKIPPED]
+    outbox_store.enqueue(conn, skipped, savepoint=True)
+    deadline = task.spec.deadline
+    if deadline is not None:  # firings recorded past their deadline (ADR 0016)
+        late = [r["id"] for r in rows if r["scheduled_for"] + deadline <= db_now]
+        outbox_store.enqueue_late_deadlines(conn, late, now=db_now)
+
+
+def _exclusion(conn: Conn, task: TaskRecord, db_now: datetime) -> Exclusion:
+    """The dates the task's calendars exclude, read in the dispatch transaction (so a calendar
+    changed since the last pass applies from this one), from its oldest due firing to
+    RUN_HORIZON past now."""
+    assert task.next_run_at is not None
+    low, high = read_window(task.next_run_at, db_now)
+    days = calendar_store.days_for_task(conn, task.id, low, high)
+    return Exclusion(task.spec.timezone, days, db_now + RUN_HORIZON)
 
 
 def _offsets(task: TaskRecord, nominal: list[datetime]) -> list[timedelta | None] | None:

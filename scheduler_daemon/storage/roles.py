@@ -34,6 +34,9 @@ TABLES = (
     "notification_outbox",
     "operator_action",
     "deadline_mark",
+    "calendar",
+    "calendar_date",
+    "task_calendar",
     VERSION_TABLE,
 )
 # What each role may change beyond reading every table. Row locks (SELECT ... FOR UPDATE) need
@@ -72,6 +75,11 @@ WRITES: dict[str, dict[str, tuple[str, ...]]] = {
         # What an operator did, recorded by the CLI and the console (revision 0027): appended,
         # never changed.
         "operator_action": ("INSERT",),
+        # Exclusion calendars (revision 0036): `calendars add/delete` and a task's
+        # `--exclude-calendar`. The daemon and the reader only read them.
+        "calendar": ("INSERT", "UPDATE", "DELETE"),
+        "calendar_date": ("INSERT", "DELETE"),
+        "task_calendar": ("INSERT", "DELETE"),
     },
     "reader": {},
 }

@@ -88,6 +88,8 @@ def record(row: dict[str, Any]) -> TaskRecord:
         deadline=row.get("deadline"),
         notify_headers=tuple((row.get("notify_headers") or {}).items()),
         notify_header_refs=tuple((row.get("notify_header_refs") or {}).items()),
+        # Read by the statements that show a task (`task_shown`); the daemon's reads leave it.
+        exclude_calendars=tuple(row.get("exclude_calendars") or ()),
     )
     return TaskRecord(
         id=row["id"],

@@ -10,7 +10,8 @@ left, it succeeds; the same for a cron whose `#`, `L5` or `W` sits beside a rest
 field while a build before revision 0026 is (ADR 0019), and for `--overlap replace` while a
 build before 0031 is (ADR 0022), and for `tasks pause --until` while a build before 0033 is
 (ADR 0024; once accepted, the new build's reconciler ends the pause as the daemon role), and
-for `tasks trigger --arg` while a build before 0034 is.
+for `tasks trigger --arg` while a build before 0034 is, and for `--exclude-calendar` while a
+build before 0036 is (ADR 0025).
 
 The old build comes from `git archive` of that commit, found from the history of
 migrations/versions/ (not a fixed hash), into a virtualenv of its own that reuses this one's
@@ -58,6 +59,11 @@ PAUSE_UNTIL = ("tasks", "pause", "t7", "--until", "2s")
 # running (reason `overlap`), and the occurrence would never succeed (seen in CI 2026-12-07).
 TRIGGER_ARGS = ("tasks", "trigger", "manual", "--arg", "mixed=yes")
 MANUAL = ("tasks", "add", "manual", "--every", "1h", "--command", "true", "--paused")
+# Refused while a build before 0036 is registered: it never reads the task's calendars and would
+# run the firings they exclude; paused, as above. Its calendar is made after the expand.
+CALENDAR = ("calendars", "add", "mixed-holidays", "--date", "2030-12-25")
+EXCLUDED = ("tasks", "add", "excluding", "--every", "1h", "--command", "true")
+EXCLUDED += ("--exclude-calendar", "mixed-holidays", "--paused")
 # Each refusal: the revision before which a registered build refuses it, the command, what its
 # one line says, and a query that finds what it would have written (nothing, when refused).
 REFUSED = (
@@ -91,6 +97,12 @@ REFUSED = (
         "cannot be triggered with arguments",
         "SELECT 1 FROM occurrence WHERE args IS NOT NULL",
     ),
+    (
+        control.CALENDARS_SINCE,
+        EXCLUDED,
+        "cannot have --exclude-calendar",
+        "SELECT 1 FROM task WHERE name = 'excluding'",
+    ),
 )
 
 
@@ -108,7 +120,18 @@ def _old_commit() -> str:
     except (OSError, subprocess.CalledProcessError) as exc:
         pytest.skip(f"no git history here ({exc}): the old build cannot be built")
     newest = sorted(p.name for p in (ROOT / VERSIONS).glob("*.py"))[-1]
-    added = _git("log", "--diff-filter=A", "--format=%H", "-n1", "--", f"{VERSIONS}/{newest}")
+    # Along main's first parents, a merge diffed against its first parent: a branch's migration
+    # renumbered at its merge is added by the merge commit, whose first parent is the old build.
+    added = _git(
+        "log",
+        "--first-parent",
+        "-m",
+        "--diff-filter=A",
+        "--format=%H",
+        "-n1",
+        "--",
+        f"{VERSIONS}/{newest}",
+    )
     if not added:
         pytest.skip(f"{newest} is not committed yet: commit it so the old build can be found")
     return _git("rev-parse", f"{added}^")
@@ -260,6 +283,8 @@ def test_a_rolling_upgrade_never_drops_or_doubles_a_run(
         expanded = new_cli("migrate")
         assert expanded.returncode == 0, expanded.stderr
         grant(new_python)  # the new build's grants, while the old replicas keep working
+        made = new_cli(*CALENDAR, role=roles.operator)  # calendars alone are no refusal
+        assert made.returncode == 0, made.stderr
         # While an old build before revision 0020 is registered, an in-process task is refused
         # with one line that names its instances, and nothing is written (ADR 0010): it would
         # run it in a worker. (The old build is the one before the newest migration: once that
@@ -382,6 +407,12 @@ def test_a_rolling_upgrade_never_drops_or_doubles_a_run(
             ),
             timeout=30,
             message="the new build to run the triggered occurrence",
+        )
+        wait_for(
+            lambda: new_cli(*EXCLUDED, role=roles.operator).returncode == 0,
+            timeout=40,
+            interval=1,
+            message="a task with a calendar to be accepted once the old build left",
         )
         time.sleep(3)  # the new build works on after the contract
         (stopped,) = query(url, "SELECT now() AS t")

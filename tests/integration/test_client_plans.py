@@ -2,6 +2,8 @@
 is an index lookup whether it is given an id or a name (an OR of the two forms could fall back to
 a scan of every task), and the bulk occurrence insert reads no existing occurrence."""
 
+import re
+
 import psycopg
 import pytest
 
@@ -23,7 +25,18 @@ def _plan(url: str, name: str, params: dict) -> str:
 def test_find_and_lock_is_an_index_lookup_by_name_or_by_id(seeded, params, index) -> None:  # noqa: F811
     plan = _plan(seeded, "task_lock_ref", params)
     assert index in plan, plan
-    assert "Seq Scan" not in plan, plan
+    assert _scans(plan) == [], plan
+
+
+def _scans(plan: str) -> list[str]:
+    """The plan's sequential scans but those of the empty calendar tables, which the task's
+    calendar names (revision 0036) read here; test_task_list_plan holds that read to
+    task_calendar's key at scale."""
+    return [
+        line
+        for line in plan.splitlines()
+        if "Seq Scan" in line and not re.search(r"Seq Scan on (task_calendar|calendar)\b", line)
+    ]
 
 
 def test_the_bulk_occurrence_insert_scans_no_table(seeded) -> None:  # noqa: F811

@@ -1,7 +1,7 @@
-"""Issue 37's fields, one table: each goes in through `tasks add`, comes out of `--json` and
-`tasks export`, goes back in through `tasks apply -f` unchanged, and is changed and cleared (or
-changed back) by `tasks update`. A field that one of these paths dropped or renamed fails its
-row here."""
+"""Issue 37's and 38's fields, one table: each goes in through `tasks add`, comes out of
+`--json` and `tasks export`, goes back in through `tasks apply -f` unchanged, and is changed and
+cleared (or changed back) by `tasks update`. A field that one of these paths dropped or renamed
+fails its row here."""
 
 from pathlib import Path
 from typing import Any
@@ -35,6 +35,14 @@ FIELDS = [
         (("--overlap", "replace"), "replace"),
         id="overlap-replace",
     ),
+    pytest.param(
+        ("--every", "1h", "--exclude-calendar", "b", "--exclude-calendar", "a"),
+        ("exclude_calendars", ["a", "b"]),
+        'exclude-calendars = ["a", "b"]',
+        (("--exclude-calendar", "b"), ["b"]),
+        (("--exclude-calendar", "none"), []),
+        id="exclude-calendars",
+    ),
 ]
 
 
@@ -50,6 +58,8 @@ def test_a_field_round_trips_through_add_json_export_apply_and_update(
     clear: tuple[tuple[str, ...], Any],
 ) -> None:
     field, value = shown
+    for calendar in ("a", "b"):  # the calendars --exclude-calendar names (ADR 0025)
+        assert cli("calendars", "add", calendar, "--date", "2030-12-25").code == 0
     added = cli("tasks", "add", "t", *add, "--command", "true", "--json")
     assert added.code == 0, added.err
     assert added.json()[field] == value

@@ -223,7 +223,8 @@ SERVED_BY = {
         "task_pkey",
         "fleet_epoch_pkey",  # the newest timeline and the last failover (revision 0019)
     },
-    "task_claim_due": {"task_due_idx"},
+    # Each due task's calendar ids (revision 0036): a probe of task_calendar's key.
+    "task_claim_due": {"task_due_idx", "task_calendar_pkey"},
 }
 RETENTION_INDEXES = ("occurrence_finished_idx", "task_retention_idx", "task_deleted_idx")
 

@@ -1,6 +1,7 @@
 """EXPLAIN guard for `tasks list` at 1,000,000 tasks (revision 0021): a page reads one page of
 tasks by name and one backward read of occurrence_task_outcome_idx per task for its newest
-outcome, never a scan of task or occurrence.
+outcome, and one probe of task_calendar's key per task for its calendars, never a scan of task,
+occurrence or task_calendar.
 
 Seeding a million tasks with their history takes minutes on a shared machine (6 min for 1 M
 tasks and 2 M occurrences, docs/performance.md), so the guard seeds 5,000 tasks with two
@@ -29,6 +30,12 @@ PLAN = [
     "Limit",
     "Result",
     "Index Scan Backward using occurrence_task_outcome_idx on occurrence o",
+    # Each task's calendar names (revision 0036): a probe of task_calendar's key per task of
+    # the page, joined to `calendar` (a row per calendar, read whole as `instance` is).
+    "Sort",
+    "Nested Loop",
+    "Index Only Scan using task_calendar_pkey on task_calendar tc",
+    "Seq Scan on calendar c",
 ]
 
 
@@ -55,15 +62,25 @@ def million(database_url: str) -> str:
         FROM task t CROSS JOIN generate_series(1, %(per_task)s) s RETURNING 1""",
         {"per_task": PER_TASK},
     )
+    # A tenth of the tasks exclude a calendar (revision 0036): each shown task's calendar names
+    # are one probe of task_calendar's key.
+    query(database_url, "INSERT INTO calendar (name, source_kind) VALUES ('c', 'dates')")
+    query(
+        database_url,
+        "INSERT INTO task_calendar SELECT t.id, c.id FROM task t, calendar c WHERE t.id % 10 = 0",
+    )
+    query(database_url, "ANALYZE task_calendar")
+    query(database_url, "ANALYZE calendar")
     query(database_url, "ANALYZE task")
     query(database_url, "ANALYZE occurrence")
     query(  # the tables and their indexes, as the planner sees them, 200 times larger
         database_url,
         """
         UPDATE pg_class c SET reltuples = c.reltuples * %(scale)s
-        WHERE c.oid IN ('task'::regclass, 'occurrence'::regclass)
+        WHERE c.oid IN ('task'::regclass, 'occurrence'::regclass, 'task_calendar'::regclass)
            OR c.oid IN (SELECT indexrelid FROM pg_index
-                        WHERE indrelid IN ('task'::regclass, 'occurrence'::regclass))
+                        WHERE indrelid IN ('task'::regclass, 'occurrence'::regclass,
+                                           'task_calendar'::regclass))
         RETURNING c.oid""",
         {"scale": SCALE},
     )

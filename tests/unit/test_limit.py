@@ -51,7 +51,13 @@ def test_the_docs_table_of_limits_states_the_constants() -> None:
     assert notify.startswith(f"at most {limit.MAX_URL_BYTES // 1024} KiB")
     headers = next(v for k, v in table.items() if k.startswith("notify headers"))
     assert headers.startswith(f"at most {limit.MAX_PAYLOAD_BYTES // 1024} KiB")
-    assert len(table) == 16  # a new bound gets a row, and a check here
+    dates = table["a calendar's dates (`calendars add`)"]
+    assert dates == f"at most {limit.MAX_CALENDAR_DATES:,} distinct dates"
+    calendars = table["`--exclude-calendar`"]
+    assert calendars.startswith(f"at most {limit.MAX_TASK_CALENDARS} calendars on a task")
+    ics = table["`calendars add --ics`"]
+    assert ics == f"a file of at most {limit.MAX_ICS_BYTES // 1024:,} KiB"
+    assert len(table) == 19  # a new bound gets a row, and a check here
 
 
 @pytest.mark.parametrize(

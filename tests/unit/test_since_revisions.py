@@ -24,6 +24,7 @@ VERSIONS = Path(__file__).resolve().parents[2] / "migrations" / "versions"
         (control.REPLACE_SINCE, "*_overlap_replace.py"),
         (control.PAUSE_UNTIL_SINCE, "*_pause_until.py"),
         (control.ARGS_SINCE, "*_trigger_args.py"),
+        (control.CALENDARS_SINCE, "*_calendars.py"),
     ],
 )
 def test_the_revision_a_refusal_names_is_its_migrations(since: str, migration: str) -> None:

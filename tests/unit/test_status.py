@@ -20,6 +20,7 @@ from scheduler_daemon.domain.status import (
     NOT_STARTED,
     OWN_HISTORY_ROW,
     ActionSource,
+    CalendarSource,
     DstGapPolicy,
     DstOverlapPolicy,
     ExecutorKind,
@@ -61,6 +62,7 @@ CHECKS: dict[str, type[StrEnum] | tuple[str, ...]] = {
     "notification_outbox_event_check": NotifyEvent,
     "operator_action_action_check": OperatorAction,
     "operator_action_source_check": ActionSource,
+    "calendar_source_kind_check": CalendarSource,
 }
 # Partial indexes keep their predicates written out (a generic plan could not match a parameter
 # against them); these are the sets they spell.

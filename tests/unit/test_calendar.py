@@ -1,0 +1,266 @@
+"""Exclusion calendars, the pure parts (ADR 0025): dates, ranges and iCalendar files read into a
+calendar's dates, and the dispatch plan of a task whose calendars exclude some of its firings
+(one row per run of consecutive excluded firings, across a DST change, in two time zones)."""
+
+from datetime import UTC, date, datetime, timedelta
+from pathlib import Path
+from zoneinfo import ZoneInfo
+
+import pytest
+
+from scheduler_daemon.domain import limit
+from scheduler_daemon.domain.calendar import (
+    RUN_HORIZON,
+    Exclusion,
+    InvalidCalendar,
+    from_dates,
+    from_ics,
+    ics_horizon,
+)
+from scheduler_daemon.domain.misfire import DispatchPlan, plan_dispatch
+from scheduler_daemon.domain.schedule import make_schedule
+from scheduler_daemon.domain.schedule.base import Schedule
+
+FIXTURES = Path(__file__).parents[1] / "fixtures"
+NEW_YORK, TOKYO = "America/New_York", "Asia/Tokyo"
+
+
+def schedule(
+    zone: str = "UTC",
+    *,
+    cron: str | None = None,
+    every: timedelta | None = None,
+    at: datetime | None = None,
+    anchor: datetime | None = None,
+) -> Schedule:
+    return make_schedule(
+        cron=cron,
+        every=every,
+        at=at,
+        timezone=zone,
+        dst_gap="shift",
+        dst_overlap="first",
+        anchor=anchor,
+    )
+
+
+def plan(
+    sched: Schedule,
+    zone: str,
+    days: set[date],
+    *,
+    next_run_at: datetime,
+    now: datetime,
+    misfire: str = "run_once",
+    overlap: str = "allow",
+) -> DispatchPlan:
+    return plan_dispatch(
+        sched,
+        next_run_at=next_run_at,
+        now=now,
+        misfire=misfire,
+        misfire_grace=timedelta(seconds=60),
+        catchup_limit=None,
+        catchup_window=None,
+        overlap=overlap,
+        active=False,
+        exclusion=Exclusion(zone, frozenset(days), now + RUN_HORIZON),
+    )
+
+
+def local(zone: str, *parts: int) -> datetime:
+    return datetime(*parts, tzinfo=ZoneInfo(zone)).astimezone(UTC)  # type: ignore[misc]
+
+
+# -- reading a calendar's dates -----------------------------------------------------------------
+def test_dates_and_ranges_are_one_sorted_set() -> None:
+    got = from_dates(["2030-12-25", "2030-12-24"], ["2030-12-24..2030-12-26"])
+    assert got.days == (date(2030, 12, 24), date(2030, 12, 25), date(2030, 12, 26))
+    assert (got.source_kind, got.first_day, got.last_day) == (
+        "dates",
+        date(2030, 12, 24),
+        date(2030, 12, 26),
+    )
+
+
+@pytest.mark.parametrize(
+    ("dates", "ranges", "message"),
+    [
+        (["2030-02-30"], [], "--date '2030-02-30' is not a date"),
+        (["30-12-25"], [], "is not a date"),
+        ([], ["2030-12-26..2030-12-24"], "ends before it starts"),
+        ([], ["2030-12-26"], "is not a range"),
+        ([], ["2000-01-01..2099-12-31"], f"the limit is {limit.MAX_CALENDAR_DATES:,}"),
+        ([], [], "give the calendar's dates"),
+    ],
+)
+def test_bad_dates_and_ranges_are_one_line(dates, ranges, message: str) -> None:
+    with pytest.raises(InvalidCalendar, match=message) as caught:
+        from_dates(dates, ranges)
+    assert "\n" not in str(caught.value)
+
+
+def test_an_ics_file_expands_rrule_exdate_all_day_and_timed_events() -> None:
+    got = from_ics((FIXTURES / "weekly_maintenance.ics").read_bytes(), date(2026, 12, 7))
+    assert got.days == (
+        # six Wednesdays from 6 January, 20 January an EXDATE
+        date(2027, 1, 6),
+        date(2027, 1, 13),
+        date(2027, 1, 27),
+        date(2027, 2, 3),
+        date(2027, 2, 10),
+        # 22:00 to 02:00 in Berlin touches two dates
+        date(2027, 3, 1),
+        date(2027, 3, 2),
+        # an all-day event without DTEND is one day
+        date(2027, 3, 14),
+    )
+    assert (got.first_day, got.last_day) == ics_horizon(date(2026, 12, 7))
+    assert got.source_kind == "ics"
+
+
+def test_an_ics_file_is_expanded_over_the_horizon_only() -> None:
+    # Today in 2040: every event of the fixture is more than a year ago.
+    got = from_ics((FIXTURES / "weekly_maintenance.ics").read_bytes(), date(2040, 1, 1))
+    assert got.days == ()
+    assert ics_horizon(date(2040, 1, 1)) == (date(2038, 12, 31), date(2044, 12, 31))
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        ((FIXTURES / "not_a_calendar.ics").read_bytes(), "not a valid iCalendar file"),
+        (b"hello", "not a valid iCalendar file"),
+        (b"BEGIN:VCALENDAR\r\nVERSION:2.0\r\nEND:VCALENDAR\r\n", "holds no event"),
+        (b"x" * (limit.MAX_ICS_BYTES + 1), "larger than"),
+    ],
+)
+def test_a_bad_ics_file_is_one_line(data: bytes, message: str) -> None:
+    with pytest.raises(InvalidCalendar, match=message) as caught:
+        from_ics(data, date(2026, 12, 7))
+    assert "\n" not in str(caught.value)
+
+
+# -- planning -----------------------------------------------------------------------------------
+def test_an_every_minute_task_over_a_holiday_writes_one_row_and_moves_past_it() -> None:
+    anchor = datetime(2030, 12, 1, tzinfo=UTC)
+    sched = schedule(every=timedelta(minutes=1), anchor=anchor)
+    start = datetime(2030, 12, 25, tzinfo=UTC)
+    got = plan(
+        sched, "UTC", {date(2030, 12, 25)}, next_run_at=start, now=start + timedelta(seconds=1)
+    )
+    (row,) = got.firings
+    assert (row.status, row.reason, row.scheduled_for) == ("skipped", "excluded", start)
+    assert (row.firing_count, row.last_scheduled_for, row.count_exact) == (
+        1440,
+        datetime(2030, 12, 25, 23, 59, tzinfo=UTC),
+        True,
+    )
+    assert got.next_run_at == datetime(2030, 12, 26, tzinfo=UTC)
+
+
+def test_consecutive_excluded_dates_are_one_run_and_a_firing_on_a_free_date_is_queued() -> None:
+    sched = schedule(cron="0 9 * * *")
+    start = datetime(2030, 12, 24, 9, tzinfo=UTC)
+    days = {date(2030, 12, 24), date(2030, 12, 25), date(2030, 12, 26)}
+    got = plan(sched, "UTC", days, next_run_at=start, now=start)
+    (row,) = got.firings
+    assert (row.firing_count, row.last_scheduled_for) == (3, datetime(2030, 12, 26, 9, tzinfo=UTC))
+    assert got.next_run_at == datetime(2030, 12, 27, 9, tzinfo=UTC)
+    # The day after: nothing excludes it, it is queued as without calendars.
+    after = plan(sched, "UTC", days, next_run_at=got.next_run_at, now=got.next_run_at)
+    assert [(f.status, f.reason) for f in after.firings] == [("queued", None)]
+
+
+def test_a_catch_up_keeps_an_excluded_run_in_the_middle_as_one_row() -> None:
+    sched = schedule(cron="0 9 * * *")
+    first = datetime(2030, 12, 22, 9, tzinfo=UTC)
+    now = datetime(2030, 12, 26, 9, 0, 30, tzinfo=UTC)
+    days = {date(2030, 12, 23), date(2030, 12, 24)}
+    got = plan(sched, "UTC", days, next_run_at=first, now=now, misfire="run_all", overlap="queue")
+    rows = [(f.scheduled_for.day, f.status, f.reason, f.firing_count) for f in got.firings]
+    assert rows == [
+        (22, "queued", None, 1),
+        (23, "skipped", "excluded", 2),
+        (25, "queued", None, 1),
+        (26, "queued", None, 1),
+    ]
+    assert got.next_run_at == datetime(2030, 12, 27, 9, tzinfo=UTC)
+
+
+def test_run_once_coalesces_only_the_firings_no_calendar_excludes() -> None:
+    sched = schedule(cron="0 9 * * *")
+    first = datetime(2030, 12, 22, 9, tzinfo=UTC)
+    now = datetime(2030, 12, 25, 12, tzinfo=UTC)  # all four missed; the 25th is excluded
+    got = plan(sched, "UTC", {date(2030, 12, 25)}, next_run_at=first, now=now)
+    rows = [(f.scheduled_for.day, f.status, f.reason) for f in got.firings]
+    # The newest firing not excluded (the 24th) is the one run_once runs.
+    assert rows == [
+        (22, "skipped", "coalesced"),
+        (23, "skipped", "coalesced"),
+        (24, "queued", None),
+        (25, "skipped", "excluded"),
+    ]
+
+
+def test_an_excluded_date_across_the_spring_forward_change_has_23_hourly_firings() -> None:
+    # 14 March 2027, New York: 02:00 EST jumps to 03:00 EDT; the day has 23 hours.
+    sched = schedule(NEW_YORK, cron="0 * * * *")
+    start = local(NEW_YORK, 2027, 3, 14, 0)
+    got = plan(sched, NEW_YORK, {date(2027, 3, 14)}, next_run_at=start, now=start)
+    (row,) = got.firings
+    assert (row.scheduled_for, row.firing_count) == (start, 23)
+    assert row.last_scheduled_for == local(NEW_YORK, 2027, 3, 14, 23)
+    assert got.next_run_at == local(NEW_YORK, 2027, 3, 15, 0)
+    assert got.next_run_at - row.last_scheduled_for == timedelta(hours=1)
+
+
+def test_the_same_instant_is_excluded_in_the_zone_whose_date_it_falls_on() -> None:
+    # 2027-01-06 03:00 UTC is 5 January 22:00 in New York and 6 January 12:00 in Tokyo.
+    instant = datetime(2027, 1, 6, 3, tzinfo=UTC)
+    excluded = {date(2027, 1, 6)}
+    for zone, expected in ((NEW_YORK, ("queued", None)), (TOKYO, ("skipped", "excluded"))):
+        got = plan(schedule(zone, at=instant), zone, excluded, next_run_at=instant, now=instant)
+        assert [(f.status, f.reason) for f in got.firings] == [expected], zone
+    # A one-shot's only firing excluded: nothing after it.
+    tokyo = plan(schedule(TOKYO, at=instant), TOKYO, excluded, next_run_at=instant, now=instant)
+    assert tokyo.next_run_at is None
+
+
+def test_a_run_longer_than_the_horizon_ends_there_and_is_judged_again_when_due() -> None:
+    sched = schedule(cron="0 9 * * *")
+    start = datetime(2030, 1, 1, 9, tzinfo=UTC)
+    days = {date(2030, 1, 1) + timedelta(days=i) for i in range(600)}
+    got = plan(sched, "UTC", days, next_run_at=start, now=start)
+    (row,) = got.firings
+    horizon = start + RUN_HORIZON
+    assert row.last_scheduled_for is not None
+    assert row.last_scheduled_for < horizon
+    assert got.next_run_at is not None
+    assert got.next_run_at >= horizon
+    assert got.next_run_at - row.last_scheduled_for == timedelta(days=1)  # none in between
+    assert row.firing_count == RUN_HORIZON.days
+    # That next firing is still excluded: the pass at it writes the next run.
+    again = plan(sched, "UTC", days, next_run_at=got.next_run_at, now=got.next_run_at)
+    assert [f.reason for f in again.firings] == ["excluded"]
+    assert again.next_run_at == start + timedelta(days=600)
+
+
+def test_without_calendars_the_plan_is_unchanged() -> None:
+    sched = schedule(cron="0 9 * * *")
+    start = datetime(2030, 12, 25, 9, tzinfo=UTC)
+    with_none = plan(sched, "UTC", set(), next_run_at=start, now=start)
+    assert [(f.status, f.reason) for f in with_none.firings] == [("queued", None)]
+    assert with_none.next_run_at == datetime(2030, 12, 26, 9, tzinfo=UTC)
+
+
+@pytest.mark.parametrize("misfire", ["skip", "run_once", "run_all"])
+def test_excluded_is_the_tasks_own_policy_never_a_lost_firing(misfire: str) -> None:
+    from scheduler_daemon.domain.health import is_policy_skip
+    from scheduler_daemon.domain.task_figures import lost_by_reason
+
+    assert is_policy_skip("excluded", "forbid", misfire)
+    # The gauge's bounded `reason` label knows it (not folded into `other`).
+    assert lost_by_reason([{"task": "t", "reason": "excluded", "firings": 3}]) == {
+        ("t", "excluded"): 3
+    }
