@@ -19,7 +19,6 @@ from pathlib import Path
 import psycopg
 from prometheus_client import generate_latest
 
-from scheduler_daemon.domain.task_figures import OTHER_TASK
 from scheduler_daemon.runtime.metrics import Metrics
 from scheduler_daemon.runtime.task_metrics import TaskGauges
 from scheduler_daemon.storage import query, task_sample
@@ -106,7 +105,7 @@ def main() -> None:
                     f"one round trip), one scrape formatted {scrape:.1f} ms, "
                     f"{series} per-task series, {len(body)} bytes"
                 )
-                params = {"task_limit": limit, "other": OTHER_TASK}
+                params = task_sample.params(limit)
                 with psycopg.connect(url, prepare_threshold=None) as conn:
                     conn.execute("SET jit = off")
                     for name in ("task_metrics_sample", "task_lost_firings"):

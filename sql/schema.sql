@@ -1137,11 +1137,15 @@ CREATE INDEX occurrence_task_active_idx ON public.occurrence USING btree (task_i
 
 CREATE UNIQUE INDEX occurrence_task_backfill_key ON public.occurrence USING btree (task_id, scheduled_for) WHERE (trigger = 'backfill'::text);
 
+CREATE INDEX occurrence_task_failure_idx ON public.occurrence USING btree (task_id, occurrence_seq) WHERE (status = ANY (ARRAY['failed'::text, 'timeout'::text, 'interrupted'::text]));
+
 CREATE INDEX occurrence_task_history_idx ON public.occurrence USING btree (task_id, id);
 
 CREATE INDEX occurrence_task_outcome_idx ON public.occurrence USING btree (task_id, occurrence_seq) WHERE ((finished_at IS NOT NULL) AND (status <> 'skipped'::text));
 
 CREATE UNIQUE INDEX occurrence_task_scheduled_for_key ON public.occurrence USING btree (task_id, scheduled_for) WHERE (trigger = 'schedule'::text);
+
+CREATE INDEX occurrence_task_success_idx ON public.occurrence USING btree (task_id, occurrence_seq) WHERE (status = 'success'::text);
 
 CREATE INDEX occurrence_task_window_idx ON public.occurrence USING btree (task_id, scheduled_for) INCLUDE (trigger, status, reason, overlap, firing_count, finished_at);
 

@@ -326,9 +326,11 @@ WHERE t.deleted_at IS NULL
 
 -- name: task_metrics_sample :many
 -- The per-task gauges, a row per label value: the finish of the newest successful occurrence
--- (occurrence_task_outcome_idx, walked back from the newest outcome), the newest scheduled
--- firing (occurrence_task_scheduled_for_key; a kept task's only), the next one, the executing
--- occurrences, and the failed outcomes (failed, timeout, interrupted) since the last success.
+-- (one backward probe of occurrence_task_success_idx), the newest scheduled firing
+-- (occurrence_task_scheduled_for_key; a kept task's only), the next one, the executing
+-- occurrences, and the failed outcomes (failed, timeout, interrupted) since the last success,
+-- counted up to `failures_cap` (one range of occurrence_task_failure_idx, stopped there): each
+-- task's reads are bounded whatever the length of its history (revision 0037, ADR 0026).
 -- `other` sums the running and keeps the most failures; it has no times (none would mean
 -- anything for a set). JIT off (session_jit_off): compiling it cost more than running it.
 WITH live AS MATERIALIZED ({{task_metrics_live}}),
@@ -338,8 +340,7 @@ figures AS (
     FROM live l
     LEFT JOIN LATERAL (
         SELECT o.occurrence_seq, o.finished_at FROM occurrence o
-        WHERE o.task_id = l.id AND o.finished_at IS NOT NULL AND o.status <> 'skipped'
-          AND o.status = 'success'
+        WHERE o.task_id = l.id AND o.status = 'success'
         ORDER BY o.occurrence_seq DESC
         LIMIT 1
     ) success ON true
@@ -354,10 +355,12 @@ figures AS (
         WHERE o.task_id = l.id AND o.status IN ('launching', 'running')
     ) executing
     CROSS JOIN LATERAL (
-        SELECT count(*) AS n FROM occurrence o
-        WHERE o.task_id = l.id AND o.finished_at IS NOT NULL AND o.status <> 'skipped'
-          AND o.occurrence_seq > coalesce(success.occurrence_seq, 0)
-          AND o.status IN ('failed', 'timeout', 'interrupted')
+        SELECT count(*) AS n FROM (
+            SELECT FROM occurrence o
+            WHERE o.task_id = l.id AND o.status IN ('failed', 'timeout', 'interrupted')
+              AND o.occurrence_seq > coalesce(success.occurrence_seq, 0)
+            LIMIT %(failures_cap)s
+        ) capped
     ) failed
 )
 SELECT task,

@@ -12,6 +12,9 @@ from scheduler_daemon.domain.status import LostReason
 # The label value the tasks past --metrics-task-limit share (a live task of this name would
 # share it too: the docs say so).
 OTHER_TASK = "_other"
+# The consecutive failures gauge counts up to this and stays there (ADR 0026): a task failing for
+# its whole history is read as this many failures, not walked to its first one on every sample.
+FAILURES_CAP = 1000
 _KNOWN = frozenset(LostReason)
 
 
@@ -25,7 +28,7 @@ class TaskFigures(FromRow):
     last_schedule: float | None
     next_schedule: float | None
     running: int
-    failures: int
+    failures: int  # at most FAILURES_CAP
 
 
 def lost_by_reason(rows: Iterable[Mapping[str, Any]]) -> dict[tuple[str, str], int]:

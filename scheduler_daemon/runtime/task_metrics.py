@@ -16,7 +16,7 @@ import structlog
 from prometheus_client.metrics_core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from scheduler_daemon.domain.task_figures import TaskFigures
+from scheduler_daemon.domain.task_figures import FAILURES_CAP, TaskFigures
 
 log = structlog.get_logger()
 TASK_SAMPLE_SECONDS = 15.0
@@ -107,7 +107,8 @@ class TaskGauges(Collector):
         )
         failures = GaugeMetricFamily(
             PREFIX + "consecutive_failures",
-            "The task's failed outcomes (failed, timeout, interrupted) since its last success.",
+            "The task's failed outcomes (failed, timeout, interrupted) since its last success, "
+            f"counted up to {FAILURES_CAP}.",
             labels=["task"],
         )
         for row in figures:

@@ -1,5 +1,6 @@
 """The per-task sample (storage/task_sample.py) over planted rows: the kept set is the first
-live tasks by id, the rest fold into `_other`; failures count since the last success only; lost
+live tasks by id, the rest fold into `_other`; failures count since the last success only, up to
+FAILURES_CAP, and a history without a success is read no further than that (ADR 0026); lost
 firings count a summary row's firings and map an unknown reason to `other`; times are the
 database's own."""
 
@@ -8,8 +9,8 @@ from typing import Any
 import psycopg
 import pytest
 
-from scheduler_daemon.domain.task_figures import OTHER_TASK
-from scheduler_daemon.storage import task_sample
+from scheduler_daemon.domain.task_figures import FAILURES_CAP, OTHER_TASK
+from scheduler_daemon.storage import query, task_sample
 from tests.integration.test_query_plans import _plan, _seed
 
 
@@ -57,6 +58,23 @@ def _occurrence(
             "count": count,
         },
     )
+
+
+def _outcomes(db: psycopg.Connection[Any], task_id: int, first: int, statuses: list[str]) -> int:
+    """Occurrences `first`, `first + 1`, … of the task, finished with `statuses` in turn, a
+    minute apart, in one statement; returns the next sequence number."""
+    db.execute(
+        """INSERT INTO occurrence (task_id, occurrence_seq, scheduled_for, trigger, overlap,
+                                  status, reason, not_before, finished_at)
+           SELECT %(task_id)s, %(first)s + i - 1, at, 'schedule', 'allow', s.status,
+                  CASE WHEN s.status IN ('cancelled', 'expired') THEN 'planted' END, at,
+                  at + interval '1 s'
+           FROM unnest(%(statuses)s::text[]) WITH ORDINALITY s(status, i),
+                LATERAL (SELECT timestamptz '2029-01-01T00:00:00Z'
+                                + (%(first)s + i) * interval '1 min' AS at) a""",
+        {"task_id": task_id, "first": first, "statuses": statuses},
+    )
+    return first + len(statuses)
 
 
 def _epoch(db: psycopg.Connection[Any], text: str) -> float:
@@ -135,6 +153,54 @@ def test_the_failures_count_back_to_the_last_success(db, pool) -> None:
     assert figures.failures == 2
 
 
+def test_the_failures_gauge_counts_up_to_its_cap(db, pool) -> None:
+    # A task that never succeeded in the history kept reads FAILURES_CAP, not its count; under
+    # the cap the count is exact, and a success starts it again.
+    never = _task(db, "never")
+    _outcomes(db, never, 1, ["failed", "timeout", "interrupted"] * (FAILURES_CAP // 3 + 100))
+    under = _task(db, "under")
+    seq = _outcomes(db, under, 1, ["failed"] * (FAILURES_CAP - 1) + ["cancelled", "expired"])
+    by_task = {f.task: f for f in task_sample.sample(pool, 10)[0]}
+    assert (by_task["never"].failures, by_task["never"].last_success) == (FAILURES_CAP, None)
+    assert by_task["under"].failures == FAILURES_CAP - 1
+
+    _outcomes(db, under, seq, ["success", "failed", "expired", "timeout"])
+    by_task = {f.task: f for f in task_sample.sample(pool, 10)[0]}
+    assert by_task["under"].failures == 2
+    assert by_task["under"].last_success is not None
+
+
+def _occurrence_rows_read(node: dict[str, Any]) -> int:
+    """Rows every scan of `occurrence` in the plan produced or threw away, over all its loops."""
+    read = 0
+    if node.get("Relation Name") == "occurrence":
+        kept = node["Actual Rows"] + node.get("Rows Removed by Filter", 0)
+        read += (kept + node.get("Rows Removed by Index Recheck", 0)) * node["Actual Loops"]
+    return read + sum(_occurrence_rows_read(child) for child in node.get("Plans", []))
+
+
+def test_a_history_without_a_success_is_read_no_further_than_the_cap(db) -> None:
+    # Fails on the statement before revision 0037 (ADR 0026): it walked occurrence_task_outcome_idx
+    # back to the first outcome looking for a success, then counted every failure since
+    # (18,000 rows here); with 0037's indexes beside it, it still counted all 3,000 failures.
+    # Cancelled and expired outcomes, which the gauge neither counts nor resets, are
+    # interleaved so that a walk over every outcome would show too.
+    failing = _task(db, "failing")
+    _outcomes(db, failing, 1, ["failed", "expired", "cancelled"] * (3 * FAILURES_CAP))
+    for name in ("ok-1", "ok-2"):
+        _outcomes(db, _task(db, name), 1, ["failed", "success", "failed"])
+    db.execute("ANALYZE occurrence")
+    row = db.execute(
+        f"EXPLAIN (ANALYZE, FORMAT JSON) {query.QUERIES['task_metrics_sample'].sql}",
+        task_sample.params(10),
+    ).fetchone()
+    assert row is not None
+    read = _occurrence_rows_read(row["QUERY PLAN"][0]["Plan"])
+    # The failing task's cap, its last_success and newest firing probes (a row each at most),
+    # and each other task's few rows.
+    assert 0 < read <= FAILURES_CAP + 20, read
+
+
 def test_a_limit_of_zero_folds_every_task(db, pool) -> None:
     _occurrence(db, _task(db, "one"), 1, "failed")
     _task(db, "two")
@@ -147,7 +213,11 @@ def test_a_limit_of_zero_folds_every_task(db, pool) -> None:
     [
         (
             "task_metrics_sample",
-            ("occurrence_task_outcome_idx", "occurrence_task_scheduled_for_key"),
+            (
+                "occurrence_task_success_idx",
+                "occurrence_task_failure_idx",
+                "occurrence_task_scheduled_for_key",
+            ),
         ),
         # Either partial index holds the skipped and expired rows; occurrence_lost_idx (revision
         # 0024, `tasks health`) holds only those.
@@ -156,8 +226,10 @@ def test_a_limit_of_zero_folds_every_task(db, pool) -> None:
 )
 def test_the_sample_reads_each_task_through_its_indexes(database_url, name, indexes) -> None:
     # Its per-task look-ups stay index probes however long the history (the 10,000-task
-    # figures in docs/performance.md depend on it).
+    # figures in docs/performance.md depend on it). Before revision 0037 the sample walked
+    # occurrence_task_outcome_idx back to the last success, unbounded (ADR 0026).
     _seed(database_url)
-    plan = _plan(database_url, name, {"task_limit": 500, "other": OTHER_TASK})
+    plan = _plan(database_url, name, task_sample.params(500))
     assert all(any(i in plan for i in index.split("|")) for index in indexes), plan
     assert "Seq Scan on occurrence" not in plan, plan
+    assert "occurrence_task_outcome_idx" not in plan, plan
