@@ -33,6 +33,10 @@ from typing import Any
 
 from tests.support import query
 
+WAITING = """
+    SELECT EXISTS (SELECT FROM occurrence o JOIN task t ON t.id = o.task_id
+                   WHERE t.name = ANY(%s) AND o.args IS NOT NULL
+                     AND o.status IN ('queued', 'launching', 'running')) AS waiting"""
 OCCURRENCES = """
     SELECT o.id, t.name AS task, o.trigger, o.args
     FROM occurrence o JOIN task t ON t.id = o.task_id WHERE t.name = ANY(%s) ORDER BY o.id"""
@@ -69,6 +73,11 @@ class Triggers:
         if r.random() < 0.2:  # a larger set: kilobytes in one environment variable
             args["bulk"] = "x" * r.randint(4_000, 20_000)
         return args, ["--args-json", json.dumps(args, ensure_ascii=r.random() < 0.5)]
+
+    def waiting(self, url: str) -> bool:
+        """Whether an occurrence triggered with arguments has not ended yet (its retry, which
+        enters the window, may still come)."""
+        return bool(query(url, WAITING, (sorted(self.tasks),))[0]["waiting"])
 
     def fire(self, cli: Any, url: str) -> None:
         """Triggers each task once, in a seeded order: four in five with arguments."""
