@@ -57,30 +57,6 @@ WITH firing AS (
 )
 SELECT * FROM inserted
 
--- name: occurrence_replace_predecessors :many
--- A new firing of a locked `replace` task replaces its active predecessors (`--overlap
--- replace`): a queued or launching one is cancelled at once (reason `replaced`; the raised
--- token fences a launcher that has not started it yet), a running one gets a cancel request
--- (reason `replaced`) and keeps its slot until its owner confirms the job is gone, so the claim
--- starts the replacement only after it (sd_claim_launch_v5). Run before the new firing is
--- inserted: the queued one's unique index (occurrence_replace_queued_key) then has room.
-UPDATE occurrence SET
-    status = CASE WHEN status = 'running' THEN status ELSE 'cancelled' END,
-    reason = CASE WHEN status = 'running' THEN reason ELSE 'replaced' END,
-    lease_token = CASE WHEN status = 'running' THEN lease_token ELSE lease_token + 1 END,
-    claim_owner = CASE WHEN status = 'running' THEN claim_owner END,
-    claim_expires_at = CASE WHEN status = 'running' THEN claim_expires_at END,
-    finished_at = CASE WHEN status = 'running' THEN NULL ELSE %(now)s::timestamptz END,
-    cancel_requested_at = CASE WHEN status = 'running'
-                               THEN coalesce(cancel_requested_at, %(now)s::timestamptz) END,
-    cancel_reason = CASE WHEN status = 'running' THEN coalesce(cancel_reason, 'replaced') END,
-    updated_at = %(now)s
-WHERE id IN (
-    SELECT id FROM occurrence
-    WHERE task_id = %(task_id)s AND status IN ('queued', 'launching', 'running')
-    ORDER BY id FOR UPDATE)
-RETURNING id, status, reason, cancel_reason
-
 -- name: occurrence_active_count :scalar
 -- How many occurrences of a task are queued, launching or running.
 SELECT count(*) FROM occurrence
@@ -89,7 +65,11 @@ WHERE task_id = %(task_id)s AND status IN ('queued', 'launching', 'running')
 -- name: occurrence_cancel_active :many
 -- Ends a locked task's queued and launching occurrences at once (raising the token fences a
 -- launcher that has not started the job yet); a running one only gets a cancel request, so it
--- keeps its slot until its owner confirms the job is gone.
+-- keeps its slot until its owner confirms the job is gone. Also how a new firing of a locked
+-- `replace` task replaces its active predecessors (reason `replaced`, `requested_by` NULL keeps
+-- theirs), run before the new firing is inserted: the queued one's unique index
+-- (occurrence_replace_queued_key) then has room, and the claim starts the replacement only
+-- after a running predecessor's job is gone (sd_claim_launch_v5).
 UPDATE occurrence SET
     status = CASE WHEN status = 'running' THEN status ELSE 'cancelled' END,
     reason = CASE WHEN status = 'running' THEN reason ELSE %(reason)s END,
@@ -100,7 +80,7 @@ UPDATE occurrence SET
     cancel_requested_at = CASE WHEN status = 'running'
                                THEN coalesce(cancel_requested_at, %(now)s::timestamptz) END,
     cancel_reason = CASE WHEN status = 'running' THEN coalesce(cancel_reason, %(reason)s) END,
-    requested_by = %(requested_by)s, updated_at = %(now)s
+    requested_by = coalesce(%(requested_by)s, requested_by), updated_at = %(now)s
 WHERE id IN (
     SELECT id FROM occurrence
     WHERE task_id = %(task_id)s AND status IN ('queued', 'launching', 'running')

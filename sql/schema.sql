@@ -40,6 +40,9 @@ BEGIN
     ), picked AS MATERIALIZED (
         SELECT o.id FROM occurrence o
         WHERE o.status = 'queued' AND o.not_before <= coalesce(p_now, clock_timestamp())
+          -- An occurrence with arguments (0034) is not this build's: it would run the
+          -- job without them.
+          AND o.args IS NULL
           -- A replace firing (0031) is not this build's: it would start it beside its
           -- predecessor, or fail the whole claim on the one-executing index.
           AND o.overlap <> 'replace'
@@ -124,6 +127,9 @@ BEGIN
     ), picked AS MATERIALIZED (
         SELECT o.id FROM occurrence o
         WHERE o.status = 'queued' AND o.not_before <= coalesce(p_now, clock_timestamp())
+          -- An occurrence with arguments (0034) is not this build's: it would run the
+          -- job without them.
+          AND o.args IS NULL
           -- A replace firing (0031) is not this build's: it would start it beside its
           -- predecessor, or fail the whole claim on the one-executing index.
           AND o.overlap <> 'replace'
@@ -213,6 +219,9 @@ BEGIN
     ), picked AS MATERIALIZED (
         SELECT o.id FROM occurrence o
         WHERE o.status = 'queued' AND o.not_before <= coalesce(p_now, clock_timestamp())
+          -- An occurrence with arguments (0034) is not this build's: it would run the
+          -- job without them.
+          AND o.args IS NULL
           -- A replace firing (0031) is not this build's: it would start it beside its
           -- predecessor, or fail the whole claim on the one-executing index.
           AND o.overlap <> 'replace'
@@ -301,6 +310,9 @@ BEGIN
     ), picked AS MATERIALIZED (
         SELECT o.id FROM occurrence o
         WHERE o.status = 'queued' AND o.not_before <= coalesce(p_now, clock_timestamp())
+          -- An occurrence with arguments (0034) is not this build's: it would run the
+          -- job without them.
+          AND o.args IS NULL
           -- A replace firing (0031) is not this build's: it would start it beside its
           -- predecessor, or fail the whole claim on the one-executing index.
           AND o.overlap <> 'replace'
@@ -390,6 +402,9 @@ BEGIN
     ), picked AS MATERIALIZED (
         SELECT o.id FROM occurrence o
         WHERE o.status = 'queued' AND o.not_before <= coalesce(p_now, clock_timestamp())
+          -- An occurrence with arguments (0034) is not this build's: it would run the
+          -- job without them.
+          AND o.args IS NULL
           AND (v_exclusive_from IS NULL
                OR coalesce(p_now, clock_timestamp()) >= v_exclusive_from
                OR (o.overlap = 'allow' AND o.concurrency_key IS NULL))
@@ -538,7 +553,7 @@ CREATE OR REPLACE FUNCTION public.sd_end_pause_v1(p_id bigint, p_next_run_at tim
  RETURNS boolean
  LANGUAGE plpgsql
  SECURITY DEFINER
- SET search_path TO '$user', 'public'
+ SET search_path TO 'public', 'pg_temp'
 AS $function$
 DECLARE
     v_until timestamptz;
@@ -903,6 +918,21 @@ BEGIN
 END
 $function$;
 
+CREATE OR REPLACE FUNCTION public.sd_task_pause_clears_until_v1()
+ RETURNS trigger
+ LANGUAGE plpgsql
+AS $function$
+BEGIN
+    -- A change of `paused` that does not set `paused_until` (an older build's pause or resume)
+    -- ends any pending end: only `tasks pause --until` sets one.
+    IF NEW.paused IS DISTINCT FROM OLD.paused
+       AND NEW.paused_until IS NOT DISTINCT FROM OLD.paused_until THEN
+        NEW.paused_until := NULL;
+    END IF;
+    RETURN NEW;
+END
+$function$;
+
 CREATE OR REPLACE FUNCTION public.task_event_record()
  RETURNS trigger
  LANGUAGE plpgsql
@@ -1244,6 +1274,8 @@ CREATE INDEX task_running_one_shot_idx ON public.task USING btree (id) WHERE ((s
 CREATE TRIGGER task_event_on_change AFTER UPDATE ON public.task FOR EACH ROW WHEN ((((((((((((old.schedule_kind IS DISTINCT FROM new.schedule_kind) OR (old.cron_expr IS DISTINCT FROM new.cron_expr)) OR (old.every IS DISTINCT FROM new.every)) OR (old.run_at IS DISTINCT FROM new.run_at)) OR (old.anchor_at IS DISTINCT FROM new.anchor_at)) OR (old.timezone IS DISTINCT FROM new.timezone)) OR (old.dst_gap IS DISTINCT FROM new.dst_gap)) OR (old.dst_overlap IS DISTINCT FROM new.dst_overlap)) OR (old.paused IS DISTINCT FROM new.paused)) OR ((old.parked_at IS NULL) IS DISTINCT FROM (new.parked_at IS NULL))) OR ((old.deleted_at IS NULL) IS DISTINCT FROM (new.deleted_at IS NULL)))) EXECUTE FUNCTION task_event_record();
 
 CREATE TRIGGER task_event_on_insert AFTER INSERT ON public.task FOR EACH ROW EXECUTE FUNCTION task_event_record();
+
+CREATE TRIGGER task_pause_clears_until BEFORE UPDATE OF paused ON public.task FOR EACH ROW EXECUTE FUNCTION sd_task_pause_clears_until_v1();
 
 
 CREATE TABLE task_event (

@@ -15,7 +15,7 @@ from scheduler_daemon.domain import argument, backfill, control
 from scheduler_daemon.domain import limit as bound
 from scheduler_daemon.domain.occurrence import Occurrence
 from scheduler_daemon.domain.operator import Actor
-from scheduler_daemon.domain.status import OccurrenceStatus, OverlapPolicy, Trigger
+from scheduler_daemon.domain.status import LostReason, OccurrenceStatus, OverlapPolicy, Trigger
 from scheduler_daemon.domain.task import TaskRecord
 from scheduler_daemon.storage import (
     instance_store,
@@ -59,6 +59,7 @@ class Triggering(ClientBase):
         argument.trigger_args): recorded on the one occurrence and handed to each of its
         attempts; refused beside a build before control.ARGS_SINCE, and with `count` > 1."""
         if args is not None:
+            args = argument.checked_args(args)  # as the CLI checks them: one line, nothing written
             if count != 1:
                 raise argument.InvalidArgument("arguments trigger one occurrence: drop --count")
             with self._tx() as conn:
@@ -74,7 +75,7 @@ class Triggering(ClientBase):
                     db_now,
                     requested_by=requested_by,
                     actor=actor,
-                    args=dict(args),
+                    args=args,
                     commit=False,
                 )
         if count != 1:
@@ -110,7 +111,9 @@ class Triggering(ClientBase):
         active = occurrence_store.active_count(conn, task.id) if forbid else 0
         plan = control.plan_trigger(task, active=active)
         if task.spec.overlap == OverlapPolicy.REPLACE:  # the manual firing wins too
-            occurrence_store.replace_predecessors(conn, task.id, now=db_now)
+            occurrence_store.cancel_active(
+                conn, task.id, reason=LostReason.REPLACED, requested_by=None, now=db_now
+            )
         occurrence = occurrence_store.insert_trigger(
             conn,
             task_id=task.id,

@@ -214,12 +214,25 @@ def trigger_args(pairs: Sequence[str], args_json: str | None) -> dict[str, Any] 
             args[key] = value
     else:
         return None
-    size = len(json.dumps(args, separators=(",", ":"), ensure_ascii=False).encode())
+    return checked_args(args)
+
+
+def checked_args(args: object) -> dict[str, Any]:
+    """Arguments as any caller gives them (the CLI's, the console's, `Client.trigger`'s): a JSON
+    object that PostgreSQL can store, at most limit.MAX_ARGS_BYTES as compact UTF-8 JSON (the
+    form a shell job gets in SCHEDULER_ARGS); InvalidArgument (one line) otherwise."""
+    if not isinstance(args, dict):
+        raise InvalidArgument("the arguments must be a JSON object ({...})")
+    try:
+        text = json.dumps(args, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+        size = len(text.encode())
+    except (TypeError, ValueError) as exc:  # a value JSON cannot hold; a lone surrogate
+        raise InvalidArgument(f"the arguments are not a JSON object: {exc}") from None
     if size > limit.MAX_ARGS_BYTES:
         raise InvalidArgument(
             f"the arguments are {size:,} bytes as JSON; at most {limit.MAX_ARGS_BYTES:,}"
         )
-    if "\\u0000" in json.dumps(args):
+    if "\\u0000" in text.replace("\\\\", ""):  # a NUL's escape, not an escaped backslash's
         raise InvalidArgument("the arguments contain a NUL, which PostgreSQL cannot store")
     return args
 

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
+from scheduler_daemon.domain import limit
 from scheduler_daemon.domain.instance import Instance
 from scheduler_daemon.domain.misfire import Firing, skip_past_due
 from scheduler_daemon.domain.status import (
@@ -20,6 +21,8 @@ from scheduler_daemon.domain.status import (
     TaskStatus,
 )
 from scheduler_daemon.domain.task import InvalidTask, TaskRecord, TaskSpec
+
+_MICROSECOND = timedelta(microseconds=1)
 
 # The schema revision that added `task.in_process` (migration 0020_task_in_process): a build
 # whose head is before it runs an in-process task in a worker process, or not at all.
@@ -260,8 +263,11 @@ class PausePlan:
 
 def pause_end(until: datetime | timedelta, now: datetime) -> datetime:
     """`--until` as an instant on the database clock: a duration from `now`, or an instant with
-    an offset; refused (InvalidTask, one line) unless it is after `now`."""
+    an offset; refused (InvalidTask, one line) unless it is after `now`, and at most
+    limit.MAX_DURATION after it (what a duration option takes; PostgreSQL and Python hold it)."""
     if isinstance(until, timedelta):
+        if until > limit.MAX_DURATION:
+            raise InvalidTask(f"--until {until} is longer than {limit.MAX_DURATION.days} days")
         end = now + until
     elif until.tzinfo is None:
         raise InvalidTask(f"--until {until.isoformat()} needs an offset (Z, +02:00) or a duration")
@@ -270,6 +276,10 @@ def pause_end(until: datetime | timedelta, now: datetime) -> datetime:
     if end <= now:
         raise InvalidTask(
             f"--until {end.isoformat()} is not after now ({now.isoformat()}, database clock)"
+        )
+    if end - now > limit.MAX_DURATION:
+        raise InvalidTask(
+            f"--until {end.isoformat()} is more than {limit.MAX_DURATION.days} days after now"
         )
     return end
 
@@ -317,18 +327,23 @@ class ResumePlan:
 
 
 def plan_resume(task: TaskRecord, now: datetime, *, pending: bool = False) -> ResumePlan | None:
-    """Unpauses, the next firing from now (paused firings are not owed); a one-shot whose
-    instant passed meanwhile is cancelled. None: the task is not paused, nothing changes (its
-    due firings are still owed). `pending`: the resume a `--until` pause is owed at its instant,
-    None unless that instant has passed on the database clock (the reconciler re-checks what
-    its scan saw, so an operator's resume or pause in between wins)."""
+    """Unpauses, the next firing from now (paused firings are not owed; a pending resume's
+    from its instant); a one-shot whose instant passed meanwhile is cancelled. None: the task
+    is not paused, nothing changes (its due firings are still owed). `pending`: the resume a
+    `--until` pause is owed at its instant, None unless that instant has passed on the
+    database clock (the reconciler re-checks what its scan saw, so an operator's resume or
+    pause in between wins)."""
     if not task.spec.paused:
         return None
     if pending and (task.paused_until is None or task.paused_until > now):
         return None
     if task.status != TaskStatus.ENABLED:  # a one-shot past its firing: nothing to plan
         return ResumePlan(None, task.status)
-    next_run_at = task.spec.schedule().next_after(now)
+    # A pending resume plans from its instant, not from the pass that carries it out (a poll
+    # later): the pause covers the time before it, and a firing at it or after it is owed,
+    # left to the misfire policy as any due firing is.
+    start = task.paused_until - _MICROSECOND if pending and task.paused_until else now
+    next_run_at = task.spec.schedule().next_after(start)
     if (
         task.spec.schedule_kind == ScheduleKind.ONCE
         and task.status == TaskStatus.ENABLED

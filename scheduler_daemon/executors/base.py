@@ -83,7 +83,9 @@ class JobContext:
         if self.traceparent:
             env["TRACEPARENT"] = self.traceparent
         if self.args is not None:
-            env["SCHEDULER_ARGS"] = json.dumps(self.args, separators=(",", ":"))
+            # UTF-8 as it was measured (argument.checked_args): escaped, a 64 KiB object of
+            # non-ASCII text would pass Linux's 128 KiB bound on one environment string.
+            env["SCHEDULER_ARGS"] = json.dumps(self.args, separators=(",", ":"), ensure_ascii=False)
         return env
 
 

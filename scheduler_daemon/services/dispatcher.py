@@ -11,7 +11,12 @@ from psycopg_pool import ConnectionPool
 
 from scheduler_daemon.domain.misfire import DispatchPlan, plan_dispatch
 from scheduler_daemon.domain.spread import spread_offset
-from scheduler_daemon.domain.status import OccurrenceStatus, OverlapPolicy, ScheduleKind
+from scheduler_daemon.domain.status import (
+    LostReason,
+    OccurrenceStatus,
+    OverlapPolicy,
+    ScheduleKind,
+)
 from scheduler_daemon.domain.task import TaskRecord
 from scheduler_daemon.storage import occurrence_store, outbox_store, task_store
 from scheduler_daemon.storage.database import Conn, first_line, transaction
@@ -171,13 +176,16 @@ class Dispatcher:
         """The new firing of a `replace` task replaces its active predecessors, before it is
         inserted (the task is locked): a queued one is cancelled, a running one asked to stop;
         the claim starts the new one once that job is gone (sd_claim_launch_v5)."""
-        for row in occurrence_store.replace_predecessors(conn, task.id, now=db_now):
+        replaced = occurrence_store.cancel_active(
+            conn, task.id, reason=LostReason.REPLACED, requested_by=None, now=db_now
+        )
+        for predecessor in replaced:
             log.info(
                 "occurrence_replaced",
                 task_id=task.id,
-                occurrence_id=row["id"],
-                status=row["status"],
-                cancel_requested=row["status"] == OccurrenceStatus.RUNNING,
+                occurrence_id=predecessor.id,
+                status=predecessor.status,
+                cancel_requested=predecessor.status == OccurrenceStatus.RUNNING,
                 instance_id=self.instance_id,
             )
 

@@ -410,10 +410,11 @@ class Reconciler:
         return seen.id
 
     def _resume(self, seen: TaskRef, limits: Limits = UNIT_LIMITS) -> int | None:
-        """Resumes a task whose `--until` pause ended, exactly as `tasks resume` does (the next
-        firing from now: paused firings are not owed), recorded as the action of `scheduler`,
-        in one transaction. Re-read after the task lock: an operator's resume or pause since
-        the scan (which clears or moves the end) wins, and only one reconciler resumes it."""
+        """Resumes a task whose `--until` pause ended, as `tasks resume` would at its instant
+        (the next firing from it: paused firings are not owed, later ones are), recorded as
+        the action of `scheduler`, in one transaction. Re-read after the task lock: an
+        operator's resume or pause since the scan (which clears or moves the end) wins, and
+        only one reconciler resumes it."""
         with transaction(self.pool, limits) as tx:
             task = task_store.lock_row(tx.conn, seen.id)
             if task is None or task.deleted_at is not None:

@@ -14,7 +14,7 @@ from scheduler_daemon.domain.outcome import Settlement
 from scheduler_daemon.domain.status import FAILED_OUTCOMES, FINISHED, NOT_STARTED
 from scheduler_daemon.domain.task import TaskRecord
 from scheduler_daemon.storage import instance_store, outbox_store, query, task_store
-from scheduler_daemon.storage.database import Limits
+from scheduler_daemon.storage.database import Conn, Limits
 from scheduler_daemon.storage.fleet_store import BUDGET_LOCK_KEY
 
 
@@ -163,20 +163,16 @@ def insert_trigger(
     return Occurrence.from_row(row)
 
 
-def replace_predecessors(conn: psycopg.Connection[Any], task_id: int, *, now: datetime) -> Any:
-    """A new firing of the locked `replace` task replaces its active ones (sql says how)."""
-    return query.run(conn, "occurrence_replace_predecessors", {"task_id": task_id, "now": now})
-
-
 def active_count(conn: psycopg.Connection[Any], task_id: int) -> int:
     return int(query.run(conn, "occurrence_active_count", {"task_id": task_id}))
 
 
 def cancel_active(
-    conn: psycopg.Connection[Any], task_id: int, *, reason: str, requested_by: str, now: datetime
+    conn: Conn, task_id: int, *, reason: str, requested_by: str | None, now: datetime
 ) -> list[Occurrence]:
     """Ends a locked task's queued and launching occurrences at once and asks the owners of its
-    running ones to stop their jobs (those keep their slots until confirmed). Returns each, as
+    running ones to stop their jobs (those keep their slots until confirmed); also how a new
+    firing of a `replace` task replaces them (`replaced`, `requested_by` None). Returns each, as
     `cancelled`, or `running` for a pending cancel."""
     rows = query.run(
         conn,

@@ -75,6 +75,13 @@ WRITES: dict[str, dict[str, tuple[str, ...]]] = {
     },
     "reader": {},
 }
+# The SECURITY DEFINER functions (each a change a role may make only through them) and the one
+# role that may execute each; PUBLIC and the others may not (revision 0035).
+DEFINER_FUNCTIONS = {
+    # Ends a `--until` pause whose instant passed (revision 0033): the daemon may not write
+    # `paused` nor insert into operator_action otherwise.
+    "sd_end_pause_v1(bigint, timestamptz, text, text)": "daemon",
+}
 
 
 @dataclass(frozen=True)
@@ -226,6 +233,15 @@ def grants(
                         _names(list(columns)), target, role
                     )
                 )
+    for function, kind in DEFINER_FUNCTIONS.items():
+        name, _, arguments = function.partition("(")
+        function_ = sql.SQL("{}({}").format(sql.Identifier(schema, name), sql.SQL(arguments))
+        statements += [
+            sql.SQL("REVOKE ALL ON FUNCTION {} FROM PUBLIC, {}").format(function_, users),
+            sql.SQL("GRANT EXECUTE ON FUNCTION {} TO {}").format(
+                function_, sql.Identifier(getattr(names, kind))
+            ),
+        ]
     return statements
 
 

@@ -52,8 +52,12 @@ REPLACE += ("--overlap", "replace", "--paused")
 # Refused while a build before 0033 is registered: it never reads the end, so it would never
 # resume the task. Once accepted, a new build's reconciler (as the daemon role) resumes it.
 PAUSE_UNTIL = ("tasks", "pause", "t7", "--until", "2s")
-# Refused while a build before 0034 is registered: it would run the job without them.
-TRIGGER_ARGS = ("tasks", "trigger", "t6", "--arg", "mixed=yes")
+# Refused while a build before 0034 is registered: it would run the job without them. Its task
+# is paused (a manual firing runs anyway) and has nothing else active: a `forbid` task firing
+# every second, as t0-t7, skips a trigger that lands while a firing of its own is queued or
+# running (reason `overlap`), and the occurrence would never succeed (seen in CI 2026-12-07).
+TRIGGER_ARGS = ("tasks", "trigger", "manual", "--arg", "mixed=yes")
+MANUAL = ("tasks", "add", "manual", "--every", "1h", "--command", "true", "--paused")
 # Each refusal: the revision before which a registered build refuses it, the command, what its
 # one line says, and a query that finds what it would have written (nothing, when refused).
 REFUSED = (
@@ -243,6 +247,8 @@ def test_a_rolling_upgrade_never_drops_or_doubles_a_run(
                 *("tasks", "add", f"t{i}", "--every", "1s", "--command", "sleep 0.4", *key),
             )
             assert added.returncode == 0, added.stderr
+        added = _cli(old_python, cwd, roles.operator, *MANUAL)
+        assert added.returncode == 0, added.stderr
         old_a, old_b = start("old-a", old_python), start("old-b", old_python)
         old_a_id, old_b_id = old_a.instance_id(), old_b.instance_id()
         # A new replica started before the expand asks for `migrate` with its own exit code.
@@ -370,7 +376,9 @@ def test_a_rolling_upgrade_never_drops_or_doubles_a_run(
         )
         wait_for(
             lambda: query(
-                url, "SELECT 1 FROM occurrence WHERE args IS NOT NULL AND status = 'success'"
+                url,
+                'SELECT 1 FROM occurrence WHERE args = \'{"mixed": "yes"}\'::jsonb'
+                " AND status = 'success'",
             ),
             timeout=30,
             message="the new build to run the triggered occurrence",

@@ -96,6 +96,10 @@ def test_a_resume_or_a_plain_pause_before_the_instant_clears_the_pending_end(
         ("2099-01-01T00:00:00", "needs an offset"),
         ("tomorrow", "is neither a duration"),
         ("-5m", "is neither a duration"),
+        # Past 100 years: an OverflowError traceback, or the database's "timestamp too large"
+        # (exit 1), before the bound (found by review).
+        ("999999999d", "is longer than 36525 days"),
+        ("9999-12-31T23:59:59-05:00", "more than 36525 days after now"),
     ],
 )
 def test_a_bad_or_past_end_is_one_line_exit_2_and_nothing_written(
@@ -157,6 +161,15 @@ def test_the_daemon_role_ends_a_pause_only_through_its_function_and_only_once_du
             database_url, "SELECT actor, source FROM operator_action WHERE action = 'resume'"
         )
         assert action == {"actor": "scheduler", "source": "scheduler"}
+        # Only the daemon role may call it (revision 0035; PUBLIC could, found by review), and
+        # its search path puts pg_temp last, so a temporary `task` table cannot stand in.
+        reader = fleet.url(fleet.names.reader)
+        with pytest.raises(psycopg.errors.InsufficientPrivilege):
+            query(reader, "SELECT sd_end_pause_v1(%s, NULL, 'enabled', NULL)", (task_id,))
+        (config,) = query(
+            database_url, "SELECT proconfig FROM pg_proc WHERE proname = 'sd_end_pause_v1'"
+        )
+        assert config["proconfig"] == ["search_path=public, pg_temp"]
 
 
 def test_an_operator_pause_inside_the_reconcilers_window_wins(cli, pool, database_url) -> None:
@@ -191,3 +204,44 @@ def test_an_operator_pause_inside_the_reconcilers_window_wins(cli, pool, databas
     assert task["paused"] is True
     assert task["paused_until"] is None
     assert query(database_url, "SELECT 1 FROM operator_action WHERE source = 'scheduler'") == []
+
+
+def test_a_firing_at_the_pauses_end_is_owed(cli, pool, database_url) -> None:
+    """`pause --until T` where T is a firing instant: the pause covers the time before T, so the
+    firing at T is owed, though the reconciler resumes the task a pass later. Fails before
+    revision 0035's fix (found by review): the next firing was planned from the pass, after T,
+    and the firing at T was neither run nor recorded."""
+    assert cli("tasks", "add", "p", "--every", "3s", "--command", "true").code == 0
+    firing = _task(database_url)["next_run_at"]
+    while firing - _db_now(database_url) < timedelta(seconds=1):
+        firing += timedelta(seconds=3)
+    shown = cli("tasks", "pause", "p", "--until", firing.isoformat(), "--json")
+    assert shown.code == 0, shown.err
+    until = datetime.fromisoformat(shown.json()["paused_until"])
+    assert until == firing
+    wait_for(lambda: _db_now(database_url) > until, message="the end on the db clock")
+    assert _reconciler(pool).run_once().ids["resumed_tasks"] == [_task(database_url)["id"]]
+    assert _task(database_url)["next_run_at"] == until  # due: the dispatch's misfire rules apply
+
+
+def test_an_older_builds_pause_or_resume_clears_a_pending_end(cli, pool, database_url) -> None:
+    """A build before 0033 pauses and resumes without knowing `paused_until` (its statements set
+    `paused` alone): the trigger of revision 0035 clears a pending end then, so the reconciler
+    does not later resume a pause the operator meant to keep. Fails without the trigger (found
+    by review with the 7110589 build's CLI): the end stayed and the task was resumed."""
+    cli("tasks", "add", "p", *EVERY_MINUTE)
+    shown = cli("tasks", "pause", "p", "--until", "1s", "--json")
+    until = datetime.fromisoformat(shown.json()["paused_until"])
+    task_id = _task(database_url)["id"]
+    # What an older build's `tasks resume`, then `tasks pause`, write.
+    older = "UPDATE task SET paused = %s, updated_at = now() WHERE id = %s"
+    query(database_url, older, (False, task_id))
+    query(database_url, older, (True, task_id))
+    assert _task(database_url)["paused_until"] is None
+    wait_for(lambda: _db_now(database_url) > until, message="the old end on the db clock")
+    assert _reconciler(pool).run_once().ids["resumed_tasks"] == []
+    assert _task(database_url)["paused"] is True
+    # This build's statements set the end themselves, and an update of other columns keeps it.
+    again = cli("tasks", "pause", "p", "--until", "1h", "--json").json()["paused_until"]
+    assert cli("tasks", "update", "p", "--command", "false").code == 0
+    assert _task(database_url)["paused_until"] == datetime.fromisoformat(again)

@@ -605,7 +605,8 @@ def test_a_whole_daemon_cycle_runs_as_the_daemon_role_and_its_jobs_cannot_plant_
         return rows[0]["status"] if rows else None
 
     add("cycle-tick", "--every", "1s", "--command", "true")
-    soon = datetime.now(UTC) + timedelta(seconds=1)
+    # Far enough ahead for the CLI to start under a loaded machine: `--at` in the past is refused.
+    soon = datetime.now(UTC) + timedelta(seconds=5)
     add("cycle-once", "--at", soon.isoformat(), "--command", "true")
     add(
         "cycle-victim",

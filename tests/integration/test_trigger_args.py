@@ -48,6 +48,8 @@ def test_the_overlap_policy_still_applies(cli, database_url) -> None:
         (("--arg", "a=1", "--args-json", "{}"), "not both"),
         (("--arg", "a=1", "--count", "2"), "drop --count"),
         (("--args-json", json.dumps({"a": "\u0000"})), "NUL"),
+        (("--args-json", '{"a": NaN}'), "not a JSON object"),  # jsonb cannot hold it
+        (("--args-json", '{"a": "\\ud800"}'), "not a JSON object"),  # a lone surrogate
         (("--args-json", json.dumps({"a": "x" * limit.MAX_ARGS_BYTES})), "at most 65,536"),
     ],
 )
@@ -80,3 +82,48 @@ def test_arguments_are_refused_beside_an_older_build(cli, db, database_url) -> N
     assert "old-1" in result.err
     assert row_counts(db) == before
     assert cli("tasks", "trigger", "p").code == 0  # without arguments it still runs
+
+
+@pytest.mark.parametrize(
+    "args",
+    [[1, 2], {"a": "\u0000"}, {"a": object()}, {"a": "x" * limit.MAX_ARGS_BYTES}],
+    ids=["not-an-object", "nul", "not-json", "over-the-limit"],
+)
+def test_the_client_api_checks_arguments_as_the_cli_does(client, db, args) -> None:
+    """`Client.trigger(args=...)` is checked as `--args-json` is: one InvalidArgument, nothing
+    written. Before, it passed them to the database unchecked (100 KB was accepted; a NUL or a
+    non-object was a raw database error, a value JSON cannot hold a TypeError)."""
+    from scheduler_daemon.domain.argument import InvalidArgument
+    from tests.support import shell_task
+
+    shell_task(client, "p")
+    before = row_counts(db)
+    with pytest.raises(InvalidArgument):
+        client.trigger("p", requested_by="test", args=args)
+    assert row_counts(db) == before
+
+
+@pytest.mark.parametrize(
+    "claim",
+    [f"sd_claim_launch_v{n}" for n in range(1, 6)],
+)
+def test_the_claims_of_older_builds_pass_over_an_occurrence_with_arguments(
+    cli, database_url, claim: str
+) -> None:
+    """A build before 0034 registered after a trigger with arguments (a rollback, a forgotten
+    replica, or attempt 2 after attempt 1 failed on a new build) claims through v1 to v5: it
+    takes every other occurrence and leaves this one, queued, to a build of 0034 or later
+    (migration 0035). Before 0035 each picked it and ran the job without its arguments: this
+    test fails there."""
+    cli("tasks", "add", "p", *EVERY_MINUTE)
+    cli("tasks", "add", "worker", *EVERY_MINUTE)
+    assert cli("tasks", "trigger", "p", "--arg", "a=1").code == 0
+    assert cli("tasks", "trigger", "worker").code == 0
+    rows = query(database_url, f"SELECT task_name FROM {claim}(1, 10, 'o', '5s', '1s', 'x', NULL)")
+    assert [r["task_name"] for r in rows] == ["worker"]
+    (left,) = query(database_url, "SELECT status, args FROM occurrence WHERE args IS NOT NULL")
+    assert left == {"status": "queued", "args": {"a": "1"}}
+    new = query(
+        database_url, "SELECT task_name FROM sd_claim_launch_v6(1, 10, 'n', '5s', '1s', 'x', NULL)"
+    )
+    assert [r["task_name"] for r in new] == ["p"]

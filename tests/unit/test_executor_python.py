@@ -276,10 +276,13 @@ def test_the_worker_enforces_the_trust_deadline_when_the_daemon_is_frozen(
     tmp_path: Path,
 ) -> None:
     worker = BareWorker()
-    ctx = context(deadline_in=0.5)
+    # 3 s: the worker must have started and called the job before its deadline; a worker that
+    # meets a job already past it answers without calling it and lives on (the test below), and
+    # a loaded machine has taken more than 0.5 s to start one.
+    ctx = context(deadline_in=3.0)
     worker.jobs.send(job_message(1, "tests.jobs:sleepy", ctx, str(tmp_path / "out")))
     try:
-        code = worker.process.wait(timeout=0.5 + KILL_MARGIN + 5.0)  # nobody extends
+        code = worker.process.wait(timeout=3.0 + KILL_MARGIN + 5.0)  # nobody extends
     finally:
         worker.close()
 

@@ -394,3 +394,20 @@ def test_a_runs_traceparent_is_in_its_job_environment_and_only_its_own(
     traced = dataclasses.replace(context(), traceparent=traceparent)
     assert wait_outcome(shell.start(traced, command), wake).output_tail == traceparent
     assert wait_outcome(shell.start(context(), command), wake).output_tail == "unset"
+
+
+def test_arguments_of_non_ascii_text_at_the_limit_start_a_shell_job(shell, wake) -> None:
+    """SCHEDULER_ARGS is the UTF-8 JSON the limit measured: escaped as ASCII, 64 KiB of emoji
+    became 192 KiB, and Linux refuses one environment string over 128 KiB (E2BIG), so the job
+    could never start, on any attempt (found by review; fails with ensure_ascii)."""
+    import json
+
+    from scheduler_daemon.domain import argument, limit
+
+    value = "\U0001f600" * ((limit.MAX_ARGS_BYTES - 8) // 4)
+    args = argument.trigger_args((), json.dumps({"a": value}))  # within the limit
+    assert args is not None
+    ctx = dataclasses.replace(context(), args=args)
+    outcome = wait_outcome(shell.start(ctx, {"command": 'printf %s "$SCHEDULER_ARGS"'}), wake)
+    assert outcome.status == "success", outcome
+    assert outcome.output_tail.endswith('\U0001f600"}')
