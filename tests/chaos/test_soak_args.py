@@ -2,14 +2,15 @@
 a real `sh`, and its seeded argument sets through the CLI's own parser: a green soak must mean
 every attempt really saw its occurrence's arguments."""
 
-import json
 import os
 import random
 import subprocess
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from scheduler_daemon.domain import argument
+from scheduler_daemon.executors.base import JobContext
 from tests.chaos.soak_args import Triggers, Verdict, seen
 from tests.chaos.soak_workload import ARGS_JOB
 
@@ -106,18 +107,23 @@ def test_the_shell_job_records_what_it_saw_and_fails_only_the_first_attempt(
     folder = tmp_path / "args"
     folder.mkdir()
     given = {"q": 'quote " \\ and\nnewline', "u": "é 雪 🙂", "n": [1, {"d": None}]}
-    env = {
-        "PATH": os.environ["PATH"],
-        "SCHEDULER_TASK_NAME": "args-shell",
-        "SCHEDULER_OCCURRENCE_ID": "7",
-    }
     codes = []
     for run, (attempt, args) in enumerate([(1, given), (2, given), (1, None)], start=1):
-        env |= {"SCHEDULER_RUN_ID": str(run), "SCHEDULER_ATTEMPT": str(attempt)}
-        env["SCHEDULER_RUN_UUID"] = f"uuid-{run}"
-        env.pop("SCHEDULER_ARGS", None)
-        if args is not None:  # as the executor sets it (executors/base.py)
-            env["SCHEDULER_ARGS"] = json.dumps(args, separators=(",", ":"))
+        ctx = JobContext(  # its environment() is what the shell executor hands the job
+            task_id=1,
+            task_name="args-shell",
+            occurrence_id=7,
+            run_id=run,
+            scheduled_for=datetime(2030, 1, 1, tzinfo=UTC),
+            attempt=attempt,
+            lease_token=run,
+            idempotency_key="key-7",
+            timeout=None,
+            deadline=0.0,
+            run_uuid=f"uuid-{run}",
+            args=args,
+        )
+        env = {"PATH": os.environ["PATH"], **ctx.environment()}
         codes.append(subprocess.run([str(job), str(folder)], env=env, check=False).returncode)
     records, unreadable = seen(folder)
     assert unreadable == []
