@@ -359,9 +359,10 @@ class Driver:
             "hold_idle_connections": self.hold_idle_connections,
             "trigger_args": self.trigger_args,
         }
-        # Each kind at least once, the server restart exactly once (early: before the switchover
-        # even on a loaded machine), then at random.
-        plan = [*faults, "hold_keyed_row", "cancel", "hold_busy_rows", "trigger_args"]
+        # Each kind at least once (the manual triggers with arguments four times: each is quick),
+        # the server restart exactly once (early: before the switchover even on a loaded
+        # machine), then at random.
+        plan = [*faults, "hold_keyed_row", "cancel", "hold_busy_rows", *["trigger_args"] * 3]
         self.rng.shuffle(plan)
         plan.insert(self.rng.randrange(2, 6), "restart_server")
         faults["restart_server"] = self.restart_server
