@@ -2,7 +2,7 @@
 
 import dataclasses
 from collections.abc import Callable
-from datetime import datetime, timedelta
+from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
@@ -25,7 +25,6 @@ from scheduler_daemon.cli.base import (
     who,
 )
 from scheduler_daemon.domain import argument
-from scheduler_daemon.domain.duration import parse_duration
 from scheduler_daemon.domain.status import (
     DstGapPolicy,
     DstOverlapPolicy,
@@ -382,26 +381,10 @@ def tasks_show(ctx: click.Context, task: str, show_secrets: bool) -> None:
 @click.pass_context
 def tasks_pause(ctx: click.Context, task: str, until_text: str | None) -> None:
     """Stop firing a task (nothing is owed for firings while paused)."""
-    until = None if until_text is None else _pause_end(until_text)
+    until = None if until_text is None else argument.pause_until(until_text)
     client = client_for(ctx)
     paused = client.pause(task, until=until, actor=operator())
     _show_task(ctx, paused)
-
-
-def _pause_end(text: str) -> datetime | timedelta:
-    """`--until` as a duration from now (30m, PT2H) or an instant with an offset; whether it is
-    after now is judged on the database clock (control.pause_end)."""
-    try:
-        return parse_duration(text)
-    except ValueError:
-        pass
-    try:
-        return datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError:
-        raise InvalidTask(
-            f"--until '{text}' is neither a duration (30m, PT2H) nor an ISO 8601 instant "
-            "such as 2030-01-01T09:00Z"
-        ) from None
 
 
 @tasks.command("resume")

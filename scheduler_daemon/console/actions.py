@@ -13,7 +13,7 @@ import psycopg
 from scheduler_daemon import presentation
 from scheduler_daemon.client import Client, TriggerBatch, trigger_text
 from scheduler_daemon.domain import backfill
-from scheduler_daemon.domain.argument import InvalidArgument
+from scheduler_daemon.domain.argument import InvalidArgument, pause_until
 from scheduler_daemon.domain.limit import OutOfBounds
 from scheduler_daemon.domain.operator import Actor
 from scheduler_daemon.domain.schedule.base import ScheduleError
@@ -77,9 +77,14 @@ def trigger(client: Client, task_id: int, actor: str) -> Done:
     return Done(trigger_text(occ), ok=occ.status == OccurrenceStatus.QUEUED)
 
 
-def pause(client: Client, task_id: int, actor: str) -> Done:
-    task = client.pause(task_id, actor=_by(actor))
-    return Done(f"task '{task.name}' paused")
+def pause(client: Client, task_id: int, actor: str, *, until: str = "") -> Done:
+    """Stops firing; with `until` (an instant or a duration, as `tasks pause --until` takes
+    it, with its refusals) the pause ends by itself then."""
+    end = pause_until(until.strip()) if until.strip() else None
+    task = client.pause(task_id, until=end, actor=_by(actor))
+    if task.paused_until is None:
+        return Done(f"task '{task.name}' paused")
+    return Done(f"task '{task.name}' paused until {presentation.iso(task.paused_until)}")
 
 
 def resume(client: Client, task_id: int, actor: str) -> Done:

@@ -142,7 +142,10 @@ PAGES: tuple[tuple[str, str, Gather], ...] = (
 # The actions (POST): path, what it does as the operator.
 ACTIONS: tuple[tuple[str, Step], ...] = (
     ("/tasks/{task_id:int}/trigger", lambda c, r, f, a: actions.trigger(c, _id(r, "task_id"), a)),
-    ("/tasks/{task_id:int}/pause", lambda c, r, f, a: actions.pause(c, _id(r, "task_id"), a)),
+    (
+        "/tasks/{task_id:int}/pause",
+        lambda c, r, f, a: actions.pause(c, _id(r, "task_id"), a, until=f.get("until", "")),
+    ),
     ("/tasks/{task_id:int}/resume", lambda c, r, f, a: actions.resume(c, _id(r, "task_id"), a)),
     ("/tasks/{task_id:int}/backfill", _backfill),
     (

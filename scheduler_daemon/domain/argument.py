@@ -4,6 +4,7 @@ InvalidArgument and the checks that raise it (pure)."""
 import json
 import re
 from collections.abc import Sequence
+from datetime import datetime, timedelta
 from typing import Any
 
 from scheduler_daemon.domain import limit
@@ -234,3 +235,20 @@ def checked_args(args: object) -> dict[str, Any]:
     if "\\u0000" in text.replace("\\\\", ""):  # a NUL's escape, not an escaped backslash's
         raise InvalidArgument("the arguments contain a NUL, which PostgreSQL cannot store")
     return args
+
+
+def pause_until(text: str) -> datetime | timedelta:
+    """`tasks pause --until` (and the console's pause end): a duration from now (30m, PT2H) or an
+    ISO 8601 instant; InvalidTask (one line) for anything else. Whether it has an offset and is
+    after now is judged on the database clock (control.pause_end)."""
+    try:
+        return parse_duration(text)
+    except ValueError:
+        pass
+    try:
+        return datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        raise InvalidTask(
+            f"--until '{text}' is neither a duration (30m, PT2H) nor an ISO 8601 instant "
+            "such as 2030-01-01T09:00Z"
+        ) from None

@@ -1,6 +1,7 @@
 """The web console in a real browser (headless chromium) against a real console process, a real
 daemon process and a real database: a task appears with its next firing; triggering it shows
-its run appear and finish without a reload (htmx); pausing it; refused actions (writes off, a
+its run appear and finish without a reload (htmx); pausing it, and pausing it until an end
+(a past one refused, then the pending resume shown); refused actions (writes off, a
 `forbid` task already running) show their one-line reason. Screenshots are saved under each
 test's tmp dir (`screenshots/`)."""
 
@@ -104,10 +105,30 @@ def test_trigger_a_task_watch_its_run_finish_then_pause_it(
     actions = query(database_url, "SELECT action FROM operator_action ORDER BY id")
     assert [a["action"] for a in actions] == ["trigger", "pause"]
     browser.shot("05-paused")
+
+    # Resumed, then paused with an end: a past one is refused with the CLI's line; "1h" is
+    # taken, and the task page shows when it resumes.
+    _click(browser, "Resume")
+    browser.find_element(By.ID, "back").click()
+    browser.find_element(By.NAME, "until").send_keys("2020-01-01T00:00Z")
+    _click(browser, "Pause")
+    assert _text(browser, "#message").startswith(
+        "error: --until 2020-01-01T00:00:00+00:00 is not after now ("
+    )
+    browser.find_element(By.ID, "back").click()
+    browser.find_element(By.NAME, "until").send_keys("1h")
+    _click(browser, "Pause")
+    shown = _text(browser, "#message")
+    (row,) = query(database_url, "SELECT paused_until FROM task")
+    until = row["paused_until"].isoformat()
+    assert shown == f"task 'nightly-report' paused until {until}"
+    browser.find_element(By.ID, "back").click()
+    assert _text(browser, "#pending-resume") == f"paused; resumes at {until} (database clock)"
+    browser.shot("06-paused-until")
     browser.get(web.base + "/")
     assert daemon.instance_id() in _text(browser, "#instances")
     assert "nightly-report" in _text(browser, "table.actions-log")
-    browser.shot("06-fleet")
+    browser.shot("07-fleet")
     assert daemon.stop() == 0
 
 

@@ -166,3 +166,42 @@ async def stubborn_async(ctx: Any) -> str:
                 ignored += 1  # and on with the sleep
         _end(ctx, f"returned (cancel ignored {ignored}x)" if ignored else "returned")
     return "done"
+
+
+def _save_args(ctx: Any) -> None:
+    """Records what this attempt saw (`ctx.args`, None without arguments) in a file of its own
+    in `$SOAK_INPROCESS_DIR/args`, written aside and renamed: whole or absent, however the job
+    ends (tests/chaos/soak_args.py judges them)."""
+    folder = _root() / "args"
+    record = {
+        "task": ctx.task_name,
+        "occ": ctx.occurrence_id,
+        "run": ctx.run_id,
+        "attempt": ctx.attempt,
+        "args": ctx.args,
+    }
+    aside = folder / f".{ctx.run_uuid}"
+    aside.write_text(json.dumps(record))
+    os.replace(aside, folder / ctx.run_uuid)
+
+
+def record_args(ctx: Any) -> str:
+    """A python job (in a worker) that records the arguments it saw and fails its occurrence's
+    first attempt, so the retry must see them again."""
+    _save_args(ctx)
+    if ctx.attempt == 1:
+        raise RuntimeError("the first attempt fails, so a retry runs")
+    return "done"
+
+
+def record_args_in_process(ctx: Any) -> str:
+    """`record_args` in-process, within the job log's start and end (and its occurrence's lock)
+    as every in-process job of the soak."""
+    spec = _spec(ctx)
+    with _locks(ctx, spec) as taken:
+        _start(ctx, "args", taken)
+        _save_args(ctx)
+        _end(ctx, "raised" if ctx.attempt == 1 else "returned")
+    if ctx.attempt == 1:
+        raise RuntimeError("the first attempt fails, so a retry runs")
+    return "done"

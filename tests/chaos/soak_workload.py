@@ -14,6 +14,11 @@ grace (its daemon exits 8 and its run is taken over) and a coroutine that swallo
 cancellation and returns within the grace. They report to their own job log, judged by
 tests/chaos/soak_inprocess.py.
 
+The tasks triggered with arguments (`tasks trigger --arg/--args-json`), one per executor that runs
+on the daemons' machine (a shell job, a python job in a worker, an in-process one), fail the first
+attempt of each occurrence and record what each attempt saw; tests/chaos/soak_args.py triggers
+them and judges the records.
+
 The tasks with notifications (`--notify` the test's receiver) fail, time out, skip behind a
 running job and expire past a start deadline; tests/chaos/soak_notifications.py judges what was
 delivered.
@@ -40,6 +45,18 @@ sleep "$secs"
 exit "$code"
 """
 
+ARGS_JOB = """#!/bin/sh
+# args-job FOLDER: records what this attempt saw (SCHEDULER_ARGS, null when it is unset) in a file
+# of its own, written aside and renamed (whole or absent), and fails an occurrence's first attempt
+# so a retry runs.
+dir=$1
+printf '{"task":"%s","occ":%s,"run":%s,"attempt":%s,"args":%s}\\n' "$SCHEDULER_TASK_NAME" \\
+  "$SCHEDULER_OCCURRENCE_ID" "$SCHEDULER_RUN_ID" "$SCHEDULER_ATTEMPT" "${SCHEDULER_ARGS-null}" \\
+  > "$dir/.$SCHEDULER_RUN_UUID"
+mv "$dir/.$SCHEDULER_RUN_UUID" "$dir/$SCHEDULER_RUN_UUID"
+[ "$SCHEDULER_ATTEMPT" -gt 1 ]
+"""
+
 
 class Workload:
     """The tasks of the soak and the files their jobs use."""
@@ -57,10 +74,12 @@ class Workload:
         self.keys: dict[str, list[str]] = {}  # key -> its every-second catch-up tasks
         self.in_process: dict[str, dict[str, Any]] = {}  # what each in-process job does
         self.notify: list[str] = []  # the tasks with notifications
-        for folder in ("inprocess", "inprocess/locks", "inprocess/tried"):
+        for folder in ("inprocess", "inprocess/locks", "inprocess/tried", "inprocess/args"):
             (root / folder).mkdir()
         self.joblog = root / "inprocess" / "joblog"
         self.joblog.touch()
+        self.args = root / "inprocess" / "args"  # what each attempt of an args task saw
+        self.args_tasks: dict[str, str] = {}  # the tasks triggered with arguments -> executor
 
     def command(self, name: str, seconds: float, code: int, *, own: bool, key: str | None) -> str:
         locks = ([f"{self.locks}/task-{name}"] if own else []) + (
@@ -164,6 +183,9 @@ class Workload:
         self.build_in_process()
         self.build_notify(notify_url)
         self.build_firing_semantics()
+        self.build_args()
+        # What each in-process job does, read by tests/chaos/soak_jobs.py.
+        (self.root / "inprocess" / "tasks.json").write_text(json.dumps(self.in_process))
 
     def build_firing_semantics(self) -> None:
         """Tasks using issue 37's firing semantics: retries after an exponential, jittered delay
@@ -189,6 +211,27 @@ class Workload:
                 overlap="forbid",
                 extra=("--spread", "2s"),
             )
+
+    def build_args(self) -> None:
+        """The tasks triggered with arguments (tests/chaos/soak_args.py): one per executor, every
+        15 s on their own (those firings have none), each occurrence's first attempt failing and
+        retried after 1 s."""
+        retried = ("--max-attempts", "3", "--backoff", "1s")
+        job = self.root / "args-job"
+        job.write_text(ARGS_JOB)
+        job.chmod(0o755)
+        self.specs["args-shell"] = [
+            *("--every", "15s", "--overlap", "allow", *retried),
+            *("--command", f"{job} {self.args}"),
+        ]
+        self.specs["args-python"] = [
+            *("--every", "15s", "--overlap", "allow", *retried),
+            *("--call", "tests.chaos.soak_jobs:record_args"),
+        ]
+        self.add_in_process(
+            "args-inproc", "record_args_in_process", "15s", 0, overlap="allow", extra=retried
+        )
+        self.args_tasks = {"args-shell": "shell", "args-python": "python", "args-inproc": "inproc"}
 
     def build_notify(self, url: str) -> None:
         """Tasks with notifications whose firings end as each event a notification reports
@@ -274,7 +317,6 @@ class Workload:
         self.add_in_process(
             "ip-stubborn-async", "stubborn_async", "7s", 1.5, extra=("--timeout", "1s")
         )
-        (self.root / "inprocess" / "tasks.json").write_text(json.dumps(self.in_process))
 
 
 # Jobs whose output or error holds NUL bytes, or runs to megabytes (issue 28: one such job once

@@ -30,7 +30,13 @@ one of its key started; a cancel while the job runs; a job interrupted by a drai
 a takeover deferred by a held row lock; a manual and a scheduled occurrence of one one-shot task;
 runs whose leases passed while the switchover left no primary; an exit 8 and an exit 9; a stuck
 in-process run taken over; an in-process stop ignored within the grace; a notification of each
-event, and one delivered on a retry).
+event, and one delivered on a retry; an argument set seen again by a retry, on each executor).
+
+Three tasks, one per executor on the daemons' machine, are triggered with arguments
+(`tasks trigger --arg/--args-json`) at seeded random times among the faults, and sometimes
+without (tests/chaos/soak_args.py); each fails its occurrence's first attempt, so a retry runs.
+Every attempt must have seen exactly its occurrence's recorded arguments (none for an occurrence
+triggered without, or fired by its schedule), and the arguments recorded must be the ones sent.
 
 In-process tasks run beside the process jobs (issue 33; tests/chaos/soak_jobs.py): their daemons
 may exit 8 (a job ignored its stop past the 1.5 s grace) or 9 (a job still ran at its trust
@@ -60,7 +66,7 @@ import pytest
 
 from scheduler_daemon.runtime.endpoint import MAX_CONNECTIONS, READ_TIMEOUT_SECONDS
 from scheduler_daemon.runtime.supervision import EXIT_IN_PROCESS_STUCK, EXIT_IN_PROCESS_UNTRUSTED
-from tests.chaos import soak_jobs, soak_notifications
+from tests.chaos import soak_args, soak_jobs, soak_notifications
 from tests.chaos.soak_fleet import DAEMONS, SUPERVISED, Fleet
 from tests.chaos.soak_inprocess import Verdict
 from tests.chaos.soak_switchover import Switchover
@@ -101,6 +107,7 @@ class Driver:
     ) -> None:
         self.url, self.fleet, self.work, self.pair, self.cli = pair.url(), fleet, work, pair, cli
         self.rng = rng
+        self.triggers = soak_args.Triggers(work.args_tasks, rng)  # an operator's, with arguments
         self.switchover = Switchover(
             pair,
             self.url,
@@ -317,14 +324,27 @@ class Driver:
             for e in events
         )
         counts["switchover_past_leases"] = self.switchover.leases_passed
+        counts["args_seen_on_a_retry"] = self.args_verdict().window()
         codes = self.fleet.exit_codes()
         counts["in_process_exit_8"] = codes.get(EXIT_IN_PROCESS_STUCK, 0)
         counts["in_process_exit_9"] = codes.get(EXIT_IN_PROCESS_UNTRUSTED, 0)
         return counts
 
+    def args_verdict(self) -> soak_args.Verdict:
+        return soak_args.judge(self.url, self.work.args, self.triggers)
+
+    def trigger_args(self) -> None:
+        """Not a fault: an operator's manual triggers, with arguments or without."""
+        self.triggers.fire(self.cli, self.url)
+
     def missed(self) -> list[str]:
-        """The faults that drive the race windows not entered so far."""
-        return sorted({DRIVES[w] for w, n in self.windows().items() if not n and w in DRIVES})
+        """The faults that drive the race windows not entered so far; not `trigger_args` while
+        an occurrence it triggered with arguments still waits for its retry (it would crowd
+        out the faults)."""
+        missed = {DRIVES[w] for w, n in self.windows().items() if not n and w in DRIVES}
+        if self.triggers.waiting(self.url):
+            missed.discard("trigger_args")
+        return sorted(missed)
 
     def run(self, seconds: float) -> None:
         faults = {
@@ -337,10 +357,12 @@ class Driver:
             "hold_keyed_row": self.hold_keyed_row,
             "cancel": self.cancel,
             "hold_idle_connections": self.hold_idle_connections,
+            "trigger_args": self.trigger_args,
         }
-        # Each kind at least once, the server restart exactly once (early: before the switchover
-        # even on a loaded machine), then at random.
-        plan = [*faults, "hold_keyed_row", "cancel", "hold_busy_rows"]
+        # Each kind at least once (the manual triggers with arguments four times: each is quick),
+        # the server restart exactly once (early: before the switchover even on a loaded
+        # machine), then at random.
+        plan = [*faults, "hold_keyed_row", "cancel", "hold_busy_rows", *["trigger_args"] * 3]
         self.rng.shuffle(plan)
         plan.insert(self.rng.randrange(2, 6), "restart_server")
         faults["restart_server"] = self.restart_server
@@ -444,6 +466,7 @@ DRIVES = {
     "completion_deferred_by_row_lock": "hold_busy_rows",
     "takeover_deferred_by_row_lock": "kill_and_hold",
     "in_process_exit_9": "freeze",
+    "args_seen_on_a_retry": "trigger_args",
 }
 
 
@@ -592,6 +615,7 @@ def test_the_fleet_keeps_every_guarantee_under_faults_by_the_jobs_and_the_audit(
     in_process = Verdict(work.joblog)
     unlogged = _unlogged_successes(url, in_process)
     notified = soak_notifications.Verdict(url, work.notify, receiver.received)
+    argued = driver.args_verdict()
     with capsys.disabled():
         _report(driver, windows, _figures(url, events, driver), verdict, overlaps)
         print(
@@ -602,6 +626,9 @@ def test_the_fleet_keeps_every_guarantee_under_faults_by_the_jobs_and_the_audit(
         print(f"notifications: {notified.figures()}; drain {drained}")
         for line in notified.problems[:20]:
             print("  ", line)
+        print(f"arguments: {argued.figures(driver.triggers)}")
+        for line in argued.problems[:20]:
+            print("  ", line[:500])
         print(f"wall time {time.monotonic() - began:.0f} s")
 
     assert overlaps == [], "jobs that must exclude each other really ran at once"
@@ -617,6 +644,7 @@ def test_the_fleet_keeps_every_guarantee_under_faults_by_the_jobs_and_the_audit(
     assert unlogged == [], "runs recorded `success` whose in-process job never ran to its end"
     assert in_process.sources() == {str(Path(soak_jobs.__file__).resolve())}
     assert notified.problems == [], "notifications owed, lost, or sent with the wrong id"
+    assert argued.problems == [], "a job saw other arguments than its occurrence's, or sent ones"
     missed = [name for name, count in windows.items() if count == 0]
     assert not missed, f"the soak never entered {missed} (seed {soak.seed})"
 

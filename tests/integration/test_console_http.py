@@ -6,7 +6,7 @@ recorded in `operator_action`."""
 
 import json
 from collections.abc import Iterator
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -17,7 +17,7 @@ from scheduler_daemon.console.app import HTMX, build_app
 from scheduler_daemon.console.guard import Guard
 from scheduler_daemon.domain.task import TaskSpec
 from tests.console_process import Browser, message, script_sources
-from tests.support import shell_task
+from tests.support import OLD_INSTANCE, shell_task
 
 TOKEN = "console-test-token-5c1e"
 SCRIPT = "<script>alert(1)</script>"
@@ -348,3 +348,60 @@ def test_the_task_page_shows_each_next_firings_spread_start_as_tasks_next_does(
     assert len(expected) == 10
     assert shown == expected
     assert any(s != row["local"] for s, row in zip(shown, json.loads(result.out), strict=True))
+
+
+def test_a_pause_until_takes_the_clis_end_and_refusals_and_the_page_shows_the_resume(
+    open_console, client, db, cli
+) -> None:
+    task = shell_task(client, "job")
+    browser = open_console()
+    browser.sign_in(TOKEN)
+    before = _state(db)
+    # Refused as `tasks pause --until` refuses, word for word, and nothing is written: not an
+    # instant nor a duration, no offset, in the past (database clock), beside an older build.
+    for until in ("tomorrow", "2099-01-01T00:00:00", "-5m"):
+        page = browser.post(f"/tasks/{task.id}/pause", {"until": until})
+        assert page.status_code == 409, until
+        assert message(page.text) == cli("tasks", "pause", "job", "--until", until).err.strip()
+    past = browser.post(f"/tasks/{task.id}/pause", {"until": "2020-01-01T00:00:00Z"})
+    assert past.status_code == 409
+    assert message(past.text).startswith(
+        "error: --until 2020-01-01T00:00:00+00:00 is not after now ("
+    )
+    db.execute(OLD_INSTANCE, ("old-1", "0031"))
+    older = browser.post(f"/tasks/{task.id}/pause", {"until": "1h"})
+    assert older.status_code == 409
+    assert message(older.text) == cli("tasks", "pause", "job", "--until", "1h").err.strip()
+    assert "old-1" in message(older.text)
+    assert _state(db) == before
+    db.execute("DELETE FROM instance WHERE id = 'old-1'")
+
+    # Accepted: an instant with an offset, then (resumed) a duration from the database's now.
+    done = browser.post(f"/tasks/{task.id}/pause", {"until": "2099-01-01T09:00:00+02:00"})
+    assert done.status_code == 200, done.text
+    row = db.execute("SELECT paused, paused_until FROM task").fetchone()
+    assert row["paused"] is True
+    assert row["paused_until"] == datetime(2099, 1, 1, 7, tzinfo=UTC)
+    assert message(done.text) == f"task 'job' paused until {row['paused_until'].isoformat()}"
+    page = browser.get(f"/tasks/{task.id}").text
+    assert f"resumes at {row['paused_until'].isoformat()}" in page
+    assert browser.post(f"/tasks/{task.id}/resume").status_code == 200
+    assert 'id="pending-resume"' not in browser.get(f"/tasks/{task.id}").text
+    db_now = db.execute("SELECT now() AS n").fetchone()["n"]
+    browser.post(f"/tasks/{task.id}/pause", {"until": "PT2H"})
+    until = db.execute("SELECT paused_until FROM task").fetchone()["paused_until"]
+    assert db_now + timedelta(hours=2) <= until <= db_now + timedelta(hours=2, minutes=1)
+    # An empty end is a plain pause: it clears the pending one, as `tasks pause` does.
+    browser.post(f"/tasks/{task.id}/resume")
+    assert message(browser.post(f"/tasks/{task.id}/pause", {"until": " "}).text) == (
+        "task 'job' paused"
+    )
+    assert db.execute("SELECT paused_until FROM task").fetchone()["paused_until"] is None
+    rows = db.execute("SELECT action, detail FROM operator_action ORDER BY id").fetchall()
+    assert [(r["action"], (r["detail"] or "")[:6]) for r in rows] == [
+        ("pause", "until "),
+        ("resume", ""),
+        ("pause", "until "),
+        ("resume", ""),
+        ("pause", ""),
+    ]
