@@ -76,6 +76,7 @@ INDEXES = {
     "occurrence_executing_idx": EXECUTING,
     "occurrence_own_row_idx": OWN_HISTORY_ROW,
     "occurrence_lost_idx": LOST,
+    "occurrence_task_failure_idx": FAILED_OUTCOMES,
 }
 NAMED_SETS = {
     "ACTIVE": ACTIVE,
