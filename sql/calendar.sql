@@ -96,3 +96,21 @@ JOIN calendar c ON c.id = tc.calendar_id
 JOIN calendar_date d ON d.calendar_id = tc.calendar_id
 WHERE tc.task_id = %(task_id)s AND d.day BETWEEN %(low)s AND %(high)s
 GROUP BY d.day
+
+-- name: calendar_newest_scheduled_row :one
+-- The task's newest scheduled row (occurrence_task_scheduled_for_key, one probe) and the last
+-- firing it records: the dispatcher extends an excluded run's row with the excluded firings
+-- that follow it (ADR 0025).
+SELECT id, status, reason, coalesce(last_scheduled_for, scheduled_for) AS ends
+FROM occurrence
+WHERE task_id = %(task_id)s AND trigger = 'schedule'
+ORDER BY scheduled_for DESC
+LIMIT 1
+
+-- name: calendar_extend_excluded_row :one
+-- Extends the locked task's excluded run by the `count` firings after it, up to `last`; the row
+-- keeps its first firing (its key), so consecutive excluded firings stay one row.
+UPDATE occurrence SET firing_count = firing_count + %(count)s, last_scheduled_for = %(last)s,
+    updated_at = %(now)s
+WHERE id = %(id)s AND status = 'skipped' AND reason = 'excluded'
+RETURNING id

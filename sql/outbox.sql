@@ -185,6 +185,11 @@ WHERE t.deadline IS NOT NULL AND t.deleted_at IS NULL AND NOT t.paused AND t.sta
   AND NOT EXISTS (SELECT 1 FROM occurrence o
                   WHERE o.task_id = t.id AND o.scheduled_for = t.next_run_at
                     AND o.trigger = 'schedule')
+  -- A firing on a date its task's calendars exclude is owed no deadline (ADR 0025).
+  AND NOT EXISTS (SELECT 1 FROM task_calendar tc
+                  JOIN calendar_date cd ON cd.calendar_id = tc.calendar_id
+                  WHERE tc.task_id = t.id
+                    AND cd.day = (t.next_run_at AT TIME ZONE t.timezone)::date)
   AND NOT EXISTS (SELECT 1 FROM instance i WHERE i.schema_revision < %(since)s)
 ORDER BY t.id
 LIMIT %(limit)s

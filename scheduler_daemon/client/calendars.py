@@ -95,7 +95,7 @@ class Calendars(ClientBase):
             db_now = task_store.clock(conn, now)
             named: dict[date, tuple[str, ...]] = {}
             if task.spec.exclude_calendars:
-                low, high = read_window(db_now, db_now)
+                low, high = read_window(db_now, db_now + RUN_HORIZON)
                 named = calendar_store.named_days_for_task(conn, task.id, low, high)
         if task.status != TaskStatus.ENABLED:
             return []

@@ -26,8 +26,8 @@ _MICROSECOND = timedelta(microseconds=1)
 # outage still finds its dates) to ICS_YEARS after it.
 ICS_PAST = timedelta(days=366)
 ICS_YEARS = 5
-# The dispatcher looks this far past now for the end of a run of excluded firings; a run longer
-# than that is recorded up to here, and its next firing is judged again when it falls due.
+# `tasks next` looks this far past now for the end of a run of excluded firings it passes over;
+# past it, it shows the schedule's own times.
 RUN_HORIZON = timedelta(days=400)
 # A run's summary row counts its firings one by one up to this many (as domain/misfire.py).
 COUNT_CAP = 100_000
@@ -127,21 +127,39 @@ def from_ics(data: bytes, today: date) -> CalendarDates:
         )
     first, last = ics_horizon(today)
     found: set[date] = set()
-    has_events = False
+    has_events = too_often = False
     try:
         parsed = icalendar.Calendar.from_ical(data)
         has_events = bool(parsed.walk("VEVENT"))
-        events = recurring_ical_events.of(parsed).between(first, last + DAY) if has_events else []
-        for event in events:
+        # In order, lazily: an event repeating every minute must not be expanded whole first.
+        events = recurring_ical_events.of(parsed).after(first) if has_events else iter(())
+        for examined, event in enumerate(events, 1):
+            if _event_start(event) > last:
+                break
+            too_often = examined > limit.MAX_ICS_OCCURRENCES
             found.update(_event_days(event, first, last))
-            if len(found) > limit.MAX_CALENDAR_DATES:
+            if too_often or len(found) > limit.MAX_CALENDAR_DATES:
                 break
     except Exception as exc:  # the parsers raise many kinds; any is a file we cannot read
         line = str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__
         raise InvalidCalendar(f"not a valid iCalendar file: {line}") from None
     if not has_events:
         raise InvalidCalendar("the iCalendar file holds no event (VEVENT)")
+    if too_often:
+        raise InvalidCalendar(_too_often())
     return _bounded(sorted(found), CalendarSource.ICS, (first, last))
+
+
+def _too_often() -> str:
+    return (
+        f"the iCalendar file's events occur more than {limit.MAX_ICS_OCCURRENCES:,} times "
+        "within the dates it is read over: a calendar holds dates, not a timetable"
+    )
+
+
+def _event_start(event: object) -> date:
+    start = event["DTSTART"].dt  # type: ignore[index]
+    return start.date() if isinstance(start, datetime) else start
 
 
 def _event_days(event: object, first: date, last: date) -> Iterable[date]:
@@ -177,14 +195,11 @@ def _too_many(count: int) -> str:
 # -- which firings a calendar excludes ---------------------------------------------------------
 
 
-def read_window(next_run_at: datetime, now: datetime) -> tuple[date, date]:
-    """The dates the dispatcher reads for a task (database clock): every local date, in any
-    zone, from its oldest due firing to RUN_HORIZON past now (a local date is within a day of
-    the UTC one)."""
-    return (
-        next_run_at.astimezone(UTC).date() - DAY,
-        (now + RUN_HORIZON).astimezone(UTC).date() + DAY,
-    )
+def read_window(first: datetime, last: datetime) -> tuple[date, date]:
+    """The dates to read for the firings from `first` to `last`: every local date, in any zone
+    (a local date is within a day of the UTC one). The dispatcher reads its due firings', from
+    the oldest to now; `tasks next` to RUN_HORIZON past now."""
+    return first.astimezone(UTC).date() - DAY, last.astimezone(UTC).date() + DAY
 
 
 @dataclass(frozen=True)

@@ -34,6 +34,7 @@ MAX_TASK_FILE_DEPTH = 100  # nested tables and arrays in a task file
 MAX_CALENDAR_DATES = 10_000  # the excluded dates one calendar holds (ADR 0025)
 MAX_TASK_CALENDARS = 16  # `--exclude-calendar` names on one task
 MAX_ICS_BYTES = 1024 * 1024  # `calendars add --ics`
+MAX_ICS_OCCURRENCES = 20_000  # the event occurrences an --ics file is expanded to, at most
 
 # Characters no name or key may hold: control (Cc: NUL, ESC, newline, DEL...), format (Cf:
 # zero-width and bidirectional marks) and surrogates (Cs: not encodable as UTF-8).

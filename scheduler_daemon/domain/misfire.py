@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from itertools import pairwise
 
-from scheduler_daemon.domain.calendar import Exclusion, excluded_run
+from scheduler_daemon.domain.calendar import Exclusion
 from scheduler_daemon.domain.schedule.base import Schedule
 from scheduler_daemon.domain.status import (
     LostReason,
@@ -96,9 +96,9 @@ def plan_dispatch(
     """Plan the firings due at `now`: `next_run_at` and every fire time after it up to `now`.
     With `exclusion` (the task's calendars, ADR 0025), a due firing on an excluded date is
     recorded `excluded` and never queued; the other firings are decided as if it were not
-    there. Consecutive excluded firings are one row, and a run that reaches the newest due
-    firing goes on past now to the next firing no date excludes, which becomes the task's
-    next due time (an every-minute task over a holiday writes one row, not 1,440)."""
+    there. Consecutive excluded firings are one row; nothing is recorded before it is due
+    (the dispatcher extends the row of a run that goes on across passes, so an every-minute
+    task over a holiday has one row, not 1,440)."""
     policy = _Policy(now, misfire, misfire_grace, catchup_limit, catchup_window, overlap, active)
     _validate(policy, next_run_at)
     if next_run_at > now:
@@ -136,12 +136,7 @@ def _excluding(
         j = i
         while j + 1 < len(tail) and excluded[j + 1]:
             j += 1
-        if j == len(tail) - 1:  # the newest due firing: the run goes on past now
-            run = excluded_run(schedule, exclusion, tail[i])
-            next_run_at = run.next_firing
-            rows.append(_excluded_row(run.first, run.last, run.count, run.exact))
-        else:
-            rows.append(_excluded_row(tail[i], tail[j], j - i + 1, True))
+        rows.append(_excluded_row(tail[i], tail[j], j - i + 1, True))
         i = j + 1
     rows.sort(key=lambda row: row.scheduled_for)
     return DispatchPlan(tuple(rows), next_run_at)

@@ -1,7 +1,7 @@
 """Dispatcher: turns due tasks into occurrences, applying the misfire and overlap policies."""
 
 import contextlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -9,7 +9,7 @@ import psycopg
 import structlog
 from psycopg_pool import ConnectionPool
 
-from scheduler_daemon.domain.calendar import RUN_HORIZON, Exclusion, read_window
+from scheduler_daemon.domain.calendar import Exclusion, read_window
 from scheduler_daemon.domain.misfire import DispatchPlan, plan_dispatch
 from scheduler_daemon.domain.spread import spread_offset
 from scheduler_daemon.domain.status import (
@@ -121,7 +121,7 @@ class Dispatcher:
             exclusion=_exclusion(conn, task, db_now) if calendar_ids else None,
         )
         once_fired = spec.schedule_kind == ScheduleKind.ONCE and bool(plan.firings)
-        rows = self._record(conn, task, plan, once_fired=once_fired, db_now=db_now)
+        rows, plan = self._record(conn, task, plan, once_fired=once_fired, db_now=db_now)
         inserted = {row["scheduled_for"]: row for row in rows}
         _notify(conn, task, rows, db_now)
         for firing in plan.firings:
@@ -159,21 +159,27 @@ class Dispatcher:
         *,
         once_fired: bool,
         db_now: datetime,
-    ) -> list[dict[str, Any]]:
+    ) -> tuple[list[dict[str, Any]], DispatchPlan]:
         """Writes the plan (`occurrence_store.dispatch`), a `replace` task's predecessors
-        replaced first when it queues a firing. A replace and its new firing stand or fall
-        together: a dispatch that fails (the task is parked) must not have stopped the
-        predecessor for nothing."""
-        offsets = _offsets(task, [f.scheduled_for for f in plan.firings])
+        replaced first when it queues a firing, and a run of excluded firings that continues
+        the task's newest row extending that row (`_extend_excluded`). Each of those and the
+        plan's rows stand or fall together: a dispatch that fails (the task is parked) must not
+        have stopped the predecessor, or recorded firings its next due time still owes. Returns
+        the rows inserted and the plan they were inserted for."""
         replaces = task.spec.overlap == OverlapPolicy.REPLACE and any(
             f.status == OccurrenceStatus.QUEUED for f in plan.firings
         )
-        with conn.transaction() if replaces else contextlib.nullcontext():
+        extends = bool(plan.firings) and plan.firings[0].reason == LostReason.EXCLUDED
+        with conn.transaction() if replaces or extends else contextlib.nullcontext():
             if replaces:
                 self._replace(conn, task, db_now)
-            return occurrence_store.dispatch(
+            if extends:
+                plan = _extend_excluded(conn, task, plan, db_now)
+            offsets = _offsets(task, [f.scheduled_for for f in plan.firings])
+            rows = occurrence_store.dispatch(
                 conn, task, plan, once_fired=once_fired, now=db_now, spread_offsets=offsets
             )
+        return rows, plan
 
     def _replace(self, conn: Conn, task: TaskRecord, db_now: datetime) -> None:
         """The new firing of a `replace` task replaces its active predecessors, before it is
@@ -207,12 +213,35 @@ def _notify(conn: Conn, task: TaskRecord, rows: list[dict[str, Any]], db_now: da
 
 def _exclusion(conn: Conn, task: TaskRecord, db_now: datetime) -> Exclusion:
     """The dates the task's calendars exclude, read in the dispatch transaction (so a calendar
-    changed since the last pass applies from this one), from its oldest due firing to
-    RUN_HORIZON past now."""
+    changed since the last pass applies from this one), from its oldest due firing to now."""
     assert task.next_run_at is not None
     low, high = read_window(task.next_run_at, db_now)
     days = calendar_store.days_for_task(conn, task.id, low, high)
-    return Exclusion(task.spec.timezone, days, db_now + RUN_HORIZON)
+    return Exclusion(task.spec.timezone, days, db_now)
+
+
+def _extend_excluded(
+    conn: Conn, task: TaskRecord, plan: DispatchPlan, db_now: datetime
+) -> DispatchPlan:
+    """The plan without its first row, an excluded run, when that run continues the task's
+    newest scheduled row, itself an excluded run ending at the fire time just before it: that
+    row is extended instead (ADR 0025). Consecutive excluded firings are one row across passes
+    as within one, and no row is written before its firings are due, so a calendar changed,
+    or a task paused, resumed or rescheduled inside a holiday, changes what the next pass
+    records, and no firing is ever in two rows."""
+    first = plan.firings[0]
+    newest = calendar_store.newest_scheduled(conn, task.id)
+    if (
+        newest is None
+        or (newest["status"], newest["reason"]) != (OccurrenceStatus.SKIPPED, LostReason.EXCLUDED)
+        or task.spec.schedule().next_after(newest["ends"]) != first.scheduled_for
+    ):
+        return plan  # a new run: a queued firing, a pause or a reschedule lies between
+    last = first.last_scheduled_for or first.scheduled_for
+    calendar_store.extend_excluded(
+        conn, newest["id"], count=first.firing_count, last=last, now=db_now
+    )
+    return replace(plan, firings=plan.firings[1:])
 
 
 def _offsets(task: TaskRecord, nominal: list[datetime]) -> list[timedelta | None] | None:

@@ -1,4 +1,5 @@
-"""Reads and writes exclusion calendars and a task's links to them (sql/calendar.sql, ADR 0025)."""
+"""Reads and writes exclusion calendars, a task's links to them and the rows of its runs of
+excluded firings (sql/calendar.sql, ADR 0025)."""
 
 from collections.abc import Sequence
 from datetime import date, datetime
@@ -8,6 +9,7 @@ import psycopg
 
 from scheduler_daemon.domain.calendar import Calendar, CalendarDates
 from scheduler_daemon.storage import query
+from scheduler_daemon.storage.database import Conn
 
 
 def write(
@@ -87,3 +89,16 @@ def named_days_for_task(
     params = {"task_id": task_id, "low": low, "high": high}
     rows = query.run(conn, "task_calendar_days_named", params)
     return {row["day"]: tuple(row["calendars"]) for row in rows}
+
+
+def newest_scheduled(conn: Conn, task_id: int) -> dict[str, Any] | None:
+    """The task's newest scheduled row: its id, status, reason and the last firing it records
+    (`ends`)."""
+    row = query.run(conn, "calendar_newest_scheduled_row", {"task_id": task_id})
+    return dict(row) if row is not None else None
+
+
+def extend_excluded(conn: Conn, row_id: int, *, count: int, last: datetime, now: datetime) -> None:
+    """Extends an excluded run's row by the `count` firings that follow it, up to `last`."""
+    params = {"id": row_id, "count": count, "last": last, "now": now}
+    assert query.run(conn, "calendar_extend_excluded_row", params) is not None

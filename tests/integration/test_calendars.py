@@ -1,6 +1,6 @@
 """Exclusion calendars against a real database (ADR 0025): the `calendars` commands, a task's
-`--exclude-calendar`, the dispatcher recording a run of excluded firings as one row and moving
-the task past it, `tasks next` passing over them, `audit` finding them recorded, the refusal
+`--exclude-calendar`, the dispatcher recording a run of excluded firings as one row as they fall
+due, `tasks next` passing over them, `audit` finding them recorded, the refusal
 beside a build before 0036, bad input (one line, exit 2, nothing written) and the roles'
 grants."""
 
@@ -117,19 +117,53 @@ def test_a_holiday_of_an_every_minute_task_is_one_excluded_row_and_the_other_tas
 
     result = _dispatch(pool, HOLIDAY + timedelta(seconds=30))
     assert result.queued == 1  # `free` only
-    assert result.skipped == 1440
-    (row,) = _rows(database_url, "held")
+    assert result.skipped == 1  # only what is due: nothing is recorded ahead
+    # A pass every hour of the day (each within the newest 200 firings): every one extends the
+    # same row, so the holiday is one row of 1,440 firings, written as they fall due.
+    for hour in range(1, 25):
+        _dispatch(pool, HOLIDAY + timedelta(hours=hour, seconds=30))
+    rows = _rows(database_url, "held")
+    (row, after) = rows
     assert (row["status"], row["reason"], row["scheduled_for"]) == ("skipped", "excluded", HOLIDAY)
     assert row["firing_count"] == 1440
     assert row["last_scheduled_for"] == HOLIDAY + timedelta(hours=23, minutes=59)
-    assert _next_run_at(database_url, "held") == HOLIDAY + timedelta(days=1)
-    assert [r["status"] for r in _rows(database_url, "free")] == ["queued"]
+    assert (after["scheduled_for"], after["status"]) == (HOLIDAY + timedelta(days=1), "queued")
+    assert _next_run_at(database_url, "held") == HOLIDAY + timedelta(days=1, minutes=1)
+    assert "queued" in [r["status"] for r in _rows(database_url, "free")]
     # No notification for an excluded firing: it is the task's own calendar at work.
     assert query(database_url, "SELECT count(*) AS n FROM notification_outbox")[0]["n"] == 0
-    # Later passes that day find nothing due for `held` (`free` goes on by its own rules).
-    _dispatch(pool, HOLIDAY + timedelta(hours=5))
-    assert len(_rows(database_url, "held")) == 1
-    assert _next_run_at(database_url, "held") == HOLIDAY + timedelta(days=1)
+
+
+def test_inside_a_holiday_a_cleared_calendar_or_a_pause_applies_at_the_next_pass(
+    cli, client, pool, database_url
+) -> None:
+    """Nothing is recorded before it is due (ADR 0025, found by review): a run recorded ahead to
+    the next free firing kept a task silent until then after its calendar was cleared, and a
+    pause and resume inside it planned firings the run already held (two rows for one firing,
+    or a firing both run and counted excluded)."""
+    assert cli("calendars", "add", "xmas", "--date", "2030-12-25").code == 0
+    added = cli("tasks", "add", "held", *EVERY_MINUTE, "--misfire", "run_once", *CAL, "xmas")
+    assert added.code == 0, added.err
+    query(database_url, "UPDATE task SET next_run_at = %s", (HOLIDAY,))
+    _dispatch(pool, HOLIDAY + timedelta(minutes=10, seconds=30))
+    client.pause("held", now=HOLIDAY + timedelta(minutes=20, seconds=30))
+    client.resume("held", now=HOLIDAY + timedelta(minutes=40, seconds=30))
+    _dispatch(pool, HOLIDAY + timedelta(minutes=50, seconds=30))
+    client.update_task("held", exclude_calendars=(), now=HOLIDAY + timedelta(minutes=54))
+    _dispatch(pool, HOLIDAY + timedelta(minutes=55, seconds=30))
+    rows = [
+        (r["scheduled_for"] - HOLIDAY, r["status"], r["reason"], r["firing_count"])
+        for r in _rows(database_url, "held")
+    ]
+    minute = timedelta(minutes=1)
+    coalesced = [(m * minute, "skipped", "coalesced", 1) for m in range(51, 55)]
+    assert rows == [
+        (0 * minute, "skipped", "excluded", 11),  # 00:00-00:10, as they fell due
+        (11 * minute, "skipped", "paused", 10),  # what the pause found due
+        (41 * minute, "skipped", "excluded", 10),  # after the resume: a new run, no overlap
+        *coalesced,  # cleared: the next pass decides by the misfire policy alone
+        (55 * minute, "queued", None, 1),
+    ]
 
 
 def test_a_calendar_change_applies_from_the_next_dispatch_and_recorded_rows_stay(
@@ -142,8 +176,11 @@ def test_a_calendar_change_applies_from_the_next_dispatch_and_recorded_rows_stay
     _dispatch(pool, HOLIDAY + timedelta(hours=9))
     assert cli("calendars", "add", "c", "--date", "2030-12-26", "--replace").code == 0
     _dispatch(pool, HOLIDAY + timedelta(days=1, hours=9))
-    rows = [(r["scheduled_for"].day, r["reason"]) for r in _rows(database_url, "t")]
-    assert rows == [(25, "excluded"), (26, "excluded")]
+    # Consecutive excluded firings, whichever date excluded each, are one row.
+    rows = [
+        (r["scheduled_for"].day, r["reason"], r["firing_count"]) for r in _rows(database_url, "t")
+    ]
+    assert rows == [(25, "excluded", 2)]
     # Cleared: the next firing runs.
     assert cli("tasks", "update", "t", "--exclude-calendar", "none").code == 0
     _dispatch(pool, HOLIDAY + timedelta(days=2, hours=9))
@@ -196,7 +233,7 @@ def test_audit_finds_excluded_firings_owed_and_recorded_never_missing(
     _dispatch(pool)
     (row,) = _rows(database_url, "ten")
     assert row["reason"] == "excluded"
-    assert row["firing_count"] > 60  # the ten minutes, and on to the end of the excluded dates
+    assert row["firing_count"] >= 59  # the ten minutes, as they fell due (none ahead)
     result = cli("audit", "--json", "--check", "firing_missing")
     assert result.code == 0, result.out
     assert result.json()["violations"] == []
@@ -250,7 +287,7 @@ def test_the_roles_operator_writes_calendars_daemon_and_reader_read_them(cli, da
         pool = make_pool(daemon, max_size=1, name="daemon-role")
         pool.open(wait=True)
         try:
-            assert _dispatch(pool, HOLIDAY).skipped == 1440
+            assert _dispatch(pool, HOLIDAY).skipped == 1
         finally:
             pool.close()
         refused = cli("calendars", "delete", "xmas", url=operator)
@@ -353,3 +390,34 @@ def test_a_link_waiting_on_a_delete_is_refused_in_one_line(cli, database_url, db
     assert "--exclude-calendar" in result.err
     assert result.err.count("\n") == 1
     assert query_count(db, "task_calendar") == 0
+
+
+def test_a_firing_not_yet_dispatched_on_an_excluded_date_owes_no_deadline(
+    cli, database_url
+) -> None:
+    """The reconcile scan of firings not yet dispatched (a parked task, a dispatch lagging after
+    an outage) skips a firing on a date its task's calendars exclude, as the dispatcher's check
+    does. Fails without the calendar condition in outbox_enqueue_unrecorded_deadlines (found by
+    review: "not dispatched within its deadline of 10 s")."""
+    from scheduler_daemon.storage import outbox_store
+
+    today = query(database_url, "SELECT (now() AT TIME ZONE 'UTC')::date AS d")[0]["d"]
+    assert cli("calendars", "add", "today", "--date", str(today)).code == 0
+    notify = ("--notify", "http://127.0.0.1:9/n", "--notify-on", "deadline", "--deadline", "10s")
+    for name, extra in (("held", (*CAL, "today")), ("free", ())):
+        added = cli("tasks", "add", name, "--every", "1h", "--command", "true", *notify, *extra)
+        assert added.code == 0, added.err
+    # Their firing is today, a minute ago (or at midnight), and no dispatcher has reached it.
+    query(
+        database_url,
+        "UPDATE task SET next_run_at = greatest(now() - interval '1 minute',"
+        " (now() AT TIME ZONE 'UTC')::date::timestamp AT TIME ZONE 'UTC')",
+    )
+    with psycopg.connect(database_url) as conn:
+        outbox_store.enqueue_unrecorded_deadlines(conn, limit=100)
+    rows = query(
+        database_url,
+        "SELECT t.name FROM notification_outbox n JOIN task t ON t.id = n.task_id "
+        "WHERE n.event = 'deadline'",
+    )
+    assert [r["name"] for r in rows] == ["free"]

@@ -56,7 +56,10 @@ def test_the_docs_table_of_limits_states_the_constants() -> None:
     calendars = table["`--exclude-calendar`"]
     assert calendars.startswith(f"at most {limit.MAX_TASK_CALENDARS} calendars on a task")
     ics = table["`calendars add --ics`"]
-    assert ics == f"a file of at most {limit.MAX_ICS_BYTES // 1024:,} KiB"
+    assert ics == (
+        f"a file of at most {limit.MAX_ICS_BYTES // 1024:,} KiB, its events occurring at most "
+        f"{limit.MAX_ICS_OCCURRENCES:,} times over the dates it is read over"
+    )
     assert len(table) == 19  # a new bound gets a row, and a check here
 
 
