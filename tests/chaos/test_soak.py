@@ -30,13 +30,21 @@ one of its key started; a cancel while the job runs; a job interrupted by a drai
 a takeover deferred by a held row lock; a manual and a scheduled occurrence of one one-shot task;
 runs whose leases passed while the switchover left no primary; an exit 8 and an exit 9; a stuck
 in-process run taken over; an in-process stop ignored within the grace; a notification of each
-event, and one delivered on a retry; an argument set seen again by a retry, on each executor).
+event, and one delivered on a retry; an argument set seen again by a retry, on each executor;
+excluded firings recorded, the task on another date run, a calendar change applied).
 
 Three tasks, one per executor on the daemons' machine, are triggered with arguments
 (`tasks trigger --arg/--args-json`) at seeded random times among the faults, and sometimes
 without (tests/chaos/soak_args.py); each fails its occurrence's first attempt, so a retry runs.
 Every attempt must have seen exactly its occurrence's recorded arguments (none for an occurrence
 triggered without, or fired by its schedule), and the arguments recorded must be the ones sent.
+
+Three tasks exclude calendars (tests/chaos/soak_calendars.py): one every second in a zone whose
+date over the whole soak a calendar holds (every firing excluded), one reading the same calendar
+in a zone on another date (it runs), and one whose calendar is rewritten once among the faults
+(`calendars add --replace`) to hold its date. No firing may be queued on a date excluded by the
+calendar version in force when it was dispatched, every firing of the first is covered by its
+`excluded` rows, and the others ran.
 
 In-process tasks run beside the process jobs (issue 33; tests/chaos/soak_jobs.py): their daemons
 may exit 8 (a job ignored its stop past the 1.5 s grace) or 9 (a job still ran at its trust
