@@ -2,7 +2,7 @@
 queries return the documented shapes; cli/output.py lays them out as text). What the CLI shows and
 the web console (to come) will show alike: schedules in words, masked headers, the JSON fields."""
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import fields
 from datetime import datetime, timedelta
 from typing import Any
@@ -231,6 +231,17 @@ def fire_time_fields(at: datetime, zone: str, start: datetime | None = None) -> 
     if start is not None:
         shown |= {"start_local": iso(start.astimezone(ZoneInfo(zone))), "start_utc": iso(start)}
     return shown
+
+
+def excluded_note(passed: int, calendars: Iterable[str]) -> str:
+    """Why `tasks next` and the console's task page passed over firings: how many, and the
+    calendars whose dates excluded them ("" when none were passed over)."""
+    if not passed:
+        return ""
+    return (
+        f"passed over {passed:,} excluded firing(s) on dates of calendar(s) "
+        f"{', '.join(sorted(set(calendars)))}"
+    )
 
 
 def status_fields(status: dict[str, Any]) -> dict[str, Any]:

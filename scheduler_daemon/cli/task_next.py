@@ -33,8 +33,5 @@ def tasks_next(ctx: click.Context, task: str, count: int) -> None:
     columns = ("local", "utc", "start_local", "start_utc") if spread else ("local", "utc")
     text = output.table(rows, (*columns, "excluded_before") if calendars else columns)
     if passed:
-        text += (
-            f"\npassed over {passed:,} excluded firing(s) on dates of calendar(s) "
-            f"{', '.join(sorted(by))}"
-        )
+        text += "\n" + presentation.excluded_note(passed, by)
     emit(ctx, rows, text)

@@ -69,16 +69,19 @@ def tasks(
 
 def task(client: Client, task_id: int, *, after: str | None) -> dict[str, Any]:
     """A task: its definition (secrets masked), schedule in words, next firings in its zone and
-    in UTC with DST notes, its health, its history a page at a time, the run chart, and the
-    actions recorded on it."""
+    in UTC with DST notes (past the ones its calendars exclude, saying how many and why), its
+    health, its history a page at a time, the run chart, and the actions recorded on it."""
     record = client.get_task(task_id)
     fields = presentation.task_fields(record)
     zone = record.spec.timezone
-    upcoming = (
-        client.next_fire_times(record.id, NEXT_FIRINGS)
+    # As `tasks next`: past the firings the task's calendars exclude, each shown with the
+    # excluded ones passed over just before it.
+    firings = (
+        client.next_firings(record.id, NEXT_FIRINGS)
         if record.status == TaskStatus.ENABLED and record.deleted_at is None
         else []
     )
+    upcoming = [f.at for f in firings]
     words = (
         cron_words(record.spec.cron, zone)
         if record.spec.cron is not None
@@ -94,10 +97,14 @@ def task(client: Client, task_id: int, *, after: str | None) -> dict[str, Any]:
         "task": fields,
         "words": words,
         "next": [
-            presentation.fire_time_fields(t, zone, spread_start(record.id, t, record.spec.spread))
-            for t in upcoming
+            presentation.fire_time_fields(
+                f.at, zone, spread_start(record.id, f.at, record.spec.spread)
+            )
+            | {"excluded": presentation.excluded_note(f.excluded_before, f.excluded_by)}
+            for f in firings
         ],
         "spread": record.spec.spread is not None,
+        "calendars": bool(record.spec.exclude_calendars),
         "dst_notes": dst_notes(upcoming, zone),
         "health": presentation.health_fields(client.task_health(record.id))
         if record.deleted_at is None

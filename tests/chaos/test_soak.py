@@ -30,13 +30,21 @@ one of its key started; a cancel while the job runs; a job interrupted by a drai
 a takeover deferred by a held row lock; a manual and a scheduled occurrence of one one-shot task;
 runs whose leases passed while the switchover left no primary; an exit 8 and an exit 9; a stuck
 in-process run taken over; an in-process stop ignored within the grace; a notification of each
-event, and one delivered on a retry; an argument set seen again by a retry, on each executor).
+event, and one delivered on a retry; an argument set seen again by a retry, on each executor;
+excluded firings recorded, the task on another date run, a calendar change applied).
 
 Three tasks, one per executor on the daemons' machine, are triggered with arguments
 (`tasks trigger --arg/--args-json`) at seeded random times among the faults, and sometimes
 without (tests/chaos/soak_args.py); each fails its occurrence's first attempt, so a retry runs.
 Every attempt must have seen exactly its occurrence's recorded arguments (none for an occurrence
 triggered without, or fired by its schedule), and the arguments recorded must be the ones sent.
+
+Three tasks exclude calendars (tests/chaos/soak_calendars.py): one every second in a zone whose
+date over the whole soak a calendar holds (every firing excluded), one reading the same calendar
+in a zone on another date (it runs), and one whose calendar is rewritten once among the faults
+(`calendars add --replace`) to hold its date. No firing may be queued on a date excluded by the
+calendar version in force when it was dispatched, every firing of the first is covered by its
+`excluded` rows, and the others ran.
 
 In-process tasks run beside the process jobs (issue 33; tests/chaos/soak_jobs.py): their daemons
 may exit 8 (a job ignored its stop past the 1.5 s grace) or 9 (a job still ran at its trust
@@ -66,7 +74,7 @@ import pytest
 
 from scheduler_daemon.runtime.endpoint import MAX_CONNECTIONS, READ_TIMEOUT_SECONDS
 from scheduler_daemon.runtime.supervision import EXIT_IN_PROCESS_STUCK, EXIT_IN_PROCESS_UNTRUSTED
-from tests.chaos import soak_args, soak_jobs, soak_notifications
+from tests.chaos import soak_args, soak_calendars, soak_jobs, soak_notifications
 from tests.chaos.soak_fleet import DAEMONS, SUPERVISED, Fleet
 from tests.chaos.soak_inprocess import Verdict
 from tests.chaos.soak_switchover import Switchover
@@ -104,9 +112,10 @@ class Driver:
         work: Workload,
         cli: Any,
         rng: random.Random,
+        calendars: soak_calendars.Plan,
     ) -> None:
         self.url, self.fleet, self.work, self.pair, self.cli = pair.url(), fleet, work, pair, cli
-        self.rng = rng
+        self.rng, self.calendars = rng, calendars
         self.triggers = soak_args.Triggers(work.args_tasks, rng)  # an operator's, with arguments
         self.switchover = Switchover(
             pair,
@@ -325,6 +334,7 @@ class Driver:
         )
         counts["switchover_past_leases"] = self.switchover.leases_passed
         counts["args_seen_on_a_retry"] = self.args_verdict().window()
+        counts.update(self.calendar_verdict().windows())
         codes = self.fleet.exit_codes()
         counts["in_process_exit_8"] = codes.get(EXIT_IN_PROCESS_STUCK, 0)
         counts["in_process_exit_9"] = codes.get(EXIT_IN_PROCESS_UNTRUSTED, 0)
@@ -332,6 +342,13 @@ class Driver:
 
     def args_verdict(self) -> soak_args.Verdict:
         return soak_args.judge(self.url, self.work.args, self.triggers)
+
+    def calendar_verdict(self, stopped: datetime | None = None) -> soak_calendars.Verdict:
+        return soak_calendars.judge(self.url, self.calendars, stopped or self.now())
+
+    def change_calendar(self) -> None:
+        """Not a fault: an operator's calendar change (`calendars add --replace`), once."""
+        self.calendars.change(self.cli, self.url)
 
     def trigger_args(self) -> None:
         """Not a fault: an operator's manual triggers, with arguments or without."""
@@ -365,7 +382,9 @@ class Driver:
         plan = [*faults, "hold_keyed_row", "cancel", "hold_busy_rows", *["trigger_args"] * 3]
         self.rng.shuffle(plan)
         plan.insert(self.rng.randrange(2, 6), "restart_server")
+        plan.insert(self.rng.randrange(1, 6), "change_calendar")
         faults["restart_server"] = self.restart_server
+        faults["change_calendar"] = self.change_calendar
         faults["switchover"] = self.switchover.run
         began = time.monotonic()
         deadline = began + seconds
@@ -455,7 +474,7 @@ WINDOWS = {
 # Tasks whose completions lock their task row: not a recurring task's success (0021).
 LOCKING_COMPLETIONS = ("failing-", "timeout-", "once-", "poison-", "ip-stubborn")
 
-ONCE = {"restart_server", "switchover"}  # faults injected exactly once
+ONCE = {"restart_server", "switchover", "change_calendar"}  # faults injected exactly once
 
 # The fault that drives each window, chosen again while its window has not been entered.
 DRIVES = {
@@ -571,15 +590,19 @@ def test_the_fleet_keeps_every_guarantee_under_faults_by_the_jobs_and_the_audit(
     work = Workload(tmp_path, rng)
     (start,) = query(url, "SELECT now() AS t")
     work.build(soak.seconds, start["t"] + timedelta(seconds=10), receiver.url)
+    calendars = soak_calendars.Plan.pick(start["t"], soak.seconds, random.Random(soak.seed))
+    calendars.build(work)
+    calendars.create(cli, url)
     for name, argv in work.specs.items():
         added = cli("tasks", "add", name, *argv, url=url)
         assert added.code == 0, (name, added.err)
     assert cli("config", "set", "max-concurrent-runs", str(BUDGET), url=url).code == 0
     for i in range(0, 30, 2):  # manual occurrences of one-shots that will also fire on schedule
         assert cli("tasks", "trigger", f"once-{i}", url=url).code == 0
+    calendars.record_first(url)
 
     fleet = Fleet(url, tmp_path, work.joblog.parent)
-    driver = Driver(pair, fleet=fleet, work=work, cli=cli, rng=rng)
+    driver = Driver(pair, fleet=fleet, work=work, cli=cli, rng=rng, calendars=calendars)
     try:
         for i in range(DAEMONS):
             fleet.start(i)
@@ -610,6 +633,7 @@ def test_the_fleet_keeps_every_guarantee_under_faults_by_the_jobs_and_the_audit(
     verdict = audit.json()
     events = fleet.logs()
     windows = driver.windows()
+    excluded = driver.calendar_verdict(stopped["t"])
     overlaps = work.overlaps.read_text().splitlines()
     switched = driver.switchover.problems(events)
     in_process = Verdict(work.joblog)
@@ -629,6 +653,9 @@ def test_the_fleet_keeps_every_guarantee_under_faults_by_the_jobs_and_the_audit(
         print(f"arguments: {argued.figures(driver.triggers)}")
         for line in argued.problems[:20]:
             print("  ", line[:500])
+        print(f"calendars: {excluded.figures()}")
+        for line in excluded.problems[:20]:
+            print("  ", line[:500])
         print(f"wall time {time.monotonic() - began:.0f} s")
 
     assert overlaps == [], "jobs that must exclude each other really ran at once"
@@ -645,6 +672,7 @@ def test_the_fleet_keeps_every_guarantee_under_faults_by_the_jobs_and_the_audit(
     assert in_process.sources() == {str(Path(soak_jobs.__file__).resolve())}
     assert notified.problems == [], "notifications owed, lost, or sent with the wrong id"
     assert argued.problems == [], "a job saw other arguments than its occurrence's, or sent ones"
+    assert excluded.problems == [], "an excluded firing was queued, or one not recorded excluded"
     missed = [name for name, count in windows.items() if count == 0]
     assert not missed, f"the soak never entered {missed} (seed {soak.seed})"
 

@@ -350,6 +350,50 @@ def test_the_task_page_shows_each_next_firings_spread_start_as_tasks_next_does(
     assert any(s != row["local"] for s, row in zip(shown, json.loads(result.out), strict=True))
 
 
+def test_the_task_page_skips_excluded_firings_and_says_why_as_tasks_next_does(
+    open_console, client, cli, db
+) -> None:
+    # Fails on the page that listed the schedule's fire times: there the first two rows were
+    # the excluded 09:30s of the next two dates in Berlin, and no row said why any was missing.
+    today = db.execute("SELECT (now() AT TIME ZONE 'Europe/Berlin')::date AS d").fetchone()["d"]
+    span = f"{today}..{today + timedelta(days=2)}"  # today and the next two dates, in Berlin
+    assert cli("calendars", "add", "holidays", "--range", span).code == 0
+    assert cli("calendars", "add", "other", "--date", str(today + timedelta(days=5))).code == 0
+    task = client.add_task(
+        TaskSpec(
+            name="daily",
+            executor="shell",
+            target="true",
+            cron="30 9 * * *",
+            timezone="Europe/Berlin",
+            exclude_calendars=("holidays", "other"),
+        )
+    )
+    html = open_console().get(f"/tasks/{task.id}").text
+    table = html.split('id="next-firings"')[1].split("</table>")[0]
+    assert "<th>Excluded before it</th>" in table
+    rows = table.split("<tr><td>")[1:]
+    shown = [
+        (r.split("</td>")[0], r.split('<td class="excluded">')[1].split("</td>")[0]) for r in rows
+    ]
+    listed = cli("tasks", "next", "daily", "-n", "10", "--json").json()
+    assert [local for local, _ in shown] == [row["local"] for row in listed]
+    assert shown[0][0].startswith(str(today + timedelta(days=3)))
+    assert str(today + timedelta(days=5)) not in table  # the other calendar's date: passed over
+    # The reason, word for word as `tasks next` says it below its table, beside the firing
+    # each run of excluded firings comes before; nothing beside the others.
+    early = db.execute(
+        "SELECT (now() AT TIME ZONE 'Europe/Berlin')::time < '09:30' AS early"
+    ).fetchone()["early"]
+    held = 3 if early else 2  # today's 09:30 too, while it is still ahead
+    text = cli("tasks", "next", "daily", "-n", "1").out.splitlines()[-1]
+    assert text == f"passed over {held} excluded firing(s) on dates of calendar(s) holidays"
+    assert shown[0][1] == text
+    assert shown[2][1] == "passed over 1 excluded firing(s) on dates of calendar(s) other"
+    assert [why for _, why in shown[1:2] + shown[3:]] == [""] * 8
+    assert [row["excluded_before"] for row in listed[:4]] == [held, 0, 1, 0]
+
+
 def test_a_pause_until_takes_the_clis_end_and_refusals_and_the_page_shows_the_resume(
     open_console, client, db, cli
 ) -> None:
