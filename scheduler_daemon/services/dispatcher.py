@@ -121,7 +121,10 @@ class Dispatcher:
             exclusion=_exclusion(conn, task, db_now) if calendar_ids else None,
         )
         once_fired = spec.schedule_kind == ScheduleKind.ONCE and bool(plan.firings)
-        rows, plan = self._record(conn, task, plan, once_fired=once_fired, db_now=db_now)
+        rows, recorded = self._record(conn, task, plan, once_fired=once_fired, db_now=db_now)
+        if len(recorded.firings) < len(plan.firings):  # its first row extended the newest
+            result.skipped += plan.firings[0].firing_count
+        plan = recorded
         inserted = {row["scheduled_for"]: row for row in rows}
         _notify(conn, task, rows, db_now)
         for firing in plan.firings:
