@@ -298,3 +298,17 @@ def seed_tasks(url: str, count: int) -> None:
         conn.execute("SET LOCAL session_replication_role = replica")
         conn.execute(BULK_TASKS, (count,))
     sql(url, "VACUUM ANALYZE task")
+
+
+MINUTE_TASKS = """
+INSERT INTO task (name, schedule_kind, every, anchor_at, executor, payload, next_run_at,
+                  occurrence_seq)
+SELECT 'task-' || lpad(g::text, 6, '0'), 'interval', '1 minute', now(), 'shell',
+       '{"command": "true"}', now() + interval '1 minute', %(per)s
+FROM generate_series(1, %(n)s) g"""
+
+
+def plant_minute_tasks(conn: psycopg.Connection[Any], tasks: int, per: int) -> None:
+    """`tasks` every-minute tasks named task-000001..., each with `per` occurrences' sequence
+    numbers taken (the caller plants those occurrences)."""
+    conn.execute(MINUTE_TASKS, {"n": tasks, "per": per})

@@ -26,7 +26,7 @@ from scheduler_daemon.storage.database import make_pool
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # `python bench/<this>.py`
 
-from bench.harness import median_ms, scratch_database
+from bench.harness import median_ms, plant_minute_tasks, scratch_database
 
 
 def _plant(url: str, tasks: int, occurrences: int) -> None:
@@ -36,15 +36,7 @@ def _plant(url: str, tasks: int, occurrences: int) -> None:
     per = occurrences // tasks
     with psycopg.connect(url, autocommit=True) as conn:
         conn.execute("SET maintenance_work_mem = '256MB'")
-        conn.execute(
-            """
-            INSERT INTO task (name, schedule_kind, every, anchor_at, executor, payload,
-                              next_run_at, occurrence_seq)
-            SELECT 'task-' || lpad(g::text, 6, '0'), 'interval', '1 minute', now(), 'shell',
-                   '{"command": "true"}', now() + interval '1 minute', %(per)s
-            FROM generate_series(1, %(n)s) g""",
-            {"n": tasks, "per": per},
-        )
+        plant_minute_tasks(conn, tasks, per)
         conn.execute(
             """
             INSERT INTO occurrence (task_id, occurrence_seq, scheduled_for, trigger, overlap,

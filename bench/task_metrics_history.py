@@ -31,7 +31,7 @@ import psycopg
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # `python bench/<this>.py`
 
-from bench.harness import DEFAULT_SERVER, drop_database, fresh_database
+from bench.harness import DEFAULT_SERVER, drop_database, fresh_database, plant_minute_tasks
 from scheduler_daemon.storage import migration, query, task_sample
 
 BEFORE = "0036"  # the revision before 0037's indexes
@@ -52,15 +52,7 @@ def _plant(url: str, tasks: int, per: int, heavy: list[int]) -> list[int]:
     """The ordinary fleet, then the heavy tasks' failures; returns the heavy tasks' ids."""
     with psycopg.connect(url, autocommit=True) as conn:
         conn.execute("SET maintenance_work_mem = '256MB'")
-        conn.execute(
-            """
-            INSERT INTO task (name, schedule_kind, every, anchor_at, executor, payload,
-                              next_run_at, occurrence_seq)
-            SELECT 'task-' || lpad(g::text, 6, '0'), 'interval', '1 minute', now(), 'shell',
-                   '{"command": "true"}', now() + interval '1 minute', %(per)s
-            FROM generate_series(1, %(n)s) g""",
-            {"n": tasks, "per": per},
-        )
+        plant_minute_tasks(conn, tasks, per)
         conn.execute(
             """
             INSERT INTO occurrence (task_id, occurrence_seq, scheduled_for, trigger, overlap,
