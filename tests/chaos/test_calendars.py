@@ -1,6 +1,7 @@
 """Exclusion calendars with a real daemon (ADR 0025, guarantee 20): of two every-second tasks,
 the one whose calendar holds today (UTC, the tasks' zone) never runs while the other does; its
-firings are recorded `excluded` (a run of them one row) and the audit is clean."""
+firings are recorded `excluded` (a run of them one row, extended by each pass) and the audit is
+clean."""
 
 from datetime import timedelta
 
@@ -43,11 +44,11 @@ def test_a_daemon_runs_the_task_not_excluded_today_and_records_the_other_exclude
         "SELECT o.status, o.reason, o.firing_count, o.last_scheduled_for FROM occurrence o "
         "JOIN task t ON t.id = o.task_id WHERE t.name = 'held'",
     )
-    # One row: the run from its first firing to the end of tomorrow, recorded at once.
+    # One row, extended pass by pass as the firings fell due (never ahead of them).
     assert [(r["status"], r["reason"]) for r in rows] == [("skipped", "excluded")]
-    assert rows[0]["firing_count"] > 3600
-    assert rows[0]["last_scheduled_for"].date() == today + timedelta(days=1)
+    assert rows[0]["firing_count"] >= 3
+    assert rows[0]["last_scheduled_for"] <= stopped
     (task,) = query(url, "SELECT next_run_at FROM task WHERE name = 'held'")
-    assert task["next_run_at"].date() == today + timedelta(days=2)
+    assert task["next_run_at"] <= stopped + timedelta(seconds=2)  # the schedule's own next
     audit = cli("audit", "--until", stopped.isoformat(), "--settle", "2s", url=url)
     assert audit.code == 0, audit.out[-5000:] + audit.err
