@@ -11,7 +11,7 @@ counting (arithmetic for intervals, enumeration up to `COUNT_CAP` for cron).
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from itertools import pairwise
+from itertools import groupby, pairwise
 
 from scheduler_daemon.domain.calendar import Exclusion
 from scheduler_daemon.domain.schedule.base import Schedule
@@ -127,25 +127,18 @@ def _excluding(
     rows = list(
         _rows(head, _decide([f for f, x in zip(tail, excluded, strict=True) if not x], policy))
     )
-    next_run_at = schedule.next_after(policy.now)
-    i = 0
-    while i < len(tail):
-        if not excluded[i]:
-            i += 1
-            continue
-        j = i
-        while j + 1 < len(tail) and excluded[j + 1]:
-            j += 1
-        rows.append(_excluded_row(tail[i], tail[j], j - i + 1, True))
-        i = j + 1
+    for is_excluded, run in groupby(zip(tail, excluded, strict=True), key=lambda fx: fx[1]):
+        if is_excluded:
+            firings = [f for f, _ in run]
+            rows.append(_excluded_row(firings[0], firings[-1], len(firings)))
     rows.sort(key=lambda row: row.scheduled_for)
-    return DispatchPlan(tuple(rows), next_run_at)
+    return DispatchPlan(tuple(rows), schedule.next_after(policy.now))
 
 
-def _excluded_row(first: datetime, last: datetime, count: int, exact: bool) -> Firing:
+def _excluded_row(first: datetime, last: datetime, count: int) -> Firing:
     if count == 1:
         return Firing(first, OccurrenceStatus.SKIPPED, LostReason.EXCLUDED)
-    return Firing(first, OccurrenceStatus.SKIPPED, LostReason.EXCLUDED, count, last, exact)
+    return Firing(first, OccurrenceStatus.SKIPPED, LostReason.EXCLUDED, count, last)
 
 
 def _validate(policy: _Policy, next_run_at: datetime) -> None:
