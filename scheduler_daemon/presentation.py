@@ -11,7 +11,11 @@ from zoneinfo import ZoneInfo
 from scheduler_daemon.domain.audit import AuditReport, Value
 from scheduler_daemon.domain.health import Report
 from scheduler_daemon.domain.instance import Instance
-from scheduler_daemon.domain.liveness import InstanceState, instance_state, unserved_queue_warning
+from scheduler_daemon.domain.liveness import (
+    InstanceState,
+    fleet_warnings,
+    instance_state,
+)
 from scheduler_daemon.domain.lock_holder import LockHolder
 from scheduler_daemon.domain.occurrence import Occurrence
 from scheduler_daemon.domain.run import HistoryRow, RunDetail, RunOutput
@@ -282,28 +286,30 @@ def status_fields(status: dict[str, Any]) -> dict[str, Any]:
             }
         )
     holders = [lock_holder_fields(h) for h in status.get("budget_lock_holders", [])]
-    database = dict(status.get("database", {}))
-    for key in ("first_recorded_at", "last_failover_seen_at"):
-        if database.get(key) is not None:
-            database[key] = iso(database[key])
-    if database.get("system_identifier") is not None:
-        database["system_identifier"] = str(database["system_identifier"])  # past 2^53
     refused_by = [
         {name: getattr(i, name) for name in ("id", "hostname", "version", "schema_revision")}
         for i in status.get("in_process_refused_by", [])
     ]
-    warning = unserved_queue_warning(status.get("queue_depth", 0), states)
+    overdue = {k: _json(v) for k, v in status["overdue_tasks"].items()}
     return {
         **status,
         "instances": instances,
         "live_instances": states.count(InstanceState.LIVE),
-        "warnings": [] if warning is None else [warning],
+        "overdue_tasks": overdue,
+        "warnings": fleet_warnings(status["queue_depth"], overdue, states),
         "in_process_refused_by": refused_by,
         "parked_tasks": _tasks_at(status, "parked_tasks", "parked_at"),
         "pending_resumes": _tasks_at(status, "pending_resumes", "paused_until"),
         "budget_lock_holders": holders,
-        "database": database,
+        "database": _database_fields(status.get("database", {})),
     }
+
+
+def _database_fields(found: dict[str, Any]) -> dict[str, Any]:
+    database = {k: _json(v) for k, v in found.items()}
+    if database.get("system_identifier") is not None:
+        database["system_identifier"] = str(database["system_identifier"])  # past 2^53
+    return database
 
 
 def _tasks_at(status: dict[str, Any], key: str, instant: str) -> list[dict[str, Any]]:

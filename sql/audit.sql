@@ -1,6 +1,6 @@
 -- name: audit_clock :scalar
--- The database clock the audit window is resolved against.
-SELECT now()
+-- The database clock the audit window is resolved against (`now`: a test's pinned time).
+SELECT coalesce(%(now)s::timestamptz, now())
 
 -- name: audit_firing_recorded_twice :many
 -- Firings (task, scheduled_for) with more than one scheduled, or more than one backfill,
@@ -37,6 +37,11 @@ FROM task t LEFT JOIN task_pruned p ON p.task_id = t.id
 WHERE t.history_retention IS NOT NULL OR %(retention)s::interval IS NOT NULL
    OR p.task_id IS NOT NULL
 ORDER BY t.id
+
+-- name: audit_task_next_run :many
+-- Each task's next_run_at: the firing its dispatch reaches next. Firings at or after it are
+-- owed, not missing (the dispatcher records the ones it passes when it advances it).
+SELECT id AS task_id, next_run_at FROM task WHERE next_run_at IS NOT NULL ORDER BY id
 
 -- name: audit_scheduled_occurrences :many
 -- The scheduled firings one task recorded in [low, high]: exact rows and summary ranges.
@@ -132,20 +137,22 @@ ORDER BY occurrence_id
 -- name: audit_takeover_overdue :many
 -- Running runs that a live instance should have taken over: past their takeover point (or the
 -- instance's start, or the end of the quiet period after a restart or a failover, whichever is
--- last) by more than that instance's reconcile interval plus `slack`, on the database clock.
+-- last) by more than that instance's reconcile interval plus `slack`, on the database clock
+-- (`now`: a test's pinned time, so a test controls where the quiet period ends).
 SELECT r.id AS run_id, r.occurrence_id, r.owner, r.takeover_at,
-    array_agg(i.id ORDER BY i.id) AS live_instance_ids, clock_timestamp() AS checked_at
+    array_agg(i.id ORDER BY i.id) AS live_instance_ids, c.at AS checked_at
 FROM run r
+CROSS JOIN (SELECT coalesce(%(now)s::timestamptz, clock_timestamp()) AS at) c
 CROSS JOIN (
     SELECT {{quiet_from}} + coalesce(max(lease_ttl + lease_grace), interval '0')
         AS quiet_until
     FROM instance
 ) q
-JOIN instance i ON NOT i.stopping AND i.heartbeat_at + i.lease_ttl > clock_timestamp()
+JOIN instance i ON NOT i.stopping AND i.heartbeat_at + i.lease_ttl > c.at
     AND greatest(r.takeover_at, i.started_at, q.quiet_until) + i.reconcile_interval + %(slack)s
-        < clock_timestamp()
+        < c.at
 WHERE r.status = 'running'
-GROUP BY r.id, r.occurrence_id, r.owner, r.takeover_at
+GROUP BY r.id, r.occurrence_id, r.owner, r.takeover_at, c.at
 ORDER BY r.id
 
 -- name: audit_one_shots :many

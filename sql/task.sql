@@ -261,6 +261,13 @@ UPDATE task SET next_run_at = %(next_run_at)s, status = %(status)s WHERE id = %(
 SELECT id, name, parked_at, park_error FROM task
 WHERE parked_at IS NOT NULL AND deleted_at IS NULL ORDER BY id
 
+-- name: task_overdue_summary :one
+-- For `status`: how many live, enabled, unpaused, unparked tasks have a next_run_at past its
+-- misfire grace on the database clock (nothing dispatched them: a stopped fleet), and the oldest.
+SELECT count(*) AS count, min(next_run_at) AS oldest_next_run_at FROM task
+WHERE deleted_at IS NULL AND NOT paused AND status = 'enabled' AND parked_at IS NULL
+  AND next_run_at < now() AND next_run_at + misfire_grace < now()
+
 -- name: task_list_pending_resumes :many
 -- Live paused tasks with a pending `--until` end (task_paused_until_idx), soonest first, for
 -- `status`.

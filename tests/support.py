@@ -93,6 +93,22 @@ def query(url: str, sql: str, params: Any = None) -> list[dict[str, Any]]:
         return cursor.fetchall() if cursor.description is not None else []
 
 
+def wait_past_restart_quiet(url: str, quiet: timedelta) -> None:
+    """Waits until the server has been up longer than `quiet`, the reconciler's quiet period
+    after a start (ADR 0007: nothing is taken over within TTL + grace of
+    `pg_postmaster_start_time()`). For a test that expects a takeover with a daemon's own
+    settings: on a server started moments ago (the README's first run on a fresh embedded
+    server) it waits the rest out instead of assuming an old server; on an older one it
+    returns at once."""
+    wait_for(
+        lambda: query(url, "SELECT now() - pg_postmaster_start_time() > %s AS past", (quiet,))[0][
+            "past"
+        ],
+        timeout=quiet.total_seconds() + 10,
+        message=f"the server to be up longer than the quiet period ({quiet})",
+    )
+
+
 def nested_plans(
     url: str, sql: str, params: Any, *settings: str, between: Callable[[], object] | None = None
 ) -> str:

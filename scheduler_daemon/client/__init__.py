@@ -6,6 +6,7 @@ reads comes from the database clock (`now` pins it in tests), and every multi-ro
 task row first. `add_tasks` and `trigger(count=N)` do many rows in one transaction.
 """
 
+from scheduler_daemon.client.audit import Audit
 from scheduler_daemon.client.base import ALL_PAGE_SIZE, PAGE_SIZE, Page
 from scheduler_daemon.client.calendars import Calendars, NextFiring
 from scheduler_daemon.client.definition import TaskDefinition
@@ -34,7 +35,7 @@ __all__ = [
 ]
 
 
-class Client(TaskDefinition, Triggering, History, Fleet, Health, OperatorLog, Calendars):
+class Client(TaskDefinition, Triggering, History, Fleet, Health, OperatorLog, Calendars, Audit):
     """Task management against one database. `database_url=None` resolves it from the settings
     (SCHEDULER_DATABASE_URL, else the embedded server). One connection, reused by every call and
     shared by threads in turn; safe to keep across `fork` (the child opens its own) and through
@@ -43,5 +44,5 @@ class Client(TaskDefinition, Triggering, History, Fleet, Health, OperatorLog, Ca
     Its parts, one job each: task definitions (client/definition.py), runs on demand
     (client/trigger.py), history and cancel (client/history.py), the fleet (client/fleet.py),
     health over a window (client/health.py), the record of operators' actions
-    (client/operator_log.py), exclusion calendars (client/calendars.py), over the connection
-    they share (client/base.py)."""
+    (client/operator_log.py), exclusion calendars (client/calendars.py), the audit
+    (client/audit.py), over the connection they share (client/base.py)."""

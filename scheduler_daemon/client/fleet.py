@@ -53,6 +53,7 @@ class Fleet(ClientBase):
                 "max_concurrent_runs": fleet_store.budget(conn),
                 "parked_tasks": task_store.parked(conn),
                 "pending_resumes": task_store.pending_resumes(conn),
+                "overdue_tasks": task_store.overdue_summary(conn),
                 "notifications": outbox_store.counts(conn),
                 # the instances whose build refuses a task `in_process` (ADR 0010)
                 "in_process_refused_by": [

@@ -23,7 +23,13 @@ from scheduler_daemon.logconfig import scrub_text
 from scheduler_daemon.storage.database import first_line
 from scheduler_daemon.storage.error import Conflict, DatabaseUnavailable, NotFound
 
+
+class Busy(Exception):
+    """One at a time: the same work is already running for another request (HTTP 429)."""
+
+
 REFUSALS = (
+    Busy,
     Conflict,
     NotFound,
     InvalidArgument,
@@ -55,7 +61,9 @@ def attempt(step: Callable[[], Done]) -> Done:
 def refusal(exc: Exception) -> Done:
     """A refusal as one line: the domain's (the CLI's message; 404 for an unknown task or
     occurrence, else 409) or the database's (a role without the grant: 403; anything else: 503),
-    secrets scrubbed."""
+    secrets scrubbed; 429 when the same work runs for another request (Busy)."""
+    if isinstance(exc, Busy):
+        return Done(f"error: {exc}", ok=False, status=429)
     if isinstance(exc, NotFound):
         return Done(f"error: {scrub_text(str(exc))}", ok=False, status=404)
     if isinstance(exc, psycopg.errors.InsufficientPrivilege):

@@ -1,6 +1,7 @@
 """The console's ASGI application: its routes, the templates (Jinja, autoescaped), the
 vendored htmx served from the package, and the security headers on every response."""
 
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -101,24 +102,33 @@ def _backfill(client: Client, request: Request, form: dict[str, str], actor: str
     )
 
 
-def _audit(client: Client, request: Request) -> dict[str, Any]:
-    """The read-only audit over the chosen window (15m, 1h or 24h), run when asked."""
-    from scheduler_daemon import presentation
-    from scheduler_daemon.operations import audit
+def audit_page(gate: threading.Lock) -> Gather:
+    """The read-only audit over the chosen window (15m, 1h or 24h), run when asked, on the
+    console's own Client (no connection of its own) and one at a time: a request while one
+    runs is refused at once (429), so a flood of requests queues nothing."""
 
-    window = request.query_params.get("since", "1h")
-    if window not in AUDIT_WINDOWS:
-        window = "1h"
-    try:
-        report = audit(client.database_url, since=AUDIT_WINDOWS[window])
-    except InvalidWindow as exc:
-        return {"window": window, "windows": list(AUDIT_WINDOWS), "error": str(exc)}
-    return {
-        "window": window,
-        "windows": list(AUDIT_WINDOWS),
-        "report": presentation.audit_fields(report),
-        "text": presentation.audit_text(report),
-    }
+    def gather(client: Client, request: Request) -> dict[str, Any]:
+        from scheduler_daemon import presentation
+
+        window = request.query_params.get("since", "1h")
+        if window not in AUDIT_WINDOWS:
+            window = "1h"
+        if not gate.acquire(blocking=False):
+            raise actions.Busy("an audit is running already; try again when it has finished")
+        try:
+            report = client.audit(since=AUDIT_WINDOWS[window])
+        except InvalidWindow as exc:
+            return {"window": window, "windows": list(AUDIT_WINDOWS), "error": str(exc)}
+        finally:
+            gate.release()
+        return {
+            "window": window,
+            "windows": list(AUDIT_WINDOWS),
+            "report": presentation.audit_fields(report),
+            "text": presentation.audit_text(report),
+        }
+
+    return gather
 
 
 # The pages (GET): path, template, what it reads.
@@ -136,7 +146,6 @@ PAGES: tuple[tuple[str, str, Gather], ...] = (
         "occurrence.html",
         lambda c, r: pages.occurrence(c, _id(r, "occurrence_id")),
     ),
-    ("/audit", "audit.html", _audit),
     ("/login", "login.html", lambda c, r: {}),
 )
 # The actions (POST): path, what it does as the operator.
@@ -158,8 +167,10 @@ ACTIONS: tuple[tuple[str, Step], ...] = (
 def build_app(client: Client, guard: Guard) -> Starlette:
     """The application over `client` (its database URL is never rendered)."""
     console = Console(client, guard, templates())
+    audit = ("/audit", "audit.html", audit_page(threading.Lock()))
     routes: list[Any] = [
-        Route(path, page(console, name, gather), methods=["GET"]) for path, name, gather in PAGES
+        Route(path, page(console, name, gather), methods=["GET"])
+        for path, name, gather in (*PAGES, audit)
     ]
     routes += [Route(path, act(console, step), methods=["POST"]) for path, step in ACTIONS]
     routes += [

@@ -4,7 +4,7 @@ notice, the report (pure).
 The names are stable: they appear in `--json` output and in docs/cli.md, and scripts match on them.
 """
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
@@ -56,14 +56,26 @@ class Incomplete:
 
 @dataclass(frozen=True)
 class Notice:
-    """History the guarantees allow that may hide a repeat no check can see, with how many and a
-    few ids; it never changes the exit code. The one notice (a stable name):
-    `epoch_change_rerun`, occurrences created before a failover and run after it, which may have
-    run on the lost branch too."""
+    """What the guarantees allow but an operator should know, with how many and a few ids; it
+    never changes the exit code. The notices (stable names): `epoch_change_rerun`, occurrences
+    created before a failover and run after it, which may have run on the lost branch too (a
+    repeat no check can see); `owed`, a task's firings at or after its `next_run_at` that no
+    daemon has dispatched yet (a stopped fleet owes them; none is lost)."""
 
     name: str
     message: str
     rows: Mapping[str, Value]
+
+
+@dataclass
+class Findings:
+    """What one check found in one snapshot. `condense` turns the violations both snapshots
+    showed into the ones reported (the firing check groups consecutive missing firings)."""
+
+    violations: list[Violation]
+    incomplete: list[Incomplete] = field(default_factory=list)
+    condense: Callable[[list[Violation]], list[Violation]] | None = None
+    notices: list[Notice] = field(default_factory=list)
 
 
 @dataclass(frozen=True)

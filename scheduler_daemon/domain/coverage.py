@@ -119,6 +119,26 @@ def owed_windows(
     return windows
 
 
+def split_windows(
+    windows: Sequence[OwedWindow], at: datetime | None
+) -> tuple[list[OwedWindow], list[OwedWindow]]:
+    """`windows` cut at `at` (a task's `next_run_at`): the firings before it, which the
+    dispatcher has passed and must have recorded, and those at or after it, which it has not
+    reached yet (owed, not missing). `at` None: the task fires no more, nothing is pending."""
+    if at is None:
+        return list(windows), []
+    before, pending = [], []
+    for w in windows:
+        if w.after < at:
+            if at < w.until or (at == w.until and w.closed):
+                before.append(OwedWindow(w.event, w.after, at, closed=False))
+            else:
+                before.append(w)
+        if w.until >= at and (w.until > at or w.closed):
+            pending.append(OwedWindow(w.event, max(w.after, at - _MICROSECOND), w.until, w.closed))
+    return before, pending
+
+
 class Coverage:
     """The instants one task's recorded rows account for."""
 

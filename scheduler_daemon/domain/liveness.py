@@ -1,8 +1,10 @@
 """Whether a registered instance is live, draining, silent past its lease or past its takeover
 bound, from how long ago the database last heard from it (pure; `status`)."""
 
+from collections.abc import Mapping
 from datetime import timedelta
 from enum import StrEnum
+from typing import Any
 
 from scheduler_daemon.domain.timing import takeover_bound
 
@@ -51,19 +53,51 @@ def instance_state(
     return InstanceState.DRAINING if stopping else InstanceState.LIVE
 
 
+def fleet_warnings(
+    queue_depth: int, overdue_tasks: Mapping[str, Any], states: list[InstanceState]
+) -> list[str]:
+    """`status`'s warnings: queued work, or tasks past their misfire grace (`overdue_tasks`:
+    its `count` and `oldest_next_run_at`), with no live instance."""
+    found = [
+        unserved_queue_warning(queue_depth, states),
+        stalled_schedule_warning(
+            overdue_tasks["count"], overdue_tasks["oldest_next_run_at"], states
+        ),
+    ]
+    return [w for w in found if w is not None]
+
+
 def unserved_queue_warning(queue_depth: int, states: list[InstanceState]) -> str | None:
     """`status`'s warning when queued work has no live instance to claim it (a draining one
     claims nothing); None when nothing is queued or some instance is live."""
     if queue_depth == 0 or InstanceState.LIVE in states:
         return None
-    if not states:
-        why = "no instance is registered"
-    else:
-        counts: dict[str, int] = {}
-        for state in states:
-            counts[state.text] = counts.get(state.text, 0) + 1
-        why = "the registered are " + ", ".join(f"{n} {s}" for s, n in counts.items())
     return (
-        f"{queue_depth} queued occurrence(s) and no live instance to run them ({why}); "
-        "start `scheduler-daemon run`"
+        f"{queue_depth} queued occurrence(s) and no live instance to run them "
+        f"({_registered(states)}); start `scheduler-daemon run`"
     )
+
+
+def stalled_schedule_warning(
+    overdue_tasks: int, oldest: str | None, states: list[InstanceState]
+) -> str | None:
+    """`status`'s warning when some task's next firing is past its misfire grace and no
+    instance is live to dispatch it (a stopped fleet: its firings are owed, and will be run or
+    skipped by each task's misfire policy when a daemon starts); None otherwise."""
+    if overdue_tasks == 0 or InstanceState.LIVE in states:
+        return None
+    return (
+        f"{overdue_tasks} task(s) past their next firing by more than their misfire grace "
+        f"(the oldest due {oldest}) and no live instance to dispatch them "
+        f"({_registered(states)}); start `scheduler-daemon run`"
+    )
+
+
+def _registered(states: list[InstanceState]) -> str:
+    """Why no instance is live: none registered, or how many are in each other state."""
+    if not states:
+        return "no instance is registered"
+    counts: dict[str, int] = {}
+    for state in states:
+        counts[state.text] = counts.get(state.text, 0) + 1
+    return "the registered are " + ", ".join(f"{n} {s}" for s, n in counts.items())

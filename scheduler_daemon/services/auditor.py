@@ -21,10 +21,9 @@ window in memory, O(n log n); the firing check enumerates every owed fire time, 
 """
 
 from collections import defaultdict
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from datetime import datetime, timedelta
-from itertools import groupby
 
 import structlog
 from psycopg_pool import ConnectionPool
@@ -35,17 +34,10 @@ from scheduler_daemon.domain.audit import (
     NOTICE_IDS_SHOWN,
     AuditReport,
     AuditWindow,
+    Findings,
     Incomplete,
     Notice,
     Violation,
-)
-from scheduler_daemon.domain.coverage import (
-    Coverage,
-    MissingFiring,
-    gaps,
-    missing_firings,
-    owed_since,
-    owed_windows,
 )
 from scheduler_daemon.domain.outcome import LIFECYCLE
 from scheduler_daemon.domain.status import ACTIVE, OccurrenceStatus, TaskStatus, Trigger
@@ -55,8 +47,9 @@ from scheduler_daemon.domain.sweep import (
     executing_at_starts,
     overlapping_pairs,
 )
+from scheduler_daemon.services.audit_firing import firing_findings
 from scheduler_daemon.storage import audit_store
-from scheduler_daemon.storage.database import Limits, transaction
+from scheduler_daemon.storage.database import Limits, Session, Tx, transaction
 
 log = structlog.get_logger()
 # A reconcile pass may wait out a lock timeout (5 s) and take a moment itself.
@@ -75,16 +68,6 @@ class InvalidWindow(ValueError):
     """`since` is not before `until`; the message is one line."""
 
 
-@dataclass
-class Findings:
-    """What one check found in one snapshot. `condense` turns the violations both snapshots
-    showed into the ones reported (the firing check groups consecutive missing firings)."""
-
-    violations: list[Violation]
-    incomplete: list[Incomplete] = field(default_factory=list)
-    condense: Callable[[list[Violation]], list[Violation]] | None = None
-
-
 def _iso(t: datetime | None) -> str:
     return "never" if t is None else t.isoformat()
 
@@ -94,22 +77,27 @@ def _span_text(span: Span) -> str:
 
 
 class Auditor:
+    """One audit over `source`: a pool (the CLI's own one-connection pool), or a Client's
+    reused Session (the console's: its audit takes turns with its pages on one connection)."""
+
     def __init__(
         self,
-        pool: ConnectionPool,
+        source: ConnectionPool | Session,
         *,
         settle: timedelta = DEFAULT_SETTLE,
         checks: Iterable[str] = CHECK_NAMES,
         takeover_slack: timedelta = TAKEOVER_SLACK,
         firing_limit: int = FIRING_LIMIT,
         between_snapshots: Callable[[str], None] | None = None,
+        now: datetime | None = None,
     ) -> None:
-        self.pool = pool
+        self.source = source
         self.settle = settle
         self.checks = tuple(c for c in CHECK_NAMES if c in set(checks))
         self.takeover_slack = takeover_slack
         self.firing_limit = firing_limit
         self.between_snapshots = between_snapshots  # a test hook: called before a re-check
+        self.now = now  # a test's pinned clock (None: the database's)
         self._checks: dict[str, Callable[[audit_store.Conn, AuditWindow], Findings]] = {
             "firing_recorded_twice": self._firing_recorded_twice,
             "firing_missing": self._firing_missing,
@@ -125,18 +113,30 @@ class Auditor:
             "started_before_spread": self._started_before_spread,
         }
 
+    @contextmanager
+    def _snapshot(self) -> Iterator[Tx]:
+        """One REPEATABLE READ, READ ONLY transaction on the source."""
+        if isinstance(self.source, Session):
+            with self.source.transaction(LIMITS, snapshot=True) as tx:
+                yield tx
+        else:
+            with transaction(self.source, LIMITS, snapshot=True) as tx:
+                yield tx
+
     def run_once(
         self, since: TimeBound | None = None, until: TimeBound | None = None
     ) -> AuditReport:
         window = self._window(since, until)
         violations: list[Violation] = []
         incomplete: list[Incomplete] = []
+        notices: list[Notice] = []
         for name in self.checks:
-            found, notes = self._confirmed(name, window)
-            violations += found
-            incomplete += notes
-        with transaction(self.pool, LIMITS, snapshot=True) as tx:
-            notices = self._epoch_change_reruns(tx.conn, window)
+            found = self._confirmed(name, window)
+            violations += found.violations
+            incomplete += found.incomplete
+            notices += found.notices
+        with self._snapshot() as tx:
+            notices += self._epoch_change_reruns(tx.conn, window)
         log.debug(
             "audit_finished",
             violations=len(violations),
@@ -148,8 +148,8 @@ class Auditor:
         )
 
     def _window(self, since: TimeBound | None, until: TimeBound | None) -> AuditWindow:
-        with transaction(self.pool, LIMITS, snapshot=True) as tx:
-            now = audit_store.clock(tx.conn)
+        with self._snapshot() as tx:
+            now = audit_store.clock(tx.conn, self.now)
 
         def resolve(bound: TimeBound) -> datetime:
             return now - bound if isinstance(bound, timedelta) else bound
@@ -162,23 +162,24 @@ class Auditor:
             )
         return AuditWindow(since_at, until_at, self.settle)
 
-    def _confirmed(
-        self, name: str, window: AuditWindow
-    ) -> tuple[list[Violation], list[Incomplete]]:
-        """Runs check `name`; anything it finds is looked for again in a fresh snapshot."""
+    def _confirmed(self, name: str, window: AuditWindow) -> Findings:
+        """Runs check `name`; any violation it finds is looked for again in a fresh snapshot,
+        and only those both showed are kept (condensed); notes and notices are the last
+        snapshot's."""
         check = self._checks[name]
-        with transaction(self.pool, LIMITS, snapshot=True) as tx:
+        with self._snapshot() as tx:
             first = check(tx.conn, window)
         if not first.violations:
-            return [], first.incomplete
+            return first
         if self.between_snapshots is not None:
             self.between_snapshots(name)
-        with transaction(self.pool, LIMITS, snapshot=True) as tx:
+        with self._snapshot() as tx:
             second = check(tx.conn, window)
         seen = {v.identity for v in first.violations}
         kept = [v for v in second.violations if v.identity in seen]
         log.debug("audit_rechecked", check=name, first=len(first.violations), confirmed=len(kept))
-        return (second.condense(kept) if second.condense else kept), second.incomplete
+        condensed = second.condense(kept) if second.condense else kept
+        return Findings(condensed, second.incomplete, notices=second.notices)
 
     def _epoch_change_reruns(self, conn: audit_store.Conn, window: AuditWindow) -> list[Notice]:
         """Per failover the fleet saw, the occurrences created before it and run after it: a run
@@ -224,65 +225,7 @@ class Auditor:
         )
 
     def _firing_missing(self, conn: audit_store.Conn, window: AuditWindow) -> Findings:
-        found: dict[tuple[object, ...], MissingFiring] = {}
-        incomplete = []
-        events = audit_store.task_events(conn)
-        pruned = audit_store.pruned(conn)  # per task: older history may be gone
-        for task_id, history in groupby(events, key=lambda e: e.task_id):
-            since = owed_since(window.since, pruned.get(task_id))
-            windows = owed_windows(list(history), since=since, cutoff=window.cutoff)
-            if not windows:
-                continue
-            exact, ranges = audit_store.scheduled_occurrences(
-                conn, task_id, windows[0].after, windows[-1].until
-            )
-            result = missing_firings(windows, Coverage(exact, ranges), limit=self.firing_limit)
-            found.update({(task_id, m.at): m for m in result.missing})
-            incomplete += [
-                Incomplete(
-                    "firing_missing",
-                    f"task {task_id}: definition {u.event.id} from {u.event.at.isoformat()} "
-                    f"has no computable fire times ({u.error}); not checked",
-                )
-                for u in result.unplannable
-            ]
-            if result.checked_from is not None:
-                incomplete.append(
-                    Incomplete(
-                        "firing_missing",
-                        f"task {task_id}: checked the newest {result.examined} firings, back to "
-                        f"{result.checked_from.isoformat()}; pass a later --since for the rest",
-                    )
-                )
-        violations = [Violation("firing_missing", "", {}, identity=key) for key in found]
-
-        def condense(kept: list[Violation]) -> list[Violation]:
-            by_task: dict[int, list[MissingFiring]] = defaultdict(list)
-            for v in kept:
-                by_task[found[v.identity].event.task_id].append(found[v.identity])
-            return [
-                Violation(
-                    "firing_missing",
-                    f"task {task_id}: "
-                    + (
-                        f"firing {gap.first.isoformat()} has no occurrence"
-                        if gap.count == 1
-                        else f"{gap.count} consecutive firings from {gap.first.isoformat()} to "
-                        f"{gap.last.isoformat()} have no occurrence"
-                    ),
-                    {
-                        "task_id": task_id,
-                        "task_event_id": gap.event.id,
-                        "first_missing": gap.first,
-                        "last_missing": gap.last,
-                        "missing_count": gap.count,
-                    },
-                )
-                for task_id in sorted(by_task)
-                for gap in gaps(by_task[task_id])
-            ]
-
-        return Findings(violations, incomplete, condense)
+        return firing_findings(conn, window, limit=self.firing_limit)
 
     def _forbid_active_twice(self, conn: audit_store.Conn, window: AuditWindow) -> Findings:
         return Findings(
@@ -404,7 +347,7 @@ class Auditor:
                     },
                     identity=(r.run_id, r.takeover_at),
                 )
-                for r in audit_store.overdue_runs(conn, self.takeover_slack)
+                for r in audit_store.overdue_runs(conn, self.takeover_slack, self.now)
             ]
         )
 

@@ -119,8 +119,14 @@ def _ids(row: dict[str, Any], *names: str) -> dict[str, Any]:
     return {**row, **{n: tuple(row[n]) for n in names}}
 
 
-def clock(conn: Conn) -> datetime:
-    return query.run(conn, "audit_clock")
+def clock(conn: Conn, now: datetime | None = None) -> datetime:
+    """The database's now (`now`: a test's pinned time)."""
+    return query.run(conn, "audit_clock", {"now": now})
+
+
+def next_runs(conn: Conn) -> dict[int, datetime]:
+    """Per task, its next_run_at (tasks with none are absent)."""
+    return {r["task_id"]: r["next_run_at"] for r in query.run(conn, "audit_task_next_run")}
 
 
 def pruned(conn: Conn) -> dict[int, Pruned]:
@@ -190,8 +196,8 @@ def succeeded_twice(conn: Conn, since: datetime | None) -> list[SucceededTwice]:
     return [SucceededTwice(**_ids(r, "run_ids")) for r in rows]
 
 
-def overdue_runs(conn: Conn, slack: timedelta) -> list[OverdueRun]:
-    rows = query.run(conn, "audit_takeover_overdue", {"slack": slack})
+def overdue_runs(conn: Conn, slack: timedelta, now: datetime | None = None) -> list[OverdueRun]:
+    rows = query.run(conn, "audit_takeover_overdue", {"slack": slack, "now": now})
     return [OverdueRun(**_ids(r, "live_instance_ids")) for r in rows]
 
 

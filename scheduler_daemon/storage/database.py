@@ -255,18 +255,20 @@ class Session:
         *,
         now: datetime | None = None,
         first: Statement | None = None,
+        snapshot: bool = False,
     ) -> Iterator[Tx]:
         """One short transaction on the reused connection, begun in one round trip that also
         sets the per-transaction limits, reads the database clock (`now` pins it: a test's time)
         and runs `first`, a named statement with its parameters (the first statement of the
         transaction, e.g. the parent lock; its result as its cardinality says): committed on
-        success (unless `query.run_and_commit` ended it), rolled back on error. A connection
+        success (unless `query.run_and_commit` ended it), rolled back on error. `snapshot`:
+        REPEATABLE READ, READ ONLY, reading no clock (the console's audit). A connection
         found dead by that round trip (a server restart while it sat idle) is replaced once,
         since nothing was written yet; a connection lost later is DatabaseUnavailable, and the
         next transaction opens a new one."""
         self._forked()
         with self._lock:
-            tx = self._open(limits or Limits(), now, first)
+            tx = self._open(limits or Limits(), now, first, snapshot)
             conn = tx.conn
             try:
                 yield tx
@@ -282,7 +284,9 @@ class Session:
                 raise
             self._end(conn, commit=True)
 
-    def _open(self, limits: Limits, now: datetime | None, first: Statement | None) -> Tx:
+    def _open(
+        self, limits: Limits, now: datetime | None, first: Statement | None, snapshot: bool
+    ) -> Tx:
         reused = self._conn is not None and not self._conn.closed
         if not reused:
             # autocommit: the transaction is begun by `_begin` itself, so BEGIN costs no round
@@ -291,7 +295,7 @@ class Session:
         conn = self._conn
         assert conn is not None
         try:
-            return _begin(conn, limits, snapshot=False, clock=True, now=now, first=first)
+            return _begin(conn, limits, snapshot=snapshot, clock=not snapshot, now=now, first=first)
         except psycopg.OperationalError as exc:
             if not is_connection_error(exc):  # a lock or statement timeout in `first`
                 self._end(conn, commit=False)
@@ -301,7 +305,8 @@ class Session:
                 raise DatabaseUnavailable(
                     f"lost the database connection: {first_line(exc)}"
                 ) from exc
-            return self._open(limits, now, first)  # the idle connection had died: one fresh try
+            # the idle connection had died: one fresh try
+            return self._open(limits, now, first, snapshot)
         except BaseException:
             self._end(conn, commit=False)
             raise

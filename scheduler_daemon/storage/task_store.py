@@ -413,6 +413,12 @@ def parked(conn: psycopg.Connection[Any]) -> list[dict[str, Any]]:
     return query.run(conn, "task_list_parked")
 
 
+def overdue_summary(conn: psycopg.Connection[Any]) -> dict[str, Any]:
+    """How many dispatchable tasks are past their next firing by more than its misfire grace
+    (`count`), and the oldest such next_run_at (None: none)."""
+    return query.run(conn, "task_overdue_summary")
+
+
 def pending_resumes(conn: psycopg.Connection[Any]) -> list[dict[str, Any]]:
     """The live tasks paused `--until` an instant, soonest end first."""
     return query.run(conn, "task_list_pending_resumes")

@@ -11,8 +11,16 @@ import pytest
 from scheduler_daemon.domain.task import TaskSpec
 from scheduler_daemon.services import reconciler as reconciler_module
 from scheduler_daemon.services.reconciler import Reconciler
+from scheduler_daemon.settings import DaemonSettings
 from scheduler_daemon.storage.database import Limits, make_pool
-from tests.support import launched_shell_run, query, shell_task, snapshot, wait_for
+from tests.support import (
+    launched_shell_run,
+    query,
+    shell_task,
+    snapshot,
+    wait_for,
+    wait_past_restart_quiet,
+)
 
 
 def reconciler(
@@ -328,18 +336,26 @@ def test_nothing_is_taken_over_during_the_quiet_period_after_a_database_start(
     assert reconciler(pool).run_once().ids["taken_over"] != []
 
 
+def recover_scenario(cli: Any, client: Any, pool: Any, executors: Any, url: str) -> None:
+    """`recover` takes over a dead owner's run once; its dry run changes nothing. It runs with
+    the default settings, whose quiet period after the server's start (TTL + grace, 12 s) it
+    waits out first: on a server started moments ago it took nothing over."""
+    launched_shell_run(client, pool, executors, url, command="sleep 30", instance="owner")
+    _expire_leases(url)
+    wait_past_restart_quiet(url, DaemonSettings().restart_quiet)
+    before = snapshot(url)
+    dry = cli("recover", "--dry-run", "--json", url=url)
+    assert dry.code == 0, dry.err
+    assert dry.json()["counts"]["taken_over"] == 1
+    assert snapshot(url) == before
+    first = cli("recover", "--json", url=url).json()
+    assert first["counts"]["taken_over"] == 1
+    assert first["ids"]["taken_over"] == dry.json()["ids"]["taken_over"]
+    second = cli("recover", "--json", url=url).json()
+    assert sum(second["counts"].values()) == 0
+
+
 def test_recover_dry_run_changes_nothing_and_a_second_recover_changes_nothing(
     cli, client, pool, executors, database_url
 ) -> None:
-    launched_shell_run(client, pool, executors, database_url, command="sleep 30", instance="owner")
-    _expire_leases(database_url)
-    before = snapshot(database_url)
-    dry = cli("recover", "--dry-run", "--json")
-    assert dry.code == 0, dry.err
-    assert dry.json()["counts"]["taken_over"] == 1
-    assert snapshot(database_url) == before
-    first = cli("recover", "--json").json()
-    assert first["counts"]["taken_over"] == 1
-    assert first["ids"]["taken_over"] == dry.json()["ids"]["taken_over"]
-    second = cli("recover", "--json").json()
-    assert sum(second["counts"].values()) == 0
+    recover_scenario(cli, client, pool, executors, database_url)

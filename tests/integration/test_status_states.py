@@ -68,3 +68,30 @@ def test_status_warns_when_queued_work_has_no_live_instance(cli, db) -> None:
 def test_status_does_not_warn_of_an_empty_queue_without_instances(cli) -> None:
     shown = cli("status", "--json").json()
     assert (shown["instances"], shown["queue_depth"], shown["warnings"]) == ([], 0, [])
+
+
+def test_status_warns_when_a_task_is_past_its_misfire_grace_and_no_instance_is_live(
+    cli, db
+) -> None:
+    """A stopped fleet queues nothing, so the queue warning stayed silent and `status` said
+    nothing while every schedule stood still (the old code had no such field or line)."""
+    assert cli("tasks", "add", "s", "--every", "1s", "--command", "true").code == 0
+    # Within its misfire grace (1 min by default): a dispatcher may just be busy.
+    db.execute("UPDATE task SET next_run_at = now() - interval '30 seconds'")
+    shown = cli("status", "--json").json()
+    assert (shown["overdue_tasks"]["count"], shown["warnings"]) == (0, [])
+    db.execute("UPDATE task SET next_run_at = now() - interval '5 minutes'")
+    shown = cli("status", "--json").json()
+    oldest = shown["overdue_tasks"]["oldest_next_run_at"]
+    assert shown["overdue_tasks"]["count"] == 1
+    assert oldest is not None
+    assert shown["warnings"] == [
+        f"1 task(s) past their next firing by more than their misfire grace (the oldest due "
+        f"{oldest}) and no live instance to dispatch them (no instance is registered); start "
+        "`scheduler-daemon run`"
+    ]
+    assert f"\nwarning: {shown['warnings'][0]}\n" in cli("status").out
+    _plant(db, "alive", "1 s")
+    shown = cli("status", "--json").json()
+    assert (shown["overdue_tasks"]["count"], shown["warnings"]) == (1, [])  # a late dispatcher
+    assert "warning:" not in cli("status").out

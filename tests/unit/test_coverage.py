@@ -13,6 +13,7 @@ from scheduler_daemon.domain.coverage import (
     missing_firings,
     owed_since,
     owed_windows,
+    split_windows,
 )
 from scheduler_daemon.domain.misfire import plan_dispatch
 from scheduler_daemon.domain.schedule.fixed import IntervalSchedule
@@ -77,6 +78,25 @@ def test_since_clips_the_windows_and_a_fire_time_at_since_is_owed() -> None:
         T0 + 4 * MINUTE,
         T0 + 5 * MINUTE,
     ]
+
+
+def _times(windows: list) -> list:
+    return sorted(m.at for m in missing_firings(windows, Coverage([], []), limit=10_000).missing)
+
+
+@pytest.mark.parametrize("cut", [2, 3, 5, 6, 8, 9])
+def test_next_run_at_splits_the_owed_firings_into_passed_and_pending_with_none_lost(
+    cut: int,
+) -> None:
+    """Firings before next_run_at are the dispatcher's to have recorded; the one at it and
+    those after are pending. Cut at a firing, at a pause's edge, at the cutoff and past it."""
+    events = [event(1, T0), event(2, T0 + 3 * MINUTE, active=False), event(3, T0 + 5 * MINUTE)]
+    windows = owed_windows(events, since=None, cutoff=T0 + 8 * MINUTE)
+    at = T0 + cut * MINUTE
+    before, pending = split_windows(windows, at)
+    assert _times(before) == [t for t in _times(windows) if t < at]
+    assert _times(pending) == [t for t in _times(windows) if t >= at]
+    assert split_windows(windows, None) == (windows, [])  # no next firing: nothing pending
 
 
 def test_a_pruned_task_owes_firings_after_its_mark_and_its_retention_cutoff_only() -> None:
