@@ -12,8 +12,10 @@ from typing import Any
 import pytest
 import structlog
 
+from scheduler_daemon.services import reconciler as reconciler_module
+from scheduler_daemon.services.completer import Completer
 from scheduler_daemon.services.reconciler import Reconciler
-from tests.support import EVERY_MINUTE, Replica, launched_shell_run, query, wait_for
+from tests.support import EVERY_MINUTE, Replica, launched_shell_run, query, shell_task, wait_for
 
 DEEP = "(repeat('[', 1000) || repeat(']', 1000))::jsonb"
 # Payloads the daemon cannot read: one nested past any decoder, one that is no object, one whose
@@ -121,3 +123,83 @@ def test_a_due_task_whose_payload_nests_too_deep_is_parked_and_the_others_fire(
     assert rows["deep"]["park_error"] == (
         "payload unreadable: JSON nested 1001 levels deep; at most 64"
     )
+
+
+def test_a_completion_that_raises_about_its_row_parks_its_task_and_the_others_are_written(
+    client, pool, executors, database_url, monkeypatch
+) -> None:
+    # Forced: deciding the outcome of the `poison` task's run raises (the injection stands for
+    # any value this build's code cannot take). On 61278d7 the error left the batch and the
+    # pass: neither outcome was written, every pass. Now the batch goes unit by unit, the
+    # poison's task is parked with the error and its run left to the takeover; `fine` is written.
+    poison = shell_task(client, "poison", command="exit 3")
+    fine = shell_task(client, "fine", command="exit 4")
+    for task in (poison, fine):
+        client.trigger(task.id, requested_by="test")
+    replica = Replica(database_url, pool, executors, "a")
+    assert replica.launcher.run_once().launched == 2
+    for run in list(replica.held):
+        wait_for(run.job.poll, message="the jobs to end")
+    decide = Completer._decide
+
+    def refusing(self: Completer, run: Any, occ: Any, spec: Any) -> Any:
+        if run.task_id == poison.id:
+            raise ValueError("a value this build cannot take")
+        return decide(self, run, occ, spec)
+
+    monkeypatch.setattr(Completer, "_decide", refusing)
+    result = replica.completer.run_once()
+    assert (result.done, result.unstorable, len(replica.held)) == (2, 1, 0)
+    rows = {r["name"]: r for r in query(database_url, "SELECT name, park_error FROM task")}
+    assert rows["poison"]["park_error"] == "outcome not recordable: a value this build cannot take"
+    assert rows["fine"]["park_error"] is None
+    runs = query(database_url, "SELECT status, error FROM run ORDER BY id")
+    assert runs == [
+        {"status": "running", "error": None},
+        {"status": "failed", "error": "exit code 4"},
+    ]
+
+
+def test_a_takeover_that_raises_about_its_row_parks_its_task_and_the_others_are_taken_over(
+    client, pool, executors, database_url, monkeypatch
+) -> None:
+    # Forced: the takeover's decision raises for the `poison` task's run. On 61278d7 the error
+    # left the reconcile pass (every pass), and no other orphan was taken over.
+    poison = shell_task(client, "poison", command="sleep 30")
+    other = shell_task(client, "other", command="sleep 30")
+    for task in (poison, other):
+        client.trigger(task.id, requested_by="test")
+    replica = Replica(database_url, pool, executors, "a")
+    assert replica.launcher.run_once().launched == 2
+    query(
+        database_url,
+        "UPDATE run SET lease_expires_at = now() - interval '2 s',"
+        " takeover_at = now() - interval '1 s'",
+    )
+    decide = reconciler_module.decide
+
+    def refusing(*args: Any, **kw: Any) -> Any:
+        if kw["attempts"] == 1 and kw["max_attempts"] == 7:
+            raise ValueError("a value this build cannot take")
+        return decide(*args, **kw)
+
+    query(database_url, "UPDATE task SET max_attempts = 7 WHERE id = %s", (poison.id,))
+    monkeypatch.setattr(reconciler_module, "decide", refusing)
+    report = _reconciler(pool).run_once()
+    runs = {
+        r["task_id"]: r
+        for r in query(
+            database_url,
+            "SELECT o.task_id, r.id, r.status"
+            " FROM run r JOIN occurrence o ON o.id = r.occurrence_id",
+        )
+    }
+    assert report.ids["taken_over"] == [runs[other.id]["id"]]
+    assert runs[poison.id]["status"] == "running"  # rolled back: a later pass tries again
+    (parked,) = query(database_url, "SELECT id, park_error FROM task WHERE parked_at IS NOT NULL")
+    assert parked == {
+        "id": poison.id,
+        "park_error": "reconcile taken_over failed: a value this build cannot take",
+    }
+    for run in list(replica.held):
+        run.job.stop("test over")
