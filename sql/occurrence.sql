@@ -69,7 +69,8 @@ WHERE task_id = %(task_id)s AND status IN ('queued', 'launching', 'running')
 -- `replace` task replaces its active predecessors (reason `replaced`, `requested_by` NULL keeps
 -- theirs), run before the new firing is inserted: the queued one's unique index
 -- (occurrence_replace_queued_key) then has room, and the claim starts the replacement only
--- after a running predecessor's job is gone (sd_claim_launch_v5).
+-- after a running predecessor's job is gone (sd_claim_launch_v5). Returned as occurrence_lock
+-- returns them: without their arguments, which a dispatch pass must not decode.
 UPDATE occurrence SET
     status = CASE WHEN status = 'running' THEN status ELSE 'cancelled' END,
     reason = CASE WHEN status = 'running' THEN reason ELSE %(reason)s END,
@@ -85,7 +86,7 @@ WHERE id IN (
     SELECT id FROM occurrence
     WHERE task_id = %(task_id)s AND status IN ('queued', 'launching', 'running')
     ORDER BY id FOR UPDATE)
-RETURNING *
+RETURNING {{occurrence_locked}}
 
 -- name: occurrence_get :one
 -- One occurrence with its task's name.

@@ -203,3 +203,24 @@ def test_a_takeover_that_raises_about_its_row_parks_its_task_and_the_others_are_
     }
     for run in list(replica.held):
         run.job.stop("test over")
+
+
+def test_a_replace_task_whose_predecessor_has_arguments_too_deep_still_replaces_it(
+    client, pool, executors, database_url
+) -> None:
+    # The new firing cancels the queued predecessor and read it back with its arguments: on
+    # 61278d7 RecursionError parked the task (`maximum recursion depth exceeded`) and it never
+    # fired again until an operator's update.
+    task = shell_task(client, "replacing", overlap="replace")
+    occurrence = client.trigger(task.id, requested_by="test")
+    deep = "(repeat('{\"a\": ', 1000) || '1' || repeat('}', 1000))::jsonb"
+    query(database_url, f"UPDATE occurrence SET args = {deep} WHERE id = %s", (occurrence.id,))
+    query(database_url, "UPDATE task SET next_run_at = now() - interval '1 s'")
+    result = Replica(database_url, pool, executors, "a").dispatcher.run_once()
+    assert result.queued == 1
+    (row,) = query(database_url, "SELECT park_error FROM task")
+    assert row["park_error"] is None
+    (replaced,) = query(
+        database_url, "SELECT status, reason FROM occurrence WHERE id = %s", (occurrence.id,)
+    )
+    assert replaced == {"status": "cancelled", "reason": "replaced"}
