@@ -132,3 +132,33 @@ def test_the_failure_of_a_run_that_could_not_start_is_fenced_on_its_token(
     assert (result.done, result.fenced) == (1, 1)
     (run,) = query(database_url, "SELECT status, error FROM run")
     assert run == {"status": "running", "error": None}
+
+
+def test_a_claim_sent_with_successes_launches_beside_a_row_it_cannot_read(
+    client, pool, executors, database_url
+) -> None:
+    # The hot path's claim rides with the successes' transaction (Services.write_and_refill):
+    # its rows are read in the completer's round trip. On 61278d7 the deep arguments raised
+    # RecursionError there, after the successes and the claim had committed.
+    first = shell_task(client, "first")
+    client.trigger(first.id, requested_by="test")
+    replica = Replica(database_url, pool, executors, "a")
+    assert replica.launcher.run_once().launched == 1
+    deep = shell_task(client, "deep")
+    fine = shell_task(client, "fine")
+    occurrence = client.trigger(deep.id, requested_by="test")
+    client.trigger(fine.id, requested_by="test")
+    query(database_url, f"UPDATE occurrence SET args = {DEEP_ARGS} WHERE id = %s", (occurrence.id,))
+    for run in list(replica.held):
+        wait_for(run.job.poll, message="the first job to end")
+    refill = replica.services.write_and_refill()
+    assert refill.launched is not None
+    assert refill.launched.launched == 2
+    _write_all(replica)
+    rows = _outcomes(database_url)
+    assert [rows[n]["status"] for n in ("first", "fine", "deep")] == [
+        "success",
+        "success",
+        "failed",
+    ]
+    assert rows["deep"]["error"].startswith("arguments unreadable:")
