@@ -230,7 +230,8 @@ class Launcher:
                 instance_id=self.instance_id,
             )
             return None
-        if logconfig.enabled(logging.INFO):
+        # A job over before it began (a payload it cannot run, `run_start_failed`) never started.
+        if logconfig.enabled(logging.INFO) and not isinstance(job, FinishedJob):
             log.info(
                 "run_started",
                 run_id=run.run_id,
