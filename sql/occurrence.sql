@@ -69,7 +69,8 @@ WHERE task_id = %(task_id)s AND status IN ('queued', 'launching', 'running')
 -- `replace` task replaces its active predecessors (reason `replaced`, `requested_by` NULL keeps
 -- theirs), run before the new firing is inserted: the queued one's unique index
 -- (occurrence_replace_queued_key) then has room, and the claim starts the replacement only
--- after a running predecessor's job is gone (sd_claim_launch_v5).
+-- after a running predecessor's job is gone (sd_claim_launch_v5). Returned as occurrence_lock
+-- returns them: without their arguments, which a dispatch pass must not decode.
 UPDATE occurrence SET
     status = CASE WHEN status = 'running' THEN status ELSE 'cancelled' END,
     reason = CASE WHEN status = 'running' THEN reason ELSE %(reason)s END,
@@ -85,7 +86,7 @@ WHERE id IN (
     SELECT id FROM occurrence
     WHERE task_id = %(task_id)s AND status IN ('queued', 'launching', 'running')
     ORDER BY id FOR UPDATE)
-RETURNING *
+RETURNING {{occurrence_locked}}
 
 -- name: occurrence_get :one
 -- One occurrence with its task's name.
@@ -97,7 +98,13 @@ WHERE o.id = %(id)s
 SELECT count(*) FROM occurrence WHERE status IN ('launching', 'running')
 
 -- fragment: claim_launch
-SELECT * FROM sd_claim_launch_v6(%(key)s::bigint, %(slots)s::int, %(owner)s::text,
+-- The claim's rows with their jsonb as text (payload, args): psycopg would decode them while
+-- fetching, where one value too deep for the decoder failed the whole batch after its commit
+-- (issue 44); `occurrence_store.launched` decodes each row's on its own, bounded.
+SELECT free, id, task_id, occurrence_seq, scheduled_for, lease_token, task_name, executor,
+    payload::text AS payload, run_timeout, run_id, attempt, started_at, idempotency_key, run_uuid,
+    in_process, spread_start, args::text AS args
+FROM sd_claim_launch_v6(%(key)s::bigint, %(slots)s::int, %(owner)s::text,
     %(ttl)s::interval, %(grace)s::interval, %(build_revision)s::text, %(now)s::timestamptz)
 
 -- name: occurrence_claim_launch :many
@@ -157,13 +164,24 @@ UPDATE occurrence SET status = 'queued', claim_owner = NULL, claim_expires_at = 
 WHERE id IN (SELECT id FROM occurrence WHERE status = 'launching' AND claim_owner = %(owner)s
              ORDER BY id FOR UPDATE)
 
+-- fragment: occurrence_locked
+-- An occurrence row as the daemon locks it to write its outcome or repair it: the columns of
+-- domain.occurrence.Occurrence but its trigger's arguments, which no such write reads (a value
+-- nested deeper than the decoder recurses, written by SQL, failed every completion and
+-- takeover of its run: issue 44).
+id, task_id, occurrence_seq, scheduled_for, last_scheduled_for, firing_count, trigger, overlap,
+    concurrency_key, status, reason, requested_by, attempts, interruptions, lease_token,
+    claim_owner, claim_expires_at, not_before, error, created_at, updated_at, finished_at,
+    cancel_requested_at, cancel_reason
+
 -- name: occurrence_lock :one
 -- Locks one occurrence (after its task: the one lock order).
-SELECT * FROM occurrence WHERE id = %(id)s FOR UPDATE
+SELECT {{occurrence_locked}} FROM occurrence WHERE id = %(id)s FOR UPDATE
 
 -- name: occurrence_lock_many :many
 -- Locks a batch of occurrences in id order (after their tasks: the one lock order).
-SELECT * FROM occurrence WHERE id = ANY(%(ids)s::bigint[]) ORDER BY id FOR UPDATE
+SELECT {{occurrence_locked}} FROM occurrence WHERE id = ANY(%(ids)s::bigint[])
+ORDER BY id FOR UPDATE
 
 -- name: occurrence_finish_many :many
 -- Records the final status of a batch of occurrences, each fenced on the token its finishing
@@ -250,7 +268,9 @@ ORDER BY o.id
 LIMIT %(limit)s
 
 -- name: occurrence_expire :one
--- Expires one queued occurrence past its start deadline (its task locked first).
+-- Expires one queued occurrence past its start deadline (its task locked first); returned as
+-- occurrence_lock returns it.
+WITH expired AS (
 UPDATE occurrence o SET status = 'expired', reason = 'start_deadline',
     finished_at = clock_timestamp(), updated_at = clock_timestamp()
 FROM task t
@@ -259,12 +279,13 @@ WHERE o.id = %(id)s AND t.id = o.task_id AND o.status = 'queued' AND t.start_dea
                                THEN o.not_before
                                ELSE o.scheduled_for + coalesce(o.spread_offset, interval '0') END
                           + least(t.start_deadline, interval '36525 days')
-RETURNING o.*
+RETURNING o.*)
+SELECT {{occurrence_locked}} FROM expired
 
 -- name: occurrence_latest :one
 -- The occurrence that decides a one-shot task's status, read after the task lock is held: its
 -- newest firing (highest sequence; a manual trigger never decides it).
-SELECT * FROM occurrence
+SELECT {{occurrence_locked}} FROM occurrence
 WHERE task_id = %(task_id)s AND trigger <> 'manual'
 ORDER BY occurrence_seq DESC LIMIT 1
 

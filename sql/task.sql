@@ -1,14 +1,15 @@
 -- fragment: task_defined
--- A task row's columns but its shown outcome's (`last_*`), each interval capped at 36,525 days
+-- A task row's columns but its shown outcome's (`last_*`) and its jsonb (payload and notify
+-- headers: as text in task_read, as jsonb in task_shown), each interval capped at 36,525 days
 -- (100 years: the longest duration any input takes, domain.limit.MAX_DURATION, so a value it
 -- accepted is read unchanged). A value an older build or a hand wrote past that (one Python
 -- cannot hold, past 999,999,999 days, or one that adds to a time past the calendar) would
 -- otherwise fail the read of a whole batch, every pass.
 id, name, schedule_kind, cron_expr, run_at, anchor_at, timezone, dst_gap, dst_overlap,
-    executor, payload, concurrency_key, overlap, misfire, catchup_limit, max_attempts, status,
+    executor, concurrency_key, overlap, misfire, catchup_limit, max_attempts, status,
     paused, next_run_at, occurrence_seq, created_at, updated_at,
-    deleted_at, parked_at, park_error, source, uuid, in_process, notify_url, notify_headers,
-    notify_header_refs, notify_on, paused_until,
+    deleted_at, parked_at, park_error, source, uuid, in_process, notify_url,
+    notify_on, paused_until,
     CASE WHEN deadline > interval '36525 days' THEN interval '36525 days'
          ELSE deadline END AS deadline,
     CASE WHEN every > interval '36525 days' THEN interval '36525 days'
@@ -33,9 +34,12 @@ id, name, schedule_kind, cron_expr, run_at, anchor_at, timezone, dst_gap, dst_ov
 -- fragment: task_read
 -- A task row as the daemon reads it to act on it: every column (test_poison_settings.py holds
 -- the list to the table's), its intervals capped (task_defined), its `last_*` as the row holds
--- them.
-{{task_defined}}, last_outcome_seq, last_occurrence_id, last_scheduled_for, last_status,
-    last_finished_at, last_error
+-- them, its jsonb as text: psycopg would decode it while fetching, where one value nested
+-- deeper than the decoder recurses failed the whole batch (issue 44); task_store.record
+-- decodes each row's within a bound.
+{{task_defined}}, payload::text AS payload, notify_headers::text AS notify_headers,
+    notify_header_refs::text AS notify_header_refs, last_outcome_seq, last_occurrence_id,
+    last_scheduled_for, last_status, last_finished_at, last_error
 
 -- fragment: task_shown
 -- A task row `t` (joined with {{task_outcome}}) as `tasks list/show`, `--json` and the Client
@@ -43,7 +47,7 @@ id, name, schedule_kind, cron_expr, run_at, anchor_at, timezone, dst_gap, dst_ov
 -- task's read from its occurrences (revision 0021: its successes no longer write its row, whose
 -- `last_*` are stale), a one-shot task's from its row (finalized with its deciding occurrence),
 -- and the names of its calendars (revision 0036: task_calendar's key, one index range).
-{{task_defined}},
+{{task_defined}}, payload, notify_headers, notify_header_refs,
     CASE WHEN schedule_kind = 'once' THEN last_outcome_seq
          ELSE coalesce(shown.shown_seq, 0) END AS last_outcome_seq,
     CASE WHEN schedule_kind = 'once' THEN last_occurrence_id

@@ -1,12 +1,21 @@
 """The rows of the hot path, typed: a claim (an occurrence this instance may launch) and a launch
-(the run that claim became). Pure: both read from one row of the claim (`FromRow`, by name)."""
+(the run that claim became). Pure: both read from one row of the claim (`FromRow`, by name),
+its JSON decoded here, row by row, within a bound (`claimed`)."""
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 from uuid import UUID
 
+from scheduler_daemon.domain.json_text import MAX_DEPTH, UndecodableJson, loads_bounded
 from scheduler_daemon.domain.row import FromRow
+
+PAYLOAD_MAX_DEPTH = 64
+"""The deepest task payload the daemon decodes. What the CLI, the Client and `tasks apply` write
+nests 2 levels (`{"url": ..., "headers": {...}}`); the bound is generous past that, and far
+below the ~1,000 levels where the standard decoder raises RecursionError. A payload written
+deeper by SQL is its run's error (`unreadable`)."""
 
 
 @dataclass(frozen=True)
@@ -26,6 +35,9 @@ class Claim(FromRow):
     in_process: bool  # run by the in-process executor, not `executor`'s (task.in_process)
     spread_start: datetime  # its scheduled time plus its spread offset: what start lag counts from
     args: dict[str, Any] | None = None  # its trigger's arguments, the same on every attempt
+    # Why its payload or arguments could not be read (one line); None: read. Such a claim's run
+    # fails with it, its job never started (services.launcher).
+    unreadable: str | None = None
 
 
 @dataclass(frozen=True)
@@ -37,3 +49,21 @@ class Launched(FromRow):
     attempt: int
     started_at: datetime
     run_uuid: UUID
+
+
+def claimed(row: Mapping[str, Any]) -> tuple[Claim, Launched]:
+    """One launched row of the claim, its payload and arguments given as JSON text, each
+    decoded on its own within its bound: a text that cannot be read makes the claim
+    `unreadable` (payload {} and no arguments), never an exception, so the other rows of the
+    batch launch."""
+    values = dict(row)
+    try:
+        values["payload"] = loads_bounded(row["payload"], PAYLOAD_MAX_DEPTH)
+    except UndecodableJson as exc:
+        values.update(payload={}, args=None, unreadable=f"payload unreadable: {exc}")
+        return Claim.from_row(values), Launched.from_row(values)
+    try:
+        values["args"] = None if row["args"] is None else loads_bounded(row["args"], MAX_DEPTH)
+    except UndecodableJson as exc:
+        values.update(args=None, unreadable=f"arguments unreadable: {exc}")
+    return Claim.from_row(values), Launched.from_row(values)

@@ -32,6 +32,7 @@ from scheduler_daemon.storage.error import (
     LOCK_ERRORS,
     UNSTORABLE_ERRORS,
     DatabaseUnavailable,
+    about_the_row,
     sqlstate,
 )
 from scheduler_daemon.storage.run_store import RunEnd
@@ -199,6 +200,10 @@ class Completer:
             self._keep(runs, exc, result)
             return True
         except LOCK_ERRORS + UNSTORABLE_ERRORS:
+            return False
+        except Exception as exc:  # about one row (`about_the_row`): each unit on its own
+            if not about_the_row(exc):
+                raise
             return False
         finally:
             for run in runs:
@@ -374,15 +379,23 @@ class Completer:
     ) -> Completion | Literal["parked"]:
         """`complete`, isolating a poison row: an outcome the database refuses to store (a data
         or constraint error) is written again without its output and with its error replaced
-        by `outcome not storable: SQLSTATE <code>`; if even that is refused, its task is parked
-        with that error (as the dispatcher parks a task it cannot plan), the run leaves the
-        held set and is left to the takeover. Either way the pass goes on, and supervision
-        never counts it."""
+        by `outcome not storable: SQLSTATE <code>`; if even that is refused, or the completion
+        raised about its row's values (`about_the_row`: `outcome not recordable: <error>`), its
+        task is parked with that error (as the dispatcher parks a task it cannot plan), the run
+        leaves the held set and is left to the takeover. Either way the pass goes on, and
+        supervision never counts it."""
         try:
             return self.complete(run, limits)
         except UNSTORABLE_ERRORS as exc:
             error = f"outcome not storable: SQLSTATE {sqlstate(exc)}"
             self._log_unstorable(run, "outcome_not_storable", error, exc)
+        except Exception as exc:
+            if not about_the_row(exc):
+                raise
+            error = f"outcome not recordable: {first_line(exc)}"
+            self._log_unstorable(run, "task_parked", error, exc)
+            result.unstorable += 1
+            return self._park(run, error, limits)
         result.unstorable += 1
         assert run.outcome is not None
         run.outcome = dataclasses.replace(run.outcome, output_tail="", error=error)
@@ -390,6 +403,10 @@ class Completer:
             return self.complete(run, limits)
         except UNSTORABLE_ERRORS as exc:
             self._log_unstorable(run, "task_parked", error, exc)
+        return self._park(run, error, limits)
+
+    def _park(self, run: HeldRun, error: str, limits: Limits) -> Literal["parked"]:
+        """Parks `run`'s task with `error` and drops the run, left to the takeover."""
         with transaction(self.pool, limits) as tx:
             task_store.park(tx.conn, run.task_id, error=error, now=task_store.clock(tx.conn))
         run.job.stop(error)  # over already; stop() is safe on a finished job

@@ -201,12 +201,11 @@ class Launcher:
         fenced on owner and token, its occurrence queued again with its attempt given back.
         With tracing on, the run's span starts here and its context goes to the job."""
         trace = None if self.tracer is None else self._trace(claim, run, made_at)
-        ctx = _context(claim, run, deadline, trace)
         refused = time.monotonic() >= deadline
         if refused:
             job: Job = FinishedJob(run.run_id, Outcome(OutcomeStatus.STOPPED, error=NOT_STARTED))
         else:
-            job = self._executor(claim).start(ctx, claim.payload)
+            job = self._job(claim, run, deadline, trace)
         self.held.add(
             HeldRun(
                 run_id=run.run_id,
@@ -231,7 +230,8 @@ class Launcher:
                 instance_id=self.instance_id,
             )
             return None
-        if logconfig.enabled(logging.INFO):
+        # A job over before it began (a payload it cannot run, `run_start_failed`) never started.
+        if logconfig.enabled(logging.INFO) and not isinstance(job, FinishedJob):
             log.info(
                 "run_started",
                 run_id=run.run_id,
@@ -243,6 +243,30 @@ class Launcher:
             )
         lag = (run.started_at - claim.spread_start).total_seconds()
         return Started(claim.executor, lag, run.attempt)
+
+    def _job(self, claim: Claim, run: Launched, deadline: float, trace: RunTrace | None) -> Job:
+        """`run`'s job, started by its executor; a job over before it began, `failed` with the
+        error, when its claimed row could not be read or the executor's start raised (a value
+        written behind the checks at entry): held like any other, its outcome written by the
+        completer, fenced on owner and token, in a transaction after the claim's. One row's
+        failure is that run's outcome; the other rows of the batch launch."""
+        error = claim.unreadable
+        if error is None:
+            try:
+                return self._executor(claim).start(
+                    _context(claim, run, deadline, trace), claim.payload
+                )
+            except Exception as exc:  # a value of this row the executor cannot take
+                error = f"start failed: {first_line(exc)}"  # capped as any error (completer)
+        log.error(
+            "run_start_failed",
+            error=error,
+            run_id=run.run_id,
+            task_id=claim.task_id,
+            occurrence_id=claim.id,
+            instance_id=self.instance_id,
+        )
+        return FinishedJob.failed(run.run_id, error)
 
     def _trace(self, claim: Claim, run: Launched, made_at: float) -> RunTrace | None:
         """The run's span (tracer set), its `claim` event dated when the claim was sent."""

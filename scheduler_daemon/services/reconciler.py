@@ -39,7 +39,7 @@ from scheduler_daemon.storage.database import (
     first_line,
     transaction,
 )
-from scheduler_daemon.storage.error import LOCK_ERRORS
+from scheduler_daemon.storage.error import LOCK_ERRORS, about_the_row
 
 log = structlog.get_logger()
 # The deadline scan judges the firings whose deadline passed since the fleet's mark (the
@@ -227,7 +227,9 @@ class Reconciler:
     ) -> Any:
         """Runs one fix as its own unit: one that cannot lock its rows in time (a row held by an
         operator, a slow migration, a frozen peer) returns LOCKED and is left for a later try,
-        and every other unit still runs. A failure with the full unit wait is logged."""
+        and every other unit still runs. A failure with the full unit wait is logged. A fix
+        that raised about its row's values (`about_the_row`) becomes that row's outcome: its
+        task parked with the error (`_row_failed`), and the pass goes on."""
         try:
             return fix(seen, limits)
         except LOCK_ERRORS as exc:
@@ -239,6 +241,35 @@ class Reconciler:
                     error=first_line(exc),
                 )
             return LOCKED
+        except Exception as exc:
+            if not about_the_row(exc):
+                raise
+            self._row_failed(category, seen, exc, limits)
+            return None
+
+    def _row_failed(self, category: str, seen: Seen | None, exc: Exception, limits: Limits) -> None:
+        """A fix that raised about its row: the task it concerns is parked with the error, out
+        of the due scan until an update fixes it (`status` and `tasks show` say why); said once,
+        when it parks (a later pass that meets the row again parks nothing and says it at debug
+        level). A unit about no task is logged."""
+        error = f"reconcile {category} failed: {first_line(exc)}"
+        task_id = getattr(seen, "task_id", seen.id if isinstance(seen, TaskRef) else None)
+        parked = False
+        if task_id is not None:
+            with transaction(self.pool, limits) as tx:
+                parked = task_store.park(
+                    tx.conn, task_id, error=error, now=task_store.clock(tx.conn)
+                )
+        if parked or task_id is None:
+            self.log.error(
+                "task_parked" if parked else "reconcile_unit_failed",
+                category=category,
+                id=None if seen is None else seen.id,
+                task_id=task_id,
+                error=error,
+            )
+        else:
+            self.log.debug("reconcile_unit_failed", category=category, task_id=task_id, error=error)
 
     def _notify_deadlines(self, limits: Limits) -> int:
         """The `deadline` notifications firings owe (ADR 0016), in short transactions: the

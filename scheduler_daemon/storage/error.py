@@ -60,3 +60,14 @@ class SchemaTooNew(SchemaMismatch):
 
 class ContractBlocked(StorageError):
     """`migrate --contract` found registered instances of a build it would break (exit code 6)."""
+
+
+def about_the_row(exc: BaseException) -> bool:
+    """Whether `exc` is about one unit's own values, not the database: a value the server
+    refuses to store (UNSTORABLE_ERRORS), or any error this build's code raised reading or
+    deciding on a row (a value written behind the checks at entry, by SQL or another build).
+    Such a unit becomes its row's outcome and the pass goes on. Lock waits, lost connections,
+    privileges and DatabaseUnavailable are not: those fail or retry the pass as before."""
+    if isinstance(exc, UNSTORABLE_ERRORS):
+        return True
+    return isinstance(exc, Exception) and not isinstance(exc, psycopg.Error | StorageError)

@@ -7,7 +7,7 @@ from typing import Any, Literal
 import psycopg
 
 from scheduler_daemon.domain.backfill import Recorded
-from scheduler_daemon.domain.claim import Claim, Launched
+from scheduler_daemon.domain.claim import Claim, Launched, claimed
 from scheduler_daemon.domain.misfire import DispatchPlan
 from scheduler_daemon.domain.occurrence import ExpiredClaim, Occurrence, OccurrenceRef
 from scheduler_daemon.domain.outcome import Settlement
@@ -229,11 +229,9 @@ def claim_launch_statement(
 
 def launched(rows: list[dict[str, Any]]) -> tuple[int, list[tuple[Claim, Launched]]]:
     """The rows of `occurrence_claim_launch`: the slots the claim could fill, and the claims
-    it launched with their runs."""
-    claims = [
-        (Claim.from_row(row), Launched.from_row(row)) for row in rows if row["id"] is not None
-    ]
-    return int(rows[0]["free"]), claims
+    it launched with their runs, each decoded on its own (`claim.claimed`: a row whose JSON
+    cannot be read is a claim `unreadable`, whose run the launcher fails)."""
+    return int(rows[0]["free"]), [claimed(row) for row in rows if row["id"] is not None]
 
 
 def release_claims(conn: psycopg.Connection[Any], owner: str) -> int:

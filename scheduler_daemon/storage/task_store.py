@@ -8,8 +8,17 @@ from typing import Any
 import psycopg
 from psycopg.types.json import Jsonb
 
+from scheduler_daemon.domain.claim import PAYLOAD_MAX_DEPTH
+from scheduler_daemon.domain.json_text import UndecodableJson, loads_bounded
 from scheduler_daemon.domain.outcome import TaskOutcome
-from scheduler_daemon.domain.task import PAYLOAD_KEY, DueLeft, TaskRecord, TaskRef, TaskSpec
+from scheduler_daemon.domain.task import (
+    PAYLOAD_KEY,
+    DueLeft,
+    InvalidTask,
+    TaskRecord,
+    TaskRef,
+    TaskSpec,
+)
 from scheduler_daemon.storage import instance_store, query
 from scheduler_daemon.storage.database import Statement
 from scheduler_daemon.storage.error import Conflict, NotFound
@@ -53,12 +62,57 @@ def _columns(spec: TaskSpec) -> dict[str, Any]:
     }
 
 
-def record(row: dict[str, Any]) -> TaskRecord:
-    """The TaskRecord a task row describes."""
+def _decoded(value: Any, column: str) -> Any:
+    """A jsonb column as the daemon's reads give it (text, `task_read`) decoded within
+    PAYLOAD_MAX_DEPTH; any other read's (decoded by psycopg) as it is. InvalidTask, one line,
+    for a text too deep or not JSON."""
+    if not isinstance(value, str):
+        return value
+    try:
+        return loads_bounded(value, PAYLOAD_MAX_DEPTH)
+    except UndecodableJson as exc:
+        raise InvalidTask(f"{column} unreadable: {exc}") from None
+
+
+def _what_runs(row: dict[str, Any]) -> dict[str, Any]:
+    """The fields of a task's spec read from its jsonb: its target and headers, its notify
+    headers. An exception for a value no writer of this build produces (written by SQL)."""
+    payload = _decoded(row["payload"], "payload")
+    notify_headers = _decoded(row.get("notify_headers"), "notify_headers")
+    notify_header_refs = _decoded(row.get("notify_header_refs"), "notify_header_refs")
+    return {
+        "target": payload[PAYLOAD_KEY[row["executor"]]],
+        "headers": tuple(payload.get("headers", {}).items()),
+        "header_refs": tuple(payload.get("header_refs", {}).items()),
+        "notify_headers": tuple((notify_headers or {}).items()),
+        "notify_header_refs": tuple((notify_header_refs or {}).items()),
+    }
+
+
+def _what_runs_leniently(row: dict[str, Any]) -> dict[str, Any]:
+    """`_what_runs`, or nothing to run (no target, no headers) when the row says nothing this
+    build can read."""
+    try:
+        return _what_runs(row)
+    except Exception:  # any value written behind the checks: the caller needs the policy only
+        return {
+            "target": "",
+            "headers": (),
+            "header_refs": (),
+            "notify_headers": (),
+            "notify_header_refs": (),
+        }
+
+
+def record(row: dict[str, Any], *, lenient: bool = False) -> TaskRecord:
+    """The TaskRecord a task row describes. An exception (one line) when its payload or notify
+    headers cannot be read; with `lenient`, a record that runs nothing instead: the locks of the
+    completer and the reconciler read a task for its policy (attempts, backoff, schedule), and
+    a payload written behind the checks must not stop a run's outcome or takeover."""
+    what = _what_runs_leniently(row) if lenient else _what_runs(row)
     spec = TaskSpec(
         name=row["name"],
         executor=row["executor"],
-        target=row["payload"][PAYLOAD_KEY[row["executor"]]],
         cron=row["cron_expr"],
         every=row["every"],
         at=row["run_at"],
@@ -79,17 +133,14 @@ def record(row: dict[str, Any]) -> TaskRecord:
         spread=row.get("spread"),
         paused=row["paused"],
         anchor=row["anchor_at"],
-        headers=tuple(row["payload"].get("headers", {}).items()),
         history_retention=row.get("history_retention"),
-        header_refs=tuple(row["payload"].get("header_refs", {}).items()),
         in_process=bool(row.get("in_process")),  # NULL (an older build's): not in-process
         notify_url=row.get("notify_url"),
         notify_on=None if row.get("notify_on") is None else tuple(row["notify_on"]),
         deadline=row.get("deadline"),
-        notify_headers=tuple((row.get("notify_headers") or {}).items()),
-        notify_header_refs=tuple((row.get("notify_header_refs") or {}).items()),
         # Read by the statements that show a task (`task_shown`); the daemon's reads leave it.
         exclude_calendars=tuple(row.get("exclude_calendars") or ()),
+        **what,
     )
     return TaskRecord(
         id=row["id"],
@@ -349,13 +400,13 @@ def lock_row(conn: psycopg.Connection[Any], task_id: int) -> TaskRecord | None:
     """Locks a task by id, deleted or not (a job of a deleted task still records its outcome);
     None when no such row exists."""
     row = query.run(conn, "task_lock", {"id": task_id})
-    return None if row is None else record(row)
+    return None if row is None else record(row, lenient=True)
 
 
 def lock_many(conn: psycopg.Connection[Any], ids: Sequence[int]) -> dict[int, TaskRecord]:
     """Locks the tasks `ids` in id order, deleted or not; by id (a missing id has no row)."""
     rows = query.run(conn, "task_lock_many", {"ids": sorted(set(ids))})
-    return {row["id"]: record(row) for row in rows}
+    return {row["id"]: record(row, lenient=True) for row in rows}
 
 
 def unfinished_one_shots(conn: psycopg.Connection[Any], *, after: int, limit: int) -> list[TaskRef]:
