@@ -288,17 +288,12 @@ def status_fields(status: dict[str, Any]) -> dict[str, Any]:
             database[key] = iso(database[key])
     if database.get("system_identifier") is not None:
         database["system_identifier"] = str(database["system_identifier"])  # past 2^53
-    refused_by = [
-        {name: getattr(i, name) for name in ("id", "hostname", "version", "schema_revision")}
-        for i in status.get("in_process_refused_by", [])
-    ]
     warning = unserved_queue_warning(status.get("queue_depth", 0), states)
     return {
         **status,
         "instances": instances,
         "live_instances": states.count(InstanceState.LIVE),
         "warnings": [] if warning is None else [warning],
-        "in_process_refused_by": refused_by,
         "parked_tasks": _tasks_at(status, "parked_tasks", "parked_at"),
         "pending_resumes": _tasks_at(status, "pending_resumes", "paused_until"),
         "budget_lock_holders": holders,
@@ -314,17 +309,6 @@ def _tasks_at(status: dict[str, Any], key: str, instant: str) -> list[dict[str, 
 def instances_table_rows(instances: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """`status`'s instance table: the JSON objects with each `state` in words."""
     return [{**i, "state": InstanceState(i["state"]).text} for i in instances]
-
-
-def in_process_refused_text(refused_by: list[dict[str, Any]]) -> str | None:
-    """`status`'s line naming the instances whose build refuses in-process tasks; None: none."""
-    if not refused_by:
-        return None
-    names = ", ".join(
-        f"{i['id']} (host {i['hostname']}, version {i['version']}, schema {i['schema_revision']})"
-        for i in refused_by
-    )
-    return f"in-process tasks refused while these older builds are registered: {names}"
 
 
 def database_text(database: dict[str, Any]) -> str:
