@@ -286,10 +286,6 @@ def status_fields(status: dict[str, Any]) -> dict[str, Any]:
             }
         )
     holders = [lock_holder_fields(h) for h in status.get("budget_lock_holders", [])]
-    refused_by = [
-        {name: getattr(i, name) for name in ("id", "hostname", "version", "schema_revision")}
-        for i in status.get("in_process_refused_by", [])
-    ]
     overdue = {k: _json(v) for k, v in status["overdue_tasks"].items()}
     return {
         **status,
@@ -297,7 +293,6 @@ def status_fields(status: dict[str, Any]) -> dict[str, Any]:
         "live_instances": states.count(InstanceState.LIVE),
         "overdue_tasks": overdue,
         "warnings": fleet_warnings(status["queue_depth"], overdue, states),
-        "in_process_refused_by": refused_by,
         "parked_tasks": _tasks_at(status, "parked_tasks", "parked_at"),
         "pending_resumes": _tasks_at(status, "pending_resumes", "paused_until"),
         "budget_lock_holders": holders,
@@ -320,17 +315,6 @@ def _tasks_at(status: dict[str, Any], key: str, instant: str) -> list[dict[str, 
 def instances_table_rows(instances: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """`status`'s instance table: the JSON objects with each `state` in words."""
     return [{**i, "state": InstanceState(i["state"]).text} for i in instances]
-
-
-def in_process_refused_text(refused_by: list[dict[str, Any]]) -> str | None:
-    """`status`'s line naming the instances whose build refuses in-process tasks; None: none."""
-    if not refused_by:
-        return None
-    names = ", ".join(
-        f"{i['id']} (host {i['hostname']}, version {i['version']}, schema {i['schema_revision']})"
-        for i in refused_by
-    )
-    return f"in-process tasks refused while these older builds are registered: {names}"
 
 
 def database_text(database: dict[str, Any]) -> str:

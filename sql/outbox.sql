@@ -161,10 +161,7 @@ ON CONFLICT DO NOTHING
 -- transaction's first statement): a firing never dispatched, while the dispatch is held (a
 -- parked task, a row held by another session) or before the catch-up after an outage. Keyed by
 -- the firing (task_id, scheduled_for), with no occurrence: when it is recorded, neither the
--- scan nor the dispatcher writes another. `outcome` is null, `attempt` 0. At most `limit`. None
--- while an instance of a build before `since` (0030) is registered: its scan knows a firing's
--- notification by its occurrence only, and would notify the firing again, under another
--- delivery_id, once it is recorded.
+-- scan nor the dispatcher writes another. `outcome` is null, `attempt` 0. At most `limit`.
 INSERT INTO notification_outbox (occurrence_id, task_id, scheduled_for, event, payload,
     created_at, next_attempt_at)
 SELECT NULL, t.id, t.next_run_at, e.event,
@@ -190,7 +187,6 @@ WHERE t.deadline IS NOT NULL AND t.deleted_at IS NULL AND NOT t.paused AND t.sta
                   JOIN calendar_date cd ON cd.calendar_id = tc.calendar_id
                   WHERE tc.task_id = t.id
                     AND cd.day = (t.next_run_at AT TIME ZONE t.timezone)::date)
-  AND NOT EXISTS (SELECT 1 FROM instance i WHERE i.schema_revision < %(since)s)
 ORDER BY t.id
 LIMIT %(limit)s
 ON CONFLICT DO NOTHING

@@ -344,9 +344,6 @@ def status(ctx: click.Context) -> None:
         text += f"\npaused until {pending['paused_until']}: {pending['name']} (id {pending['id']})"
     for holder in fields["budget_lock_holders"]:
         text += "\n" + presentation.lock_holder_text(holder)
-    refused = presentation.in_process_refused_text(fields["in_process_refused_by"])
-    if refused is not None:
-        text += "\n" + refused
     notifications = presentation.notifications_text(fields["notifications"])
     if notifications is not None:
         text += "\n" + notifications

@@ -4,7 +4,7 @@ transaction (`tasks apply`)."""
 
 import dataclasses
 import functools
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -20,23 +20,19 @@ from scheduler_daemon.client.base import (
 )
 from scheduler_daemon.domain import argument, control
 from scheduler_daemon.domain import limit as bound
-from scheduler_daemon.domain.instance import Instance
 from scheduler_daemon.domain.misfire import DispatchPlan, Firing
 from scheduler_daemon.domain.occurrence import Occurrence
 from scheduler_daemon.domain.operator import Actor
-from scheduler_daemon.domain.schedule.cron_syntax import splits_day_fields
 from scheduler_daemon.domain.status import TaskStatus, Trigger
 from scheduler_daemon.domain.task import InvalidTask, TaskRecord, TaskSpec
 from scheduler_daemon.storage import (
     calendar_store,
     fleet_store,
     instance_store,
-    migration,
     occurrence_store,
     operator_action_store,
     task_store,
 )
-from scheduler_daemon.storage.error import Conflict
 
 
 class TaskDefinition(ClientBase):
@@ -69,13 +65,6 @@ class TaskDefinition(ClientBase):
         spec, skips = spec.resolved()  # a local --at, read in its zone by its DST policies
         if spec.deadline is not None:
             spec.check_deadline(fleet_store.history_retention(conn))
-        if spec.in_process:
-            _allow_in_process(spec.name, _older_builds(conn))
-        if _notifies(spec.notify_url, spec.notify_on, spec.deadline, spec.notify_headers):
-            _allow_notify(f"task '{spec.name}'", _not_notifying(conn))
-        _refuse_new_fields(spec.name, _older_for(conn, _new_fields(spec)))
-        if spec.cron is not None and _splits(spec.cron):
-            _allow_either_days(spec.name, spec.cron, _reading_both(conn))
         if skips:
             added = task_store.insert(conn, spec, None, source=source)
             return _skip_one_shot(conn, _link_calendars(conn, added, spec), db_now)
@@ -98,22 +87,6 @@ class TaskDefinition(ClientBase):
         if not specs:
             return []
         with self._tx() as conn:
-            made = [s.name for s in specs if s.in_process]
-            if made:
-                _allow_in_process(made[0], _older_builds(conn))
-            notifying = [
-                s.name
-                for s in specs
-                if _notifies(s.notify_url, s.notify_on, s.deadline, s.notify_headers)
-            ]
-            if notifying:
-                _allow_notify(f"task '{notifying[0]}'", _not_notifying(conn))
-            for spec in specs:
-                _refuse_new_fields(spec.name, _older_for(conn, _new_fields(spec)))
-            splitting = [s for s in specs if _splits(s.cron)]
-            if splitting:
-                first = splitting[0]
-                _allow_either_days(first.name, str(first.cron), _reading_both(conn))
             retention = fleet_store.history_retention(conn)
             for spec in specs:
                 _named(spec, functools.partial(spec.check_deadline, retention))
@@ -153,22 +126,7 @@ class TaskDefinition(ClientBase):
     ) -> TaskRecord:
         """update_task inside the caller's transaction; `source` makes an apply source own it."""
         control.check_update(changes)
-        # The instances' lock before the task's: the order `migrate --contract` takes them.
-        older = _older_builds(conn) if changes.get("in_process") else []
-        notifies = _notifies(
-            changes.get("notify_url"),
-            changes.get("notify_on"),
-            changes.get("deadline"),
-            changes.get("notify_headers"),
-        )
-        silent = _not_notifying(conn) if notifies else []
-        behind = _older_for(conn, _new_fields(changes))
-        reading_both = _reading_both(conn) if _splits(changes.get("cron")) else []
         task = task_store.lock(conn, task_ref(ref))
-        _allow_in_process(task.name, older)
-        _allow_notify(f"task '{task.name}'", silent)
-        _refuse_new_fields(task.name, behind)
-        _allow_either_days(task.name, str(changes.get("cron")), reading_both)
         db_now = task_store.clock(conn, now)
         plan = allowed(control.plan_update(task, changes, db_now))
         if plan.spec.deadline is not None:
@@ -278,15 +236,9 @@ class TaskDefinition(ClientBase):
         until: datetime | timedelta | None = None,
         now: datetime | None = None,
     ) -> TaskRecord:
-        # Under the compatibility lock, before the task lock (the order `migrate --contract`
-        # takes them, as `_older_for`).
-        older = [] if until is None else migration.instances_before(conn, control.PAUSE_UNTIL_SINCE)
         task = task_store.lock(conn, task_ref(ref))
         db_now = task_store.clock(conn, now)
         end = None if until is None else control.pause_end(until, db_now)
-        refusal = control.plan_pause_until(task.name, older)
-        if refusal is not None:
-            raise Conflict(refusal.message)
         plan = control.plan_pause(task, db_now, end)
         self._record_owed(conn, task, plan.owed, db_now)
         return task_store.set_paused(
@@ -372,64 +324,6 @@ class TaskDefinition(ClientBase):
         return cancelled
 
 
-def _older_builds(conn: psycopg.Connection[Any]) -> list[Instance]:
-    """The registered instances of builds that cannot run an in-process task, read in the
-    transaction that writes it under the compatibility lock (`migration.instances_before`): no
-    registration slips in between this read and the commit."""
-    return migration.instances_before(conn, control.IN_PROCESS_SINCE)
-
-
-def _allow_in_process(task_name: str, older: list[Instance]) -> None:
-    """Refuses (Conflict) making a task in-process while `older` (`_older_builds`) is not empty."""
-    refusal = control.plan_in_process(task_name, older)
-    if refusal is not None:
-        raise Conflict(refusal.message)
-
-
-def _notifies(
-    url: str | None, events: Sequence[str] | None, deadline: Any, headers: Sequence[Any] | None
-) -> bool:
-    """Whether a write gives notifications (a URL, events, a deadline or headers): what builds
-    before control.NOTIFY_SINCE would ignore. Clearing them is never refused."""
-    return url is not None or events is not None or deadline is not None or bool(headers)
-
-
-def _not_notifying(conn: psycopg.Connection[Any]) -> list[Instance]:
-    """The registered instances of builds that record no notification, read under the
-    compatibility lock as `_older_builds` (ADR 0010's pattern, ADR 0016)."""
-    return migration.instances_before(conn, control.NOTIFY_SINCE)
-
-
-def _allow_notify(subject: str, older: list[Instance]) -> None:
-    """Refuses (Conflict) notifications for `subject` while `older` is not empty."""
-    refusal = control.plan_notify(subject, older)
-    if refusal is not None:
-        raise Conflict(refusal.message)
-
-
-def _new_fields(given: TaskSpec | Mapping[str, Any]) -> list[str]:
-    """The keys of control.NEW_FIELDS and NEW_VALUES that `given` (a spec, or an update's
-    changes) sets; clearing a field (None) is never refused."""
-    if isinstance(given, TaskSpec):
-        given = {name: getattr(given, name) for name in TaskSpec.__dataclass_fields__}
-    return control.new_settings(given)
-
-
-def _older_for(conn: psycopg.Connection[Any], fields: Sequence[str]) -> dict[str, list[Instance]]:
-    """For each of `fields`, the registered instances of builds before the revision that added
-    it, read under the compatibility lock as `_older_builds` (ADR 0010's pattern), before any
-    task lock (the order `migrate --contract` takes them)."""
-    return {f: migration.instances_before(conn, control.setting_since(f)) for f in fields}
-
-
-def _refuse_new_fields(task_name: str, older: Mapping[str, list[Instance]]) -> None:
-    """Refuses (Conflict, one line) the first field an older registered build would misexecute."""
-    for field, instances in older.items():
-        refusal = control.plan_new_field(field, task_name, instances)
-        if refusal is not None:
-            raise Conflict(refusal.message)
-
-
 def _skip_one_shot(conn: psycopg.Connection[Any], task: TaskRecord, db_now: datetime) -> TaskRecord:
     """Records the one firing of the locked (or just written) one-shot `task`, whose local
     `--at` a DST gap swallows under `--dst-gap skip`, as the dispatcher records a skipped
@@ -461,25 +355,6 @@ def _link_calendars(conn: psycopg.Connection[Any], task: TaskRecord, spec: TaskS
     return dataclasses.replace(
         task, spec=dataclasses.replace(task.spec, exclude_calendars=spec.exclude_calendars)
     )
-
-
-def _splits(cron: str | None) -> bool:
-    """Whether a write gives a cron whose `#`, `L5` or `W` beside a restricted other day field
-    builds before control.EITHER_DAYS_SINCE would read as "both match" (ADR 0019)."""
-    return cron is not None and splits_day_fields(cron)
-
-
-def _reading_both(conn: psycopg.Connection[Any]) -> list[Instance]:
-    """The registered instances of builds that read such a cron as croniter does, under the
-    compatibility lock as `_older_builds` (ADR 0010's pattern, ADR 0019)."""
-    return migration.instances_before(conn, control.EITHER_DAYS_SINCE)
-
-
-def _allow_either_days(task_name: str, cron: str, older: list[Instance]) -> None:
-    """Refuses (Conflict) giving a task such a cron while `older` is not empty."""
-    refusal = control.plan_either_days(task_name, cron, older)
-    if refusal is not None:
-        raise Conflict(refusal.message)
 
 
 def _named(spec: TaskSpec, check: Callable[[], None]) -> None:

@@ -10,7 +10,7 @@ from typing import Any
 import psycopg
 
 from scheduler_daemon.client.base import ClientBase
-from scheduler_daemon.domain import argument, control
+from scheduler_daemon.domain import argument
 from scheduler_daemon.domain.instance import Instance
 from scheduler_daemon.domain.lock_holder import CONFIRM_AFTER_SECONDS, LockHolder, held_throughout
 from scheduler_daemon.storage import (
@@ -23,7 +23,6 @@ from scheduler_daemon.storage import (
     task_store,
 )
 from scheduler_daemon.storage.database import first_line
-from scheduler_daemon.storage.error import Conflict
 
 
 class Fleet(ClientBase):
@@ -55,10 +54,6 @@ class Fleet(ClientBase):
                 "pending_resumes": task_store.pending_resumes(conn),
                 "overdue_tasks": task_store.overdue_summary(conn),
                 "notifications": outbox_store.counts(conn),
-                # the instances whose build refuses a task `in_process` (ADR 0010)
-                "in_process_refused_by": [
-                    row for row in instances if row.schema_revision < control.IN_PROCESS_SINCE
-                ],
             }
             holders = fleet_store.budget_lock_holders(conn)
         return {
@@ -107,13 +102,4 @@ class Fleet(ClientBase):
         """Sets `name` to `value`: one text, or for `notify-headers` one 'NAME: VALUE' each."""
         key, stored = argument.fleet_setting(name, value)  # within its bound (domain/limit.py)
         with self._tx() as conn:
-            if key in argument.NOTIFY_SETTINGS and stored is not None:  # ADR 0016, as ADR 0010
-                if key == "notify_headers":  # builds before 0030 would POST without them
-                    older = migration.instances_before(conn, control.NOTIFY_HEADERS_SINCE)
-                    refusal = control.plan_fleet_notify_headers(older)
-                else:
-                    older = migration.instances_before(conn, control.NOTIFY_SINCE)
-                    refusal = control.plan_notify("the fleet", older)
-                if refusal is not None:
-                    raise Conflict(refusal.message)
             return fleet_store.set_setting(conn, key, stored, updated_by)

@@ -19,7 +19,6 @@ from scheduler_daemon.domain.status import LostReason, OccurrenceStatus, Overlap
 from scheduler_daemon.domain.task import TaskRecord
 from scheduler_daemon.storage import (
     instance_store,
-    migration,
     occurrence_store,
     operator_action_store,
     task_store,
@@ -57,27 +56,11 @@ class Triggering(ClientBase):
         by side; a `forbid` task is refused): a TriggerBatch instead of one Occurrence. With
         `actor`, `operator_action` records it in the same transaction. `args` (a JSON object,
         argument.trigger_args): recorded on the one occurrence and handed to each of its
-        attempts; refused beside a build before control.ARGS_SINCE, and with `count` > 1."""
+        attempts; refused with `count` > 1."""
         if args is not None:
             args = argument.checked_args(args)  # as the CLI checks them: one line, nothing written
             if count != 1:
                 raise argument.InvalidArgument("arguments trigger one occurrence: drop --count")
-            with self._tx() as conn:
-                # Under the compatibility lock, before the task lock (as `_older_for`).
-                older = migration.instances_before(conn, control.ARGS_SINCE)
-                task = task_store.lock(conn, task_ref(ref))
-                allowed(control.plan_trigger_args(task.name, older))
-                db_now = task_store.clock(conn, now)
-                # `_tx` commits at its end (no COMMIT sent with the last statement).
-                return self._trigger_one(
-                    conn,
-                    task,
-                    db_now,
-                    requested_by=requested_by,
-                    actor=actor,
-                    args=args,
-                    commit=False,
-                )
         if count != 1:
             return self._trigger_many(ref, count, requested_by=requested_by, actor=actor, now=now)
         # One round trip begins the transaction, reads the clock and takes the parent lock;
@@ -89,7 +72,7 @@ class Triggering(ClientBase):
             conn, db_now = tx.conn, tx.now
             task = task_store.locked(ref, tx.result)
             return self._trigger_one(
-                conn, task, db_now, requested_by=requested_by, actor=actor, args=None, commit=True
+                conn, task, db_now, requested_by=requested_by, actor=actor, args=args
             )
 
     def _trigger_one(
@@ -101,10 +84,9 @@ class Triggering(ClientBase):
         requested_by: str,
         actor: Actor | None,
         args: dict[str, Any] | None,
-        commit: bool,
     ) -> Occurrence:
         """The manual occurrence of the locked `task` (its overlap policy and key apply), and
-        its record; with `commit`, the last statement commits."""
+        its record; the last statement commits."""
         # Only a `forbid` task's rule reads its active occurrences (at most one, by index), in
         # a statement of its own: after the lock, so it sees every committed trigger.
         forbid = task.spec.overlap == OverlapPolicy.FORBID
@@ -123,7 +105,7 @@ class Triggering(ClientBase):
             reason=plan.reason,
             requested_by=requested_by,
             now=db_now,
-            commit=commit and actor is None,
+            commit=actor is None,
             args=None if args is None else Jsonb(args),
         )
         if actor is not None:
@@ -134,7 +116,7 @@ class Triggering(ClientBase):
                 task_id=task.id,
                 occurrence_id=occurrence.id,
                 detail=trigger_text(occurrence),
-                commit=commit,
+                commit=True,
             )
         return replace(occurrence, task_name=task.name)
 

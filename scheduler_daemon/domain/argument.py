@@ -29,7 +29,7 @@ FLEET_SETTINGS = {
     "notify-on": "notify_on",
     "notify-headers": "notify_headers",
 }
-# The settings that give notifications (ADR 0016): refused while a build before them runs.
+# The settings that give notifications (ADR 0016).
 NOTIFY_SETTINGS = frozenset({"notify_url", "notify_on", "notify_headers"})
 DURATION_SETTINGS = frozenset({"history-retention"})  # stored as duration text
 

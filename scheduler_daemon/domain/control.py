@@ -5,13 +5,12 @@ out in one transaction. A change the task's state refuses comes back as a `Refus
 raises it as a Conflict); a change that is malformed raises InvalidTask.
 """
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
 from scheduler_daemon.domain import limit
-from scheduler_daemon.domain.instance import Instance
 from scheduler_daemon.domain.misfire import Firing, skip_past_due
 from scheduler_daemon.domain.status import (
     LostReason,
@@ -24,43 +23,6 @@ from scheduler_daemon.domain.task import InvalidTask, TaskRecord, TaskSpec
 
 _MICROSECOND = timedelta(microseconds=1)
 
-# The schema revision that added `task.in_process` (migration 0020_task_in_process): a build
-# whose head is before it runs an in-process task in a worker process, or not at all.
-IN_PROCESS_SINCE = "0020"
-# The schema revision that added notifications (migration 0025_notification_outbox): a build
-# whose head is before it records no notification, so a task's or the fleet's notify URL is
-# refused while one is registered (ADR 0016, as ADR 0010).
-NOTIFY_SINCE = "0025"
-# The schema revision that added `task.backoff_max` (migration 0028_exponential_backoff): a build
-# whose head is before it retries such a task after the fixed `backoff` every time.
-BACKOFF_MAX_SINCE = "0028"
-# The schema revision that added `task.spread` (migration 0029_spread): a build whose head is
-# before it queues a spread task's firings at their nominal time and expires them by it.
-SPREAD_SINCE = "0029"
-# The schema revision that added `--overlap replace` (migration 0031_overlap_replace): a build
-# whose head is before it would park such a task and claim its firing beside its predecessor.
-REPLACE_SINCE = "0031"
-# The schema revision from which a cron's `#`, `L5` and `W` beside a restricted other day field
-# follow "either day field matches" (migration 0026_either_day_field): a build before it fires
-# such an expression as croniter reads it, both fields matching, so it is refused while one is
-# registered (ADR 0019, as ADR 0010).
-EITHER_DAYS_SINCE = "0026"
-# The schema revision that came with the fleet's notify headers (migration
-# 0030_notification_headers_and_firings): a build whose head is before it POSTs to the fleet's
-# notify-url without them, so `config set notify-headers` is refused while one is registered.
-NOTIFY_HEADERS_SINCE = "0030"
-# The schema revision that added `task.paused_until` (migration 0033_pause_until): a build whose
-# head is before it never reads it, so it would never end such a pause; `tasks pause --until` is
-# refused while one is registered (ADR 0024, as ADR 0010).
-PAUSE_UNTIL_SINCE = "0033"
-# The schema revision that added `occurrence.args` (migration 0034_trigger_args): a build whose
-# head is before it claims through sd_claim_launch_v5 and runs the job without them, so a
-# trigger with arguments is refused while one is registered (ADR 0024, as ADR 0010).
-ARGS_SINCE = "0034"
-# The schema revision that added exclusion calendars (migration 0036_calendars): a build whose
-# head is before it never reads `task_calendar` and would run the firings a calendar excludes,
-# so a task is refused calendars while one is registered (ADR 0025, as ADR 0010).
-CALENDARS_SINCE = "0036"
 # The changes that move a task's schedule: its due, undispatched firings are recorded first.
 SCHEDULE_FIELDS = frozenset({"cron", "every", "at", "timezone", "dst_gap", "dst_overlap"})
 
@@ -70,118 +32,6 @@ class Refusal:
     """A change the task's current state does not allow; `message` is one line."""
 
     message: str
-
-
-def refuse_beside_older(
-    change: str, older: Sequence[Instance], *, since: str, because: str
-) -> Refusal | None:
-    """A change an older build would misexecute (`change`, e.g. "task 'x' cannot run
-    in-process"): refused, naming them, while `older` (the registered instances of builds
-    before revision `since`) is not empty; `because` says what they would do (ADR 0010)."""
-    if not older:
-        return None
-    names = ", ".join(
-        f"{i.id} (host {i.hostname}, version {i.version}, schema {i.schema_revision})"
-        for i in older
-    )
-    return Refusal(
-        f"{change} while instance(s) {names} of builds before schema {since} are registered "
-        f"({because}); roll them to this build, or wait until a stopped one's row expires"
-    )
-
-
-def plan_in_process(task_name: str, older: Sequence[Instance]) -> Refusal | None:
-    """Whether a task may be made in-process now (ADR 0010)."""
-    return refuse_beside_older(
-        f"task '{task_name}' cannot run in-process",
-        older,
-        since=IN_PROCESS_SINCE,
-        because="they would run it in a worker process",
-    )
-
-
-def plan_notify(subject: str, older: Sequence[Instance]) -> Refusal | None:
-    """Whether `subject` (a task, or the fleet's defaults) may be given notifications now
-    (ADR 0016)."""
-    return refuse_beside_older(
-        f"{subject} cannot have notifications",
-        older,
-        since=NOTIFY_SINCE,
-        because="they would record none",
-    )
-
-
-# Task fields a build before the revision that added them would misexecute: the option, that
-# revision, and what such a build would do (ADR 0010's refusal, `plan_new_field`).
-NEW_FIELDS = {
-    "backoff_max": (
-        "--backoff-max",
-        BACKOFF_MAX_SINCE,
-        "they would retry it after the fixed --backoff every time",
-    ),
-    "spread": ("--spread", SPREAD_SINCE, "they would start its firings at their nominal time"),
-    "exclude_calendars": (
-        "--exclude-calendar",
-        CALENDARS_SINCE,
-        "they would run the firings its calendars exclude",
-    ),
-}
-
-
-# Values of existing task fields that a build before the revision that added them would
-# misexecute, keyed "field=value": refused as NEW_FIELDS are (`new_settings`, ADR 0022).
-NEW_VALUES = {
-    f"overlap={OverlapPolicy.REPLACE}": (
-        "--overlap replace",
-        REPLACE_SINCE,
-        "their dispatch would park it and their claim start a firing beside its predecessor",
-    ),
-}
-
-
-def new_settings(given: Mapping[str, Any]) -> list[str]:
-    """The keys of NEW_FIELDS that `given` (a spec's fields, or an update's changes) sets, and
-    of NEW_VALUES whose value it sets; clearing a field (None, or () for a list) is never
-    refused."""
-    fields = [field for field in NEW_FIELDS if given.get(field) not in (None, ())]
-    values = [key for key in NEW_VALUES if str(given.get(key.split("=")[0])) == key.split("=")[1]]
-    return fields + values
-
-
-def setting_since(key: str) -> str:
-    """The revision that added a key of NEW_FIELDS or NEW_VALUES."""
-    return {**NEW_FIELDS, **NEW_VALUES}[key][1]
-
-
-def plan_new_field(field: str, task_name: str, older: Sequence[Instance]) -> Refusal | None:
-    """Whether a task may be given `field` (a key of NEW_FIELDS or NEW_VALUES) now, with `older`
-    the registered instances of builds before the revision that added it."""
-    option, since, because = {**NEW_FIELDS, **NEW_VALUES}[field]
-    return refuse_beside_older(
-        f"task '{task_name}' cannot have {option}", older, since=since, because=because
-    )
-
-
-def plan_either_days(task_name: str, cron: str, older: Sequence[Instance]) -> Refusal | None:
-    """Whether a task may be given `cron`, which restricts both day fields with `#`, `L5` or
-    `W` in one of them (cron_syntax.splits_day_fields), now (ADR 0019)."""
-    return refuse_beside_older(
-        f"task '{task_name}' cannot have --cron {cron!r}",
-        older,
-        since=EITHER_DAYS_SINCE,
-        because="they fire it only on days both day fields match, or never: "
-        "not on a day either one matches",
-    )
-
-
-def plan_fleet_notify_headers(older: Sequence[Instance]) -> Refusal | None:
-    """Whether the fleet may be given notify headers now (ADR 0016)."""
-    return refuse_beside_older(
-        "the fleet cannot have notify-headers",
-        older,
-        since=NOTIFY_HEADERS_SINCE,
-        because="they would POST to its notify-url without them",
-    )
 
 
 def owed_firings(
@@ -292,26 +142,6 @@ def pause_end(until: datetime | timedelta, now: datetime) -> datetime:
             f"--until {end.isoformat()} is more than {limit.MAX_DURATION.days} days after now"
         )
     return end
-
-
-def plan_pause_until(task_name: str, older: Sequence[Instance]) -> Refusal | None:
-    """Whether a task may be paused until an instant now (ADR 0024)."""
-    return refuse_beside_older(
-        f"task '{task_name}' cannot be paused --until an instant",
-        older,
-        since=PAUSE_UNTIL_SINCE,
-        because="they would never resume it",
-    )
-
-
-def plan_trigger_args(task_name: str, older: Sequence[Instance]) -> Refusal | None:
-    """Whether task `task_name` may be triggered with arguments now (ADR 0024)."""
-    return refuse_beside_older(
-        f"task '{task_name}' cannot be triggered with arguments",
-        older,
-        since=ARGS_SINCE,
-        because="they would run it without them",
-    )
 
 
 def plan_pause(task: TaskRecord, now: datetime, until: datetime | None = None) -> PausePlan:

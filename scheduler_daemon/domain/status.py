@@ -90,7 +90,7 @@ class OverlapPolicy(StrEnum):
     QUEUE = "queue"
     ALLOW = "allow"
     # A new firing cancels a queued predecessor and asks a running one to stop; it starts once
-    # the predecessor's job is gone (occurrence_cancel_active, sd_claim_launch_v5).
+    # the predecessor's job is gone (occurrence_cancel_active, sd_claim_launch_v6).
     REPLACE = "replace"
 
 

@@ -187,7 +187,7 @@ class Dispatcher:
     def _replace(self, conn: Conn, task: TaskRecord, db_now: datetime) -> None:
         """The new firing of a `replace` task replaces its active predecessors, before it is
         inserted (the task is locked): a queued one is cancelled, a running one asked to stop;
-        the claim starts the new one once that job is gone (sd_claim_launch_v5)."""
+        the claim starts the new one once that job is gone (sd_claim_launch_v6)."""
         replaced = occurrence_store.cancel_active(
             conn, task.id, reason=LostReason.REPLACED, requested_by=None, now=db_now
         )

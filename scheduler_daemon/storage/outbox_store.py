@@ -7,7 +7,6 @@ from typing import Any
 
 import psycopg
 
-from scheduler_daemon.domain import control
 from scheduler_daemon.domain.notification import Notification
 from scheduler_daemon.storage import query
 
@@ -50,8 +49,7 @@ def enqueue_deadlines(
 def enqueue_unrecorded_deadlines(conn: psycopg.Connection[Any], *, limit: int) -> int:
     """Records the `deadline` notifications owed by due firings not recorded past their
     deadline, keyed by the firing (see `outbox_enqueue_unrecorded_deadlines`)."""
-    params = {"limit": limit, "since": control.NOTIFY_HEADERS_SINCE}
-    return int(query.run(conn, "outbox_enqueue_unrecorded_deadlines", params))
+    return int(query.run(conn, "outbox_enqueue_unrecorded_deadlines", {"limit": limit}))
 
 
 def enqueue_late_deadlines(

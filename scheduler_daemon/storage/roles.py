@@ -54,15 +54,15 @@ WRITES: dict[str, dict[str, tuple[str, ...]]] = {
         "occurrence": ("INSERT", "UPDATE", "DELETE"),  # DELETE: history past the retention
         "run": ("INSERT", "UPDATE", "DELETE"),
         "instance": ("INSERT", "UPDATE", "DELETE"),
-        "task_pruned": ("INSERT", "UPDATE"),  # the prune's mark, an upsert (revision 0016)
-        "fleet_epoch": ("INSERT",),  # a reconcile pass's first sighting (revision 0018)
-        # A finished firing's notifications (revision 0025), written beside its outcome, then
-        # claimed and recorded by the deliverer (UPDATE of COLUMNS only); the prune deletes
-        # them with the occurrence (ON DELETE CASCADE, run as the table owner), and deletes
-        # itself those written before their firing had a row (revision 0030), which no cascade
-        # reaches. DELETE opens nothing new: deleting the occurrence removes its notifications.
+        "task_pruned": ("INSERT", "UPDATE"),  # the prune's mark, an upsert
+        "fleet_epoch": ("INSERT",),  # a reconcile pass's first sighting
+        # A finished firing's notifications, written beside its outcome, then claimed and
+        # recorded by the deliverer (UPDATE of COLUMNS only); the prune deletes them with the
+        # occurrence (ON DELETE CASCADE, run as the table owner), and deletes itself those
+        # written before their firing had a row, which no cascade reaches. DELETE opens
+        # nothing new: deleting the occurrence removes its notifications.
         "notification_outbox": ("INSERT", "UPDATE", "DELETE"),
-        # The deadline scan's mark (revision 0030), raised after each window it judged.
+        # The deadline scan's mark, raised after each window it judged.
         "deadline_mark": ("UPDATE",),
     },
     "operator": {
@@ -72,11 +72,10 @@ WRITES: dict[str, dict[str, tuple[str, ...]]] = {
         "run": ("UPDATE",),  # cancel
         "fleet_setting": ("INSERT", "UPDATE"),
         "fleet_setting_event": ("INSERT",),
-        # What an operator did, recorded by the CLI and the console (revision 0027): appended,
-        # never changed.
+        # What an operator did, recorded by the CLI and the console: appended, never changed.
         "operator_action": ("INSERT",),
-        # Exclusion calendars (revision 0036): `calendars add/delete` and a task's
-        # `--exclude-calendar`. The daemon and the reader only read them.
+        # Exclusion calendars: `calendars add/delete` and a task's `--exclude-calendar`. The
+        # daemon and the reader only read them.
         "calendar": ("INSERT", "UPDATE", "DELETE"),
         "calendar_date": ("INSERT", "DELETE"),
         "task_calendar": ("INSERT", "DELETE"),
@@ -84,10 +83,10 @@ WRITES: dict[str, dict[str, tuple[str, ...]]] = {
     "reader": {},
 }
 # The SECURITY DEFINER functions (each a change a role may make only through them) and the one
-# role that may execute each; PUBLIC and the others may not (revision 0035).
+# role that may execute each; PUBLIC and the others may not.
 DEFINER_FUNCTIONS = {
-    # Ends a `--until` pause whose instant passed (revision 0033): the daemon may not write
-    # `paused` nor insert into operator_action otherwise.
+    # Ends a `--until` pause whose instant passed: the daemon may not write `paused` nor
+    # insert into operator_action otherwise.
     "sd_end_pause_v1(bigint, timestamptz, text, text)": "daemon",
 }
 
@@ -104,10 +103,10 @@ class Column:
 
 
 # UPDATE limited to columns, per role and table: the union of what every build the schema still
-# admits writes (ADR 0002). Older builds that are still admitted must never meet `permission
-# denied` mid-upgrade, so a column leaves only with the build that last wrote it. Read from
-# sql/*.sql and the sd_* functions (0012-0015, which run as the caller) of every build from
-# 0005, the oldest any schema admits today, to this one: each wrote exactly these.
+# admits writes (ADR 0002, between published releases: ADR 0027). Older builds that are still
+# admitted must never meet `permission denied` mid-upgrade, so a column leaves only with the
+# build that last wrote it (`Column.last_build`). Read from sql/*.sql and the sd_* functions
+# that run as the caller: this build writes exactly these.
 COLUMNS: dict[str, dict[str, tuple[Column, ...]]] = {
     "daemon": {
         "task": (
@@ -118,8 +117,7 @@ COLUMNS: dict[str, dict[str, tuple[Column, ...]]] = {
             Column("status"),
             Column("updated_at"),
             # A final outcome shown on its task: sd_show_outcomes_v1 (task_record_outcome_many,
-            # sd_succeed_runs_v4 for one-shots), and older builds' sd_succeed_runs_v1/_v2/_v3
-            # and inline statements; a one-shot's end: task_finish_lifecycle.
+            # sd_succeed_runs_v4 for one-shots); a one-shot's end: task_finish_lifecycle.
             Column("last_outcome_seq"),
             Column("last_occurrence_id"),
             Column("last_scheduled_for"),
@@ -130,8 +128,8 @@ COLUMNS: dict[str, dict[str, tuple[Column, ...]]] = {
             Column("parked_at"),
             Column("park_error"),
         ),
-        # The deliverer's claim (a lease and the attempt) and its record (revision 0025): never
-        # what a notification says, or where it goes.
+        # The deliverer's claim (a lease and the attempt) and its record: never what a
+        # notification says, or where it goes.
         "notification_outbox": (
             Column("attempts"),
             Column("next_attempt_at"),

@@ -4,14 +4,11 @@ of each, the roll of the old replicas, and `migrate --contract`; then `audit` ov
 Every process runs as its role of `db roles --create`: the owner migrates and grants (each build
 its own `db roles`, the new one while old replicas run), the operator defines the tasks, the
 daemons of both builds are the daemon role. So an old build that writes something the new
-build's grants leave out meets `permission denied`, and the test fails on it. While an old
-build before revision 0020 is registered, `tasks add --in-process` is refused (exit 2); once it
-left, it succeeds; the same for a cron whose `#`, `L5` or `W` sits beside a restricted other day
-field while a build before revision 0026 is (ADR 0019), and for `--overlap replace` while a
-build before 0031 is (ADR 0022), and for `tasks pause --until` while a build before 0033 is
-(ADR 0024; once accepted, the new build's reconciler ends the pause as the daemon role), and
-for `tasks trigger --arg` while a build before 0034 is, and for `--exclude-calendar` while a
-build before 0036 is (ADR 0025).
+build's grants leave out meets `permission denied`, and the test fails on it. After the roll,
+the operator role uses the newer task features (`--in-process`, a cron read by either day
+field, `--overlap replace`, `--exclude-calendar`, `tasks trigger --arg`, `tasks pause --until`,
+whose end the new build's reconciler carries out as the daemon role). No command is refused
+beside the older build: compatibility is promised between releases (ADR 0027).
 
 The old build comes from `git archive` of that commit, found from the history of
 migrations/versions/ (not a fixed hash), into a virtualenv of its own that reuses this one's
@@ -29,7 +26,6 @@ from pathlib import Path
 
 import pytest
 
-from scheduler_daemon.domain import control
 from scheduler_daemon.storage import migration
 from tests.role_fleet import RoleFleet, name_options, role_fleet
 from tests.support import DaemonProcess, query, wait_for
@@ -40,70 +36,21 @@ VERSIONS = "migrations/versions"
 # A SIGKILLed old replica stays registered this long: the contract is refused, then passes.
 TIMING = ("--instance-expiry", "15s")
 TASKS = 8
-# Refused while a build before 0020 is registered; paused, so no daemon of this branch runs it.
-IN_PROCESS = ("tasks", "add", "inproc", "--every", "1h", "--call", "tests.jobs:ok")
-IN_PROCESS += ("--in-process", "--paused")
-# Refused while a build before 0026 is registered: it would fire it on no day (a third Friday is
-# never the 8th); paused, as above.
-EITHER_DAYS = ("tasks", "add", "either", "--cron", "0 0 8 * 5#3", "--command", "true", "--paused")
-# Refused while a build before 0031 is registered: its dispatch would park it and its claim
-# start a firing beside its predecessor; paused, as above.
-REPLACE = ("tasks", "add", "replacing", "--every", "1h", "--command", "true")
-REPLACE += ("--overlap", "replace", "--paused")
-# Refused while a build before 0033 is registered: it never reads the end, so it would never
-# resume the task. Once accepted, a new build's reconciler (as the daemon role) resumes it.
-PAUSE_UNTIL = ("tasks", "pause", "t7", "--until", "2s")
-# Refused while a build before 0034 is registered: it would run the job without them. Its task
-# is paused (a manual firing runs anyway) and has nothing else active: a `forbid` task firing
-# every second, as t0-t7, skips a trigger that lands while a firing of its own is queued or
-# running (reason `overlap`), and the occurrence would never succeed (seen in CI 2026-12-07).
-TRIGGER_ARGS = ("tasks", "trigger", "manual", "--arg", "mixed=yes")
-MANUAL = ("tasks", "add", "manual", "--every", "1h", "--command", "true", "--paused")
-# Refused while a build before 0036 is registered: it never reads the task's calendars and would
-# run the firings they exclude; paused, as above. Its calendar is made after the expand.
-CALENDAR = ("calendars", "add", "mixed-holidays", "--date", "2030-12-25")
-EXCLUDED = ("tasks", "add", "excluding", "--every", "1h", "--command", "true")
-EXCLUDED += ("--exclude-calendar", "mixed-holidays", "--paused")
-# Each refusal: the revision before which a registered build refuses it, the command, what its
-# one line says, and a query that finds what it would have written (nothing, when refused).
-REFUSED = (
-    (
-        control.IN_PROCESS_SINCE,
-        IN_PROCESS,
-        "cannot run in-process",
-        "SELECT 1 FROM task WHERE name = 'inproc'",
-    ),
-    (
-        control.EITHER_DAYS_SINCE,
-        EITHER_DAYS,
-        "cannot have --cron '0 0 8 * 5#3'",
-        "SELECT 1 FROM task WHERE name = 'either'",
-    ),
-    (
-        control.REPLACE_SINCE,
-        REPLACE,
-        "cannot have --overlap replace",
-        "SELECT 1 FROM task WHERE name = 'replacing'",
-    ),
-    (
-        control.PAUSE_UNTIL_SINCE,
-        PAUSE_UNTIL,
-        "cannot be paused --until",
-        "SELECT 1 FROM task WHERE name = 't7' AND paused",
-    ),
-    (
-        control.ARGS_SINCE,
-        TRIGGER_ARGS,
-        "cannot be triggered with arguments",
-        "SELECT 1 FROM occurrence WHERE args IS NOT NULL",
-    ),
-    (
-        control.CALENDARS_SINCE,
-        EXCLUDED,
-        "cannot have --exclude-calendar",
-        "SELECT 1 FROM task WHERE name = 'excluding'",
-    ),
+# The newer task features, used by the operator role after the roll. The tasks are paused, so
+# only the manual firing runs; `manual` has nothing else active (a `forbid` task firing every
+# second, as t0-t7, would skip a trigger landing beside a firing of its own).
+HOURLY = ("--every", "1h", "--paused")
+TRUE = (*HOURLY, "--command", "true")
+FEATURES = (
+    ("tasks", "add", "inproc", *HOURLY, "--call", "tests.jobs:ok", "--in-process"),
+    ("tasks", "add", "either", "--cron", "0 0 8 * 5#3", "--command", "true", "--paused"),
+    ("tasks", "add", "replacing", *TRUE, "--overlap", "replace"),
+    ("calendars", "add", "mixed-holidays", "--date", "2030-12-25"),
+    ("tasks", "add", "excluding", *TRUE, "--exclude-calendar", "mixed-holidays"),
+    ("tasks", "add", "manual", *TRUE),
 )
+TRIGGER_ARGS = ("tasks", "trigger", "manual", "--arg", "mixed=yes")
+PAUSE_UNTIL = ("tasks", "pause", "t7", "--until", "2s")
 
 
 def _git(*args: str) -> str:
@@ -270,8 +217,6 @@ def test_a_rolling_upgrade_never_drops_or_doubles_a_run(
                 *("tasks", "add", f"t{i}", "--every", "1s", "--command", "sleep 0.4", *key),
             )
             assert added.returncode == 0, added.stderr
-        added = _cli(old_python, cwd, roles.operator, *MANUAL)
-        assert added.returncode == 0, added.stderr
         old_a, old_b = start("old-a", old_python), start("old-b", old_python)
         old_a_id, old_b_id = old_a.instance_id(), old_b.instance_id()
         # A new replica started before the expand asks for `migrate` with its own exit code.
@@ -283,21 +228,6 @@ def test_a_rolling_upgrade_never_drops_or_doubles_a_run(
         expanded = new_cli("migrate")
         assert expanded.returncode == 0, expanded.stderr
         grant(new_python)  # the new build's grants, while the old replicas keep working
-        made = new_cli(*CALENDAR, role=roles.operator)  # calendars alone are no refusal
-        assert made.returncode == 0, made.stderr
-        # While an old build before revision 0020 is registered, an in-process task is refused
-        # with one line that names its instances, and nothing is written (ADR 0010): it would
-        # run it in a worker. (The old build is the one before the newest migration: once that
-        # is past 0020, it knows the field, and integration/test_in_process_task.py alone
-        # covers the refusal.)
-        for since, command, says, written in REFUSED:
-            if before < since:
-                refused = new_cli(*command, role=roles.operator)
-                assert refused.returncode == 2, refused.stdout + refused.stderr
-                assert refused.stderr.count("\n") == 1, refused.stderr
-                assert says in refused.stderr, refused.stderr
-                assert {old_a_id, old_b_id} <= set(refused.stderr.split()), refused.stderr
-                assert not query(url, written), command
         # A release whose newest step is a contract leaves it pending; one whose newest steps
         # are all expand steps (an earlier contract ran in that migrate) leaves none.
         build = migration.build()
@@ -359,45 +289,17 @@ def test_a_rolling_upgrade_never_drops_or_doubles_a_run(
             late = start("old-late", old_python)
             late.instance_id()
             assert late.stop() == 0, late.log()[-3000:]
-        # Once no old build is registered (the killed one's row expires), the same command
-        # succeeds.
-        wait_for(
-            lambda: new_cli(*IN_PROCESS, role=roles.operator).returncode == 0,
-            timeout=40,
-            interval=1,
-            message="the in-process task to be accepted once the old build left",
-        )
+        # The newer features, as the operator role; the pause's end, as the daemon role.
+        for command in (*FEATURES, TRIGGER_ARGS, PAUSE_UNTIL):
+            done = new_cli(*command, role=roles.operator)
+            assert done.returncode == 0, (command, done.stderr)
         assert query(url, "SELECT in_process FROM task WHERE name = 'inproc'") == [
             {"in_process": True}
         ]
         wait_for(
-            lambda: new_cli(*EITHER_DAYS, role=roles.operator).returncode == 0,
-            timeout=40,
-            interval=1,
-            message="the cron read by either day field to be accepted once the old build left",
-        )
-        wait_for(
-            lambda: new_cli(*REPLACE, role=roles.operator).returncode == 0,
-            timeout=40,
-            interval=1,
-            message="the replace task to be accepted once the old build left",
-        )
-        wait_for(
-            lambda: new_cli(*PAUSE_UNTIL, role=roles.operator).returncode == 0,
-            timeout=40,
-            interval=1,
-            message="pause --until to be accepted once the old build left",
-        )
-        wait_for(
             lambda: query(url, "SELECT paused FROM task WHERE name = 't7'") == [{"paused": False}],
             timeout=30,
             message="the new build's reconciler to end the pause",
-        )
-        wait_for(
-            lambda: new_cli(*TRIGGER_ARGS, role=roles.operator).returncode == 0,
-            timeout=40,
-            interval=1,
-            message="a trigger with arguments to be accepted once the old build left",
         )
         wait_for(
             lambda: query(
@@ -407,12 +309,6 @@ def test_a_rolling_upgrade_never_drops_or_doubles_a_run(
             ),
             timeout=30,
             message="the new build to run the triggered occurrence",
-        )
-        wait_for(
-            lambda: new_cli(*EXCLUDED, role=roles.operator).returncode == 0,
-            timeout=40,
-            interval=1,
-            message="a task with a calendar to be accepted once the old build left",
         )
         time.sleep(3)  # the new build works on after the contract
         (stopped,) = query(url, "SELECT now() AS t")

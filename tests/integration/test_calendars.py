@@ -1,8 +1,7 @@
 """Exclusion calendars against a real database (ADR 0025): the `calendars` commands, a task's
 `--exclude-calendar`, the dispatcher recording a run of excluded firings as one row as they fall
-due, `tasks next` passing over them, `audit` finding them recorded, the refusal
-beside a build before 0036, bad input (one line, exit 2, nothing written) and the roles'
-grants."""
+due, `tasks next` passing over them, `audit` finding them recorded, bad input (one line, exit
+2, nothing written) and the roles' grants."""
 
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -14,7 +13,7 @@ import pytest
 from scheduler_daemon.domain.task import TaskSpec
 from scheduler_daemon.services.dispatcher import Dispatcher
 from tests.conftest import row_counts
-from tests.support import EVERY_MINUTE, OLD_INSTANCE, query
+from tests.support import EVERY_MINUTE, query
 
 FIXTURES = Path(__file__).parents[1] / "fixtures"
 ICS, BAD_ICS = FIXTURES / "weekly_maintenance.ics", FIXTURES / "not_a_calendar.ics"
@@ -243,27 +242,6 @@ def test_audit_finds_excluded_firings_owed_and_recorded_never_missing(
     assert missing.code == 1
     # The ten minutes' firings but the newest, which audit's settle window does not owe yet.
     assert missing.json()["violations"][0]["rows"]["missing_count"] >= 50
-
-
-def test_calendars_on_a_task_are_refused_beside_a_build_before_0036(cli, db, database_url) -> None:
-    assert cli("calendars", "add", "hol", "--date", "2030-12-25").code == 0
-    assert cli("tasks", "add", "t", *EVERY_MINUTE).code == 0
-    query(database_url, OLD_INSTANCE, ("old-1", "0035"))
-    before = row_counts(db)
-    for args in (
-        ("tasks", "add", "u", *EVERY_MINUTE, "--exclude-calendar", "hol"),
-        ("tasks", "update", "t", "--exclude-calendar", "hol"),
-    ):
-        result = cli(*args)
-        assert result.code == 2
-        assert "cannot have --exclude-calendar" in result.err
-        assert "old-1" in result.err
-        assert result.err.count("\n") == 1
-        assert row_counts(db) == before
-    # Clearing is never refused, and a build at 0036 is no obstacle.
-    assert cli("tasks", "update", "t", "--exclude-calendar", "none").code == 0
-    query(database_url, "UPDATE instance SET schema_revision = '0036'")
-    assert cli("tasks", "update", "t", "--exclude-calendar", "hol").code == 0
 
 
 def test_the_roles_operator_writes_calendars_daemon_and_reader_read_them(cli, database_url) -> None:

@@ -1,7 +1,6 @@
 """Notifications as a task field and a fleet setting (issue 35 item 1, ADR 0016): `--notify URL`
 and `--notify-on EVENTS` on add, update, apply and export, `config set notify-url/notify-on`;
-bad input is one line, exit 2, nothing written; refused while a build before revision 0025,
-which would record none, is registered (ADR 0010's pattern, its race forced)."""
+bad input is one line, exit 2, nothing written."""
 
 import tomllib
 from datetime import timedelta
@@ -9,25 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from scheduler_daemon.domain import control
-from scheduler_daemon.domain.task import TaskSpec
-from scheduler_daemon.storage import migration
-from scheduler_daemon.storage.error import Conflict
-from tests.support import OLD_INSTANCE, query, write_during_registration
+from tests.support import query
 
 ADD = ("tasks", "add", "t", "--every", "1h", "--command", "true")
 HOOK = "https://hooks.example/notify"
-REFUSED = (
-    "cannot have notifications while instance(s) old-a (host old-host, version 0.9.0, schema "
-    f"0024) of builds before schema {control.NOTIFY_SINCE} are registered (they would record "
-    "none); roll them to this build, or wait until a stopped one's row expires\n"
-)
-
-
-@pytest.fixture
-def old_instance(db) -> str:
-    db.execute(OLD_INSTANCE, ("old-a", "0024"))
-    return "old-a"
 
 
 def test_notify_fields_are_stored_shown_with_the_password_masked_and_cleared(cli, db) -> None:
@@ -140,52 +124,6 @@ def test_config_set_notify_url_and_notify_on_store_the_fleet_defaults(cli, count
     assert cli("config", "set", "notify-url", "https://robot:pw@hooks.example/n").code == 0
     assert "https://robot:***@hooks.example/n" in cli("config", "show").out
     assert cli("config", "set", "notify-url", "none").code == 0
-
-
-def test_notifications_are_refused_while_an_older_build_is_registered(
-    cli, counts, db, old_instance, tmp_path: Path
-) -> None:
-    before = counts()
-    result = cli(*ADD, "--notify", HOOK)
-    assert (result.code, result.err, result.out) == (2, "error: task 't' " + REFUSED, "")
-    assert counts() == before
-    assert cli(*ADD).code == 0  # without notifications: not refused
-    updated = cli("tasks", "update", "t", "--notify-on", "failure")
-    assert (updated.code, updated.err) == (2, "error: task 't' " + REFUSED)
-    path = tmp_path / "tasks.toml"
-    path.write_text(f'[u]\ncommand = "true"\nevery = "1h"\nnotify = "{HOOK}"\n')
-    applied = cli("tasks", "apply", "-f", str(path), "--source", "s")
-    assert applied.code == 2
-    assert "old-a" in applied.err
-    fleet = cli("config", "set", "notify-url", HOOK)
-    assert (fleet.code, fleet.err) == (2, "error: the fleet " + REFUSED)
-    assert cli("tasks", "update", "t", "--notify", "none").code == 0  # clearing: never refused
-    assert (
-        db.execute("SELECT count(*) AS n FROM task WHERE notify_url IS NOT NULL").fetchone()["n"]
-        == 0
-    )
-    db.execute(OLD_INSTANCE, ("new-a", migration.head_revision()))
-    db.execute("DELETE FROM instance WHERE id = 'old-a'")
-    assert cli("tasks", "update", "t", "--notify", HOOK).code == 0
-
-
-def test_an_older_build_registering_while_a_notifying_task_is_added_is_seen_and_refuses_it(
-    client, database_url, counts
-) -> None:
-    """A registration in progress holds the compatibility lock shared and has inserted its
-    (uncommitted) row; the add must wait for it and see the row. Fails against a check that
-    reads the instances without that lock: it sees no row and commits the task beside a build
-    that records no notification."""
-    before = counts()
-    spec = TaskSpec(
-        name="t", executor="shell", target="true", every=timedelta(hours=1), notify_url=HOOK
-    )
-    error = write_during_registration(
-        database_url, lambda: client.add_task(spec), "old-late", "0024"
-    )
-    assert isinstance(error, Conflict), error
-    assert "old-late (host old-host, version 0.9.0, schema 0024)" in str(error)
-    assert counts() == {**before, "instance": before["instance"] + 1}
 
 
 def test_a_deadline_longer_than_the_retention_is_one_line_exit_2_and_writes_nothing(
@@ -378,29 +316,3 @@ def test_config_set_notify_headers_stores_the_fleet_headers_masked_when_shown(cl
     assert cli("config", "set", "notify-headers", "none").code == 0
     (row,) = db.execute("SELECT value FROM fleet_setting WHERE key = 'notify_headers'").fetchall()
     assert row["value"] is None
-
-
-def test_notify_headers_are_refused_beside_builds_that_would_not_send_them(
-    cli, counts, db, old_instance
-) -> None:
-    """A task's headers beside a build before 0025 (it records no notification); the fleet's
-    beside one before 0030 (it POSTs to the fleet's URL without them)."""
-    db.execute("DELETE FROM instance WHERE id = 'old-a'")
-    db.execute(OLD_INSTANCE, ("mid-a", control.NOTIFY_SINCE))
-    assert cli(*ADD, *HEADERS).code == 0  # a 0025 build sends a task's headers
-    db.execute(OLD_INSTANCE, ("old-b", "0024"))
-    before = counts()
-    fleet = cli("config", "set", "notify-headers", "X-Team: ops")
-    assert (fleet.code, fleet.out) == (2, "")
-    assert fleet.err == (
-        "error: the fleet cannot have notify-headers while instance(s) mid-a (host old-host, "
-        f"version 0.9.0, schema {control.NOTIFY_SINCE}), old-b (host old-host, version 0.9.0, "
-        f"schema 0024) of builds before schema "
-        f"{control.NOTIFY_HEADERS_SINCE} are registered (they would POST to its notify-url "
-        "without them); roll them to this build, or wait until a stopped one's row expires\n"
-    )
-    updated = cli("tasks", "update", "t", "--notify-header", "X-Team: ops")
-    assert updated.code == 2
-    assert "cannot have notifications while instance(s)" in updated.err
-    assert counts() == before
-    assert cli("tasks", "update", "t", "--notify-header", "none").code == 0  # clearing

@@ -1,7 +1,6 @@
 """A task marked in-process (issue 33) against a real database: stored, shown, updated, applied
 and exported; claimed with `in_process` by sd_claim_launch_v3 and handed to the executor under
-"inprocess"; refused (one line, exit 2, nothing written) while an instance of a build before
-0020 is registered, also when that instance registers while the task is being written.
+"inprocess".
 On 3b194d0 every test here fails: there is no `--in-process`, no column and no v3."""
 
 from datetime import timedelta
@@ -10,12 +9,9 @@ from typing import Any
 
 import pytest
 
-from scheduler_daemon.domain import control
 from scheduler_daemon.domain.task import TaskSpec
 from scheduler_daemon.executors.base import Executor, Job, JobContext
-from scheduler_daemon.storage import migration
-from scheduler_daemon.storage.error import Conflict
-from tests.support import OLD_INSTANCE, Replica, query, write_during_registration
+from tests.support import Replica, query
 
 ADD = ("tasks", "add", "hello", "--every", "10s", "--call", "tests.jobs:ok", "--in-process")
 
@@ -159,89 +155,3 @@ def test_the_launcher_hands_an_in_process_task_to_the_inprocess_executor(
     assert replica.launcher.run_once().launched == 2
     assert sorted(started) == [("inproc", "inprocess"), ("worker", "python")]
     assert all(run.outcome.status == "success" for run in replica.finished())
-
-
-# -- the refusal while an older build is registered ----------------------------------------------
-@pytest.fixture
-def old_instance(db) -> str:
-    db.execute(OLD_INSTANCE, ("old-a", "0019"))
-    return "old-a"
-
-
-REFUSED = (
-    "error: task 'hello' cannot run in-process while instance(s) old-a (host old-host, version "
-    f"0.9.0, schema 0019) of builds before schema {control.IN_PROCESS_SINCE} are registered (they "
-    "would run it in a "
-    "worker process); roll them to this build, or wait until a stopped one's row expires\n"
-)
-
-
-def test_adding_an_in_process_task_is_refused_while_an_older_build_is_registered(
-    cli, counts, old_instance
-) -> None:
-    before = counts()
-    result = cli(*ADD)
-    assert (result.code, result.err, result.out) == (2, REFUSED, "")
-    assert counts() == before
-    # What is not in-process is not refused.
-    assert cli("tasks", "add", "plain", "--every", "1h", "--call", "m:f").code == 0
-
-
-@pytest.mark.usefixtures("old_instance")
-def test_update_apply_and_the_client_are_refused_alike_and_write_nothing(
-    cli, client, counts, db, tmp_path: Path
-) -> None:
-    assert cli("tasks", "add", "hello", "--every", "1h", "--call", "m:f").code == 0
-    rows = db.execute("SELECT * FROM task").fetchall()
-    before = counts()
-    updated = cli("tasks", "update", "hello", "--in-process")
-    assert (updated.code, updated.err) == (2, REFUSED)
-    path = tmp_path / "tasks.toml"
-    path.write_text('[hello]\ncall = "m:f"\nevery = "1h"\nin-process = true\n')
-    applied = cli("tasks", "apply", "-f", str(path), "--source", "s", "--adopt")
-    assert (applied.code, applied.err) == (2, "error: task 'hello': " + REFUSED[len("error: ") :])
-    with pytest.raises(Conflict, match="old-a"):
-        client.add_tasks([_spec("other"), _spec("third", in_process=True)])
-    with pytest.raises(Conflict, match="old-a"):
-        client.update_task("hello", in_process=True)
-    assert counts() == before
-    assert db.execute("SELECT * FROM task").fetchall() == rows
-
-
-def test_an_instance_of_this_build_does_not_refuse(cli, db) -> None:
-    db.execute(OLD_INSTANCE, ("new-a", migration.head_revision()))
-    assert cli(*ADD).code == 0
-
-
-def test_status_names_the_instances_that_refuse_in_process_tasks(cli, db, old_instance) -> None:
-    db.execute(OLD_INSTANCE, ("new-a", migration.head_revision()))
-    fields = cli("status", "--json").json()
-    assert fields["in_process_refused_by"] == [
-        {"id": "old-a", "hostname": "old-host", "version": "0.9.0", "schema_revision": "0019"}
-    ]
-    assert (
-        "in-process tasks refused while these older builds are registered: old-a (host "
-        "old-host, version 0.9.0, schema 0019)" in cli("status").out
-    )
-
-
-def test_status_names_none_when_every_instance_is_of_this_build(cli, db) -> None:
-    db.execute(OLD_INSTANCE, ("new-a", migration.head_revision()))
-    assert cli("status", "--json").json()["in_process_refused_by"] == []
-    assert "in-process" not in cli("status").out
-
-
-def test_an_older_build_registering_while_the_task_is_written_is_seen_and_refuses_it(
-    client, database_url, counts
-) -> None:
-    # A registration in progress holds the schema compatibility lock shared and has inserted
-    # its (uncommitted) row. The add must wait for it and then see the row. A check that read
-    # the instances without that lock (or before the wait) would see no row, add the task and
-    # commit it beside a build that runs it in a worker process.
-    before = counts()
-    error = write_during_registration(
-        database_url, lambda: client.add_task(_spec(in_process=True)), "old-late", "0019"
-    )
-    assert isinstance(error, Conflict), error
-    assert "old-late (host old-host, version 0.9.0, schema 0019)" in str(error)
-    assert counts() == {**before, "instance": before["instance"] + 1}

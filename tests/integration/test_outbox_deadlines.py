@@ -14,7 +14,7 @@ from scheduler_daemon.domain.task import TaskSpec
 from scheduler_daemon.services import reconciler as reconciler_module
 from scheduler_daemon.services.reconciler import Reconciler
 from scheduler_daemon.storage import outbox_store
-from tests.support import OLD_INSTANCE, Replica, query, wait_for
+from tests.support import Replica, query, wait_for
 
 URL = "http://127.0.0.1:9/hook"
 HOUR = timedelta(hours=1)
@@ -108,24 +108,6 @@ def test_a_due_firing_not_dispatched_past_its_deadline_owes_one_notification_bef
         (None, due),
         (firings[1]["id"], due + HOUR),
         (firings[2]["id"], due + 2 * HOUR),
-    ]
-
-
-def test_no_firing_is_notified_before_its_row_while_a_build_before_0030_is_registered(
-    client, pool, database_url
-) -> None:
-    """Such a build's scan knows a firing's `deadline` row by its occurrence only: a row written
-    before the firing had one would be notified again, under another delivery_id, once that
-    build's scan saw the recorded firing (found by review: two rows for one firing). Fails
-    against the unrecorded scan without its registration check."""
-    task = _task(client, _now(database_url) - 3 * HOUR - 30 * MINUTE)
-    query(database_url, OLD_INSTANCE, ("old-a", "0029"))
-    _reconcile(pool)
-    assert _deadlines(database_url) == []
-    query(database_url, "DELETE FROM instance WHERE id = 'old-a' RETURNING id")
-    _reconcile(pool)
-    assert [(r["occurrence_id"], r["task_id"]) for r in _deadlines(database_url)] == [
-        (None, task.id)
     ]
 
 

@@ -2,8 +2,7 @@
 predecessor (`cancelled`, reason `replaced`) and asks a running one to stop; the replacement
 starts only once the predecessor's job is gone; the unique indexes refuse a second queued or
 executing occurrence of a `replace` task; `audit` holds a `replace` task's runs apart and counts
-a replaced firing as recorded; the value round-trips through the CLI and is refused beside older
-builds."""
+a replaced firing as recorded; the value round-trips through the CLI."""
 
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -11,11 +10,9 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from scheduler_daemon.domain import control
 from scheduler_daemon.domain.task import TaskSpec
-from scheduler_daemon.storage import migration
 from tests.integration.test_audit import _audit, _occurrence, _run, _violations
-from tests.support import OLD_INSTANCE, Replica, query, shell_task, wait_for
+from tests.support import Replica, query, shell_task, wait_for
 
 MINUTE = timedelta(minutes=1)
 HOUR = timedelta(hours=1)
@@ -225,36 +222,6 @@ def test_replace_round_trips_through_add_update_export_apply_and_json(
     many = cli("tasks", "trigger", "t", "--count", "2")
     assert (many.code, many.err.count("\n")) == (2, 1)
     assert "--overlap replace" in many.err
-
-
-def test_replace_is_refused_while_an_older_build_is_registered(
-    cli, counts, db, tmp_path: Path
-) -> None:
-    db.execute(OLD_INSTANCE, ("old-a", "0029"))
-    assert cli("tasks", "add", "t", "--every", "1h", "--command", "true").code == 0
-    before = counts()
-    expected = (
-        "error: task 't' cannot have --overlap replace while instance(s) old-a (host old-host, "
-        f"version 0.9.0, schema 0029) of builds before schema {control.REPLACE_SINCE} are "
-        "registered (their dispatch would park it and their claim start a firing beside its "
-        "predecessor); roll them to this build, or wait until a stopped one's row expires\n"
-    )
-    updated = cli("tasks", "update", "t", "--overlap", "replace")
-    assert (updated.code, updated.out, updated.err) == (2, "", expected)
-    added = cli("tasks", "add", "u", "--every", "1h", "--command", "true", "--overlap", "replace")
-    assert (added.code, added.err) == (2, expected.replace("'t'", "'u'"))
-    path = tmp_path / "tasks.toml"
-    path.write_text('[v]\ncommand = "true"\nevery = "1h"\noverlap = "replace"\n')
-    applied = cli("tasks", "apply", "-f", str(path), "--source", "s")
-    assert (applied.code, applied.err.count("\n")) == (2, 1)
-    assert "cannot have --overlap replace" in applied.err
-    assert counts() == before  # nothing written
-    assert cli("tasks", "update", "t", "--overlap", "queue").code == 0  # other values: fine
-    (row,) = db.execute("SELECT overlap FROM task").fetchall()
-    assert row["overlap"] == "queue"
-    db.execute(OLD_INSTANCE, ("new-a", migration.head_revision()))
-    db.execute("DELETE FROM instance WHERE id = 'old-a'")
-    assert cli("tasks", "update", "t", "--overlap", "replace").code == 0
 
 
 def test_a_dispatch_that_fails_leaves_the_predecessor_as_it_was(

@@ -11,7 +11,7 @@ import pytest
 
 from scheduler_daemon.services.reconciler import Reconciler
 from tests.conftest import row_counts
-from tests.support import EVERY_MINUTE, OLD_INSTANCE, query, wait_for
+from tests.support import EVERY_MINUTE, query, wait_for
 
 
 def _reconciler(pool: Any) -> Reconciler:
@@ -113,17 +113,6 @@ def test_a_bad_or_past_end_is_one_line_exit_2_and_nothing_written(
     assert result.err.count("\n") == 1
     assert (row_counts(db), db.execute("SELECT * FROM task").fetchall()) == before
     assert db.execute("SELECT count(*) AS n FROM operator_action").fetchone()["n"] == 0
-
-
-def test_pause_until_is_refused_beside_an_older_build(cli, db, database_url) -> None:
-    cli("tasks", "add", "p", *EVERY_MINUTE)
-    query(database_url, OLD_INSTANCE, ("old-1", "0031"))
-    result = cli("tasks", "pause", "p", "--until", "1h")
-    assert result.code == 2
-    assert "cannot be paused --until" in result.err
-    assert "old-1" in result.err
-    assert _task(database_url)["paused"] is False
-    assert cli("tasks", "pause", "p").code == 0  # a plain pause is still fine beside it
 
 
 def test_the_daemon_role_ends_a_pause_only_through_its_function_and_only_once_due(

@@ -160,7 +160,7 @@ def _plan(url: str, name: str, params: dict[str, Any]) -> str:
         ),
         (
             "outbox_enqueue_unrecorded_deadlines",
-            {"limit": 500, "since": "0030"},
+            {"limit": 500},
             ("task_deadline_idx",),
         ),
         (

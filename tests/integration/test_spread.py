@@ -1,18 +1,17 @@
 """`--spread` against a real database (issue 37 item 1): the dispatcher records each firing at its
 nominal time with the offset domain/spread.py draws, no claim starts it before its spread start,
 its start lag counts from there, and `--start-deadline` too; the field round-trips through the CLI
-and is refused beside older builds and past half the shortest gap."""
+and is refused past half the shortest gap."""
 
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from scheduler_daemon.domain import control
 from scheduler_daemon.domain.spread import spread_offset
 from scheduler_daemon.domain.task import TaskSpec
-from scheduler_daemon.storage import migration, occurrence_store
+from scheduler_daemon.storage import occurrence_store
 from scheduler_daemon.storage.database import transaction
-from tests.support import OLD_INSTANCE, Replica, query
+from tests.support import Replica, query
 
 SPREAD = timedelta(minutes=30)
 
@@ -130,22 +129,3 @@ def test_a_spread_past_half_the_shortest_gap_is_one_line_exit_2_and_writes_nothi
     assert "at most 2m30s" in updated.err
     (row,) = db.execute("SELECT every FROM task").fetchall()
     assert row["every"] == timedelta(minutes=10)
-
-
-def test_spread_is_refused_while_an_older_build_is_registered(cli, counts, db) -> None:
-    db.execute(OLD_INSTANCE, ("old-a", "0028"))
-    before = counts()
-    result = cli("tasks", "add", "t", "--every", "1h", "--command", "true", "--spread", "1m")
-    assert result.code == 2
-    assert result.err == (
-        "error: task 't' cannot have --spread while instance(s) old-a (host old-host, version "
-        f"0.9.0, schema 0028) of builds before schema {control.SPREAD_SINCE} are registered "
-        "(they would start its firings at their nominal time); roll them to this build, or "
-        "wait until a stopped one's row expires\n"
-    )
-    assert counts() == before
-    db.execute(OLD_INSTANCE, ("new-a", migration.head_revision()))
-    db.execute("DELETE FROM instance WHERE id = 'old-a'")
-    assert (
-        cli("tasks", "add", "t", "--every", "1h", "--command", "true", "--spread", "1m").code == 0
-    )

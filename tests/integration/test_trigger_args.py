@@ -1,6 +1,6 @@
 """`tasks trigger --arg/--args-json` against a real database: the arguments are recorded on the
 occurrence (and shown), the overlap policy still applies, bad input and arguments over the
-limit write nothing, and a build before revision 0034 being registered refuses them."""
+limit write nothing."""
 
 import json
 
@@ -8,7 +8,7 @@ import pytest
 
 from scheduler_daemon.domain import limit
 from tests.conftest import row_counts
-from tests.support import EVERY_MINUTE, OLD_INSTANCE, query
+from tests.support import EVERY_MINUTE, query
 
 
 def test_arguments_are_recorded_on_the_occurrence_and_shown(cli, database_url) -> None:
@@ -70,18 +70,6 @@ def test_arguments_at_the_limit_are_accepted(cli, database_url) -> None:
     done = cli("tasks", "trigger", "p", "--args-json", json.dumps(given), "--json")
     assert done.code == 0, done.err
     assert query(database_url, "SELECT args FROM occurrence")[0]["args"] == given
-
-
-def test_arguments_are_refused_beside_an_older_build(cli, db, database_url) -> None:
-    cli("tasks", "add", "p", *EVERY_MINUTE)
-    query(database_url, OLD_INSTANCE, ("old-1", "0032"))
-    before = row_counts(db)
-    result = cli("tasks", "trigger", "p", "--arg", "a=1")
-    assert result.code == 2
-    assert "cannot be triggered with arguments" in result.err
-    assert "old-1" in result.err
-    assert row_counts(db) == before
-    assert cli("tasks", "trigger", "p").code == 0  # without arguments it still runs
 
 
 @pytest.mark.parametrize(

@@ -1,15 +1,12 @@
-"""The notification fields of a task (pure): what validates, and the revision the refusal names."""
+"""The notification fields of a task (pure): what validates."""
 
 from datetime import timedelta
-from pathlib import Path
 
 import pytest
 
-from scheduler_daemon.domain import control, task_file
+from scheduler_daemon.domain import task_file
 from scheduler_daemon.domain.status import DEFAULT_NOTIFY_ON, NOTIFY_ON_CHOICES, NotifyEvent
 from scheduler_daemon.domain.task import InvalidTask, TaskSpec
-
-VERSIONS = Path(__file__).resolve().parents[2] / "migrations" / "versions"
 
 
 def _spec(**kw: object) -> TaskSpec:
@@ -35,10 +32,6 @@ def test_a_url_and_every_event_validate_and_a_deadline_is_held_to_the_retention(
 def test_a_notify_url_must_be_http_or_https(url: str) -> None:
     with pytest.raises(InvalidTask, match="--notify needs an http:// or https:// URL"):
         _spec(notify_url=url).validate()
-
-
-def test_the_refusal_names_each_older_instance() -> None:
-    assert control.plan_notify("task 't'", []) is None
 
 
 def test_notify_headers_follow_the_http_executors_header_rules() -> None:

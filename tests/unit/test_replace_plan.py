@@ -1,6 +1,5 @@
 """`--overlap replace` in the pure rules: a dispatch pass keeps only its newest queued firing (the
-others skipped, `replaced`) whatever is active; the value is refused beside older builds
-(control.NEW_VALUES) and `tasks trigger --count` is refused for it."""
+others skipped, `replaced`) whatever is active; `tasks trigger --count` is refused for it."""
 
 from datetime import UTC, datetime, timedelta
 
@@ -10,7 +9,6 @@ from hypothesis import strategies as st
 from scheduler_daemon.domain import control
 from scheduler_daemon.domain.misfire import plan_dispatch
 from scheduler_daemon.domain.schedule.fixed import IntervalSchedule
-from scheduler_daemon.domain.task import TaskSpec
 from tests.unit.test_control import _task
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
@@ -57,18 +55,6 @@ def test_run_all_with_replace_records_the_older_firings_replaced() -> None:
         ("skipped", "replaced"),
         ("queued", None),
     ]
-
-
-def test_replace_is_a_new_value_refused_beside_older_builds() -> None:
-    spec = TaskSpec(name="t", executor="shell", target="x", every=MINUTE, overlap="replace")
-    given_fields = {name: getattr(spec, name) for name in TaskSpec.__dataclass_fields__}
-    assert control.new_settings(given_fields) == ["overlap=replace"]
-    assert control.new_settings({"overlap": "queue"}) == []
-    assert control.new_settings({"spread": MINUTE, "overlap": "replace"}) == [
-        "spread",
-        "overlap=replace",
-    ]
-    assert control.setting_since("overlap=replace") == control.REPLACE_SINCE == "0031"
 
 
 def test_trigger_count_is_refused_for_a_replace_task() -> None:

@@ -14,14 +14,11 @@ croniter) over random expressions and years.
 
 import calendar
 from datetime import UTC, date, datetime, timedelta
-from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from scheduler_daemon.domain import control
-from scheduler_daemon.domain.instance import Instance
 from scheduler_daemon.domain.schedule.base import ScheduleError
 from scheduler_daemon.domain.schedule.cron import CronSchedule
 from scheduler_daemon.domain.schedule.cron_syntax import (
@@ -32,7 +29,6 @@ from scheduler_daemon.domain.schedule.cron_syntax import (
 from tests.unit.schedule_support import fires, utc
 
 NY, BERLIN = "America/New_York", "Europe/Berlin"
-VERSIONS = Path(__file__).resolve().parents[2] / "migrations" / "versions"
 
 # (expression, zone, dst_gap, dst_overlap, after, the fire times in UTC); the comment says which
 # days match which field.
@@ -288,33 +284,6 @@ def test_plain_fields_lists_ranges_steps_l_and_question_marks_read_as_before() -
         utc(2026, 1, 21),
         utc(2026, 1, 28),
     ]
-
-
-def test_the_refusal_names_each_older_instance_and_none_means_allowed() -> None:
-    assert control.plan_either_days("x", "0 0 8 * 5#3", []) is None
-    now = datetime(2026, 12, 7, tzinfo=UTC)
-    older = Instance(
-        id="old-a",
-        hostname="h",
-        pid=1,
-        version="0.1.0",
-        schema_revision="0025",
-        concurrency=1,
-        slots_in_use=0,
-        lease_ttl=timedelta(seconds=9),
-        lease_grace=timedelta(seconds=3),
-        reconcile_interval=timedelta(seconds=3),
-        clock_drift=None,
-        stopping=False,
-        started_at=now,
-        heartbeat_at=now,
-    )
-    refusal = control.plan_either_days("x", "0 0 8 * 5#3", [older])
-    assert refusal is not None
-    assert refusal.message.startswith(
-        "task 'x' cannot have --cron '0 0 8 * 5#3' while instance(s) old-a (host h, version "
-        "0.1.0, schema 0025) of builds before schema 0026 are registered"
-    )
 
 
 # -- property: the walk against a day predicate of the test's own ------------------------------
