@@ -43,11 +43,19 @@ coalesce(t.notify_url,
 -- this one's POST timed out or this daemon died, and its attempts go up by one, the token its
 -- record is fenced on. Returns it with where to send it: the task's notify URL and headers,
 -- else the fleet's `notify_url` and `notify_headers` (a JSON object, name → value). None:
--- nothing is due.
+-- nothing is due. Rows bound for a URL in `full` (as many POSTs in flight there as this
+-- deliverer lets one receiver hold) wait: one slow receiver never holds every worker.
 WITH due AS MATERIALIZED (
-    SELECT id FROM notification_outbox
-    WHERE delivered_at IS NULL AND next_attempt_at <= clock_timestamp()
-    ORDER BY next_attempt_at, id
+    SELECT n.id FROM notification_outbox n
+    WHERE n.delivered_at IS NULL AND n.next_attempt_at <= clock_timestamp()
+      AND (cardinality(%(full)s::text[]) = 0
+           OR NOT EXISTS (
+               SELECT 1 FROM task t WHERE t.id = n.task_id
+                 AND coalesce(t.notify_url,
+                              (SELECT jsonb_build_array(value) ->> 0 FROM fleet_setting
+                               WHERE key = 'notify_url' AND jsonb_typeof(value) = 'string'))
+                     = ANY(%(full)s::text[])))
+    ORDER BY n.next_attempt_at, n.id
     LIMIT 1
     FOR UPDATE SKIP LOCKED
 )

@@ -17,6 +17,7 @@ waker's (ADR 0005).
 import queue
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass
@@ -39,7 +40,9 @@ POST_TIMEOUT_SECONDS = 10.0  # the whole POST: connect, send and the answer
 LEASE = timedelta(seconds=POST_TIMEOUT_SECONDS + 5)
 IDLE_SECONDS = 1.0  # the wait between passes that found nothing due
 PASS_LIMIT = 100  # rows per pass at most, so a stop is seen between passes
-IN_FLIGHT = 4  # POSTs at once per daemon: one slow receiver holds one worker, not the rest
+IN_FLIGHT = 4  # POSTs at once per daemon
+# POSTs at once to one URL: a slow receiver holds at most this many workers, never all of them.
+PER_URL = IN_FLIGHT - 1
 SLOT_WAIT_SECONDS = 0.2  # how often a pass waiting for a free worker looks at the stop
 RECORD_GRACE_SECONDS = 5.0  # a stop waits this long past a POST's deadline for its record
 
@@ -73,6 +76,7 @@ class Deliverer:
         lease: timedelta = LEASE,
         first_backoff: timedelta | None = None,
         in_flight: int = IN_FLIGHT,
+        per_url: int = PER_URL,
         on_failure: Callable[[Exception], None] = lambda _exc: None,
         on_post_failure: Callable[[], None] = lambda: None,
         after_post: Callable[[Notification], None] | None = None,
@@ -94,6 +98,8 @@ class Deliverer:
             for n in range(in_flight)
         ]
         self._workers_lock = threading.Lock()
+        self.per_url = max(1, min(per_url, in_flight))
+        self._busy: Counter[str] = Counter()  # URLs of the POSTs in flight, under _workers_lock
 
     def run_once(self, limit: int = PASS_LIMIT) -> DeliveryResult:
         """Delivers due rows, up to IN_FLIGHT at once, until none is due or `limit` were
@@ -112,15 +118,18 @@ class Deliverer:
         while len(futures) < limit and not self._stop.is_set():
             if not self._slots.acquire(timeout=SLOT_WAIT_SECONDS):
                 continue
+            with self._workers_lock:
+                full = [url for url, n in self._busy.items() if n >= self.per_url]
             try:
                 with transaction(self.pool) as tx:
-                    notification = outbox_store.claim(tx.conn, lease=self.lease)
+                    notification = outbox_store.claim(tx.conn, lease=self.lease, full=full)
             except BaseException:
                 self._slots.release()
                 raise
             if notification is None:
                 self._slots.release()
                 break
+            self._hold(notification.url, +1)
             future: Future[str] = Future()
             self._work.put((notification, future))
             futures.append(future)
@@ -136,6 +145,7 @@ class Deliverer:
                 log.exception("delivery_crashed", instance_id=self.instance_id)
                 future.set_result(UNRECORDED)
             finally:
+                self._hold(notification.url, -1)
                 self._slots.release()
 
     def _deliver(self, notification: Notification) -> str:
@@ -199,6 +209,14 @@ class Deliverer:
         delay = backoff(notification.attempts, **first)
         stored = storable_error(error) or ""
         return outbox_store.failed(conn, notification, error=stored, delay=delay)
+
+    def _hold(self, url: str | None, change: int) -> None:
+        if url is None:
+            return
+        with self._workers_lock:
+            self._busy[url] += change
+            if self._busy[url] <= 0:
+                del self._busy[url]
 
     # -- the threads --------------------------------------------------------------------------
     def start(self) -> None:

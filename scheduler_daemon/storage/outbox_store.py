@@ -80,9 +80,12 @@ def prune_unrecorded(
     return int(query.run(conn, "outbox_prune_unrecorded", params))
 
 
-def claim(conn: psycopg.Connection[Any], *, lease: timedelta) -> Notification | None:
-    """Claims the oldest due notification for one POST (see `outbox_claim`)."""
-    row = query.run(conn, "outbox_claim", {"lease": lease})
+def claim(
+    conn: psycopg.Connection[Any], *, lease: timedelta, full: Sequence[str] = ()
+) -> Notification | None:
+    """Claims the oldest due notification for one POST, none bound for a URL in `full` (see
+    `outbox_claim`)."""
+    row = query.run(conn, "outbox_claim", {"lease": lease, "full": list(full)})
     return None if row is None else Notification.from_row(row)
 
 
