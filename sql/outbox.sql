@@ -1,26 +1,43 @@
 -- name: outbox_enqueue :rowcount
 -- Records the notifications the just-finished occurrences `ids` owe, in the transaction that
--- finished them (their rows locked): one per (occurrence, event), `ON CONFLICT DO NOTHING` so a
--- repeat writes none. The event is the occurrence's final status (failed or interrupted:
--- failure; timeout; skipped; expired); a row is written only for a task with a notify URL (its
--- own, else the fleet's `notify_url`) whose events (its own, else the fleet's `notify_on`, else
--- failure, timeout, expired and deadline) include it. The payload is what every POST carries.
+-- finished them (their rows locked). The event is the occurrence's final status (failed or
+-- interrupted: failure; timeout; skipped; expired); a row is written only for a task with a
+-- notify URL (its own, else the fleet's `notify_url`) whose events (its own, else the fleet's
+-- `notify_on`, else failure, timeout, expired and deadline) include it. `grouped` (the
+-- dispatcher's skipped firings): one notification per task, event and reason, keyed on its
+-- first occurrence (by scheduled time), its payload counting the firings (`firing_count`, a
+-- summary row's included) and their span (`first_scheduled_for`, `last_scheduled_for`): the
+-- catch-up after an outage is one POST, not one per coalesced firing. Otherwise one per
+-- occurrence. Keyed on (occurrence, event), `ON CONFLICT DO NOTHING`: a repeat writes none.
+-- The payload is what every POST carries.
 INSERT INTO notification_outbox (occurrence_id, task_id, event, payload, created_at,
     next_attempt_at)
-SELECT o.id, o.task_id, e.event,
-    jsonb_build_object('event', e.event, 'task_id', t.id, 'task', t.name,
+SELECT o.id, o.task_id, g.event,
+    jsonb_build_object('event', g.event, 'task_id', t.id, 'task', t.name,
         'occurrence_id', o.id, 'scheduled_for', o.scheduled_for, 'outcome', o.status,
-        'reason', coalesce(o.reason, o.error), 'attempt', o.attempts,
-        'run_id', (SELECT max(r.id) FROM run r WHERE r.occurrence_id = o.id)),
+        'reason', g.reason, 'attempt', o.attempts,
+        'run_id', (SELECT max(r.id) FROM run r WHERE r.occurrence_id = o.id),
+        'firing_count', g.firing_count, 'first_scheduled_for', g.first_scheduled_for,
+        'last_scheduled_for', g.last_scheduled_for),
     clock_timestamp(), clock_timestamp()
-FROM occurrence o
-JOIN task t ON t.id = o.task_id
-CROSS JOIN LATERAL (
-    SELECT CASE o.status WHEN 'failed' THEN 'failure' WHEN 'interrupted' THEN 'failure'
-                         WHEN 'timeout' THEN 'timeout' WHEN 'skipped' THEN 'skipped'
-                         WHEN 'expired' THEN 'expired' END AS event) e
-WHERE o.id = ANY(%(ids)s::bigint[]) AND e.event IS NOT NULL
-  AND {{outbox_task_notifies}}
+FROM (
+    SELECT o.task_id, e.event, coalesce(o.reason, o.error) AS reason,
+        (array_agg(o.id ORDER BY o.scheduled_for, o.id))[1] AS first_id,
+        sum(o.firing_count) AS firing_count, min(o.scheduled_for) AS first_scheduled_for,
+        max(coalesce(o.last_scheduled_for, o.scheduled_for)) AS last_scheduled_for
+    FROM occurrence o
+    JOIN task t ON t.id = o.task_id
+    CROSS JOIN LATERAL (
+        SELECT CASE o.status WHEN 'failed' THEN 'failure' WHEN 'interrupted' THEN 'failure'
+                             WHEN 'timeout' THEN 'timeout' WHEN 'skipped' THEN 'skipped'
+                             WHEN 'expired' THEN 'expired' END AS event) e
+    WHERE o.id = ANY(%(ids)s::bigint[]) AND e.event IS NOT NULL
+      AND {{outbox_task_notifies}}
+    GROUP BY o.task_id, e.event, coalesce(o.reason, o.error),
+        CASE WHEN %(grouped)s::boolean THEN NULL ELSE o.id END
+) g
+JOIN occurrence o ON o.id = g.first_id
+JOIN task t ON t.id = g.task_id
 ORDER BY o.id
 ON CONFLICT (occurrence_id, event) DO NOTHING
 
@@ -108,7 +125,9 @@ SELECT o.id, o.task_id, CASE WHEN o.trigger = 'schedule' THEN o.scheduled_for EN
         'reason', 'not succeeded within its deadline of '
             || extract(epoch FROM least(t.deadline, interval '36525 days'))::bigint || ' s',
         'attempt', o.attempts,
-        'run_id', (SELECT max(r.id) FROM run r WHERE r.occurrence_id = o.id)),
+        'run_id', (SELECT max(r.id) FROM run r WHERE r.occurrence_id = o.id),
+        'firing_count', o.firing_count, 'first_scheduled_for', o.scheduled_for,
+        'last_scheduled_for', coalesce(o.last_scheduled_for, o.scheduled_for)),
     clock_timestamp(), clock_timestamp()
 
 -- name: outbox_enqueue_deadlines :rowcount
@@ -180,7 +199,8 @@ SELECT NULL, t.id, t.next_run_at, e.event,
         'occurrence_id', NULL, 'scheduled_for', t.next_run_at, 'outcome', NULL,
         'reason', 'not dispatched within its deadline of '
             || extract(epoch FROM least(t.deadline, interval '36525 days'))::bigint || ' s',
-        'attempt', 0, 'run_id', NULL),
+        'attempt', 0, 'run_id', NULL, 'firing_count', 1,
+        'first_scheduled_for', t.next_run_at, 'last_scheduled_for', t.next_run_at),
     clock_timestamp(), clock_timestamp()
 FROM task t
 CROSS JOIN (VALUES ('deadline')) e(event)

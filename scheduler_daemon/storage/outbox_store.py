@@ -13,15 +13,22 @@ from scheduler_daemon.storage import query
 
 
 def enqueue(
-    conn: psycopg.Connection[Any], occurrence_ids: Sequence[int], *, savepoint: bool = False
+    conn: psycopg.Connection[Any],
+    occurrence_ids: Sequence[int],
+    *,
+    savepoint: bool = False,
+    grouped: bool = False,
 ) -> int:
     """Inside the transaction that finished `occurrence_ids` (their rows locked): records the
     notifications they owe, at most one per (occurrence, event); returns how many were new.
-    `savepoint`: in a savepoint of its own, as the dispatcher runs each task's writes."""
+    `savepoint`: in a savepoint of its own, as the dispatcher runs each task's writes.
+    `grouped`: one per task, event and reason, on its first occurrence, counting the firings
+    (the dispatcher's skipped firings: see `outbox_enqueue`)."""
     if not occurrence_ids:
         return 0
     run = query.run_in_savepoint if savepoint else query.run
-    return int(run(conn, "outbox_enqueue", {"ids": sorted(set(occurrence_ids))}))
+    params = {"ids": sorted(set(occurrence_ids)), "grouped": grouped}
+    return int(run(conn, "outbox_enqueue", params))
 
 
 def deadline_window(
