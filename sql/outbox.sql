@@ -152,6 +152,13 @@ WHERE t.deadline IS NOT NULL AND t.deleted_at IS NULL
            AND o.finished_at <= o.scheduled_for + least(t.deadline, interval '36525 days'))
   -- A firing its task's calendar excluded (revision 0036) was never meant to run (ADR 0025).
   AND o.reason IS DISTINCT FROM 'excluded'
+  -- A scheduled firing a dispatch recorded past its deadline (at `created_at`, the dispatch's
+  -- now) was judged by that dispatch, with the others it recorded late, in one notification
+  -- (`outbox_enqueue_late_deadlines`); the firings an operator's command recorded (`operator`:
+  -- paused, parked, rescheduled, deleted) are judged here.
+  AND NOT (o.trigger = 'schedule'
+           AND o.created_at >= o.scheduled_for + least(t.deadline, interval '36525 days')
+           AND coalesce(o.reason, '') <> ALL(%(operator)s::text[]))
   AND {{outbox_task_notifies}}
   AND NOT EXISTS (SELECT 1 FROM notification_outbox n
                   WHERE n.occurrence_id = o.id AND n.event = 'deadline')
@@ -164,21 +171,46 @@ ON CONFLICT DO NOTHING
 
 -- name: outbox_enqueue_late_deadlines :rowcount
 -- In the transaction that just recorded the firings `ids` (the dispatcher's, their task locked):
--- a `deadline` notification for each whose scheduled time plus its task's deadline has passed
--- (`now`, the database clock the transaction read), once (the unique keys: a firing notified
--- before its row existed is not notified again). A firing recorded after its deadline, the
--- catch-up after an outage of any length included, is judged here, not by the scan's window.
+-- ONE `deadline` notification per task for those whose scheduled time plus its task's deadline
+-- has passed (`now`, the database clock the transaction read), keyed on the first of them not
+-- notified yet (a firing notified before its row existed, by the unrecorded scan, is left out),
+-- its payload counting them (`firing_count`, a summary row's firings included) and their span
+-- (`first_scheduled_for`, `last_scheduled_for`): the catch-up after an outage of any length is
+-- judged here, in one POST per task, and the scan leaves these firings alone (it skips the ones
+-- a dispatch recorded past their deadline). 0 when the first's key is taken by a row committed
+-- meanwhile (a scan's): the caller runs it once more, and the rest are keyed on the next.
 INSERT INTO notification_outbox (occurrence_id, task_id, scheduled_for, event, payload,
     created_at, next_attempt_at)
-{{outbox_deadline_row}}
-FROM occurrence o
-JOIN task t ON t.id = o.task_id
-CROSS JOIN (VALUES ('deadline')) e(event)
-WHERE o.id = ANY(%(ids)s::bigint[]) AND t.deadline IS NOT NULL
-  AND o.scheduled_for <= coalesce(%(now)s::timestamptz, now())
-                         - least(t.deadline, interval '36525 days')
-  AND {{outbox_task_notifies}}
-ORDER BY o.id
+SELECT o.id, o.task_id, CASE WHEN o.trigger = 'schedule' THEN o.scheduled_for END, 'deadline',
+    jsonb_build_object('event', 'deadline', 'task_id', t.id, 'task', t.name,
+        'occurrence_id', o.id, 'scheduled_for', o.scheduled_for, 'outcome', o.status,
+        'reason', 'not succeeded within its deadline of '
+            || extract(epoch FROM least(t.deadline, interval '36525 days'))::bigint || ' s',
+        'attempt', o.attempts,
+        'run_id', (SELECT max(r.id) FROM run r WHERE r.occurrence_id = o.id),
+        'firing_count', g.firing_count, 'first_scheduled_for', g.first_scheduled_for,
+        'last_scheduled_for', g.last_scheduled_for),
+    clock_timestamp(), clock_timestamp()
+FROM (
+    SELECT o.task_id, (array_agg(o.id ORDER BY o.scheduled_for, o.id))[1] AS first_id,
+        sum(o.firing_count) AS firing_count, min(o.scheduled_for) AS first_scheduled_for,
+        max(coalesce(o.last_scheduled_for, o.scheduled_for)) AS last_scheduled_for
+    FROM occurrence o
+    JOIN task t ON t.id = o.task_id
+    CROSS JOIN (VALUES ('deadline')) e(event)
+    WHERE o.id = ANY(%(ids)s::bigint[]) AND t.deadline IS NOT NULL
+      AND o.scheduled_for <= coalesce(%(now)s::timestamptz, now())
+                             - least(t.deadline, interval '36525 days')
+      AND {{outbox_task_notifies}}
+      AND NOT EXISTS (SELECT 1 FROM notification_outbox n
+                      WHERE n.occurrence_id = o.id AND n.event = 'deadline')
+      AND NOT EXISTS (SELECT 1 FROM notification_outbox n
+                      WHERE o.trigger = 'schedule' AND n.task_id = o.task_id
+                        AND n.scheduled_for = o.scheduled_for AND n.event = 'deadline')
+    GROUP BY o.task_id
+) g
+JOIN occurrence o ON o.id = g.first_id
+JOIN task t ON t.id = g.task_id
 ON CONFLICT DO NOTHING
 
 -- name: outbox_enqueue_unrecorded_deadlines :rowcount

@@ -5,8 +5,19 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
+from scheduler_daemon.domain.status import LostReason
+
 BACKOFF_FIRST = timedelta(seconds=1)
 BACKOFF_CAP = timedelta(minutes=5)
+# The reasons of the past-due firings an operator's command records skipped (pause, unpark,
+# reschedule, delete: `control.owed_firings`): the deadline scan judges those firings, where
+# the dispatcher judged the ones it recorded late itself (ADR 0016).
+OPERATOR_REASONS = [
+    LostReason.PAUSED.value,
+    LostReason.PARKED.value,
+    LostReason.RESCHEDULED.value,
+    LostReason.DELETED.value,
+]
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,7 @@ from typing import Any
 import psycopg
 
 from scheduler_daemon.domain import control
-from scheduler_daemon.domain.notification import Notification
+from scheduler_daemon.domain.notification import OPERATOR_REASONS, Notification
 from scheduler_daemon.storage import query
 
 
@@ -50,7 +50,7 @@ def enqueue_deadlines(
 ) -> int:
     """Records the `deadline` notifications owed by recorded firings whose deadline falls in
     (after, until] (see `outbox_enqueue_deadlines`); returns how many were new."""
-    params = {"after": after, "until": until, "limit": limit}
+    params = {"after": after, "until": until, "limit": limit, "operator": OPERATOR_REASONS}
     return int(query.run(conn, "outbox_enqueue_deadlines", params))
 
 
@@ -64,12 +64,17 @@ def enqueue_unrecorded_deadlines(conn: psycopg.Connection[Any], *, limit: int) -
 def enqueue_late_deadlines(
     conn: psycopg.Connection[Any], occurrence_ids: Sequence[int], *, now: datetime | None
 ) -> int:
-    """Inside the transaction that recorded `occurrence_ids` (the dispatcher's): the `deadline`
-    notifications of those recorded past their deadline, in a savepoint of their own, as the
-    dispatcher runs each task's writes (see `outbox_enqueue_late_deadlines`)."""
+    """Inside the transaction that recorded `occurrence_ids` (the dispatcher's): one `deadline`
+    notification for those recorded past their deadline, counting them, in a savepoint of its
+    own, as the dispatcher runs each task's writes (see `outbox_enqueue_late_deadlines`). Run
+    once more when it wrote none: the first firing's key may have been taken by a scan's row
+    committed while this waited on it, and the others are still owed theirs."""
     if not occurrence_ids:
         return 0
     params = {"ids": sorted(set(occurrence_ids)), "now": now}
+    written = int(query.run_in_savepoint(conn, "outbox_enqueue_late_deadlines", params))
+    if written:
+        return written
     return int(query.run_in_savepoint(conn, "outbox_enqueue_late_deadlines", params))
 
 
