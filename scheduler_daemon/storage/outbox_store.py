@@ -72,10 +72,12 @@ def enqueue_late_deadlines(
     if not occurrence_ids:
         return 0
     params = {"ids": sorted(set(occurrence_ids)), "now": now}
-    written = int(query.run_in_savepoint(conn, "outbox_enqueue_late_deadlines", params))
-    if written:
-        return written
-    return int(query.run_in_savepoint(conn, "outbox_enqueue_late_deadlines", params))
+    written = 0
+    for _ in range(2):
+        written = int(query.run_in_savepoint(conn, "outbox_enqueue_late_deadlines", params))
+        if written:
+            break
+    return written
 
 
 def prune_unrecorded(

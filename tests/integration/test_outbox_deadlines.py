@@ -201,8 +201,8 @@ def test_firings_an_operators_pause_records_past_their_deadline_are_judged_by_th
 ) -> None:
     """The firings owed when a per-minute task is paused after 5 minutes undispatched are
     recorded skipped (`paused`, one summary row) by the operator's command, past their
-    deadline, with no notification: the scan judges them. Guards the scan's rule that leaves alone only
-    what a dispatch recorded late: a rule on lateness alone would lose these."""
+    deadline, with no notification: the scan judges them. Guards the scan's rule that leaves
+    alone only what a dispatch recorded late: a rule on lateness alone would lose these."""
     now = _now(database_url)
     task = client.add_task(
         TaskSpec(
@@ -313,3 +313,39 @@ def test_a_scan_and_a_dispatch_writing_one_firings_deadline_at_once_leave_one_ro
     (firing,) = _firings(database_url, task.id)
     (row,) = _deadlines(database_url)
     assert (row["occurrence_id"], row["scheduled_for"]) == (None, firing["scheduled_for"])
+
+
+def test_a_scan_taking_the_first_late_firings_key_meanwhile_leaves_the_others_notified(
+    client, pool, executors, database_url
+) -> None:
+    """Forced interleaving, two firings recorded late at once (misfire run_all): a scan's
+    uncommitted row holds the first firing's key; the dispatch's one notification for both,
+    keyed on that firing, waits on it and conflicts. It must run once more and notify the
+    second firing on its own key. Would fail against a single try (the second firing's
+    deadline lost: the scan leaves firings a dispatch recorded late alone)."""
+    task = _task(client, _now(database_url) - 2 * HOUR - 30 * MINUTE, misfire="run_all")
+    replica = Replica(database_url, pool, executors, "a")
+    with psycopg.connect(database_url) as scan:
+        assert outbox_store.enqueue_unrecorded_deadlines(scan, limit=10) == 1
+        dispatched: list[Any] = []
+        thread = threading.Thread(target=lambda: dispatched.append(replica.dispatcher.run_once()))
+        thread.start()
+        wait_for(
+            lambda: query(
+                database_url,
+                "SELECT 1 FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+                " AND datname = current_database()",
+            ),
+            message="the dispatch waiting on the first firing's key",
+        )
+        scan.commit()
+        thread.join(30)
+    assert dispatched[0].queued == 2
+    first, second = _firings(database_url, task.id)
+    _reconcile(pool)
+    rows = _deadlines(database_url)
+    assert [(r["occurrence_id"], r["scheduled_for"]) for r in rows] == [
+        (None, first["scheduled_for"]),
+        (second["id"], second["scheduled_for"]),
+    ]
+    assert rows[1]["payload"]["firing_count"] == 1
