@@ -59,7 +59,9 @@ coalesce(t.notify_url,
 -- time): its next attempt moves `lease` ahead, so another deliverer takes it again only after
 -- this one's POST timed out or this daemon died, and its attempts go up by one, the token its
 -- record is fenced on. Returns it with where to send it: the task's notify URL and headers,
--- else the fleet's `notify_url` and `notify_headers` (a JSON object, name → value). None:
+-- else the fleet's `notify_url` and `notify_headers` (a JSON object, name → value); the
+-- payload and headers as text, decoded row by row (a value too deep to decode is that row's
+-- error, not the pass's). None:
 -- nothing is due. Rows bound for a URL in `full` (as many POSTs in flight there as this
 -- deliverer lets one receiver hold) wait: one slow receiver never holds every worker.
 WITH due AS MATERIALIZED (
@@ -80,13 +82,15 @@ UPDATE notification_outbox n SET attempts = n.attempts + 1,
     next_attempt_at = clock_timestamp() + %(lease)s::interval
 FROM due, task t
 WHERE n.id = due.id AND t.id = n.task_id
-RETURNING n.id, n.delivery_id, n.occurrence_id, n.task_id, n.event, n.payload, n.attempts,
+RETURNING n.id, n.delivery_id, n.occurrence_id, n.task_id, n.event,
+    n.payload::text AS payload, n.attempts,
     coalesce(t.notify_url, (SELECT jsonb_build_array(value) ->> 0 FROM fleet_setting
                             WHERE key = 'notify_url' AND jsonb_typeof(value) = 'string')) AS url,
-    CASE WHEN t.notify_url IS NOT NULL
-         THEN CASE WHEN jsonb_typeof(t.notify_headers) = 'object' THEN t.notify_headers END
-         ELSE (SELECT value FROM fleet_setting
-               WHERE key = 'notify_headers' AND jsonb_typeof(value) = 'object') END AS headers
+    (CASE WHEN t.notify_url IS NOT NULL
+          THEN CASE WHEN jsonb_typeof(t.notify_headers) = 'object' THEN t.notify_headers END
+          ELSE (SELECT value FROM fleet_setting
+                WHERE key = 'notify_headers' AND jsonb_typeof(value) = 'object') END)::text
+        AS headers
 
 -- name: outbox_delivered :rowcount
 -- Records a notification's delivery, fenced on the attempt that claimed it (0: a later claim

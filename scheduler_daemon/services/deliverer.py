@@ -174,6 +174,8 @@ class Deliverer:
         return outcome
 
     def _post(self, notification: Notification) -> str | None:
+        if notification.problem is not None:
+            return notification.problem
         if notification.url is None:
             return "no notify URL (the task's and the fleet's were removed)"
         headers = {**notification.headers, "Idempotency-Key": notification.delivery_id}

@@ -198,3 +198,29 @@ def test_a_record_the_database_refuses_becomes_the_rows_error_and_the_others_go_
     assert "refused by a test" in row["last_error"]
     assert 0 < row["due_in"] <= 1.5
     assert all(r["delivered_at"] is not None for r in rest)
+
+
+def test_a_row_whose_payload_is_too_deep_to_decode_is_recorded_with_its_error(
+    client, pool, database_url, healthy
+) -> None:
+    """A payload nested 2,000 deep (the owner's SQL: the column allows it): the claim reads it
+    as text, the row is recorded failed with why and its back-off, unsent, and the row after
+    it is delivered. The old claim decoded the jsonb in the driver, raised RecursionError
+    after the claim's own statement, rolled back, and took the same row first every pass:
+    no notification went out again."""
+    task = _task_notifying(client, database_url, healthy.url, "deep")
+    deep, fine = _rows(database_url, task, 2, due_seconds_ago=10)
+    nested = "[" * 2000 + "]" * 2000
+    query(
+        database_url,
+        "UPDATE notification_outbox SET payload = %s::jsonb WHERE id = %s RETURNING id",
+        (nested, deep),
+    )
+    result = Deliverer(pool, instance_id="d", timeout=DEADLINE).run_once()
+    assert (result.delivered, result.failed) == (1, 1)
+    bad, good = _outbox(database_url, [deep, fine])
+    assert (bad["attempts"], bad["delivered_at"]) == (1, None)
+    assert "cannot be read" in bad["last_error"]
+    assert 0 < bad["due_in"] <= 1.5
+    assert good["delivered_at"] is not None
+    assert len(healthy.received) == 1
