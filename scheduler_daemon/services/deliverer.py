@@ -1,6 +1,7 @@
 """Deliverer: POSTs the notification outbox's due rows, one claim, one POST, one record each, up
-to IN_FLIGHT at once on worker threads of its own, over a connection of its own, so a slow or
-failing receiver never delays a claim, a job, or the other notifications (ADR 0016).
+to IN_FLIGHT at once on worker threads of its own (at most PER_URL to one URL), over a connection
+of its own, so a slow or failing receiver never delays a claim, a job, or the other
+notifications (ADR 0016).
 
 A row is claimed in a short transaction (`outbox_claim`, SKIP LOCKED) that moves its next
 attempt a lease ahead and counts the attempt, when a worker is free; the POST goes out with no
