@@ -155,7 +155,12 @@ def _plan(url: str, name: str, params: dict[str, Any]) -> str:
         # (revision 0030), and the few outbox rows without an occurrence.
         (
             "outbox_enqueue_deadlines",
-            {"after": "2030-01-01T00:00:00Z", "until": "2030-01-01T01:00:00Z", "limit": 500},
+            {
+                "after": "2030-01-01T00:00:00Z",
+                "until": "2030-01-01T01:00:00Z",
+                "limit": 500,
+                "operator": ["paused", "parked", "rescheduled", "deleted"],
+            },
             ("task_deadline_idx",),
         ),
         (
