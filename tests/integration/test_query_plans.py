@@ -163,6 +163,18 @@ def _plan(url: str, name: str, params: dict[str, Any]) -> str:
             },
             ("task_deadline_idx",),
         ),
+        # The deliverer's claim, with and without URLs full of POSTs in flight (issue 44): the
+        # oldest due row by the due index, the task probed only for a candidate.
+        (
+            "outbox_claim",
+            {"lease": timedelta(seconds=15), "full": []},
+            ("notification_outbox_due_idx",),
+        ),
+        (
+            "outbox_claim",
+            {"lease": timedelta(seconds=15), "full": ["http://127.0.0.1:9/hook"]},
+            ("notification_outbox_due_idx",),
+        ),
         (
             "outbox_enqueue_unrecorded_deadlines",
             {"limit": 500, "since": "0030"},
