@@ -1,26 +1,43 @@
 -- name: outbox_enqueue :rowcount
 -- Records the notifications the just-finished occurrences `ids` owe, in the transaction that
--- finished them (their rows locked): one per (occurrence, event), `ON CONFLICT DO NOTHING` so a
--- repeat writes none. The event is the occurrence's final status (failed or interrupted:
--- failure; timeout; skipped; expired); a row is written only for a task with a notify URL (its
--- own, else the fleet's `notify_url`) whose events (its own, else the fleet's `notify_on`, else
--- failure, timeout, expired and deadline) include it. The payload is what every POST carries.
+-- finished them (their rows locked). The event is the occurrence's final status (failed or
+-- interrupted: failure; timeout; skipped; expired); a row is written only for a task with a
+-- notify URL (its own, else the fleet's `notify_url`) whose events (its own, else the fleet's
+-- `notify_on`, else failure, timeout, expired and deadline) include it. `grouped` (the
+-- dispatcher's skipped firings): one notification per task, event and reason, keyed on its
+-- first occurrence (by scheduled time), its payload counting the firings (`firing_count`, a
+-- summary row's included) and their span (`first_scheduled_for`, `last_scheduled_for`): the
+-- catch-up after an outage is one POST, not one per coalesced firing. Otherwise one per
+-- occurrence. Keyed on (occurrence, event), `ON CONFLICT DO NOTHING`: a repeat writes none.
+-- The payload is what every POST carries.
 INSERT INTO notification_outbox (occurrence_id, task_id, event, payload, created_at,
     next_attempt_at)
-SELECT o.id, o.task_id, e.event,
-    jsonb_build_object('event', e.event, 'task_id', t.id, 'task', t.name,
+SELECT o.id, o.task_id, g.event,
+    jsonb_build_object('event', g.event, 'task_id', t.id, 'task', t.name,
         'occurrence_id', o.id, 'scheduled_for', o.scheduled_for, 'outcome', o.status,
-        'reason', coalesce(o.reason, o.error), 'attempt', o.attempts,
-        'run_id', (SELECT max(r.id) FROM run r WHERE r.occurrence_id = o.id)),
+        'reason', g.reason, 'attempt', o.attempts,
+        'run_id', (SELECT max(r.id) FROM run r WHERE r.occurrence_id = o.id),
+        'firing_count', g.firing_count, 'first_scheduled_for', g.first_scheduled_for,
+        'last_scheduled_for', g.last_scheduled_for),
     clock_timestamp(), clock_timestamp()
-FROM occurrence o
-JOIN task t ON t.id = o.task_id
-CROSS JOIN LATERAL (
-    SELECT CASE o.status WHEN 'failed' THEN 'failure' WHEN 'interrupted' THEN 'failure'
-                         WHEN 'timeout' THEN 'timeout' WHEN 'skipped' THEN 'skipped'
-                         WHEN 'expired' THEN 'expired' END AS event) e
-WHERE o.id = ANY(%(ids)s::bigint[]) AND e.event IS NOT NULL
-  AND {{outbox_task_notifies}}
+FROM (
+    SELECT o.task_id, e.event, coalesce(o.reason, o.error) AS reason,
+        (array_agg(o.id ORDER BY o.scheduled_for, o.id))[1] AS first_id,
+        sum(o.firing_count) AS firing_count, min(o.scheduled_for) AS first_scheduled_for,
+        max(coalesce(o.last_scheduled_for, o.scheduled_for)) AS last_scheduled_for
+    FROM occurrence o
+    JOIN task t ON t.id = o.task_id
+    CROSS JOIN LATERAL (
+        SELECT CASE o.status WHEN 'failed' THEN 'failure' WHEN 'interrupted' THEN 'failure'
+                             WHEN 'timeout' THEN 'timeout' WHEN 'skipped' THEN 'skipped'
+                             WHEN 'expired' THEN 'expired' END AS event) e
+    WHERE o.id = ANY(%(ids)s::bigint[]) AND e.event IS NOT NULL
+      AND {{outbox_task_notifies}}
+    GROUP BY o.task_id, e.event, coalesce(o.reason, o.error),
+        CASE WHEN %(grouped)s::boolean THEN NULL ELSE o.id END
+) g
+JOIN occurrence o ON o.id = g.first_id
+JOIN task t ON t.id = g.task_id
 ORDER BY o.id
 ON CONFLICT (occurrence_id, event) DO NOTHING
 
@@ -42,12 +59,22 @@ coalesce(t.notify_url,
 -- time): its next attempt moves `lease` ahead, so another deliverer takes it again only after
 -- this one's POST timed out or this daemon died, and its attempts go up by one, the token its
 -- record is fenced on. Returns it with where to send it: the task's notify URL and headers,
--- else the fleet's `notify_url` and `notify_headers` (a JSON object, name → value). None:
--- nothing is due.
+-- else the fleet's `notify_url` and `notify_headers` (a JSON object, name → value); the
+-- payload and headers as text, decoded row by row (a value too deep to decode is that row's
+-- error, not the pass's). None:
+-- nothing is due. Rows bound for a URL in `full` (as many POSTs in flight there as this
+-- deliverer lets one receiver hold) wait: one slow receiver never holds every worker.
 WITH due AS MATERIALIZED (
-    SELECT id FROM notification_outbox
-    WHERE delivered_at IS NULL AND next_attempt_at <= clock_timestamp()
-    ORDER BY next_attempt_at, id
+    SELECT n.id FROM notification_outbox n
+    WHERE n.delivered_at IS NULL AND n.next_attempt_at <= clock_timestamp()
+      AND (cardinality(%(full)s::text[]) = 0
+           OR NOT EXISTS (
+               SELECT 1 FROM task t WHERE t.id = n.task_id
+                 AND coalesce(t.notify_url,
+                              (SELECT jsonb_build_array(value) ->> 0 FROM fleet_setting
+                               WHERE key = 'notify_url' AND jsonb_typeof(value) = 'string'))
+                     = ANY(%(full)s::text[])))
+    ORDER BY n.next_attempt_at, n.id
     LIMIT 1
     FOR UPDATE SKIP LOCKED
 )
@@ -55,13 +82,15 @@ UPDATE notification_outbox n SET attempts = n.attempts + 1,
     next_attempt_at = clock_timestamp() + %(lease)s::interval
 FROM due, task t
 WHERE n.id = due.id AND t.id = n.task_id
-RETURNING n.id, n.delivery_id, n.occurrence_id, n.task_id, n.event, n.payload, n.attempts,
+RETURNING n.id, n.delivery_id, n.occurrence_id, n.task_id, n.event,
+    n.payload::text AS payload, n.attempts,
     coalesce(t.notify_url, (SELECT jsonb_build_array(value) ->> 0 FROM fleet_setting
                             WHERE key = 'notify_url' AND jsonb_typeof(value) = 'string')) AS url,
-    CASE WHEN t.notify_url IS NOT NULL
-         THEN CASE WHEN jsonb_typeof(t.notify_headers) = 'object' THEN t.notify_headers END
-         ELSE (SELECT value FROM fleet_setting
-               WHERE key = 'notify_headers' AND jsonb_typeof(value) = 'object') END AS headers
+    (CASE WHEN t.notify_url IS NOT NULL
+          THEN CASE WHEN jsonb_typeof(t.notify_headers) = 'object' THEN t.notify_headers END
+          ELSE (SELECT value FROM fleet_setting
+                WHERE key = 'notify_headers' AND jsonb_typeof(value) = 'object') END)::text
+        AS headers
 
 -- name: outbox_delivered :rowcount
 -- Records a notification's delivery, fenced on the attempt that claimed it (0: a later claim
@@ -100,7 +129,9 @@ SELECT o.id, o.task_id, CASE WHEN o.trigger = 'schedule' THEN o.scheduled_for EN
         'reason', 'not succeeded within its deadline of '
             || extract(epoch FROM least(t.deadline, interval '36525 days'))::bigint || ' s',
         'attempt', o.attempts,
-        'run_id', (SELECT max(r.id) FROM run r WHERE r.occurrence_id = o.id)),
+        'run_id', (SELECT max(r.id) FROM run r WHERE r.occurrence_id = o.id),
+        'firing_count', o.firing_count, 'first_scheduled_for', o.scheduled_for,
+        'last_scheduled_for', coalesce(o.last_scheduled_for, o.scheduled_for)),
     clock_timestamp(), clock_timestamp()
 
 -- name: outbox_enqueue_deadlines :rowcount
@@ -125,6 +156,13 @@ WHERE t.deadline IS NOT NULL AND t.deleted_at IS NULL
            AND o.finished_at <= o.scheduled_for + least(t.deadline, interval '36525 days'))
   -- A firing its task's calendar excluded (revision 0036) was never meant to run (ADR 0025).
   AND o.reason IS DISTINCT FROM 'excluded'
+  -- A scheduled firing a dispatch recorded past its deadline (at `created_at`, the dispatch's
+  -- now) was judged by that dispatch, with the others it recorded late, in one notification
+  -- (`outbox_enqueue_late_deadlines`); the firings an operator's command recorded (`operator`:
+  -- paused, parked, rescheduled, deleted) are judged here.
+  AND NOT (o.trigger = 'schedule'
+           AND o.created_at >= o.scheduled_for + least(t.deadline, interval '36525 days')
+           AND coalesce(o.reason, '') <> ALL(%(operator)s::text[]))
   AND {{outbox_task_notifies}}
   AND NOT EXISTS (SELECT 1 FROM notification_outbox n
                   WHERE n.occurrence_id = o.id AND n.event = 'deadline')
@@ -137,21 +175,46 @@ ON CONFLICT DO NOTHING
 
 -- name: outbox_enqueue_late_deadlines :rowcount
 -- In the transaction that just recorded the firings `ids` (the dispatcher's, their task locked):
--- a `deadline` notification for each whose scheduled time plus its task's deadline has passed
--- (`now`, the database clock the transaction read), once (the unique keys: a firing notified
--- before its row existed is not notified again). A firing recorded after its deadline, the
--- catch-up after an outage of any length included, is judged here, not by the scan's window.
+-- ONE `deadline` notification per task for those whose scheduled time plus its task's deadline
+-- has passed (`now`, the database clock the transaction read), keyed on the first of them not
+-- notified yet (a firing notified before its row existed, by the unrecorded scan, is left out),
+-- its payload counting them (`firing_count`, a summary row's firings included) and their span
+-- (`first_scheduled_for`, `last_scheduled_for`): the catch-up after an outage of any length is
+-- judged here, in one POST per task, and the scan leaves these firings alone (it skips the ones
+-- a dispatch recorded past their deadline). 0 when the first's key is taken by a row committed
+-- meanwhile (a scan's): the caller runs it once more, and the rest are keyed on the next.
 INSERT INTO notification_outbox (occurrence_id, task_id, scheduled_for, event, payload,
     created_at, next_attempt_at)
-{{outbox_deadline_row}}
-FROM occurrence o
-JOIN task t ON t.id = o.task_id
-CROSS JOIN (VALUES ('deadline')) e(event)
-WHERE o.id = ANY(%(ids)s::bigint[]) AND t.deadline IS NOT NULL
-  AND o.scheduled_for <= coalesce(%(now)s::timestamptz, now())
-                         - least(t.deadline, interval '36525 days')
-  AND {{outbox_task_notifies}}
-ORDER BY o.id
+SELECT o.id, o.task_id, CASE WHEN o.trigger = 'schedule' THEN o.scheduled_for END, 'deadline',
+    jsonb_build_object('event', 'deadline', 'task_id', t.id, 'task', t.name,
+        'occurrence_id', o.id, 'scheduled_for', o.scheduled_for, 'outcome', o.status,
+        'reason', 'not succeeded within its deadline of '
+            || extract(epoch FROM least(t.deadline, interval '36525 days'))::bigint || ' s',
+        'attempt', o.attempts,
+        'run_id', (SELECT max(r.id) FROM run r WHERE r.occurrence_id = o.id),
+        'firing_count', g.firing_count, 'first_scheduled_for', g.first_scheduled_for,
+        'last_scheduled_for', g.last_scheduled_for),
+    clock_timestamp(), clock_timestamp()
+FROM (
+    SELECT o.task_id, (array_agg(o.id ORDER BY o.scheduled_for, o.id))[1] AS first_id,
+        sum(o.firing_count) AS firing_count, min(o.scheduled_for) AS first_scheduled_for,
+        max(coalesce(o.last_scheduled_for, o.scheduled_for)) AS last_scheduled_for
+    FROM occurrence o
+    JOIN task t ON t.id = o.task_id
+    CROSS JOIN (VALUES ('deadline')) e(event)
+    WHERE o.id = ANY(%(ids)s::bigint[]) AND t.deadline IS NOT NULL
+      AND o.scheduled_for <= coalesce(%(now)s::timestamptz, now())
+                             - least(t.deadline, interval '36525 days')
+      AND {{outbox_task_notifies}}
+      AND NOT EXISTS (SELECT 1 FROM notification_outbox n
+                      WHERE n.occurrence_id = o.id AND n.event = 'deadline')
+      AND NOT EXISTS (SELECT 1 FROM notification_outbox n
+                      WHERE o.trigger = 'schedule' AND n.task_id = o.task_id
+                        AND n.scheduled_for = o.scheduled_for AND n.event = 'deadline')
+    GROUP BY o.task_id
+) g
+JOIN occurrence o ON o.id = g.first_id
+JOIN task t ON t.id = g.task_id
 ON CONFLICT DO NOTHING
 
 -- name: outbox_enqueue_unrecorded_deadlines :rowcount
@@ -169,7 +232,8 @@ SELECT NULL, t.id, t.next_run_at, e.event,
         'occurrence_id', NULL, 'scheduled_for', t.next_run_at, 'outcome', NULL,
         'reason', 'not dispatched within its deadline of '
             || extract(epoch FROM least(t.deadline, interval '36525 days'))::bigint || ' s',
-        'attempt', 0, 'run_id', NULL),
+        'attempt', 0, 'run_id', NULL, 'firing_count', 1,
+        'first_scheduled_for', t.next_run_at, 'last_scheduled_for', t.next_run_at),
     clock_timestamp(), clock_timestamp()
 FROM task t
 CROSS JOIN (VALUES ('deadline')) e(event)

@@ -446,3 +446,83 @@ def write_during_registration(
     writing.join(30)
     (error,) = outcome
     return error
+
+
+class RawReceiver:
+    """A notify URL on 127.0.0.1 speaking raw bytes: each connection's request is read (up to
+    its headers and Content-Length body), then `answer(send)` writes what it likes through
+    `send` (bytes; False once the peer is gone) — a drip, a broken status line. Counts the
+    connections open at once (`most_open`). `close()` ends every answer at once."""
+
+    def __init__(self, answer: Callable[[Callable[[bytes], bool]], None]) -> None:
+        self.answer = answer
+        self.closing = threading.Event()
+        self.lock = threading.Lock()
+        self.open = self.most_open = self.requests = 0
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self._listener.getsockname()[1]}/hook"
+
+    def drip(self, status: bytes = b"HTTP/1.1 200 OK\r\n", every: float = 1.0) -> None:
+        """An `answer`: `status`, then a header one byte every `every` seconds, never ending."""
+
+        def answer(send: Callable[[bytes], bool]) -> None:
+            if not send(status):
+                return
+            for byte in b"X-Slow: " + b"y" * 100_000:
+                if self.closing.wait(every) or not send(bytes([byte])):
+                    return
+
+        self.answer = answer
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                conn, _ = self._listener.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
+
+    def _serve(self, conn: socket.socket) -> None:
+        with conn:
+            data = b""
+            while b"\r\n\r\n" not in data:
+                chunk = conn.recv(65536)
+                if not chunk:
+                    return
+                data += chunk
+            head, _, body = data.partition(b"\r\n\r\n")
+            length = next(
+                (
+                    int(line.split(b":")[1])
+                    for line in head.split(b"\r\n")
+                    if line.lower().startswith(b"content-length:")
+                ),
+                0,
+            )
+            while len(body) < length and (chunk := conn.recv(65536)):
+                body += chunk
+            with self.lock:
+                self.requests += 1
+                self.open += 1
+                self.most_open = max(self.most_open, self.open)
+
+            def send(data: bytes) -> bool:
+                try:
+                    conn.sendall(data)
+                except OSError:
+                    return False
+                return True
+
+            try:
+                self.answer(send)
+            finally:
+                with self.lock:
+                    self.open -= 1
+
+    def close(self) -> None:
+        self.closing.set()
+        self._listener.close()

@@ -33,7 +33,7 @@ from scheduler_daemon.executors.wire import NOT_STARTED_ERROR, OUTPUT_TAIL_BYTES
 DEFAULT_TIMEOUT_SECONDS = 30.0
 
 
-class _NoRedirect(urllib.request.HTTPRedirectHandler):
+class NoRedirect(urllib.request.HTTPRedirectHandler):
     """A webhook that answers 3xx has not done the job; report it instead of following it."""
 
     def redirect_request(self, *args: Any, **kwargs: Any) -> None:
@@ -86,7 +86,7 @@ class HttpExecutor:
 
     def __init__(self, wake: threading.Event) -> None:
         self.wake = wake
-        self.opener = urllib.request.build_opener(_NoRedirect())
+        self.opener = urllib.request.build_opener(NoRedirect())
         self.timer = threading.Condition(threading.RLock())
         self.running: set[HttpJob] = set()
         self._closed = False
@@ -98,7 +98,7 @@ class HttpExecutor:
             return FinishedJob.failed(ctx.run_id, "payload has no http(s) 'url'")
         timeout = DEFAULT_TIMEOUT_SECONDS if ctx.timeout is None else ctx.timeout
         job = HttpJob(self, ctx, timeout)
-        url, headers = _request_headers(url, payload.get("headers") or {})
+        url, headers = request_headers(url, payload.get("headers") or {})
         headers.update({"Content-Type": "application/json", "Idempotency-Key": ctx.idempotency_key})
         if ctx.traceparent and not any(name.lower() == "traceparent" for name in headers):
             headers["traceparent"] = ctx.traceparent  # a task's own traceparent header is kept
@@ -192,7 +192,7 @@ class HttpExecutor:
                 self.timer.wait(None if wake is None else max(0.0, wake - now))
 
 
-def _request_headers(url: str, given: Mapping[str, str]) -> tuple[str, dict[str, str]]:
+def request_headers(url: str, given: Mapping[str, str]) -> tuple[str, dict[str, str]]:
     """The URL without user info, and the headers to send: the task's, plus Basic credentials
     from the user info unless the task sets Authorization itself."""
     headers = dict(given)
@@ -214,33 +214,3 @@ def _read_tail(response: HTTPResponse | urllib.error.HTTPError) -> str:
     while chunk := response.read(OUTPUT_TAIL_BYTES):
         kept = (kept + chunk)[-OUTPUT_TAIL_BYTES:]
     return decode_tail(kept)
-
-
-def post_json(
-    url: str, body: Mapping[str, Any], headers: Mapping[str, str], *, timeout: float
-) -> str | None:
-    """One POST of `body` as JSON, as a run's request is sent (the headers as given, a password
-    in the URL as Basic credentials, no redirect followed), on the caller's thread. None: a 2xx
-    answer; else why not (`HTTP 500`, a connection error with secrets redacted, a timeout)."""
-    if not url.startswith(("http://", "https://")):
-        return "not an http(s) URL"
-    url, sent = _request_headers(url, headers)
-    sent["Content-Type"] = "application/json"
-    request = urllib.request.Request(  # noqa: S310 -- the scheme is checked above: http(s)
-        url, data=json.dumps(body, default=str).encode(), headers=sent, method="POST"
-    )
-    try:
-        opener = urllib.request.build_opener(_NoRedirect())  # the proxy settings of now
-        with opener.open(request, timeout=timeout) as response:
-            status = response.status
-            _read_tail(response)
-    except urllib.error.HTTPError as exc:
-        status = exc.code
-    except TimeoutError:
-        return timeout_error(timeout)
-    except Exception as exc:  # every failure of the request is the notification's
-        reason = getattr(exc, "reason", None)  # URLError wraps the socket's error
-        if isinstance(reason, TimeoutError):
-            return timeout_error(timeout)
-        return redact(error_line(reason if isinstance(reason, BaseException) else exc))
-    return None if 200 <= status < 300 else f"HTTP {status}"

@@ -203,11 +203,13 @@ class Dispatcher:
 
 
 def _notify(conn: Conn, task: TaskRecord, rows: list[dict[str, Any]], db_now: datetime) -> None:
-    """The skipped firings' notifications, in the transaction that records them; an excluded
-    firing is the task's own calendar at work, never a notification (ADR 0025)."""
+    """The skipped firings' notifications, in the transaction that records them, one per
+    reason however many firings it skipped (coalesced after an outage: one POST, counting
+    them); an excluded firing is the task's own calendar at work, never a notification (ADR
+    0025)."""
     rows = [row for row in rows if row["reason"] != LostReason.EXCLUDED]
     skipped = [row["id"] for row in rows if row["status"] == OccurrenceStatus.SKIPPED]
-    outbox_store.enqueue(conn, skipped, savepoint=True)
+    outbox_store.enqueue(conn, skipped, savepoint=True, grouped=True)
     deadline = task.spec.deadline
     if deadline is not None:  # firings recorded past their deadline (ADR 0016)
         late = [r["id"] for r in rows if r["scheduled_for"] + deadline <= db_now]

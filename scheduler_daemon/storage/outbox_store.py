@@ -7,20 +7,27 @@ from typing import Any
 
 import psycopg
 
-from scheduler_daemon.domain.notification import Notification
+from scheduler_daemon.domain.notification import OPERATOR_REASONS, Notification
 from scheduler_daemon.storage import query
 
 
 def enqueue(
-    conn: psycopg.Connection[Any], occurrence_ids: Sequence[int], *, savepoint: bool = False
+    conn: psycopg.Connection[Any],
+    occurrence_ids: Sequence[int],
+    *,
+    savepoint: bool = False,
+    grouped: bool = False,
 ) -> int:
     """Inside the transaction that finished `occurrence_ids` (their rows locked): records the
     notifications they owe, at most one per (occurrence, event); returns how many were new.
-    `savepoint`: in a savepoint of its own, as the dispatcher runs each task's writes."""
+    `savepoint`: in a savepoint of its own, as the dispatcher runs each task's writes.
+    `grouped`: one per task, event and reason, on its first occurrence, counting the firings
+    (the dispatcher's skipped firings: see `outbox_enqueue`)."""
     if not occurrence_ids:
         return 0
     run = query.run_in_savepoint if savepoint else query.run
-    return int(run(conn, "outbox_enqueue", {"ids": sorted(set(occurrence_ids))}))
+    params = {"ids": sorted(set(occurrence_ids)), "grouped": grouped}
+    return int(run(conn, "outbox_enqueue", params))
 
 
 def deadline_window(
@@ -42,7 +49,7 @@ def enqueue_deadlines(
 ) -> int:
     """Records the `deadline` notifications owed by recorded firings whose deadline falls in
     (after, until] (see `outbox_enqueue_deadlines`); returns how many were new."""
-    params = {"after": after, "until": until, "limit": limit}
+    params = {"after": after, "until": until, "limit": limit, "operator": OPERATOR_REASONS}
     return int(query.run(conn, "outbox_enqueue_deadlines", params))
 
 
@@ -55,13 +62,20 @@ def enqueue_unrecorded_deadlines(conn: psycopg.Connection[Any], *, limit: int) -
 def enqueue_late_deadlines(
     conn: psycopg.Connection[Any], occurrence_ids: Sequence[int], *, now: datetime | None
 ) -> int:
-    """Inside the transaction that recorded `occurrence_ids` (the dispatcher's): the `deadline`
-    notifications of those recorded past their deadline, in a savepoint of their own, as the
-    dispatcher runs each task's writes (see `outbox_enqueue_late_deadlines`)."""
+    """Inside the transaction that recorded `occurrence_ids` (the dispatcher's): one `deadline`
+    notification for those recorded past their deadline, counting them, in a savepoint of its
+    own, as the dispatcher runs each task's writes (see `outbox_enqueue_late_deadlines`). Run
+    once more when it wrote none: the first firing's key may have been taken by a scan's row
+    committed while this waited on it, and the others are still owed theirs."""
     if not occurrence_ids:
         return 0
     params = {"ids": sorted(set(occurrence_ids)), "now": now}
-    return int(query.run_in_savepoint(conn, "outbox_enqueue_late_deadlines", params))
+    written = 0
+    for _ in range(2):
+        written = int(query.run_in_savepoint(conn, "outbox_enqueue_late_deadlines", params))
+        if written:
+            break
+    return written
 
 
 def prune_unrecorded(
@@ -78,9 +92,12 @@ def prune_unrecorded(
     return int(query.run(conn, "outbox_prune_unrecorded", params))
 
 
-def claim(conn: psycopg.Connection[Any], *, lease: timedelta) -> Notification | None:
-    """Claims the oldest due notification for one POST (see `outbox_claim`)."""
-    row = query.run(conn, "outbox_claim", {"lease": lease})
+def claim(
+    conn: psycopg.Connection[Any], *, lease: timedelta, full: Sequence[str] = ()
+) -> Notification | None:
+    """Claims the oldest due notification for one POST, none bound for a URL in `full` (see
+    `outbox_claim`)."""
+    row = query.run(conn, "outbox_claim", {"lease": lease, "full": list(full)})
     return None if row is None else Notification.from_row(row)
 
 

@@ -14,8 +14,9 @@ import psycopg
 import pytest
 
 from scheduler_daemon.runtime.root import POSTED_FILE_ENV
+from scheduler_daemon.services.deliverer import POST_TIMEOUT_SECONDS
 from tests.support import NotificationReceiver as Receiver
-from tests.support import query, wait_for
+from tests.support import RawReceiver, query, wait_for
 
 pytestmark = pytest.mark.slow
 NO_PROXY = {"no_proxy": "*", "NO_PROXY": "*"}  # loopback only, never through a proxy
@@ -157,6 +158,34 @@ def test_a_daemon_killed_between_a_post_and_its_record_leaves_a_repeat_with_the_
     assert posted.read_text().split() == [row["delivery_id"]]
     assert row["attempts"] == 2
     assert time.monotonic() - started < 30
+
+
+def test_sigterm_ends_a_daemon_posting_to_a_dripping_receiver_within_the_deadline_and_5_s(
+    spawn, cli, database_url
+) -> None:
+    """A receiver answers a byte a second, for ever. SIGTERM while its POST is in flight: the
+    POST ends at its 10 s deadline, is recorded `timed out`, and the daemon exits within the
+    deadline plus 5 s of the signal (ADR 0016). The old deliverer's per-read timeout never
+    fired: the POST outlived the daemon's 15 s wait for it, the row was left unrecorded, and
+    the stop took 16-17 s."""
+    drip = RawReceiver(lambda send: None)
+    drip.drip(every=1.0)
+    try:
+        _failing_tasks(cli, database_url, ["fails"], drip.url)
+        daemon = spawn(database_url, "a", env=NO_PROXY)
+        daemon.instance_id()
+        assert cli("tasks", "trigger", "fails").code == 0
+        wait_for(lambda: drip.requests == 1, timeout=30, message="the POST to the drip")
+        signalled = time.monotonic()
+        daemon.signal(signal.SIGTERM)
+        assert daemon.proc.wait(POST_TIMEOUT_SECONDS + 10) == 0, daemon.log()
+        stopped = time.monotonic() - signalled
+    finally:
+        drip.close()
+    (row,) = _outbox(database_url)
+    assert (row["delivered_at"], row["attempts"]) == (None, 1)
+    assert row["last_error"] == f"timed out after {POST_TIMEOUT_SECONDS:g} s"
+    assert stopped <= POST_TIMEOUT_SECONDS + 5, stopped
 
 
 def test_a_deadline_notification_arrives_for_a_firing_stuck_behind_a_running_forbid_job(

@@ -2,7 +2,7 @@
 firing of a task with a notify URL owes one row per (occurrence, event), written in the
 transaction that records the outcome, and nothing else writes one."""
 
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
@@ -155,6 +155,41 @@ def test_a_firing_skipped_by_forbid_owes_a_skipped_notification_only_when_select
         "skipped",
         "overlap",
     )
+
+
+def test_an_outage_of_coalesced_firings_owes_one_notification_counting_them(
+    client, pool, executors, database_url
+) -> None:
+    """A per-minute task down 30 minutes (misfire `run_once`): the catch-up records 29 firings
+    skipped `coalesced` and queues the newest. They owe ONE `skipped` notification, on the
+    first of them, with `firing_count` 29 and the span of scheduled times. The old statement
+    wrote one per skipped row: 29 POSTs within milliseconds for one task."""
+    (db_now,) = query(database_url, "SELECT now() AS t")
+    created = db_now["t"] - timedelta(minutes=30, seconds=30)
+    spec = {"executor": "shell", "target": "true", "every": timedelta(minutes=1)}
+    task = client.add_task(TaskSpec(name="outage", **spec), now=created)
+    _notify(database_url, task.id, URL, ["skipped"])
+    replica = Replica(database_url, pool, executors, "a")
+    replica.dispatcher.run_once(now=db_now["t"])
+    skipped = query(
+        database_url,
+        "SELECT id, scheduled_for, coalesce(last_scheduled_for, scheduled_for) AS last,"
+        " firing_count FROM occurrence WHERE status = 'skipped' ORDER BY scheduled_for",
+    )
+    assert sum(r["firing_count"] for r in skipped) == 29
+    (row,) = _outbox(database_url)
+    payload = row["payload"]
+    assert (row["occurrence_id"], row["event"], payload["reason"]) == (
+        skipped[0]["id"],
+        "skipped",
+        "coalesced",
+    )
+    assert payload["firing_count"] == 29
+    span = [datetime.fromisoformat(payload[f"{end}_scheduled_for"]) for end in ("first", "last")]
+    assert span == [skipped[0]["scheduled_for"], skipped[-1]["last"]]
+    with transaction(pool) as tx:  # written again (grouped or not): nothing new
+        ids = [r["id"] for r in skipped]
+        assert outbox_store.enqueue(tx.conn, ids, grouped=True) == 0
 
 
 def test_an_expired_firing_owes_an_expired_notification_written_with_its_expiry(

@@ -79,9 +79,9 @@ def test_a_due_firing_not_dispatched_past_its_deadline_owes_one_notification_bef
     """The dispatch is held (no daemon dispatched it): the firing at `next_run_at` is notified
     with no occurrence, once whatever the passes; when the dispatcher records it at last,
     neither the dispatch nor the scan notifies it again, and the firings recorded with it past
-    their deadline get theirs in the dispatch. Would fail against a scan of occurrence rows
-    alone (nothing until the dispatch), or a key on the occurrence alone (a second row once it
-    is recorded)."""
+    their deadline get one notification in the dispatch, counting them, that the scan does not
+    repeat. Would fail against a scan of occurrence rows alone (nothing until the dispatch), or
+    a key on the occurrence alone (a second row once it is recorded)."""
     created = _now(database_url) - 3 * HOUR - 30 * MINUTE
     task = _task(client, created)
     _task(client, created, name="paused", paused=True)  # nothing is owed while paused
@@ -106,28 +106,116 @@ def test_a_due_firing_not_dispatched_past_its_deadline_owes_one_notification_bef
     ]
     assert [(r["occurrence_id"], r["scheduled_for"]) for r in rows] == [
         (None, due),
-        (firings[1]["id"], due + HOUR),
-        (firings[2]["id"], due + 2 * HOUR),
+        (firings[1]["id"], due + HOUR),  # the two others, in one notification
     ]
+    assert _span(rows[1]["payload"]) == (2, due + HOUR, due + 2 * HOUR)
 
 
 def test_firings_recorded_past_their_deadline_owe_it_in_the_transaction_that_records_them(
     client, pool, executors, database_url
 ) -> None:
-    """Three firings missed by hours, caught up at once (misfire run_all): each has its
-    `deadline` row as soon as the dispatch commits, no reconcile pass needed, and a pass
-    after writes none more. Would fail against the scan alone: two of them fell due before
-    its lookback, behind a mark a peer's scan raised before the catch-up committed."""
+    """Three firings missed by hours, caught up at once (misfire run_all): they owe one
+    `deadline` notification, on the first, counting the three, as soon as the dispatch
+    commits, no reconcile pass needed, and a pass after writes none more. Would fail against
+    the scan alone: two of them fell due before its lookback, behind a mark a peer's scan
+    raised before the catch-up committed; and against one notification per firing (issue 44:
+    18 POSTs for one task after an outage)."""
     task = _task(client, _now(database_url) - 3 * HOUR - 30 * MINUTE, misfire="run_all")
     replica = Replica(database_url, pool, executors, "a")
     assert replica.dispatcher.run_once().queued == 3
-    rows = _deadlines(database_url)
-    assert [(r["occurrence_id"], r["scheduled_for"]) for r in rows] == [
-        (f["id"], f["scheduled_for"]) for f in _firings(database_url, task.id)
-    ]
-    assert {r["payload"]["outcome"] for r in rows} == {"queued"}
+    firings = _firings(database_url, task.id)
+    (row,) = _deadlines(database_url)
+    assert (row["occurrence_id"], row["scheduled_for"]) == (
+        firings[0]["id"],
+        firings[0]["scheduled_for"],
+    )
+    assert row["payload"]["outcome"] == "queued"
+    assert _span(row["payload"]) == (
+        3,
+        firings[0]["scheduled_for"],
+        firings[-1]["scheduled_for"],
+    )
     _reconcile(pool)
-    assert len(_deadlines(database_url)) == 3
+    assert len(_deadlines(database_url)) == 1
+
+
+def test_an_outage_of_a_per_minute_task_owes_one_deadline_notification_however_long(
+    client, pool, executors, database_url
+) -> None:
+    """Down 30 minutes, a per-minute task with a 10 s deadline (misfire run_once): the catch-up
+    records 29 firings coalesced and the newest queued, all past their deadline. One `deadline`
+    notification counts the 30, and neither the scan after nor a second dispatch adds one.
+    The old dispatch wrote one per firing (30 POSTs within milliseconds), and so would the scan
+    for any it left."""
+    now = _now(database_url)
+    task = client.add_task(
+        TaskSpec(
+            name="minutely",
+            executor="shell",
+            target="true",
+            every=MINUTE,
+            deadline=timedelta(seconds=10),
+            notify_url=URL,
+            notify_on=("deadline",),
+        ),
+        now=now - 30 * MINUTE - timedelta(seconds=30),
+    )
+    replica = Replica(database_url, pool, executors, "a")
+    replica.dispatcher.run_once(now=now)
+    firings = _firings(database_url, task.id)
+    counted = query(
+        database_url,
+        "SELECT sum(firing_count)::int AS n, max(coalesce(last_scheduled_for, scheduled_for))"
+        " AS last FROM occurrence WHERE task_id = %s",
+        (task.id,),
+    )[0]
+    assert counted["n"] == 30
+    (row,) = _deadlines(database_url)
+    assert row["occurrence_id"] == firings[0]["id"]
+    assert _span(row["payload"]) == (30, firings[0]["scheduled_for"], counted["last"])
+    _reconcile(pool)
+    _reconcile(pool)
+    assert len(_deadlines(database_url)) == 1
+
+
+def test_firings_an_operators_pause_records_past_their_deadline_are_judged_by_the_scan(
+    client, pool, database_url
+) -> None:
+    """The firings owed when a per-minute task is paused after 5 minutes undispatched are
+    recorded skipped (`paused`, one summary row) by the operator's command, past their
+    deadline, with no notification: the scan judges them. Guards the scan's rule that leaves
+    alone only what a dispatch recorded late: a rule on lateness alone would lose these."""
+    now = _now(database_url)
+    task = client.add_task(
+        TaskSpec(
+            name="minutely",
+            executor="shell",
+            target="true",
+            every=MINUTE,
+            deadline=timedelta(seconds=10),
+            notify_url=URL,
+            notify_on=("deadline",),
+        ),
+        now=now - 5 * MINUTE - timedelta(seconds=30),
+    )
+    client.pause(task.id)
+    paused = query(
+        database_url,
+        "SELECT id FROM occurrence WHERE task_id = %s AND reason = 'paused' ORDER BY id",
+        (task.id,),
+    )
+    assert paused  # one row summarising the five
+    _reconcile(pool)
+    assert sorted(r["occurrence_id"] for r in _deadlines(database_url)) == [p["id"] for p in paused]
+
+
+def _span(payload: dict[str, Any]) -> tuple[int, datetime, datetime]:
+    """A notification's `firing_count`, `first_scheduled_for` and `last_scheduled_for`."""
+    return (
+        payload["firing_count"],
+        datetime.fromisoformat(payload["first_scheduled_for"]),
+        datetime.fromisoformat(payload["last_scheduled_for"]),
+    )
 
 
 def test_a_fleet_down_longer_than_the_lookback_owes_the_deadlines_that_passed_meanwhile(
@@ -207,3 +295,39 @@ def test_a_scan_and_a_dispatch_writing_one_firings_deadline_at_once_leave_one_ro
     (firing,) = _firings(database_url, task.id)
     (row,) = _deadlines(database_url)
     assert (row["occurrence_id"], row["scheduled_for"]) == (None, firing["scheduled_for"])
+
+
+def test_a_scan_taking_the_first_late_firings_key_meanwhile_leaves_the_others_notified(
+    client, pool, executors, database_url
+) -> None:
+    """Forced interleaving, two firings recorded late at once (misfire run_all): a scan's
+    uncommitted row holds the first firing's key; the dispatch's one notification for both,
+    keyed on that firing, waits on it and conflicts. It must run once more and notify the
+    second firing on its own key. Would fail against a single try (the second firing's
+    deadline lost: the scan leaves firings a dispatch recorded late alone)."""
+    task = _task(client, _now(database_url) - 2 * HOUR - 30 * MINUTE, misfire="run_all")
+    replica = Replica(database_url, pool, executors, "a")
+    with psycopg.connect(database_url) as scan:
+        assert outbox_store.enqueue_unrecorded_deadlines(scan, limit=10) == 1
+        dispatched: list[Any] = []
+        thread = threading.Thread(target=lambda: dispatched.append(replica.dispatcher.run_once()))
+        thread.start()
+        wait_for(
+            lambda: query(
+                database_url,
+                "SELECT 1 FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+                " AND datname = current_database()",
+            ),
+            message="the dispatch waiting on the first firing's key",
+        )
+        scan.commit()
+        thread.join(30)
+    assert dispatched[0].queued == 2
+    first, second = _firings(database_url, task.id)
+    _reconcile(pool)
+    rows = _deadlines(database_url)
+    assert [(r["occurrence_id"], r["scheduled_for"]) for r in rows] == [
+        (None, first["scheduled_for"]),
+        (second["id"], second["scheduled_for"]),
+    ]
+    assert rows[1]["payload"]["firing_count"] == 1

@@ -155,8 +155,25 @@ def _plan(url: str, name: str, params: dict[str, Any]) -> str:
         # (revision 0030), and the few outbox rows without an occurrence.
         (
             "outbox_enqueue_deadlines",
-            {"after": "2030-01-01T00:00:00Z", "until": "2030-01-01T01:00:00Z", "limit": 500},
+            {
+                "after": "2030-01-01T00:00:00Z",
+                "until": "2030-01-01T01:00:00Z",
+                "limit": 500,
+                "operator": ["paused", "parked", "rescheduled", "deleted"],
+            },
             ("task_deadline_idx",),
+        ),
+        # The deliverer's claim, with and without URLs full of POSTs in flight (issue 44): the
+        # oldest due row by the due index, the task probed only for a candidate.
+        (
+            "outbox_claim",
+            {"lease": timedelta(seconds=15), "full": []},
+            ("notification_outbox_due_idx",),
+        ),
+        (
+            "outbox_claim",
+            {"lease": timedelta(seconds=15), "full": ["http://127.0.0.1:9/hook"]},
+            ("notification_outbox_due_idx",),
         ),
         (
             "outbox_enqueue_unrecorded_deadlines",

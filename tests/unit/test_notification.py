@@ -38,3 +38,16 @@ def test_the_backoff_doubles_from_a_second_to_its_cap() -> None:
     assert waits == [timedelta(seconds=s) for s in (1, 2, 4, 8, 16)]
     assert backoff(40) == BACKOFF_CAP
     assert backoff(10_000) == BACKOFF_CAP  # no overflow however many attempts
+
+
+def test_a_payload_or_headers_too_deep_to_decode_is_the_rows_problem_not_an_exception() -> None:
+    """The claim has committed when the row is read: a value nested 1,000 deep (written by SQL
+    behind the CLI's back) must become the row's error, never a RecursionError out of the
+    pass (issue 44). The old row kept the driver's decoded jsonb, which raised in the claim."""
+    deep = "[" * 1000 + "]" * 1000
+    for field in ("payload", "headers"):
+        notification = Notification.from_row(_row(**{field: deep}))
+        assert notification.problem is not None
+        assert "1000 levels deep" in notification.problem
+    assert Notification.from_row(_row(payload='{"event": "failure"}')).problem is None
+    assert Notification.from_row(_row(payload="[1]")).problem is not None  # not an object
