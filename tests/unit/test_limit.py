@@ -49,6 +49,9 @@ def test_the_docs_table_of_limits_states_the_constants() -> None:
     assert table["`tasks health --failing-after`"] == f"1 to {limit.MAX_FAILING_AFTER}"
     notify = table["`--notify` URL, `config set notify-url`"]
     assert notify.startswith(f"at most {limit.MAX_URL_BYTES // 1024} KiB")
+    url = next(v for k, v in table.items() if k.startswith("an http URL"))
+    assert url.startswith("http:// or https://, read whole by `urllib.parse.urlsplit`")
+    assert "a port of 1 to 65,535" in url
     headers = next(v for k, v in table.items() if k.startswith("notify headers"))
     assert headers.startswith(f"at most {limit.MAX_PAYLOAD_BYTES // 1024} KiB")
     dates = table["a calendar's dates (`calendars add`)"]
@@ -60,7 +63,7 @@ def test_the_docs_table_of_limits_states_the_constants() -> None:
         f"a file of at most {limit.MAX_ICS_BYTES // 1024:,} KiB, its events occurring at most "
         f"{limit.MAX_ICS_OCCURRENCES:,} times over the dates it is read over"
     )
-    assert len(table) == 19  # a new bound gets a row, and a check here
+    assert len(table) == 20  # a new bound gets a row, and a check here
 
 
 @pytest.mark.parametrize(
@@ -242,3 +245,33 @@ def test_durations_read_digits_0_to_9_only() -> None:
         with pytest.raises(ValueError, match="invalid duration"):
             parse_duration(text)
     assert re.fullmatch(r"\d", "٣")  # what \d would have matched without re.ASCII
+
+
+@pytest.mark.parametrize(
+    ("url", "reason"),
+    [
+        ("http://[::1/hook", "is not a valid URL (Invalid IPv6 URL)"),
+        ("http://a b/h", "must not contain whitespace or a control character (U+0020)"),
+        ("http://h\x1b/h", "(U+001B)"),
+        ("http://h:99999/h", "is not a valid URL (Port out of range 0-65535)"),
+        ("http://h:0/h", "needs a port of 1 to 65535"),
+        ("http://h:x/h", "is not a valid URL (Port could not be cast"),
+        ("http://user@/h", "needs a host"),
+        ("HTTP://h/", "needs an http:// or https:// URL"),
+    ],
+)
+def test_an_http_url_is_held_to_what_its_parse_needs(url: str, reason: str) -> None:
+    """The issue's three (`http://[::1/hook`, a space, port 99999) passed the old prefix check
+    (`^https?://[^\\s/]+` ) and raised later, in the daemon's launch pass."""
+    with pytest.raises(OutOfBounds, match=re.escape(reason)) as caught:
+        limit.http_url("--http", url)
+    assert "\n" not in str(caught.value)
+
+
+def test_an_http_url_with_its_password_is_refused_without_showing_it() -> None:
+    with pytest.raises(OutOfBounds) as caught:
+        limit.http_url("--http", "https://u:hunter2@h:99999/")
+    assert "hunter2" not in str(caught.value)
+    assert (
+        limit.http_url("--http", "https://u:hunter2@[::1]:443/h") == "https://u:hunter2@[::1]:443/h"
+    )
