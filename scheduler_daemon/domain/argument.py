@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
-from scheduler_daemon.domain import limit
+from scheduler_daemon.domain import json_text, limit
 from scheduler_daemon.domain.duration import format_duration, parse_duration
 from scheduler_daemon.domain.status import NOTIFY_ON_CHOICES, OccurrenceStatus, TaskStatus
 from scheduler_daemon.domain.task import (
@@ -191,10 +191,10 @@ def trigger_args(pairs: Sequence[str], args_json: str | None) -> dict[str, Any] 
     if pairs and args_json is not None:
         raise InvalidArgument("give --arg or --args-json, not both")
     if args_json is not None:
-        try:
-            args = json.loads(args_json)
-        except ValueError as exc:
-            raise InvalidArgument(f"--args-json is not JSON: {exc}") from None
+        try:  # depth first: the decoder recurses, ~1,000 levels raised RecursionError
+            args = json_text.loads_bounded(args_json, json_text.MAX_DEPTH)
+        except json_text.UndecodableJson as exc:
+            raise InvalidArgument(f"--args-json is {exc}") from None  # not JSON; JSON nested
         if not isinstance(args, dict):
             raise InvalidArgument("--args-json must be a JSON object ({...})")
     elif pairs:
@@ -213,10 +213,17 @@ def trigger_args(pairs: Sequence[str], args_json: str | None) -> dict[str, Any] 
 
 def checked_args(args: object) -> dict[str, Any]:
     """Arguments as any caller gives them (the CLI's, the console's, `Client.trigger`'s): a JSON
-    object that PostgreSQL can store, at most limit.MAX_ARGS_BYTES as compact UTF-8 JSON (the
-    form a shell job gets in SCHEDULER_ARGS); InvalidArgument (one line) otherwise."""
+    object that PostgreSQL can store, nesting at most json_text.MAX_DEPTH levels (measured
+    without recursion, so a value deep enough to break json.dumps is refused, not raised), at
+    most limit.MAX_ARGS_BYTES as compact UTF-8 JSON (the form a shell job gets in
+    SCHEDULER_ARGS); InvalidArgument (one line) otherwise."""
     if not isinstance(args, dict):
         raise InvalidArgument("the arguments must be a JSON object ({...})")
+    if json_text.deeper_than(args, json_text.MAX_DEPTH):  # before json.dumps, which recurses
+        raise InvalidArgument(
+            f"the arguments nest more than {json_text.MAX_DEPTH} levels deep "
+            "(an object or array is one level)"
+        )
     try:
         text = json.dumps(args, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
         size = len(text.encode())

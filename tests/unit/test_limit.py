@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from scheduler_daemon.cli.output import cell, printable
-from scheduler_daemon.domain import argument, limit, task_file
+from scheduler_daemon.domain import argument, json_text, limit, task_file
 from scheduler_daemon.domain.argument import InvalidArgument
 from scheduler_daemon.domain.limit import OutOfBounds
 from scheduler_daemon.domain.task import InvalidTask, TaskSpec
@@ -42,6 +42,7 @@ def test_the_docs_table_of_limits_states_the_constants() -> None:
     assert table["`tasks trigger --count`"] == f"1 to {limit.MAX_TRIGGER_COUNT:,}"
     args = table["`tasks trigger --arg`, `--args-json`"]
     assert args.startswith(f"a JSON object of at most {limit.MAX_ARGS_BYTES // 1024} KiB ")
+    assert f"nested at most {json_text.MAX_DEPTH} levels" in args
     file = table["a task file"]
     assert file.startswith(f"at most {limit.MAX_TASK_FILE_BYTES // 2**20} MiB")
     assert f"at most {limit.MAX_TASK_FILE_DEPTH} tables" in file
