@@ -38,6 +38,9 @@ MAX_CALENDAR_DATES = 10_000  # the excluded dates one calendar holds (ADR 0025)
 MAX_TASK_CALENDARS = 16  # `--exclude-calendar` names on one task
 MAX_ICS_BYTES = 1024 * 1024  # `calendars add --ics`
 MAX_ICS_OCCURRENCES = 20_000  # the event occurrences an --ics file is expanded to, at most
+MAX_ICS_RULE_STEPS = 100_000  # an RRULE's steps from its DTSTART to the end of the dates read
+ICS_READ_SECONDS = 30.0  # an --ics file is read in a child process killed past this
+ICS_READ_MEMORY = 512 * 2**20  # and limited to this address space (RLIMIT_AS)
 
 # Characters no name or key may hold: control (Cc: NUL, ESC, newline, DEL...), format (Cf:
 # zero-width and bidirectional marks) and surrogates (Cs: not encodable as UTF-8).

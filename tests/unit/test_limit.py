@@ -60,9 +60,14 @@ def test_the_docs_table_of_limits_states_the_constants() -> None:
     calendars = table["`--exclude-calendar`"]
     assert calendars.startswith(f"at most {limit.MAX_TASK_CALENDARS} calendars on a task")
     ics = table["`calendars add --ics`"]
-    assert ics == (
+    assert ics.startswith(
         f"a file of at most {limit.MAX_ICS_BYTES // 1024:,} KiB, its events occurring at most "
-        f"{limit.MAX_ICS_OCCURRENCES:,} times over the dates it is read over"
+        f"{limit.MAX_ICS_OCCURRENCES:,} times over the dates it is read over, and on at least "
+        "one date; each rule `FREQ=DAILY` or longer"
+    )
+    assert f"at most {limit.MAX_ICS_RULE_STEPS:,} steps from its `DTSTART`" in ics
+    assert ics.endswith(
+        f"stopped past {limit.ICS_READ_SECONDS:g} s or {limit.ICS_READ_MEMORY // 2**20} MiB"
     )
     assert len(table) == 20  # a new bound gets a row, and a check here
 
