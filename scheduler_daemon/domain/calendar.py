@@ -187,31 +187,36 @@ def _refuse_unbounded(events: list[Any], last: date) -> None:
     """Refuses, before any expansion, a rule whose work is not bounded by the horizon: one that
     repeats within a day (FREQ=SECONDLY, MINUTELY, HOURLY, or BYHOUR, BYMINUTE, BYSECOND listing
     more than one value: a calendar holds dates), or one whose DTSTART lies so far before the
-    horizon's end that stepping to it takes more than limit.MAX_ICS_RULE_STEPS steps."""
+    horizon's end (or its UNTIL, if sooner) that stepping to it takes more than
+    limit.MAX_ICS_RULE_STEPS steps."""
     for event in events:
         rules = event.get("RRULE")
-        if rules is None:
-            continue
-        start = _event_start(event)
-        for rule in rules if isinstance(rules, list) else [rules]:
-            freq = str((rule.get("FREQ") or ["?"])[0]).upper()
-            finer = [
-                part for part in ("BYHOUR", "BYMINUTE", "BYSECOND") if len(rule.get(part) or ()) > 1
-            ]
-            if freq not in _STEP or finer:
-                what = f"FREQ={freq}" if freq not in _STEP else f"{finer[0]} with several values"
-                raise InvalidCalendar(
-                    f"the iCalendar event {_label(event)} repeats within a day ({what}): a "
-                    "calendar holds dates, give a rule of FREQ=DAILY or longer"
-                )
-            interval = max(1, int((rule.get("INTERVAL") or [1])[0]))
-            steps = (last - start) // (_STEP[freq] * interval)
-            if steps > limit.MAX_ICS_RULE_STEPS:
-                raise InvalidCalendar(
-                    f"the iCalendar event {_label(event)} repeats FREQ={freq} from {start}: "
-                    f"{steps:,} steps to {last}, more than {limit.MAX_ICS_RULE_STEPS:,}; give a "
-                    "later DTSTART"
-                )
+        if rules is not None:
+            for rule in rules if isinstance(rules, list) else [rules]:
+                _refuse_rule(event, rule, _event_start(event), last)
+
+
+def _refuse_rule(event: Any, rule: Any, start: date, last: date) -> None:
+    freq = str((rule.get("FREQ") or [""])[0]).upper() or "(none)"
+    finer = [part for part in ("BYHOUR", "BYMINUTE", "BYSECOND") if len(rule.get(part) or ()) > 1]
+    if freq in ("SECONDLY", "MINUTELY", "HOURLY") or finer:
+        what = f"FREQ={freq}" if not finer else f"{finer[0]} with several values"
+        raise InvalidCalendar(
+            f"the iCalendar event {_label(event)} repeats within a day ({what}): a calendar "
+            "holds dates, give a rule of FREQ=DAILY or longer"
+        )
+    if freq not in _STEP:
+        raise InvalidCalendar(f"the iCalendar event {_label(event)} has a rule of FREQ={freq}")
+    until = (rule.get("UNTIL") or [None])[0]
+    if isinstance(until, date):
+        last = min(last, until.date() if isinstance(until, datetime) else until)
+    interval = max(1, int((rule.get("INTERVAL") or [1])[0]))
+    steps = (last - start) // (_STEP[freq] * interval)
+    if steps > limit.MAX_ICS_RULE_STEPS:
+        raise InvalidCalendar(
+            f"the iCalendar event {_label(event)} repeats FREQ={freq} from {start}: {steps:,} "
+            f"steps to {last}, more than {limit.MAX_ICS_RULE_STEPS:,}; give a later DTSTART"
+        )
 
 
 def _label(event: Any) -> str:

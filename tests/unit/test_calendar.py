@@ -385,3 +385,18 @@ def test_a_thousand_events_of_one_date_each_are_read_within_seconds() -> None:
     found = _from_ics_within(data)
     assert isinstance(found, CalendarDates), found
     assert len(found.days) == 1_000
+
+
+def test_a_rule_stepped_from_long_ago_is_counted_to_its_until_not_the_horizon() -> None:
+    """A daily rule of 1700 that ended in 1701 costs 365 steps: read (its RDATE gives the one
+    date); the same rule running to 2030 would step 120,530 times: refused, naming the count."""
+    ended = _ics(
+        "DTSTART;VALUE=DATE:17000101",
+        "RRULE:FREQ=DAILY;UNTIL=17010101",
+        "RDATE;VALUE=DATE:20270101",
+    )
+    assert from_ics(ended, TODAY).days == (date(2027, 1, 1),)
+    with pytest.raises(InvalidCalendar, match="120,530 steps to 2030-01-01, more than 100,000"):
+        from_ics(_ics("DTSTART;VALUE=DATE:17000101", "RRULE:FREQ=DAILY;UNTIL=20300101"), TODAY)
+    with pytest.raises(InvalidCalendar, match=r"has a rule of FREQ=\(none\)"):
+        from_ics(_ics("DTSTART;VALUE=DATE:20270101", "RRULE:INTERVAL=2"), TODAY)
