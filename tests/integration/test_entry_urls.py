@@ -21,6 +21,7 @@ HOSTILE = [
     ("http://:8080/h", "needs a host"),
 ]
 IDS = [url for url, _ in HOSTILE]
+FINE = {"name": "fine", "executor": "shell", "target": "true", "every": timedelta(hours=1)}
 
 
 def _one_line_exit_2(result, message: str) -> None:
@@ -84,10 +85,25 @@ def test_the_client_refuses_a_url_that_does_not_parse(client, counts, url, messa
     with pytest.raises(InvalidTask, match="--http") as caught:
         client.add_task(spec)
     assert message in str(caught.value)
+    with pytest.raises(InvalidTask, match="--notify") as told:
+        client.add_task(TaskSpec(**{**FINE, "notify_url": url}))
+    assert message in str(told.value)
     with pytest.raises(InvalidArgument) as refused:
         client.set_fleet_setting("notify-url", url, updated_by="test")
     assert message in str(refused.value)
     assert counts() == before
+
+
+def test_the_client_refuses_an_update_to_a_url_that_does_not_parse(client, db) -> None:
+    client.add_task(TaskSpec(**FINE))
+    before = db.execute("SELECT payload, notify_url, updated_at FROM task").fetchone()
+    for url, message in HOSTILE:
+        with pytest.raises(InvalidTask, match="--http") as caught:
+            client.update_task("fine", executor="http", target=url)
+        assert message in str(caught.value)
+        with pytest.raises(InvalidTask, match="--notify"):
+            client.update_task("fine", notify_url=url)
+    assert db.execute("SELECT payload, notify_url, updated_at FROM task").fetchone() == before
 
 
 def test_a_url_with_a_port_an_ipv6_host_and_user_info_is_still_accepted(cli) -> None:
