@@ -81,6 +81,8 @@ def main(argv: list[str] | None = None) -> None:
         NotFound,
     ) as exc:
         _fail(EXIT_BAD_INPUT, str(exc))
+    except RecursionError:  # input nested past what a recursive parser or printer takes
+        _fail(EXIT_BAD_INPUT, "the input nests too deeply to be read (RecursionError)")
     except SchemaBehind as exc:
         _fail(EXIT_SCHEMA_BEHIND, str(exc))
     except SchemaTooNew as exc:

@@ -73,7 +73,7 @@ def calendars_add(
     if ics is None:
         given = calendars_domain.from_dates(dates, ranges)
     else:
-        given = calendars_domain.from_ics(_read(ics), client.today())
+        given = client.ics_dates(_read(ics))  # in a child process, bounded
     emit(ctx, calendar_fields(client.add_calendar(name, given, replace=replace)), _summary(name))
 
 

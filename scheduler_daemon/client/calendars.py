@@ -18,6 +18,7 @@ from scheduler_daemon.domain.calendar import (
     read_window,
 )
 from scheduler_daemon.domain.status import TaskStatus
+from scheduler_daemon.ics_reader import read_ics
 from scheduler_daemon.storage import calendar_store, task_store
 from scheduler_daemon.storage.error import Conflict, NotFound
 
@@ -38,7 +39,7 @@ class Calendars(ClientBase):
     def add_calendar(
         self, name: str, dates: CalendarDates, *, replace: bool = False, now: datetime | None = None
     ) -> Calendar:
-        """Creates calendar `name` with `dates` (domain.calendar.from_dates / from_ics); with
+        """Creates calendar `name` with `dates` (domain.calendar.from_dates, or ics_dates); with
         `replace`, rewrites its dates if it exists (a task's next dispatch reads the new ones).
         Conflict, nothing written, if it exists and `replace` is false."""
         check_name(name)
@@ -54,6 +55,13 @@ class Calendars(ClientBase):
         """The database's date (UTC), the day an iCalendar file is expanded from."""
         with self._tx() as conn:
             return task_store.clock(conn, now).astimezone(UTC).date()
+
+    def ics_dates(self, data: bytes, *, now: datetime | None = None) -> CalendarDates:
+        """An iCalendar file's dates (domain.calendar.from_ics) over the horizon from the
+        database's today, read in a child process bounded in time and memory
+        (scheduler_daemon.ics_reader): InvalidCalendar, one line, for a file refused or too
+        costly to read, whatever its rules."""
+        return read_ics(data, self.today(now=now))
 
     def list_calendars(self) -> list[Calendar]:
         with self._tx() as conn:

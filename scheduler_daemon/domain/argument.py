@@ -2,14 +2,12 @@
 InvalidArgument and the checks that raise it (pure)."""
 
 import json
-import re
 from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
-from scheduler_daemon.domain import limit
+from scheduler_daemon.domain import json_text, limit
 from scheduler_daemon.domain.duration import format_duration, parse_duration
-from scheduler_daemon.domain.secret import redact
 from scheduler_daemon.domain.status import NOTIFY_ON_CHOICES, OccurrenceStatus, TaskStatus
 from scheduler_daemon.domain.task import (
     InvalidTask,
@@ -102,11 +100,7 @@ def notify_setting(name: str, value: str) -> str | list[str] | None:
         return None
     if name == "notify-url":
         limit.url(name, value)
-        if re.match(r"^https?://[^\s/]+", value) is None:
-            raise InvalidArgument(
-                f"notify-url needs an http:// or https:// URL, got '{redact(value)[:80]}'"
-            )
-        return value
+        return limit.http_url(name, value)  # OutOfBounds: InvalidArgument in fleet_setting
     events = [e.strip() for e in value.split(",") if e.strip()]
     for event in events:
         if event not in NOTIFY_ON_CHOICES:
@@ -197,10 +191,10 @@ def trigger_args(pairs: Sequence[str], args_json: str | None) -> dict[str, Any] 
     if pairs and args_json is not None:
         raise InvalidArgument("give --arg or --args-json, not both")
     if args_json is not None:
-        try:
-            args = json.loads(args_json)
-        except ValueError as exc:
-            raise InvalidArgument(f"--args-json is not JSON: {exc}") from None
+        try:  # depth first: the decoder recurses, ~1,000 levels raised RecursionError
+            args = json_text.loads_bounded(args_json, json_text.MAX_DEPTH)
+        except json_text.UndecodableJson as exc:
+            raise InvalidArgument(f"--args-json is {exc}") from None  # not JSON; JSON nested
         if not isinstance(args, dict):
             raise InvalidArgument("--args-json must be a JSON object ({...})")
     elif pairs:
@@ -219,10 +213,17 @@ def trigger_args(pairs: Sequence[str], args_json: str | None) -> dict[str, Any] 
 
 def checked_args(args: object) -> dict[str, Any]:
     """Arguments as any caller gives them (the CLI's, the console's, `Client.trigger`'s): a JSON
-    object that PostgreSQL can store, at most limit.MAX_ARGS_BYTES as compact UTF-8 JSON (the
-    form a shell job gets in SCHEDULER_ARGS); InvalidArgument (one line) otherwise."""
+    object that PostgreSQL can store, nesting at most json_text.MAX_DEPTH levels (measured
+    without recursion, so a value deep enough to break json.dumps is refused, not raised), at
+    most limit.MAX_ARGS_BYTES as compact UTF-8 JSON (the form a shell job gets in
+    SCHEDULER_ARGS); InvalidArgument (one line) otherwise."""
     if not isinstance(args, dict):
         raise InvalidArgument("the arguments must be a JSON object ({...})")
+    if json_text.deeper_than(args, json_text.MAX_DEPTH):  # before json.dumps, which recurses
+        raise InvalidArgument(
+            f"the arguments nest more than {json_text.MAX_DEPTH} levels deep "
+            "(an object or array is one level)"
+        )
     try:
         text = json.dumps(args, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
         size = len(text.encode())

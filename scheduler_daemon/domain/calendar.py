@@ -9,9 +9,10 @@ excludes its dates (DTEND exclusive), a timed event the dates it touches in its 
 floating time as written).
 """
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, time, timedelta
+from typing import Any, TypeVar
 from zoneinfo import ZoneInfo
 
 from scheduler_daemon.domain import limit
@@ -31,6 +32,7 @@ ICS_YEARS = 5
 RUN_HORIZON = timedelta(days=400)
 # A run's summary row counts its firings one by one up to this many (as domain/misfire.py).
 COUNT_CAP = 100_000
+_T = TypeVar("_T")
 
 
 class InvalidCalendar(InvalidTask):
@@ -117,37 +119,127 @@ def ics_horizon(today: date) -> tuple[date, date]:
 
 def from_ics(data: bytes, today: date) -> CalendarDates:
     """The dates an iCalendar file's events cover within `ics_horizon(today)`. InvalidCalendar
-    (one line) for a file that is too big, not iCalendar, or holds no event."""
+    (one line) for a file that is too big, not iCalendar, holds no event, has a rule whose
+    expansion is unbounded work (`_refuse_unbounded`), or yields no date in the horizon.
+
+    Each event (its UID's components) is expanded on its own over the horizon at once, and the
+    occurrences are counted as they come: `after()` walked the horizon in windows of 15 minutes
+    that each iterated the rule from its DTSTART again (a daily rule took minutes, a secondly one
+    from 1900 gigabytes). A pathological rule that still passes the checks (dateutil stepping a
+    rule that never matches to the year 9999) is bounded by running this in a child process
+    (scheduler_daemon.ics_reader)."""
     import icalendar
-    import recurring_ical_events
 
     if len(data) > limit.MAX_ICS_BYTES:
         raise InvalidCalendar(
             f"the iCalendar file is larger than {limit.MAX_ICS_BYTES // 1024} KiB"
         )
     first, last = ics_horizon(today)
-    found: set[date] = set()
-    has_events = too_often = False
+    parsed = _read(lambda: icalendar.Calendar.from_ical(data))
+    events = parsed.walk("VEVENT")
+    if not events:
+        raise InvalidCalendar("the iCalendar file holds no event (VEVENT)")
+    _read(lambda: _refuse_unbounded(events, last))
+    found = _read(lambda: _expand(parsed, events, first, last))
+    if not found:
+        raise InvalidCalendar(
+            f"the iCalendar file's events fall on no date from {first} to {last}, the dates "
+            "it is read over: a calendar needs at least one"
+        )
+    return _bounded(sorted(found), CalendarSource.ICS, (first, last))
+
+
+def _read(step: Callable[[], _T]) -> _T:
+    """`step()`, with whatever the parsers raise as one line (InvalidCalendar), but for our own
+    refusals and MemoryError (the child process's memory limit, ics_reader)."""
     try:
-        parsed = icalendar.Calendar.from_ical(data)
-        has_events = bool(parsed.walk("VEVENT"))
-        # In order, lazily: an event repeating every minute must not be expanded whole first.
-        events = recurring_ical_events.of(parsed).after(first) if has_events else iter(())
-        for examined, event in enumerate(events, 1):
-            if _event_start(event) > last:
-                break
-            too_often = examined > limit.MAX_ICS_OCCURRENCES
-            found.update(_event_days(event, first, last))
-            if too_often or len(found) > limit.MAX_CALENDAR_DATES:
-                break
+        return step()
+    except (InvalidCalendar, MemoryError):
+        raise
     except Exception as exc:  # the parsers raise many kinds; any is a file we cannot read
         line = str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__
         raise InvalidCalendar(f"not a valid iCalendar file: {line}") from None
-    if not has_events:
-        raise InvalidCalendar("the iCalendar file holds no event (VEVENT)")
-    if too_often:
-        raise InvalidCalendar(_too_often())
-    return _bounded(sorted(found), CalendarSource.ICS, (first, last))
+
+
+def _expand(parsed: Any, events: list[Any], first: date, last: date) -> set[date]:
+    """The dates from `first` to `last` the events cover, one event at a time, refused once
+    they occur more than MAX_ICS_OCCURRENCES times or cover more than MAX_CALENDAR_DATES."""
+    found: set[date] = set()
+    examined = 0
+    for one in _by_uid(parsed, events):
+        for event in one.between(first, last + DAY):
+            examined += 1
+            if examined > limit.MAX_ICS_OCCURRENCES:
+                raise InvalidCalendar(_too_often())
+            found.update(_event_days(event, first, last))
+        if len(found) > limit.MAX_CALENDAR_DATES:
+            raise InvalidCalendar(_too_many(len(found)))
+    return found
+
+
+# The length of one step of each RRULE frequency a calendar may use: a rule may take at most
+# limit.MAX_ICS_RULE_STEPS from its DTSTART to the horizon's end (dateutil walks every one,
+# about 5 us each).
+_STEP = {"DAILY": DAY, "WEEKLY": 7 * DAY, "MONTHLY": 28 * DAY, "YEARLY": 365 * DAY}
+
+
+def _refuse_unbounded(events: list[Any], last: date) -> None:
+    """Refuses, before any expansion, a rule whose work is not bounded by the horizon: one that
+    repeats within a day (FREQ=SECONDLY, MINUTELY, HOURLY, or BYHOUR, BYMINUTE, BYSECOND listing
+    more than one value: a calendar holds dates), or one whose DTSTART lies so far before the
+    horizon's end (or its UNTIL, if sooner) that stepping to it takes more than
+    limit.MAX_ICS_RULE_STEPS steps."""
+    for event in events:
+        rules = event.get("RRULE")
+        if rules is not None:
+            for rule in rules if isinstance(rules, list) else [rules]:
+                _refuse_rule(event, rule, _event_start(event), last)
+
+
+def _refuse_rule(event: Any, rule: Any, start: date, last: date) -> None:
+    freq = str((rule.get("FREQ") or [""])[0]).upper() or "(none)"
+    finer = [part for part in ("BYHOUR", "BYMINUTE", "BYSECOND") if len(rule.get(part) or ()) > 1]
+    if freq in ("SECONDLY", "MINUTELY", "HOURLY") or finer:
+        what = f"FREQ={freq}" if not finer else f"{finer[0]} with several values"
+        raise InvalidCalendar(
+            f"the iCalendar event {_label(event)} repeats within a day ({what}): a calendar "
+            "holds dates, give a rule of FREQ=DAILY or longer"
+        )
+    if freq not in _STEP:
+        raise InvalidCalendar(f"the iCalendar event {_label(event)} has a rule of FREQ={freq}")
+    until = (rule.get("UNTIL") or [None])[0]
+    if isinstance(until, date):
+        last = min(last, until.date() if isinstance(until, datetime) else until)
+    interval = max(1, int((rule.get("INTERVAL") or [1])[0]))
+    steps = (last - start) // (_STEP[freq] * interval)
+    if steps > limit.MAX_ICS_RULE_STEPS:
+        raise InvalidCalendar(
+            f"the iCalendar event {_label(event)} repeats FREQ={freq} from {start}: {steps:,} "
+            f"steps to {last}, more than {limit.MAX_ICS_RULE_STEPS:,}; give a later DTSTART"
+        )
+
+
+def _label(event: Any) -> str:
+    uid = str(event.get("UID") or "")[:60]
+    return repr(uid) if uid else "without a UID"
+
+
+def _by_uid(parsed: Any, events: list[Any]) -> Iterable[Any]:
+    """A query (recurring_ical_events) per event: its UID's components (the series and its
+    changed occurrences, RECURRENCE-ID) with the file's time zones, so that one event's
+    occurrences are expanded and counted before the next's are."""
+    import icalendar
+    import recurring_ical_events
+
+    groups: dict[str, list[Any]] = {}
+    for index, event in enumerate(events):
+        groups.setdefault(str(event.get("UID") or f"#{index}"), []).append(event)
+    zones = parsed.walk("VTIMEZONE")
+    for group in groups.values():
+        one = icalendar.Calendar()
+        for component in [*zones, *group]:
+            one.add_component(component)
+        yield recurring_ical_events.of(one)
 
 
 def _too_often() -> str:

@@ -10,7 +10,10 @@ message; task.py and argument.py raise it as their own error (exit code 2 in the
 
 import math
 import unicodedata
+import urllib.parse
 from datetime import timedelta
+
+from scheduler_daemon.domain.secret import redact
 
 INT4_MAX = 2**31 - 1
 """The largest value of a PostgreSQL `integer` (max-attempts, catchup-limit, counts)."""
@@ -35,6 +38,9 @@ MAX_CALENDAR_DATES = 10_000  # the excluded dates one calendar holds (ADR 0025)
 MAX_TASK_CALENDARS = 16  # `--exclude-calendar` names on one task
 MAX_ICS_BYTES = 1024 * 1024  # `calendars add --ics`
 MAX_ICS_OCCURRENCES = 20_000  # the event occurrences an --ics file is expanded to, at most
+MAX_ICS_RULE_STEPS = 100_000  # an RRULE's steps from its DTSTART to the end of the dates read
+ICS_READ_SECONDS = 30.0  # an --ics file is read in a child process killed past this
+ICS_READ_MEMORY = 512 * 2**20  # and limited to this address space (RLIMIT_AS)
 
 # Characters no name or key may hold: control (Cc: NUL, ESC, newline, DEL...), format (Cf:
 # zero-width and bidirectional marks) and surrogates (Cs: not encodable as UTF-8).
@@ -117,6 +123,38 @@ def url(label: str, value: str) -> str:
     if len(value.encode("utf-8")) > MAX_URL_BYTES:
         raise OutOfBounds(f"{label} is longer than {MAX_URL_BYTES} bytes")
     return value
+
+
+def http_url(label: str, value: str) -> str:
+    """An http(s) URL a daemon will parse and POST to (an http task's target, `--notify`,
+    `config set notify-url`), held to what the parse needs, not only to its prefix: no
+    whitespace or control character; `urllib.parse.urlsplit` reads it; its scheme is http or
+    https; it names a host; its port, when given, is 1 to 65535. `http://[::1/hook` once passed a
+    prefix check and raised inside every launch pass (KNOWN-FAILURES 39)."""
+    shown = _shown_url(value)
+    for char in value:
+        if char.isspace() or unicodedata.category(char) in _UNPRINTABLE:
+            raise OutOfBounds(
+                f"{label} must not contain whitespace or a control character "
+                f"({escape(char)}), got '{shown}'"
+            )
+    try:
+        parts = urllib.parse.urlsplit(value)
+        port = parts.port
+    except ValueError as exc:  # an unclosed [IPv6], a port out of range or not a number
+        raise OutOfBounds(f"{label} is not a valid URL ({exc}), got '{shown}'") from None
+    if not value.startswith(("http://", "https://")):  # as the executor and deliverer check
+        raise OutOfBounds(f"{label} needs an http:// or https:// URL, got '{shown}'")
+    if not parts.hostname:
+        raise OutOfBounds(f"{label} needs a host in its URL, got '{shown}'")
+    if port == 0:
+        raise OutOfBounds(f"{label} needs a port of 1 to 65535, got '{shown}'")
+    return value
+
+
+def _shown_url(value: str) -> str:
+    """A URL as an error message shows it: user info masked, at most 80 characters."""
+    return redact(value)[:80]
 
 
 def unprintable(value: str) -> str | None:

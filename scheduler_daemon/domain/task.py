@@ -18,7 +18,6 @@ from scheduler_daemon.domain.schedule.cron import CronSchedule
 from scheduler_daemon.domain.schedule.cron_syntax import validate_cron
 from scheduler_daemon.domain.schedule.fixed import IntervalSchedule, OneShotSchedule
 from scheduler_daemon.domain.schedule.zone import load_zone, read_wall
-from scheduler_daemon.domain.secret import redact
 from scheduler_daemon.domain.spread import spread_refusal
 from scheduler_daemon.domain.status import (
     NOTIFY_ON_CHOICES,
@@ -272,10 +271,7 @@ class TaskSpec:
     def _validate_target(self) -> None:
         _check(bool(self.target.strip()), f"the {self.executor} target must not be empty")
         if self.executor == ExecutorKind.HTTP:
-            _check(
-                re.match(r"^https?://[^\s/]+", self.target) is not None,
-                f"--http needs an http:// or https:// URL, got '{redact(self.target)[:80]}'",
-            )
+            _check_url("--http", self.target)
         if self.executor == ExecutorKind.PYTHON:
             _check(
                 _PYTHON_TARGET.match(self.target) is not None,
@@ -300,10 +296,7 @@ class TaskSpec:
     def _validate_notify(self) -> None:
         if self.notify_url is not None:
             limit.url("--notify", self.notify_url)
-            _check(
-                re.match(r"^https?://[^\s/]+", self.notify_url) is not None,
-                f"--notify needs an http:// or https:// URL, got '{redact(self.notify_url)[:80]}'",
-            )
+            _check_url("--notify", self.notify_url)
         for event in self.notify_on or ():
             _check(
                 event in NOTIFY_ON_CHOICES,
@@ -413,6 +406,14 @@ _LAST_INSTANT = datetime.max.replace(tzinfo=UTC) - 2 * limit.MAX_DURATION
 def _check(ok: bool, message: str) -> None:
     if not ok:
         raise InvalidTask(message)
+
+
+def _check_url(label: str, url: str) -> None:
+    """An http(s) URL the daemon will parse (limit.http_url), as InvalidTask."""
+    try:
+        limit.http_url(label, url)
+    except OutOfBounds as exc:
+        raise InvalidTask(str(exc)) from None
 
 
 def _check_choice(label: str, value: str, choices: type[StrEnum]) -> None:

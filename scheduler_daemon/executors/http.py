@@ -24,6 +24,7 @@ from collections.abc import Mapping
 from http.client import HTTPResponse
 from typing import Any
 
+from scheduler_daemon.domain import limit
 from scheduler_daemon.domain.secret import redact
 from scheduler_daemon.domain.status import OutcomeStatus
 from scheduler_daemon.executors.base import FinishedJob, Job, JobContext, Outcome, decode_tail
@@ -96,6 +97,10 @@ class HttpExecutor:
         url = payload.get("url")
         if not isinstance(url, str) or not url.startswith(("http://", "https://")):
             return FinishedJob.failed(ctx.run_id, "payload has no http(s) 'url'")
+        try:  # a row written by SQL, not `tasks add`: its run fails, the pass goes on
+            limit.http_url("the payload's url", url)
+        except limit.OutOfBounds as exc:
+            return FinishedJob.failed(ctx.run_id, str(exc))
         timeout = DEFAULT_TIMEOUT_SECONDS if ctx.timeout is None else ctx.timeout
         job = HttpJob(self, ctx, timeout)
         url, headers = request_headers(url, payload.get("headers") or {})

@@ -399,3 +399,59 @@ def test_a_firing_not_yet_dispatched_on_an_excluded_date_owes_no_deadline(
         "WHERE n.event = 'deadline'",
     )
     assert [r["name"] for r in rows] == ["free"]
+
+
+def _ics_file(tmp_path: Path, *lines: str) -> str:
+    path = tmp_path / "hostile.ics"
+    event = "".join(f"{line}\r\n" for line in ("UID:h@test", *lines))
+    path.write_bytes(
+        f"BEGIN:VCALENDAR\r\nVERSION:2.0\r\nPRODID:-//t//t//EN\r\nBEGIN:VEVENT\r\n{event}"
+        "END:VEVENT\r\nEND:VCALENDAR\r\n".encode()
+    )
+    return str(path)
+
+
+@pytest.mark.parametrize(
+    ("lines", "says"),
+    [
+        (("DTSTART:19000101T000000Z", "RRULE:FREQ=SECONDLY"), "repeats within a day"),
+        (
+            ("DTSTART;VALUE=DATE:20000229", "EXDATE;VALUE=DATE:20000229",
+             "RRULE:FREQ=YEARLY;BYMONTH=2;BYMONTHDAY=30"),
+            "fall on no date from",
+        ),
+    ],
+    ids=["secondly-from-1900", "never-occurs"],
+)  # fmt: skip
+def test_calendars_add_refuses_a_hostile_ics_file_in_one_line_within_seconds(
+    cli, db, tmp_path: Path, lines, says: str
+) -> None:
+    """Issue 44 (KNOWN-FAILURES 42): the issue's 161-byte file grew past 1.2 GB in 92 s, and a
+    rule that never occurs made a calendar of no dates. Each is one line, exit 2, nothing written,
+    and the refusal comes within seconds (a guard, not a performance test)."""
+    import time
+
+    before = row_counts(db)
+    began = time.monotonic()
+    result = cli("calendars", "add", "x", "--ics", _ics_file(tmp_path, *lines))
+    assert time.monotonic() - began < 15
+    assert result.code == 2, result
+    assert says in result.err
+    assert result.err.startswith("error: the iCalendar")
+    assert result.err.count("\n") == 1
+    assert row_counts(db) == before
+
+
+def test_calendars_add_reads_weekends_since_1900_within_seconds(cli, tmp_path: Path) -> None:
+    """A weekly rule from 1900 (business days only): the old expansion walked the horizon 15
+    minutes at a time, each window stepping the rule from 1900 again, for minutes."""
+    import time
+
+    path = _ics_file(tmp_path, "DTSTART;VALUE=DATE:19000106", "RRULE:FREQ=WEEKLY;BYDAY=SA,SU")
+    began = time.monotonic()
+    done = cli("calendars", "add", "weekends", "--ics", path, "--json")
+    assert time.monotonic() - began < 15
+    assert done.code == 0, done.err
+    shown = done.json()
+    assert shown["date_count"] in (626, 627, 628)  # the weekend days of six years from today
+    assert shown["source_kind"] == "ics"

@@ -115,3 +115,70 @@ def test_the_claims_of_older_builds_pass_over_an_occurrence_with_arguments(
         database_url, "SELECT task_name FROM sd_claim_launch_v6(1, 10, 'n', '5s', '1s', 'x', NULL)"
     )
     assert [r["task_name"] for r in new] == ["p"]
+
+
+def _nested_text(depth: int) -> str:
+    """A JSON object `depth` levels deep: {"a":{"a":...1...}}."""
+    return '{"a":' * depth + "1" + "}" * depth
+
+
+def _nested(depth: int) -> dict[str, object]:
+    value: object = 1
+    for _ in range(depth):
+        value = {"a": value}
+    assert isinstance(value, dict)
+    return value
+
+
+def test_arguments_nested_32_levels_are_accepted(cli, client, database_url) -> None:
+    cli("tasks", "add", "p", *EVERY_MINUTE, "--overlap", "allow")
+    done = cli("tasks", "trigger", "p", "--args-json", _nested_text(32), "--json")
+    assert done.code == 0, done.err
+    assert done.json()["args"] == _nested(32)
+    client.trigger("p", requested_by="test", args=_nested(32))
+    rows = query(database_url, "SELECT args FROM occurrence")
+    assert [r["args"] for r in rows] == [_nested(32)] * 2
+
+
+@pytest.mark.parametrize("depth", [33, 1_000, 100_000])
+def test_arguments_nested_deeper_than_32_levels_are_one_line_exit_2(cli, db, depth) -> None:
+    """Issue 44 (KNOWN-FAILURES 40): on the old code 33 and 1,000 levels were stored (about 980
+    made every daemon's claim raise RecursionError), and 100,000 printed a traceback from
+    json.loads. The depth is measured by a loop before anything recursive reads the text."""
+    cli("tasks", "add", "p", *EVERY_MINUTE)
+    before = row_counts(db)
+    result = cli("tasks", "trigger", "p", "--args-json", _nested_text(depth))
+    assert result.code == 2, result
+    assert result.err == f"error: --args-json is JSON nested {depth} levels deep; at most 32\n"
+    assert row_counts(db) == before
+
+
+@pytest.mark.parametrize("depth", [33, 1_000, 100_000])
+def test_the_client_refuses_arguments_nested_deeper_than_32_levels(client, db, depth) -> None:
+    """`Client.trigger(args=)` with the same bound: the old code stored 33 and 1,000 levels and
+    raised RecursionError (not InvalidArgument) from json.dumps at 100,000."""
+    from scheduler_daemon.domain.argument import InvalidArgument
+    from tests.support import shell_task
+
+    shell_task(client, "p")
+    before = row_counts(db)
+    with pytest.raises(InvalidArgument, match="nest more than 32 levels deep"):
+        client.trigger("p", requested_by="test", args=_nested(depth))
+    assert row_counts(db) == before
+
+
+def test_a_recursion_error_in_any_command_is_one_line_exit_2(cli, db, monkeypatch) -> None:
+    """Whatever recursive reader a future input meets, the CLI prints one line, exit 2, instead
+    of a traceback (the old entry point let RecursionError through: exit 1, a traceback)."""
+    from scheduler_daemon.domain import argument
+
+    def recurse(*_: object) -> object:
+        return recurse()
+
+    monkeypatch.setattr(argument, "trigger_args", recurse)
+    cli("tasks", "add", "p", *EVERY_MINUTE)
+    before = row_counts(db)
+    result = cli("tasks", "trigger", "p", "--arg", "a=1")
+    assert result.code == 2, result
+    assert result.err == "error: the input nests too deeply to be read (RecursionError)\n"
+    assert row_counts(db) == before

@@ -11,6 +11,7 @@ import pytest
 from scheduler_daemon.domain import limit
 from scheduler_daemon.domain.calendar import (
     RUN_HORIZON,
+    CalendarDates,
     Exclusion,
     InvalidCalendar,
     from_dates,
@@ -120,10 +121,15 @@ def test_an_ics_file_expands_rrule_exdate_all_day_and_timed_events() -> None:
 
 
 def test_an_ics_file_is_expanded_over_the_horizon_only() -> None:
-    # Today in 2040: every event of the fixture is more than a year ago.
-    got = from_ics((FIXTURES / "weekly_maintenance.ics").read_bytes(), date(2040, 1, 1))
-    assert got.days == ()
+    # Today in 2040: every event of the fixture is more than a year ago, so it yields no date,
+    # which is refused (issue 44: it was accepted as a calendar of no dates).
     assert ics_horizon(date(2040, 1, 1)) == (date(2038, 12, 31), date(2044, 12, 31))
+    with pytest.raises(InvalidCalendar) as caught:
+        from_ics((FIXTURES / "weekly_maintenance.ics").read_bytes(), date(2040, 1, 1))
+    assert str(caught.value) == (
+        "the iCalendar file's events fall on no date from 2038-12-31 to 2044-12-31, the dates "
+        "it is read over: a calendar needs at least one"
+    )
 
 
 @pytest.mark.parametrize(
@@ -245,19 +251,152 @@ def test_excluded_is_the_tasks_own_policy_never_a_lost_firing(misfire: str) -> N
     }
 
 
-def test_an_ics_event_repeating_every_minute_is_refused_quickly() -> None:
+def test_ics_events_occurring_more_than_the_cap_are_refused_quickly() -> None:
     """A 280-byte file with FREQ=MINUTELY was expanded whole before the date limit was checked:
-    minutes and gigabytes (found by review). It is read in order now and refused once its events
-    occur more than MAX_ICS_OCCURRENCES times."""
+    minutes and gigabytes (found by review). A rule repeating within a day is refused before
+    expansion now (below); ten daily events over the horizon (21,660 occurrences) still meet the
+    cap on occurrences, MAX_ICS_OCCURRENCES."""
+    found = _from_ics_within(_ics("DTSTART;VALUE=DATE:20260101", "RRULE:FREQ=DAILY", events=10))
+    assert isinstance(found, InvalidCalendar), found
+    assert f"more than {limit.MAX_ICS_OCCURRENCES:,} times" in str(found)
+
+
+# -- hostile iCalendar files: the work is bounded, not only the output (issue 44) -------------
+def _ics(*lines: str, events: int = 1) -> bytes:
+    body = "".join(
+        f"BEGIN:VEVENT\r\nUID:e{i}\r\n"
+        + "".join(f"{line}\r\n" for line in lines)
+        + "END:VEVENT\r\n"
+        for i in range(events)
+    )
+    return (
+        f"BEGIN:VCALENDAR\r\nVERSION:2.0\r\nPRODID:-//t//t//EN\r\n{body}END:VCALENDAR\r\n".encode()
+    )
+
+
+TODAY = date(2026, 12, 7)
+WORK_SECONDS = 10.0  # what reading one may take on a shared CI runner; the old code: minutes
+
+
+def _timed_from_ics(data: bytes) -> tuple[CalendarDates | InvalidCalendar, float]:
+    """from_ics in a child process (see _from_ics_within), and how long it took."""
+    import resource
     import time
 
-    data = (
-        b"BEGIN:VCALENDAR\r\nVERSION:2.0\r\nPRODID:-//t//t//EN\r\nBEGIN:VEVENT\r\nUID:1\r\n"
-        b"DTSTART:20260101T000000Z\r\nDTEND:20260101T000001Z\r\nRRULE:FREQ=MINUTELY\r\n"
-        b"SUMMARY:x\r\nEND:VEVENT\r\nEND:VCALENDAR\r\n"
-    )
+    resource.setrlimit(resource.RLIMIT_AS, (1024 * 2**20, 1024 * 2**20))  # the machine's sake
     began = time.monotonic()
-    with pytest.raises(InvalidCalendar) as caught:
-        from_ics(data, date(2026, 12, 7))
-    assert f"more than {limit.MAX_ICS_OCCURRENCES:,} times" in str(caught.value)
-    assert time.monotonic() - began < 60  # not a timing claim: the old code never got here
+    try:
+        found: CalendarDates | InvalidCalendar = from_ics(data, TODAY)
+    except InvalidCalendar as exc:
+        found = exc
+    return found, time.monotonic() - began
+
+
+def _from_ics_within(data: bytes) -> CalendarDates | InvalidCalendar:
+    """from_ics(data, TODAY) measured in a child process that is killed after 60 s, so that on
+    the old code (minutes, gigabytes) the test fails instead of hanging; the work itself must
+    take under WORK_SECONDS (a guard, not a performance test)."""
+    import multiprocessing
+
+    with multiprocessing.get_context("spawn").Pool(1) as pool:  # its exit kills the child
+        pending = pool.apply_async(_timed_from_ics, (data,))
+        try:
+            found, took = pending.get(timeout=60)
+        except multiprocessing.TimeoutError:
+            pytest.fail("from_ics still ran after 60 s")
+    assert took < WORK_SECONDS, f"from_ics took {took:.1f} s"
+    return found
+
+
+@pytest.mark.parametrize(
+    ("lines", "says"),
+    [
+        # The issue's 161-byte file: grew past 1.2 GB in 92 s expanding from 1900.
+        (("DTSTART:19000101T000000Z", "RRULE:FREQ=SECONDLY"), "(FREQ=SECONDLY)"),
+        (("DTSTART:20260101T000000Z", "RRULE:FREQ=MINUTELY"), "(FREQ=MINUTELY)"),
+        (("DTSTART:20260101T000000Z", "RRULE:FREQ=HOURLY"), "(FREQ=HOURLY)"),
+        (
+            ("DTSTART:20260101T000000Z", "RRULE:FREQ=DAILY;BYHOUR=1,2,3;BYMINUTE=0"),
+            "(BYHOUR with several values)",
+        ),
+        (
+            ("DTSTART;VALUE=DATE:00010101", "RRULE:FREQ=DAILY"),
+            "repeats FREQ=DAILY from 0001-01-01: 741,781 steps to 2031-12-06, more than 100,000",
+        ),
+        # A period of 99,999,999 days (the issue's), past what a date can hold.
+        (
+            ("DTSTART:20260101T000000Z", "RDATE;VALUE=PERIOD:20260101T000000Z/P99999999D"),
+            "not a valid iCalendar file: date value out of range",
+        ),
+        # A rule that never occurs (30 February), its DTSTART excluded: no date at all.
+        (
+            (
+                "DTSTART;VALUE=DATE:20280229",
+                "EXDATE;VALUE=DATE:20280229",
+                "RRULE:FREQ=YEARLY;BYMONTH=2;BYMONTHDAY=30",
+            ),
+            "fall on no date from 2025-12-06 to 2031-12-06",
+        ),
+    ],
+    ids=["secondly-1900", "minutely", "hourly", "byhour", "daily-from-year-1", "rdate", "never"],
+)
+def test_a_hostile_ics_file_is_refused_in_one_line_within_seconds(lines, says: str) -> None:
+    """Issue 44 (KNOWN-FAILURES 42): the occurrence cap counted from the horizon, but the
+    expansion walked each rule from its DTSTART, 15 minutes of the horizon at a time; a rule
+    that never occurs was accepted with no dates. Refused before expanding now, each in a line."""
+    found = _from_ics_within(_ics(*lines))
+    assert isinstance(found, InvalidCalendar), found
+    assert says in str(found)
+    assert "\n" not in str(found)
+
+
+@pytest.mark.parametrize(
+    ("lines", "count"),
+    [
+        # The issue's daily rule until 9999: hung past 60 s.
+        (("DTSTART;VALUE=DATE:20260101", "RRULE:FREQ=DAILY;UNTIL=99991231"), 2_166),
+        (("DTSTART;VALUE=DATE:20260101", "RRULE:FREQ=DAILY;COUNT=99999999"), 2_166),
+        # Every day, and every weekend since 1900 ("business days only"): both hung for minutes.
+        (("DTSTART;VALUE=DATE:20250101", "RRULE:FREQ=DAILY"), 2_192),
+        (("DTSTART;VALUE=DATE:19000106", "RRULE:FREQ=WEEKLY;BYDAY=SA,SU"), 627),
+    ],
+    ids=["daily-until-9999", "daily-count", "daily", "weekends-since-1900"],
+)
+def test_a_long_or_endless_daily_or_weekly_rule_is_read_over_the_horizon_within_seconds(
+    lines, count: int
+) -> None:
+    """The old expansion (`after()`, windows of 15 minutes each walking the rule again) never
+    finished these within 60 s; they are expanded over the horizon once now."""
+    found = _from_ics_within(_ics(*lines))
+    assert isinstance(found, CalendarDates), found
+    assert len(found.days) == count
+    low, high = ics_horizon(TODAY)
+    assert found.days[0] >= low
+    assert found.days[-1] == high  # endless, or ending past the horizon: read to its end
+
+
+def test_a_thousand_events_of_one_date_each_are_read_within_seconds() -> None:
+    """A legitimate file of many single dates: the old code's windows walked it for minutes."""
+    lines = [
+        f"BEGIN:VEVENT\r\nUID:d{i}\r\nDTSTART;VALUE=DATE:{day:%Y%m%d}\r\nEND:VEVENT\r\n"
+        for i, day in enumerate(date(2027, 1, 1) + timedelta(days=n) for n in range(1_000))
+    ]
+    data = ("BEGIN:VCALENDAR\r\nVERSION:2.0\r\n" + "".join(lines) + "END:VCALENDAR\r\n").encode()
+    found = _from_ics_within(data)
+    assert isinstance(found, CalendarDates), found
+    assert len(found.days) == 1_000
+
+
+def test_a_rule_stepped_from_long_ago_is_counted_to_its_until_not_the_horizon() -> None:
+    """A daily rule of 1700 that ended in 1701 costs 365 steps: read (its RDATE gives the one
+    date); the same rule running to 2030 would step 120,530 times: refused, naming the count."""
+    ended = _ics(
+        "DTSTART;VALUE=DATE:17000101",
+        "RRULE:FREQ=DAILY;UNTIL=17010101",
+        "RDATE;VALUE=DATE:20270101",
+    )
+    assert from_ics(ended, TODAY).days == (date(2027, 1, 1),)
+    with pytest.raises(InvalidCalendar, match="120,530 steps to 2030-01-01, more than 100,000"):
+        from_ics(_ics("DTSTART;VALUE=DATE:17000101", "RRULE:FREQ=DAILY;UNTIL=20300101"), TODAY)
+    with pytest.raises(InvalidCalendar, match=r"has a rule of FREQ=\(none\)"):
+        from_ics(_ics("DTSTART;VALUE=DATE:20270101", "RRULE:INTERVAL=2"), TODAY)

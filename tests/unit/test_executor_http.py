@@ -251,6 +251,27 @@ def test_a_payload_without_an_http_url_fails_without_raising(
     assert outcome == Outcome("failed", error="payload has no http(s) 'url'")
 
 
+@pytest.mark.parametrize(
+    ("url", "reason"),
+    [
+        ("http://[::1/hook", "Invalid IPv6 URL"),
+        ("http://a b/h", "whitespace"),
+        ("http://hooks.example:99999/h", "Port out of range"),
+    ],
+)
+def test_a_url_that_does_not_parse_fails_its_run_with_one_line_instead_of_raising(
+    http: HttpExecutor, wake: threading.Event, url: str, reason: str
+) -> None:
+    """A row written by SQL, past `tasks add`'s check: `start` raised ValueError from urlsplit
+    before (issue 44, KNOWN-FAILURES 39), and the launch pass crashed with the claim committed."""
+    outcome = wait_outcome(http.start(context(), {"url": url}), wake)
+
+    assert outcome.status == "failed"
+    assert outcome.error is not None
+    assert reason in outcome.error
+    assert "\n" not in outcome.error
+
+
 def test_close_stops_running_requests(
     http: HttpExecutor, server: Server, wake: threading.Event
 ) -> None:

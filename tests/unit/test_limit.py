@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from scheduler_daemon.cli.output import cell, printable
-from scheduler_daemon.domain import argument, limit, task_file
+from scheduler_daemon.domain import argument, json_text, limit, task_file
 from scheduler_daemon.domain.argument import InvalidArgument
 from scheduler_daemon.domain.limit import OutOfBounds
 from scheduler_daemon.domain.task import InvalidTask, TaskSpec
@@ -42,6 +42,7 @@ def test_the_docs_table_of_limits_states_the_constants() -> None:
     assert table["`tasks trigger --count`"] == f"1 to {limit.MAX_TRIGGER_COUNT:,}"
     args = table["`tasks trigger --arg`, `--args-json`"]
     assert args.startswith(f"a JSON object of at most {limit.MAX_ARGS_BYTES // 1024} KiB ")
+    assert f"nested at most {json_text.MAX_DEPTH} levels" in args
     file = table["a task file"]
     assert file.startswith(f"at most {limit.MAX_TASK_FILE_BYTES // 2**20} MiB")
     assert f"at most {limit.MAX_TASK_FILE_DEPTH} tables" in file
@@ -49,6 +50,9 @@ def test_the_docs_table_of_limits_states_the_constants() -> None:
     assert table["`tasks health --failing-after`"] == f"1 to {limit.MAX_FAILING_AFTER}"
     notify = table["`--notify` URL, `config set notify-url`"]
     assert notify.startswith(f"at most {limit.MAX_URL_BYTES // 1024} KiB")
+    url = next(v for k, v in table.items() if k.startswith("an http URL"))
+    assert url.startswith("http:// or https://, read whole by `urllib.parse.urlsplit`")
+    assert "a port of 1 to 65,535" in url
     headers = next(v for k, v in table.items() if k.startswith("notify headers"))
     assert headers.startswith(f"at most {limit.MAX_PAYLOAD_BYTES // 1024} KiB")
     dates = table["a calendar's dates (`calendars add`)"]
@@ -56,11 +60,16 @@ def test_the_docs_table_of_limits_states_the_constants() -> None:
     calendars = table["`--exclude-calendar`"]
     assert calendars.startswith(f"at most {limit.MAX_TASK_CALENDARS} calendars on a task")
     ics = table["`calendars add --ics`"]
-    assert ics == (
+    assert ics.startswith(
         f"a file of at most {limit.MAX_ICS_BYTES // 1024:,} KiB, its events occurring at most "
-        f"{limit.MAX_ICS_OCCURRENCES:,} times over the dates it is read over"
+        f"{limit.MAX_ICS_OCCURRENCES:,} times over the dates it is read over, and on at least "
+        "one date; each rule `FREQ=DAILY` or longer"
     )
-    assert len(table) == 19  # a new bound gets a row, and a check here
+    assert f"at most {limit.MAX_ICS_RULE_STEPS:,} steps from its `DTSTART`" in ics
+    assert ics.endswith(
+        f"stopped past {limit.ICS_READ_SECONDS:g} s or {limit.ICS_READ_MEMORY // 2**20} MiB"
+    )
+    assert len(table) == 20  # a new bound gets a row, and a check here
 
 
 @pytest.mark.parametrize(
@@ -242,3 +251,33 @@ def test_durations_read_digits_0_to_9_only() -> None:
         with pytest.raises(ValueError, match="invalid duration"):
             parse_duration(text)
     assert re.fullmatch(r"\d", "٣")  # what \d would have matched without re.ASCII
+
+
+@pytest.mark.parametrize(
+    ("url", "reason"),
+    [
+        ("http://[::1/hook", "is not a valid URL (Invalid IPv6 URL)"),
+        ("http://a b/h", "must not contain whitespace or a control character (U+0020)"),
+        ("http://h\x1b/h", "(U+001B)"),
+        ("http://h:99999/h", "is not a valid URL (Port out of range 0-65535)"),
+        ("http://h:0/h", "needs a port of 1 to 65535"),
+        ("http://h:x/h", "is not a valid URL (Port could not be cast"),
+        ("http://user@/h", "needs a host"),
+        ("HTTP://h/", "needs an http:// or https:// URL"),
+    ],
+)
+def test_an_http_url_is_held_to_what_its_parse_needs(url: str, reason: str) -> None:
+    """The issue's three (`http://[::1/hook`, a space, port 99999) passed the old prefix check
+    (`^https?://[^\\s/]+` ) and raised later, in the daemon's launch pass."""
+    with pytest.raises(OutOfBounds, match=re.escape(reason)) as caught:
+        limit.http_url("--http", url)
+    assert "\n" not in str(caught.value)
+
+
+def test_an_http_url_with_its_password_is_refused_without_showing_it() -> None:
+    with pytest.raises(OutOfBounds) as caught:
+        limit.http_url("--http", "https://u:hunter2@h:99999/")
+    assert "hunter2" not in str(caught.value)
+    assert (
+        limit.http_url("--http", "https://u:hunter2@[::1]:443/h") == "https://u:hunter2@[::1]:443/h"
+    )

@@ -28,9 +28,17 @@ def test_a_url_and_every_event_validate_and_a_deadline_is_held_to_the_retention(
     _spec(deadline=2 * day).check_deadline(None)  # no retention: kept for ever
 
 
-@pytest.mark.parametrize("url", ["ftp://h/n", "h/n", "http:// space", "https://"])
-def test_a_notify_url_must_be_http_or_https(url: str) -> None:
-    with pytest.raises(InvalidTask, match="--notify needs an http:// or https:// URL"):
+@pytest.mark.parametrize(
+    ("url", "reason"),
+    [
+        ("ftp://h/n", "needs an http:// or https:// URL"),
+        ("h/n", "needs an http:// or https:// URL"),
+        ("http:// space", "must not contain whitespace"),
+        ("https://", "needs a host"),
+    ],
+)
+def test_a_notify_url_must_be_http_or_https(url: str, reason: str) -> None:
+    with pytest.raises(InvalidTask, match=f"--notify {reason}"):
         _spec(notify_url=url).validate()
 
 
