@@ -358,8 +358,14 @@ def offline_steps() -> list[tuple[Step, str]]:
 
 
 def offline_sql() -> str:
-    """The SQL of every step, each headed by its revision and phase."""
-    return "\n".join(
+    """The SQL of every step, each headed by its revision and phase, then the files of the live
+    functions, which `migrate` applies at the head where they differ (ADR 0028)."""
+    steps = [
         f"-- step {step.revision} ({step.phase}): {step.description}\n{sql}"
         for step, sql in offline_steps()
-    )
+    ]
+    files = [
+        f"-- function {each.file} (at the head, where it differs)\n{each.text}"
+        for each in functions.files()
+    ]
+    return "\n".join(steps + files)
