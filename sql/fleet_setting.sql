@@ -12,9 +12,10 @@ ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value, updated_at = EXCLUDED.up
 RETURNING key, value, updated_at, updated_by
 
 -- name: fleet_budget :scalar
--- The fleet-wide budget of executing occurrences, read as the claim reads it (sd_claim_launch_v3,
--- revision 0015): a JSON number, floored and capped to 0 .. 100,000 as a bigint; anything else a
--- hand or an older build wrote (a string, null, an array) is no budget, as without the row.
+-- The fleet-wide budget of executing occurrences, read as the claim reads it
+-- (sql/functions/claim_launch.sql): a JSON number, floored and capped to 0 .. 100,000 as a
+-- bigint; anything else a hand or an older build wrote (a string, null, an array) is no budget,
+-- as without the row.
 SELECT CASE WHEN jsonb_typeof(value) = 'number'
             THEN least(greatest(floor(value::numeric), 0), 100000)::bigint END
 FROM fleet_setting WHERE key = 'max_concurrent_runs'
@@ -24,7 +25,7 @@ FROM fleet_setting WHERE key = 'max_concurrent_runs'
 SELECT jsonb_build_array(value) ->> 0 FROM fleet_setting WHERE key = 'history_retention'
 
 -- name: fleet_budget_lock_holders :many
--- Who holds the fleet budget's advisory lock (sd_claim_launch_v3's `pg_advisory_xact_lock(key)`)
+-- Who holds the fleet budget's advisory lock (the claim's `pg_advisory_xact_lock(p_key)`)
 -- in this database, once per transaction: a bigint key is locked as classid (its high 32 bits),
 -- objid (its low 32 bits), objsubid 1; shared holders too (one blocks a claim as well). pg_locks
 -- is read live, not from the transaction's snapshot. pid, role and application_name are visible

@@ -69,8 +69,8 @@ WHERE task_id = %(task_id)s AND status IN ('queued', 'launching', 'running')
 -- `replace` task replaces its active predecessors (reason `replaced`, `requested_by` NULL keeps
 -- theirs), run before the new firing is inserted: the queued one's unique index
 -- (occurrence_replace_queued_key) then has room, and the claim starts the replacement only
--- after a running predecessor's job is gone (sd_claim_launch_v5). Returned as occurrence_lock
--- returns them: without their arguments, which a dispatch pass must not decode.
+-- after a running predecessor's job is gone (sql/functions/claim_launch.sql). Returned as
+-- occurrence_lock returns them: without their arguments, which a dispatch pass must not decode.
 UPDATE occurrence SET
     status = CASE WHEN status = 'running' THEN status ELSE 'cancelled' END,
     reason = CASE WHEN status = 'running' THEN reason ELSE %(reason)s END,
@@ -110,41 +110,10 @@ FROM sd_claim_launch_v6(%(key)s::bigint, %(slots)s::int, %(owner)s::text,
 -- name: occurrence_claim_launch :many
 -- A whole claim in one round trip and one transaction (sent after the per-transaction limits
 -- as one simple query, no BEGIN or COMMIT: `database.one_trip`), so the fleet budget's lock is
--- held for the server's work alone, never across a round trip: sd_claim_launch_v5 (migration
--- 0031: v4 of 0029, which returns the spread start, with `replace` waiting for its predecessor;
--- v3 of 0020; v2 of 0019, v1 of 0012 and 0015 with the
--- failover rules below, and the task's `in_process`, which picks the executor), whose statements are planned once per server process (a simple query's are parsed and
--- planned on every call). The function:
--- 1. Plans without sequential or bitmap scans, sorts or JIT (its SET clauses), so the plan does
---    not depend on fresh statistics (a queue that grew since the last ANALYZE, or since the
---    function first planned on an empty table, was otherwise read and sorted whole by every
---    claim: the ordered walk of occurrence_queue_idx is the only plan left), and since revision
---    0014 without hash or merge joins (statistics of a large backlog made the launch read every
---    occurrence's primary key): the rows it claims are updated by key.
--- 2. Takes the fleet budget's advisory lock (transaction-scoped: safe behind PgBouncer).
--- 3. In the next statement, so its snapshot sees every claim committed before the lock: the free
---    slots, least(`slots` here, the budget minus the occurrences executing, counted on
---    occurrence_executing_idx); up to that many queued occurrences that may start now, fewest
---    attempts first, then oldest; each moves straight to running (token raised, attempt
---    counted) and gets its run, leased on the database clock until now + ttl (takeover after
---    that + grace), naming this build; returned with the occurrence's idempotency key (the
---    legacy `scheduler-daemon-occurrence-{id}` when none is stored) and the run's uuid. No claim is ever committed `launching`, so none can
---    expire unlaunched, and the run exists before any job starts (KNOWN-FAILURES 7).
--- Exclusion looks at who is executing, not at logical time: never one whose concurrency key (or
--- whose `queue` task) has any launching or running occurrence, whatever its age, nor one with an
--- older queued occurrence of that key or task (FIFO among the waiting); never a `replace`
--- occurrence while one of its task is launching or running (a predecessor asked to stop). Claims are serialized by
--- the budget lock, so occurrence_key_executing_key never fires.
--- Failover (issue 32): the token is greatest(token, (timeline - 1) * 2^32) + 1 over the newest
--- timeline in fleet_epoch, so every token after a promotion exceeds every token of a lost
--- branch; after a failover the fleet saw (`failover_seen`), an exclusive occurrence (`forbid`,
--- `queue`, keyed) waits until that sighting + the longest lease TTL + grace registered, past
--- the trust deadline of every job claimed on the lost branch.
--- The locking select is a MATERIALIZED CTE so the planner cannot re-run it and claim more.
--- The first claim records its snapshot: `audit` asks it which older occurrences were visible.
--- Time is clock_timestamp() (read after the budget lock wait) unless a test pins `now`.
--- Always one row at least: `free` is the number of slots the claim could fill; a row with a
--- NULL id means nothing was claimed.
+-- held for the server's work alone, never across a round trip. The claim is sd_claim_launch_v6:
+-- sql/functions/claim_launch.sql says what it picks, how it fences and excludes, and why it is
+-- planned as it is. Always one row at least: `free` is the number of slots the claim could
+-- fill; a row with a NULL id means nothing was claimed.
 {{claim_launch}}
 
 -- name: occurrence_claim_launch_after_successes :many

@@ -271,19 +271,11 @@ GROUP BY build_revision ORDER BY build_revision NULLS FIRST
 
 -- name: run_succeed_many :many
 -- Records a batch of successful runs in one round trip and one transaction (sent after the
--- limits as one simple query: `database.one_trip`), in sd_succeed_runs_v4 (migration 0013: its
--- plans are made once per server process, without sequential scans, and it looks each run of
--- the batch up by key, so a plan made on the young tables of a new fleet does not walk every
--- running run once they grow; 0014: nor hash joins, so no statistics make it read a whole
--- table): no decision needs the locked rows, since success is final whatever the attempts or
--- a cancel request. Locks the batch's one-shot task rows → occurrence → run (each in id order,
--- the one lock order; 0021: a recurring task's row is neither locked nor written, its newest
--- outcome is read from its occurrences); then one statement ends each run still ours at its
--- token whose occurrence is still running at that token and finishes those occurrences, and
--- the one-shots among them are shown on their tasks (sd_show_outcomes_v1, the one rule);
--- returns the run ids written (a missing one was fenced: nothing was written for it). Idle
--- daemons are woken (a slot came free) when `wake`: the writer's own loop claims right after,
--- so its peers are needed only when it will not.
+-- limits as one simple query: `database.one_trip`), in sd_succeed_runs_v4
+-- (sql/functions/succeed_runs.sql: its locks, fences and plans): each run still ours at its
+-- token whose occurrence is still running at that token ends with its occurrence, a one-shot
+-- task shows it; returns the run ids written (a missing one was fenced: nothing was written for
+-- it). Idle daemons are woken (a slot came free) when `wake`.
 SELECT id FROM sd_succeed_runs_v4(%(ids)s::bigint[], %(tokens)s::bigint[],
     %(occurrence_ids)s::bigint[], %(task_ids)s::bigint[], %(exit_codes)s::int[],
     %(http_statuses)s::int[], %(output_tails)s::text[], %(errors)s::text[], %(owner)s::text,

@@ -201,10 +201,10 @@ LIMIT %(limit)s
 FOR UPDATE SKIP LOCKED
 
 -- name: task_record_outcome_many :scalar
--- Shows final outcomes on their locked tasks, in sd_show_outcomes_v1 (migration 0017: the one
--- home of the rule): per task its newest outcome, only if newer than the one shown; a one-shot
--- task still `running` takes the lifecycle of its newest firing (never a manual trigger) once
--- no newer firing exists. Returns how many tasks changed.
+-- Shows final outcomes on their locked tasks, in sd_show_outcomes_v1 (the one home of the
+-- rule: sql/functions/show_outcomes.sql): per task its newest outcome, only if newer than the
+-- one shown; a one-shot task still `running` takes the lifecycle of its newest firing (never a
+-- manual trigger) once no newer firing exists. Returns how many tasks changed.
 SELECT sd_show_outcomes_v1(%(task_ids)s::bigint[], %(occurrence_ids)s::bigint[],
     %(seqs)s::bigint[], %(scheduled_fors)s::timestamptz[], %(statuses)s::text[],
     %(errors)s::text[], %(lifecycles)s::text[], %(decides)s::boolean[],
@@ -416,6 +416,7 @@ LIMIT %(limit)s
 -- name: task_end_pause :scalar
 -- Ends the locked task's `--until` pause if its instant has passed on the database clock, with
 -- the next firing and status `tasks resume` would give it, and records it as `scheduler`'s
--- action, in the caller's transaction (sd_end_pause_v1, revision 0033: the daemon role may
--- write neither itself). False: nothing to end (resumed, paused again or deleted since).
+-- action, in the caller's transaction (sd_end_pause_v1, sql/functions/end_pause.sql: the daemon
+-- role may write neither itself). False: nothing to end (resumed, paused again or deleted
+-- since).
 SELECT sd_end_pause_v1(%(id)s, %(next_run_at)s, %(status)s, %(error)s)

@@ -1,6 +1,6 @@
 """Renders the schema the migrations produce as stable text; `sql/schema.sql` is its snapshot.
 
-Regenerate after adding a migration:
+Regenerate after adding a migration or editing a file of sql/functions:
     python -m tests.schema_snapshot postgresql://postgres@127.0.0.1:5432/DB > sql/schema.sql
 (DB migrated to head).
 """

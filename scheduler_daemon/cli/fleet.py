@@ -87,12 +87,15 @@ def migrate(
     report = migration.contract(url) if contract else migration.expand(url)
     fields = migration.state(url).fields()
     data = {"before": report.before, "after": report.after, "applied": list(report.applied)}
+    data["functions"] = list(report.functions)
     if report.newer_than_this_build:
         text = f"schema at {report.after}, newer than this build and works with it: nothing to do"
     elif report.applied:
         text = f"schema at {report.after} (applied {', '.join(report.applied)})"
     else:
         text = f"schema at {report.after}: nothing to apply"
+    if report.functions:
+        text += f"; functions re-created from sql/functions: {', '.join(report.functions)}"
     if report.contract_pending:
         text += (
             f"; contract step(s) {', '.join(report.contract_pending)} pending: run "

@@ -1,5 +1,6 @@
 """Runs the alembic migrations shipped with the package under the compatibility contract
-(ADR 0002): expand, contract, the compatibility record, offline SQL per step, revisions."""
+(ADR 0002): expand, contract, the compatibility record, offline SQL per step, revisions; at the
+head, the live functions are kept equal to their files (storage/functions.py, ADR 0028)."""
 
 import ast
 import functools
@@ -14,7 +15,7 @@ from psycopg.types.json import Jsonb
 
 from scheduler_daemon.domain.instance import Instance
 from scheduler_daemon.domain.schema_compat import Build, Record, Step, Verdict
-from scheduler_daemon.storage import instance_store, query
+from scheduler_daemon.storage import functions, instance_store, query
 from scheduler_daemon.storage.database import (
     CONNECT_TIMEOUT_SECONDS,
     KEEPALIVES,
@@ -219,6 +220,13 @@ def upgrade(url: str, revision: str = "head") -> None:
     _command().upgrade(_config(url), revision)
     now = current_revision(url)
     _write_record(url, now, _pending_contract(now), build().oldest_build_at(now) if now else None)
+    _functions_at_head(url, now)
+
+
+def _functions_at_head(url: str, revision: str | None) -> tuple[str, ...]:
+    """At this build's head, the functions whose file changed, re-created (ADR 0028); below
+    it, nothing: a file may need a column of a step not applied yet."""
+    return functions.refresh(url) if revision == build().head else ()
 
 
 def downgrade(url: str, revision: str) -> None:
@@ -235,6 +243,7 @@ class MigrateReport:
     applied: tuple[str, ...]
     contract_pending: tuple[str, ...]
     newer_than_this_build: bool = False
+    functions: tuple[str, ...] = ()  # the files of sql/functions applied (ADR 0028)
 
 
 def expand(url: str) -> MigrateReport:
@@ -259,7 +268,9 @@ def expand(url: str) -> MigrateReport:
     after = current_revision(url)
     left = _pending_contract(after)
     _write_record(url, after, left, build().oldest_build_at(after) if after else None)
-    return MigrateReport(before, after, applied, tuple(left))
+    return MigrateReport(
+        before, after, applied, tuple(left), functions=_functions_at_head(url, after)
+    )
 
 
 def incompatible_instances(conn: psycopg.Connection[Any], oldest: str) -> list[Instance]:
@@ -296,7 +307,8 @@ def contract(url: str, target: str | None = None) -> MigrateReport:
     target = target or build().head
     steps = build().steps_to(before, target)
     if not steps:
-        return MigrateReport(before, before, (), tuple(_pending_contract(before)))
+        left = tuple(_pending_contract(before))
+        return MigrateReport(before, before, (), left, functions=_functions_at_head(url, before))
     oldest_after = build().oldest_build_at(target)
     contracts = [s.revision for s in steps if s.phase == "contract"]
     with connect(url) as guard, guard.transaction():
@@ -327,7 +339,9 @@ def contract(url: str, target: str | None = None) -> MigrateReport:
     after = current_revision(url)
     pending = _pending_contract(after)
     _write_record(url, after, pending, oldest_after)
-    return MigrateReport(before, after, tuple(s.revision for s in steps), tuple(pending))
+    applied = tuple(s.revision for s in steps)
+    refreshed = _functions_at_head(url, after)
+    return MigrateReport(before, after, applied, tuple(pending), functions=refreshed)
 
 
 def offline_steps() -> list[tuple[Step, str]]:
@@ -344,8 +358,14 @@ def offline_steps() -> list[tuple[Step, str]]:
 
 
 def offline_sql() -> str:
-    """The SQL of every step, each headed by its revision and phase."""
-    return "\n".join(
+    """The SQL of every step, each headed by its revision and phase, then the files of the live
+    functions, which `migrate` applies at the head where they differ (ADR 0028)."""
+    steps = [
         f"-- step {step.revision} ({step.phase}): {step.description}\n{sql}"
         for step, sql in offline_steps()
-    )
+    ]
+    files = [
+        f"-- function {each.file} (at the head, where it differs)\n{each.text}"
+        for each in functions.files()
+    ]
+    return "\n".join(steps + files)

@@ -50,6 +50,10 @@ def test_migrate_sql_prints_the_ddl_without_a_database(cli) -> None:
     assert "CREATE TABLE task" in result.out
     assert "-- step 0001 (baseline): Initial schema" in result.out
     assert "occurrence_task_scheduled_for_key" in result.out
+    # The live functions' files close it: an edited file is applied by `migrate` at the head.
+    for path in (SNAPSHOT.parent / "functions").iterdir():
+        assert f"-- function {path.name} (at the head, where it differs)\n" in result.out
+    assert result.out.rstrip().endswith("$function$;")
 
 
 def test_schema_snapshot_matches_the_migrations(database_url: str) -> None:

@@ -752,3 +752,27 @@ def test_the_reader_follows_a_run_unmarked_and_sees_its_output_when_it_ends(
     assert follower.stdout is not None
     # through the readers: the one of stderr may have buffered past the line read above
     assert (follower.stdout.read(), follower.stderr.read()) == ("done\n", "")
+
+
+def test_the_owners_migrate_puts_a_changed_function_back_with_its_privileges(
+    fleet: Fleet,
+) -> None:
+    """`migrate` runs as the schema owner, no superuser: it re-creates and records the functions
+    it owns (ADR 0028). Catches a file that, re-created, would leave sd_end_pause_v1 with the
+    search path it was given by hand, or executable by a role `db roles` left out."""
+    end_pause = "sd_end_pause_v1(bigint, timestamptz, text, text)"
+    query(fleet.admin_url, f"ALTER FUNCTION {end_pause} SET search_path = public")
+    migrated = _command(fleet.url(fleet.names.owner), "migrate", "--json")
+    assert migrated.returncode == 0, migrated.stderr
+    assert '"end_pause.sql"' in migrated.stdout
+    (row,) = query(
+        fleet.admin_url,
+        "SELECT proconfig, has_function_privilege(%(daemon)s, oid, 'EXECUTE') AS daemon, "
+        "has_function_privilege(%(operator)s, oid, 'EXECUTE') AS operator, "
+        "(SELECT count(*) FROM pg_proc p WHERE obj_description(p.oid, 'pg_proc') "
+        " LIKE 'from sql/functions/%%') AS recorded "
+        f"FROM pg_proc WHERE oid = '{end_pause}'::regprocedure",
+        {"daemon": fleet.names.daemon, "operator": fleet.names.operator},
+    )
+    assert row["proconfig"] == ["search_path=public, pg_temp"]
+    assert (row["daemon"], row["operator"], row["recorded"]) == (True, False, 7)

@@ -34,6 +34,7 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
     wheel = next((work / "dist").glob("scheduler_daemon-*.whl"))
     names = zipfile.ZipFile(wheel).namelist()
     assert "scheduler_daemon/sql/task.sql" in names
+    assert "scheduler_daemon/sql/functions/claim_launch.sql" in names  # migrate applies them
     assert "scheduler_daemon/migrations/versions/0001_initial_schema.py" in names
     subprocess.run([sys.executable, "-m", "venv", str(work / "venv")], check=True)
     subprocess.run(
