@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterator
 from datetime import timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any, NamedTuple, TypeVar
+from typing import Any, NamedTuple, NoReturn, TypeVar
 
 import psycopg
 import pytest
@@ -66,6 +66,14 @@ def wait_for(
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout}s waiting for {message}")
         time.sleep(interval)
+
+
+def unavailable(reason: str) -> NoReturn:
+    """Skip saying why, except under CI=true, where a missing prerequisite fails the test:
+    .ci/run provides it, so its absence there is a broken CI, not a choice."""
+    if os.environ.get("CI", "").lower() == "true":
+        pytest.fail(f"{reason} (CI=true: .ci/run must provide it)")
+    pytest.skip(reason)
 
 
 def free_port() -> int:

@@ -1,44 +1,47 @@
-"""A rolling upgrade with real processes of two builds (guarantee 15): the build of the last
-commit before the newest migration beside this one, on one database, through expand, SIGKILLs
-of each, the roll of the old replicas, and `migrate --contract`; then `audit` over the history.
+"""A rolling upgrade with real processes of two builds (guarantee 15) on one database, through
+expand, SIGKILLs of each, the roll of the old replicas and `migrate --contract`; then `audit`
+over the history: no run dropped or doubled.
+
+The builds (tests/builds.py, ADR 0027): compatibility is promised from the newest release to
+main, so the old build is the newest release, found from git history alone; until a release
+exists it is this checkout itself. Never an unreleased commit of the past: after the squash of
+0001-0037 the commit before the newest migration could not run against the baseline. The new
+build is this checkout plus a synthetic expand step (a nullable task column) and contract step
+(a validated CHECK on it) after its head: the schema change a next release brings. Each build
+runs from a virtualenv of its own that reuses this one's installed dependencies. Without git or
+with a shallow clone the test is skipped, saying so; under CI=true it fails instead.
+
 Every process runs as its role of `db roles --create`: the owner migrates and grants (each build
 its own `db roles`, the new one while old replicas run), the operator defines the tasks, the
 daemons of both builds are the daemon role. So an old build that writes something the new
 build's grants leave out meets `permission denied`, and the test fails on it. After the roll,
-the operator role uses the newer task features (`--in-process`, a cron read by either day
-field, `--overlap replace`, `--exclude-calendar`, `tasks trigger --arg`, `tasks pause --until`,
-whose end the new build's reconciler carries out as the daemon role). No command is refused
-beside the older build: compatibility is promised between releases (ADR 0027).
-
-The old build comes from `git archive` of that commit, found from the history of
-migrations/versions/ (not a fixed hash), into a virtualenv of its own that reuses this one's
-installed dependencies. A shallow clone has no such commit: the test is skipped, saying so.
+the operator role uses the task features through the new build (`--in-process`, a cron read by
+either day field, `--overlap replace`, `--exclude-calendar`, `tasks trigger --arg`, `tasks pause
+--until`, whose end the new build's reconciler carries out as the daemon role).
 """
 
+import json
 import os
 import signal
 import subprocess
-import sys
-import sysconfig
 import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
 from scheduler_daemon.storage import migration
+from tests import builds
+from tests.builds import SourceBuild
 from tests.role_fleet import RoleFleet, name_options, role_fleet
 from tests.support import DaemonProcess, query, wait_for
 
 pytestmark = pytest.mark.slow
-ROOT = Path(__file__).resolve().parents[2]
-VERSIONS = "migrations/versions"
-# A SIGKILLed old replica stays registered this long: the contract is refused, then passes.
+# A SIGKILLed old replica stays registered this long; the contract passes once its row is gone.
 TIMING = ("--instance-expiry", "15s")
 TASKS = 8
-# The newer task features, used by the operator role after the roll. The tasks are paused, so
-# only the manual firing runs; `manual` has nothing else active (a `forbid` task firing every
-# second, as t0-t7, would skip a trigger landing beside a firing of its own).
+# The task features, used by the operator role through the new build after the roll. The tasks
+# are paused, so only the manual firing runs; `manual` has nothing else active (a `forbid` task
+# firing every second, as t0-t7, would skip a trigger landing beside a firing of its own).
 HOURLY = ("--every", "1h", "--paused")
 TRUE = (*HOURLY, "--command", "true")
 FEATURES = (
@@ -51,90 +54,6 @@ FEATURES = (
 )
 TRIGGER_ARGS = ("tasks", "trigger", "manual", "--arg", "mixed=yes")
 PAUSE_UNTIL = ("tasks", "pause", "t7", "--until", "2s")
-
-
-def _git(*args: str) -> str:
-    return subprocess.run(
-        ["git", "-C", str(ROOT), *args], capture_output=True, text=True, check=True, timeout=60
-    ).stdout.strip()
-
-
-def _old_commit() -> str:
-    """The parent of the commit that added the newest migration file."""
-    try:
-        if _git("rev-parse", "--is-shallow-repository") == "true":
-            pytest.skip("a shallow clone has no history of migrations/: git fetch --unshallow")
-    except (OSError, subprocess.CalledProcessError) as exc:
-        pytest.skip(f"no git history here ({exc}): the old build cannot be built")
-    newest = sorted(p.name for p in (ROOT / VERSIONS).glob("*.py"))[-1]
-    # Along main's first parents, a merge diffed against its first parent: a branch's migration
-    # renumbered at its merge is added by the merge commit, whose first parent is the old build.
-    added = _git(
-        "log",
-        "--first-parent",
-        "-m",
-        "--diff-filter=A",
-        "--format=%H",
-        "-n1",
-        "--",
-        f"{VERSIONS}/{newest}",
-    )
-    if not added:
-        pytest.skip(f"{newest} is not committed yet: commit it so the old build can be found")
-    return _git("rev-parse", f"{added}^")
-
-
-def _old_build(tmp_path: Path) -> tuple[str, Path]:
-    """(python, cwd) that run the old commit's scheduler-daemon with this venv's dependencies."""
-    commit = _old_commit()
-    source = tmp_path / "old-source"
-    source.mkdir()
-    archive = subprocess.run(
-        ["git", "-C", str(ROOT), "archive", commit], capture_output=True, check=True, timeout=60
-    )
-    subprocess.run(["tar", "-x", "-C", str(source)], input=archive.stdout, check=True)
-    venv = tmp_path / "old-venv"
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
-    python = venv / "bin" / "python"
-    site = subprocess.run(
-        [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout.strip()
-    # The old source first; then this environment's packages (its editable install of the new
-    # source comes after the old one on sys.path, so `import scheduler_daemon` is the old build).
-    mine = sysconfig.get_paths()["purelib"]
-    (Path(site) / "reuse.pth").write_text(f"{source}\nimport site; site.addsitedir({mine!r})\n")
-    cwd = tmp_path  # not the checkout: sys.path[0] would be the new source
-    found = subprocess.run(
-        [str(python), "-c", "import scheduler_daemon, sys; print(scheduler_daemon.__file__)"],
-        capture_output=True,
-        text=True,
-        check=True,
-        cwd=cwd,
-        env={**os.environ, **_build_env(str(python))},
-    ).stdout.strip()
-    assert found.startswith(str(source)), found
-    return str(python), cwd
-
-
-def _build_env(python: str) -> dict[str, str]:
-    """The old build's processes without PYTHONPATH (a worktree's, which names the new source
-    first and would make the old build the new one); the new build's as they are."""
-    return {} if python == sys.executable else {"PYTHONPATH": ""}
-
-
-def _cli(python: str, cwd: Path, url: str, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [python, "-m", "scheduler_daemon", "--database-url", url, "--log-level", "warning", *args],
-        capture_output=True,
-        text=True,
-        check=False,
-        cwd=cwd,
-        timeout=120,
-        env={**os.environ, **_build_env(python)},
-    )
 
 
 def _kill_while_running(url: str, daemon: DaemonProcess, instance: str) -> int:
@@ -176,64 +95,84 @@ def roles(empty_database_url: str) -> Iterator[RoleFleet]:
         yield fleet
 
 
+def _compatible(build: SourceBuild, url: str) -> dict[str, bool]:
+    """`status --json` of `build`: whether each registered instance may write to the schema."""
+    shown = build.command(url, "status", "--json")
+    assert shown.returncode == 0, shown.stdout + shown.stderr
+    return {row["id"]: row["compatible"] for row in json.loads(shown.stdout)["instances"]}
+
+
+def _synthetic_schema(url: str) -> tuple[bool, bool | None]:
+    """Whether the expand's column exists, and whether the contract's CHECK is validated."""
+    column = query(
+        url,
+        "SELECT 1 FROM information_schema.columns WHERE table_name = 'task' AND column_name = %s",
+        (builds.SYNTHETIC_COLUMN,),
+    )
+    check = query(
+        url, "SELECT convalidated FROM pg_constraint WHERE conname = %s", (builds.SYNTHETIC_CHECK,)
+    )
+    return bool(column), check[0]["convalidated"] if check else None
+
+
 def test_a_rolling_upgrade_never_drops_or_doubles_a_run(
     empty_database_url, roles: RoleFleet, tmp_path
 ) -> None:
     began = time.monotonic()
     url = empty_database_url  # the superuser's, for the test's own reads
-    old_python, cwd = _old_build(tmp_path)
-    new_python = sys.executable
-    old_head = _cli(old_python, cwd, roles.reader, "migrate", "--check").stdout
+    old = builds.older_build(tmp_path / "old")
+    new = builds.newer_build(tmp_path / "new")
+    print(f"old build: {old.name} (schema {old.head}); new build: {new.name}")
     started: list[DaemonProcess] = []
 
-    def start(name: str, python: str) -> DaemonProcess:
+    def start(name: str, build: SourceBuild) -> DaemonProcess:
         daemon = DaemonProcess(
-            roles.daemon, tmp_path, name, *TIMING, python=python, cwd=cwd, env=_build_env(python)
+            roles.daemon, tmp_path, name, *TIMING, python=build.python, cwd=build.cwd, env=build.env
         )
         started.append(daemon)
         return daemon
 
     def new_cli(*args: str, role: str | None = None) -> subprocess.CompletedProcess[str]:
-        return _cli(new_python, cwd, role or roles.owner, *args)
+        return new.command(role or roles.owner, *args)
 
-    def grant(python: str) -> None:
-        """`db roles` of the build `python`, as the owner: what that build grants."""
-        granted = _cli(python, cwd, roles.owner, "db", "roles", *name_options(roles.names))
+    def grant(build: SourceBuild) -> None:
+        """`db roles` of `build`, as the owner: what that build grants."""
+        granted = build.command(roles.owner, "db", "roles", *name_options(roles.names))
         assert granted.returncode == 0, granted.stdout + granted.stderr
 
     try:
         # The database as the old build left it: migrated and granted by it, tasks added by it.
-        assert _cli(old_python, cwd, roles.owner, "migrate").returncode == 0
-        grant(old_python)
-        before = migration.current_revision(url)
-        assert before is not None, old_head
-        assert before != migration.head_revision(), old_head
+        migrated = old.command(roles.owner, "migrate")
+        assert migrated.returncode == 0, migrated.stdout + migrated.stderr
+        grant(old)
+        assert migration.current_revision(url) == old.head
         for i in range(TASKS):
             key = ["--concurrency-key", f"k{i % 2}"] if i < 4 else []
-            added = _cli(
-                old_python,
-                cwd,
+            added = old.command(
                 roles.operator,
                 *("tasks", "add", f"t{i}", "--every", "1s", "--command", "sleep 0.4", *key),
             )
             assert added.returncode == 0, added.stderr
-        old_a, old_b = start("old-a", old_python), start("old-b", old_python)
+        old_a, old_b = start("old-a", old), start("old-b", old)
         old_a_id, old_b_id = old_a.instance_id(), old_b.instance_id()
         # A new replica started before the expand asks for `migrate` with its own exit code.
-        early = start("new-early", new_python)
+        early = start("new-early", new)
         assert early.proc.wait(30) == 4, early.log()
         assert "run `scheduler-daemon migrate`" in early.log()
 
         wait_for(lambda: _runs_by(url, old_a_id) >= 3, message="the old build to run jobs")
+        # The expand only, while the old replicas run; the contract is left pending.
         expanded = new_cli("migrate")
-        assert expanded.returncode == 0, expanded.stderr
-        grant(new_python)  # the new build's grants, while the old replicas keep working
-        # A release whose newest step is a contract leaves it pending; one whose newest steps
-        # are all expand steps (an earlier contract ran in that migrate) leaves none.
-        build = migration.build()
-        pending = [s.revision for s in build.after(build.needs)]
-        assert ("contract step(s)" in expanded.stdout) == bool(pending), expanded.stdout
-        new_a = start("new-a", new_python)  # its supervisor's restart, after the expand
+        assert expanded.returncode == 0, expanded.stdout + expanded.stderr
+        assert f"contract step(s) {builds.SYNTHETIC_CONTRACT} pending" in expanded.stdout
+        assert migration.current_revision(url) == builds.SYNTHETIC_EXPAND
+        assert _synthetic_schema(url) == (True, None)
+        grant(new)  # the new build's grants, while the old replicas keep working
+        # The old build works with the expanded schema, by its own judgement and the new one's.
+        checked = old.command(roles.reader, "migrate", "--check")
+        assert checked.returncode == 0, checked.stdout + checked.stderr
+        assert _compatible(new, roles.reader) == {old_a_id: True, old_b_id: True}
+        new_a = start("new-a", new)  # its supervisor's restart, after the expand
         new_a_id = new_a.instance_id()
         wait_for(lambda: _runs_by(url, new_a_id) >= 3, message="the new build to run jobs")
         assert old_a.proc.poll() is None  # the old ones kept working
@@ -257,39 +196,33 @@ def test_a_rolling_upgrade_never_drops_or_doubles_a_run(
         except AssertionError as exc:
             raise AssertionError(f"{exc}; old-b logged:\n{old_b.log()[-6000:]}") from None
         assert rescuer == old_b_id, old_b.log()[-6000:]
-        new_b = start("new-b", new_python)
+        new_b = start("new-b", new)
         new_b.instance_id()
+        # An old replica still runs: the contract is refused, naming it, and changes nothing.
+        refused = new_cli("migrate", "--contract")
+        assert refused.returncode == 6, refused.stdout + refused.stderr
+        assert old_b_id in refused.stderr
+        assert migration.current_revision(url) == builds.SYNTHETIC_EXPAND
+        assert _synthetic_schema(url) == (True, None)
         # Roll the last old replica to the new build: SIGTERM drains it.
         assert old_b.stop() == 0, old_b.log()[-3000:]
-        new_c = start("new-c", new_python)
+        new_c = start("new-c", new)
         new_c.instance_id()
-
-        if pending:
-            # The SIGKILLed old replica is still registered: the contract waits for it.
-            refused = new_cli("migrate", "--contract")
-            assert refused.returncode == 6, refused.stdout + refused.stderr
-            assert old_a_id in refused.stderr
-            assert migration.current_revision(url) != migration.head_revision()
-            contracted = wait_for(
-                lambda: (r := new_cli("migrate", "--contract")).returncode == 0 and r,
-                timeout=40,
-                interval=1,
-                message="the killed old replica's row to expire and the contract to pass",
-            )
-            assert migration.current_revision(url) == migration.head_revision(), contracted.stdout
-            grant(new_python)  # the grants for the builds the contract left admitted
-            # An old build is refused from now on, with its own exit code.
-            late = start("old-late", old_python)
-            assert late.proc.wait(30) == 5, late.log()
-        else:
-            # Nothing to contract: `--contract` changes nothing, and the old build may still
-            # register and work beside the new one.
-            assert new_cli("migrate", "--contract").returncode == 0
-            assert migration.current_revision(url) == migration.head_revision()
-            late = start("old-late", old_python)
-            late.instance_id()
-            assert late.stop() == 0, late.log()[-3000:]
-        # The newer features, as the operator role; the pause's end, as the daemon role.
+        # Once no old instance is registered (the SIGKILLed one's row expires, if it has not
+        # yet), the contract passes.
+        contracted = wait_for(
+            lambda: (r := new_cli("migrate", "--contract")).returncode == 0 and r,
+            timeout=40,
+            interval=1,
+            message="the old replicas' rows to go and the contract to pass",
+        )
+        assert migration.current_revision(url) == new.head, contracted.stdout
+        assert _synthetic_schema(url) == (True, True)
+        grant(new)  # the grants for the builds the contract left admitted
+        # An old build is refused from now on, with its own exit code.
+        late = start("old-late", old)
+        assert late.proc.wait(30) == 5, late.log()
+        # The task features, as the operator role; the pause's end, as the daemon role.
         for command in (*FEATURES, TRIGGER_ARGS, PAUSE_UNTIL):
             done = new_cli(*command, role=roles.operator)
             assert done.returncode == 0, (command, done.stderr)
@@ -326,10 +259,8 @@ def test_a_rolling_upgrade_never_drops_or_doubles_a_run(
         "audit", "--until", stopped["t"].isoformat(), "--settle", "5s", role=roles.reader
     )
     assert audit.returncode == 0, audit.stdout[-5000:] + audit.stderr
-    builds = query(url, "SELECT DISTINCT build_revision AS b FROM run ORDER BY 1")
-    revisions = {r["b"] for r in builds}  # an old build before 0004 writes none (NULL)
-    assert migration.head_revision() in revisions  # both builds ran jobs
-    assert len(revisions) >= 2
+    builds_that_ran = query(url, "SELECT DISTINCT build_revision AS b FROM run ORDER BY 1")
+    assert {r["b"] for r in builds_that_ran} == {old.head, new.head}  # both builds ran jobs
     elapsed = time.monotonic() - began
     print(f"mixed-version upgrade: {elapsed:.1f}s, audit: {audit.stdout.strip()[:300]}")
     assert elapsed < 180

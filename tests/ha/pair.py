@@ -16,10 +16,9 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import psycopg
-import pytest
 
 from tests.owned_server import OwnedServer, find_bin_dir
-from tests.support import free_port, wait_for
+from tests.support import free_port, unavailable, wait_for
 
 T = TypeVar("T")
 
@@ -35,14 +34,6 @@ PRIMARY_HBA = """
 host replication all 127.0.0.1/32 trust
 host all all 127.0.0.1/32 trust
 """
-
-
-def unavailable(reason: str) -> None:
-    """Skip saying why, except under CI=true, where a missing prerequisite fails the test:
-    .ci/run provides it, so its absence there is a broken CI, not a choice."""
-    if os.environ.get("CI", "").lower() == "true":
-        pytest.fail(f"{reason} (CI=true: .ci/run must provide it)")
-    pytest.skip(reason)
 
 
 def server_binaries() -> tuple[Path, str]:

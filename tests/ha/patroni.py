@@ -33,8 +33,8 @@ from typing import Any
 
 import psycopg
 
-from tests.ha.pair import DATABASE, poll, server_binaries, unavailable
-from tests.support import free_port
+from tests.ha.pair import DATABASE, poll, server_binaries
+from tests.support import free_port, unavailable
 
 TTL, LOOP_WAIT, RETRY_TIMEOUT = 10, 2, 4
 NODES = 2
