@@ -218,7 +218,7 @@ def test_audit_accepts_a_skipped_one_shot_whose_instant_passed_and_owes_a_shifte
 ) -> None:
     """2026-03-08 02:30 in New York did not exist (07:00 UTC ended the gap). Both tasks are
     written as on 2026-03-01 (the Client's `now`, and their history's start moved there): the
-    skipped one's firing has its row; the shifted one, with no daemon to run it, is missing."""
+    skipped one's firing has its row; the shifted one, with no daemon to run it, is owed."""
     then = datetime(2026, 3, 1, tzinfo=UTC)
     for name, gap in (("skipped", "skip"), ("shifted", "shift")):
         spec = TaskSpec(
@@ -232,10 +232,13 @@ def test_audit_accepts_a_skipped_one_shot_whose_instant_passed_and_owes_a_shifte
         client.add_task(spec, now=then)
     query(database_url, "UPDATE task_event SET at = %s, anchor_at = %s", (then, then))
     report = cli("audit", "--json")
-    assert report.code == 1, report.out
-    (missing,) = report.json()["violations"]
-    assert (missing["check"], missing["rows"]["first_missing"]) == (
-        "firing_missing",
+    # No daemon ran: the shifted one's firing is at its next_run_at, owed, not missing (issue 44).
+    assert report.code == 0, report.out
+    assert report.json()["violations"] == []
+    (owed,) = report.json()["notices"]
+    assert (owed["notice"], owed["rows"]["first_owed"], owed["rows"]["owed_count"]) == (
+        "owed",
         "2026-03-08T07:00:00+00:00",
+        1,
     )
-    assert missing["rows"]["task_id"] == client.get_task("shifted").id
+    assert owed["rows"]["task_id"] == client.get_task("shifted").id

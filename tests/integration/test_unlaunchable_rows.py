@@ -85,7 +85,46 @@ def test_an_http_task_whose_url_cannot_be_split_fails_its_run_and_the_batch_laun
     rows = _outcomes(database_url)
     assert rows["fine"]["status"] == "success"
     assert (rows["bad"]["status"], rows["bad"]["occ"]) == ("failed", "failed")
-    assert rows["bad"]["error"] == "start failed: Invalid IPv6 URL"
+    # The http executor now refuses such a URL itself (issue 44 item 2), in one line naming it.
+    assert "[::1/hook" in rows["bad"]["error"]
+    assert "\n" not in rows["bad"]["error"]
+
+
+class _RaisingExecutor:
+    """An executor whose start raises, as one could for a value no check foresaw."""
+
+    def start(self, ctx: Any, payload: Any) -> Any:
+        raise ValueError(f"cannot take payload {dict(payload)!r}")
+
+    def close(self) -> None:
+        pass
+
+
+def test_a_start_that_raises_fails_its_own_run_and_the_batch_launches(
+    client, pool, executors, database_url
+) -> None:
+    # Forced: the shell executor of this replica raises from start for the `bad` task's payload
+    # only. On 61278d7 the exception left Launcher._start unguarded: the pass failed after the
+    # claim had committed both runs `running`, and neither job started.
+    bad = shell_task(client, "bad", command="echo raise")
+    fine = shell_task(client, "fine")
+    shell = executors["shell"]
+
+    class PickyShell(_RaisingExecutor):
+        def start(self, ctx: Any, payload: Any) -> Any:
+            if payload.get("command") == "echo raise":
+                return super().start(ctx, payload)
+            return shell.start(ctx, payload)
+
+    client.trigger(bad.id, requested_by="test")
+    client.trigger(fine.id, requested_by="test")
+    replica = Replica(database_url, pool, {**executors, "shell": PickyShell()}, "a")
+    assert replica.launcher.run_once().launched == 2
+    _write_all(replica)
+    rows = _outcomes(database_url)
+    assert rows["fine"]["status"] == "success"
+    assert (rows["bad"]["status"], rows["bad"]["occ"]) == ("failed", "failed")
+    assert rows["bad"]["error"] == "start failed: cannot take payload {'command': 'echo raise'}"
 
 
 def test_a_run_that_could_not_start_is_retried_as_its_policy_says_and_not_at_once(
