@@ -150,7 +150,9 @@ def _bounded(
     return connection
 
 
-class _BoundedHTTP(urllib.request.HTTPHandler):
+class _Bounded(urllib.request.AbstractHTTPHandler):
+    """A handler whose connections connect under `watchdog` and read a capped answer."""
+
     def __init__(self, watchdog: Watchdog) -> None:
         super().__init__()
         self.watchdog = watchdog
@@ -160,14 +162,12 @@ class _BoundedHTTP(urllib.request.HTTPHandler):
         return super().do_open(made, req, **kwargs)
 
 
-class _BoundedHTTPS(urllib.request.HTTPSHandler):
-    def __init__(self, watchdog: Watchdog) -> None:
-        super().__init__()
-        self.watchdog = watchdog
+class _BoundedHTTP(_Bounded, urllib.request.HTTPHandler):
+    pass
 
-    def do_open(self, http_class: Any, req: Any, **kwargs: Any) -> Any:
-        made = functools.partial(_bounded, http_class, self.watchdog)
-        return super().do_open(made, req, **kwargs)
+
+class _BoundedHTTPS(_Bounded, urllib.request.HTTPSHandler):
+    pass
 
 
 def refusal(status: int, reason: str | None, start: bytes) -> str:
