@@ -26,6 +26,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
+from urllib.parse import urlsplit
 
 import psycopg
 from hypothesis import HealthCheck, example, given, settings
@@ -193,7 +194,8 @@ EVERY_TABLE = [
 @contextlib.contextmanager
 def _copy(base_url: str) -> Iterator[str]:
     """A fresh copy of the granted database `base_url`, dropped afterwards."""
-    base = base_url.rsplit("/", 1)[1]
+    # The name from the URL's path: an embedded server's URL has `?host=/a/socket/dir` after it.
+    base = urlsplit(base_url).path.lstrip("/")
     name = f"{base}_h{time.monotonic_ns() % 10**9}"
     with psycopg.connect(base_url, autocommit=True) as conn:
         conn.execute(
