@@ -14,7 +14,7 @@ import psycopg
 from psycopg.types.json import Jsonb
 
 from scheduler_daemon.domain.instance import Instance
-from scheduler_daemon.domain.schema_compat import Build, Record, Step, Verdict
+from scheduler_daemon.domain.schema_compat import Build, Record, Step, Verdict, before_squash
 from scheduler_daemon.storage import functions, instance_store, presquash, query
 from scheduler_daemon.storage.database import (
     CONNECT_TIMEOUT_SECONDS,
@@ -254,7 +254,9 @@ def _functions_at_head(url: str, revision: str | None) -> tuple[str, ...]:
 
 
 def downgrade(url: str, revision: str) -> None:
-    connect(url).close()
+    found = state(url)
+    if found.current is not None and before_squash(found.current):
+        raise_unless_compatible(found.verdict)  # behind: `migrate` first, the fleet stopped
     _command().downgrade(_config(url), revision)
     now = current_revision(url)
     _write_record(url, now, _pending_contract(now), build().oldest_build_at(now) if now else None)

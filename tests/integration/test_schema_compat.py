@@ -120,6 +120,10 @@ def test_a_schema_from_before_the_squash_is_behind_and_migrate_check_says_how(
         "with this build"
     ]
     assert migration.current_revision(database_url) == "0019"
+    _plant(database_url, "0037", "0005")
+    below = cli("migrate", "--downgrade-to", "0038")
+    assert below.code == 4, below.err
+    assert migration.current_revision(database_url) == "0037"
 
 
 def test_migrate_at_head_has_nothing_to_apply(cli) -> None:
