@@ -73,4 +73,4 @@ def test_new_installs_run_one_baseline_and_the_path_from_0037_is_no_revision() -
     assert all(s.phase != "baseline" for s in steps[1:])
     root = resource_dir("migrations")
     assert (root / "from_0037.py").is_file()
-    assert not list((root / "versions").glob("00[0-3][0-7]_*.py"))
+    assert [p.name for p in (root / "versions").glob("*.py") if p.name[:4] <= "0037"] == []
