@@ -6,13 +6,14 @@ of ordinary tasks beside a few whose whole kept history failed (no success to st
         [--heavy 1000000,2000000] [--limit 500] [--rounds 5]
     (SCHEDULER_BENCH_DATABASE_URL: a server it may create databases on; default local 5432)
 
-Migrates a fresh database to 0036 (before the indexes), plants `--tasks` tasks with `--per-task`
-finished occurrences each (as bench/task_metrics.py: mostly successes, a few failed, skipped and
-expired), and `--heavy` of those tasks (spread over the ids) with that many failed occurrences
-each and no success (a per-second task failing through its retention), VACUUM ANALYZE; migrates
-to head (0037's CONCURRENTLY builds timed, the indexes' sizes printed), ANALYZE. Then, `--rounds`
-rounds alternated: the old `task_metrics_sample` (from OLD_TASK_SQL) as it ran before 0037 (the
-indexes dropped in a transaction rolled back), this tree's, and the old one beside the indexes;
+Migrates a fresh database to the baseline and drops 0037's indexes (0036, as it was), plants
+`--tasks` tasks with `--per-task` finished occurrences each (as bench/task_metrics.py: mostly
+successes, a few failed, skipped and expired), and `--heavy` of those tasks (spread over the
+ids) with that many failed occurrences each and no success (a per-second task failing through
+its retention), VACUUM ANALYZE; builds the indexes again (0037's CONCURRENTLY builds timed, the
+indexes' sizes printed), ANALYZE. Then, `--rounds` rounds alternated: the old
+`task_metrics_sample` (from OLD_TASK_SQL) as it ran before 0037 (the indexes dropped in a
+transaction rolled back), this tree's, and the old one beside the indexes;
 medians, and the buffers each touched under EXPLAIN (ANALYZE, BUFFERS), a figure the machine's
 load does not move. JIT off, as session_jit_off sets it for the sample. Prints old/new.
 """
@@ -34,7 +35,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # `python bench
 from bench.harness import DEFAULT_SERVER, drop_database, fresh_database, plant_minute_tasks
 from scheduler_daemon.storage import migration, query, task_sample
 
-BEFORE = "0036"  # the revision before 0037's indexes
+# 0037's indexes, dropped after the baseline to stand for revision 0036 (issue 45 squashed the
+# chain), then built again as 0037 built them.
+BUILD_INDEXES = (
+    "CREATE INDEX CONCURRENTLY occurrence_task_success_idx ON occurrence "
+    "(task_id, occurrence_seq) WHERE status = 'success'",
+    "CREATE INDEX CONCURRENTLY occurrence_task_failure_idx ON occurrence "
+    "(task_id, occurrence_seq) WHERE status IN ('failed', 'timeout', 'interrupted')",
+)
 NAME = "task_metrics_sample"
 
 
@@ -157,7 +165,9 @@ def main() -> None:
     name = f"sd_bench_{uuid.uuid4().hex[:8]}"
     url = fresh_database(server, name, migrate=False)
     try:
-        migration.upgrade(url, BEFORE)
+        migration.upgrade(url)
+        with psycopg.connect(url, autocommit=True) as conn:
+            conn.execute("DROP INDEX occurrence_task_success_idx, occurrence_task_failure_idx")
         started = time.perf_counter()
         ids = _plant(url, args.tasks, args.per_task, heavy)
         with psycopg.connect(url) as conn:
@@ -167,7 +177,9 @@ def main() -> None:
             f"{args.heavy or 'none'} failed, no success) in {time.perf_counter() - started:.0f} s"
         )
         started = time.perf_counter()
-        migration.upgrade(url)
+        with psycopg.connect(url, autocommit=True) as conn:
+            for statement in BUILD_INDEXES:
+                conn.execute(statement)  # type: ignore[arg-type]
         print(f"0036 -> head (0037's CONCURRENTLY builds): {time.perf_counter() - started:.1f} s")
         with psycopg.connect(url, autocommit=True) as conn:
             conn.execute("ANALYZE occurrence")

@@ -138,7 +138,8 @@ def _admin(url: str) -> psycopg.Connection[Any]:
 
 @pytest.fixture(scope="session")
 def template_url(server_url: str) -> Iterator[str]:
-    """A database migrated to head once per session; every test database is a copy of it."""
+    """A database migrated to head once per session (one step, the baseline 0038); every test
+    database is a copy of it."""
     from scheduler_daemon.storage import migration
 
     name = f"sd_template_{os.getpid()}"
@@ -230,8 +231,9 @@ def cli(database_url: str, capsys: pytest.CaptureFixture[str]) -> Iterator[Any]:
 
 
 def row_counts(conn: psycopg.Connection[Any]) -> dict[str, int]:
-    """Rows per table, to assert that a refused command wrote nothing (the calendar tables of
-    revision 0036 when the schema has them: some tests run at an older revision)."""
+    """Rows per table, to assert that a refused command wrote nothing (the calendar tables
+    when the schema has them: test_from_0037 counts a database of the chain before the squash,
+    and a synthetic chain's test may run below the head)."""
     from psycopg.rows import tuple_row
 
     tables = ("task", "occurrence", "run", "instance", "fleet_setting")

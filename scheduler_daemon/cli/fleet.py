@@ -64,10 +64,13 @@ def migrate(
 ) -> None:
     """Apply the schema's expand steps (safe while older replicas run); with --contract, the
     contract steps too, once every replica runs this build (docs/upgrading.md)."""
-    from scheduler_daemon.storage import migration
+    from scheduler_daemon.domain.schema_compat import before_squash
+    from scheduler_daemon.storage import migration, presquash
 
     if sum([check, contract, as_sql, downgrade_to is not None]) > 1:
         raise click.UsageError("--check, --contract, --sql and --downgrade-to exclude each other")
+    if downgrade_to is not None and before_squash(downgrade_to):
+        raise click.UsageError(f"--downgrade-to {downgrade_to}: {presquash.REFUSED_DOWNGRADE}")
     if downgrade_to is not None and not migration.build().knows(downgrade_to):
         raise click.UsageError(f"--downgrade-to: this build has no revision '{downgrade_to}'")
     if as_sql:

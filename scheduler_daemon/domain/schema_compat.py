@@ -13,6 +13,15 @@ from typing import Literal
 Phase = Literal["baseline", "expand", "contract"]
 Kind = Literal["ok", "behind", "too_new"]
 
+PRESQUASH_HEAD = "0037"
+"""The last revision before the squash (issue 45): 0001-0037 became the baseline 0038."""
+
+
+def before_squash(revision: str) -> bool:
+    """A revision id of the chain squashed into the baseline ('0001' to '0037'): such an
+    instance's build or such a schema is older than every build of the baseline."""
+    return len(revision) == 4 and revision.isdigit() and revision <= PRESQUASH_HEAD
+
 
 @dataclass(frozen=True)
 class Step:
@@ -93,9 +102,10 @@ class Build:
 
     def works_after(self, instance_head: str, oldest_build: str) -> bool:
         """Whether a build at `instance_head` may write to a schema whose oldest allowed build
-        is `oldest_build`. A head this build does not know is a newer build: it may."""
+        is `oldest_build`. A head this build does not know is a newer build, which may, unless
+        it is from before the squash (issue 45): older than any it allows."""
         if not self.knows(instance_head):
-            return True
+            return not before_squash(instance_head)
         return self.index(instance_head) >= self.index(oldest_build)
 
     def judge(self, current: str | None, record: Record | None) -> Verdict:
@@ -116,6 +126,14 @@ class Build:
                     f"{self.needs}; run `scheduler-daemon migrate`",
                 )
             oldest = record.oldest_build if record is not None else self.oldest_build_at(current)
+        elif before_squash(current):
+            return Verdict(
+                "behind",
+                f"the database schema is at {current}, from before the squash; this build "
+                f"(schema {head}) needs {self.needs}: run `scheduler-daemon migrate` with the "
+                "fleet stopped"
+                + ("" if current == PRESQUASH_HEAD else f", after reaching {PRESQUASH_HEAD}"),
+            )
         elif record is None:
             return Verdict(
                 "too_new",

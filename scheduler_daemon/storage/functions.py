@@ -44,6 +44,21 @@ class FunctionFile:
     def checksum(self) -> str:
         return hashlib.sha256(self.text.encode()).hexdigest()
 
+    @property
+    def create_and_record(self) -> str:
+        """The file's statements, then a DO block recording them in the function's comment as
+        `record` does, the definition's checksum taken by the server (`pg_get_functiondef` in
+        UTF-8, as this session reads it): SQL alone, so a migration may run it, online or as
+        `--sql` (the baseline and the path from 0037)."""
+        prefix = f"from sql/functions/{self.file} sha256:{self.checksum}; definition sha256:"
+        return (
+            f"{self.text}\n\nDO $record$\nDECLARE f regprocedure := "
+            f"to_regprocedure(quote_ident(current_schema()) || '.{self.signature}');\n"
+            "BEGIN\n    EXECUTE format('COMMENT ON FUNCTION %s IS %L', f, "
+            f"'{prefix}' || encode(sha256(convert_to(pg_get_functiondef(f), 'UTF8')), 'hex'));\n"
+            "END\n$record$;\n"
+        )
+
     def record(self, definition: str) -> str:
         """The comment of a function made from this file, whose definition is `definition`."""
         made = hashlib.sha256(definition.encode()).hexdigest()

@@ -14,8 +14,8 @@ import psycopg
 from psycopg.types.json import Jsonb
 
 from scheduler_daemon.domain.instance import Instance
-from scheduler_daemon.domain.schema_compat import Build, Record, Step, Verdict
-from scheduler_daemon.storage import functions, instance_store, query
+from scheduler_daemon.domain.schema_compat import Build, Record, Step, Verdict, before_squash
+from scheduler_daemon.storage import functions, instance_store, presquash, query
 from scheduler_daemon.storage.database import (
     CONNECT_TIMEOUT_SECONDS,
     KEEPALIVES,
@@ -30,10 +30,10 @@ if TYPE_CHECKING:
     from alembic.config import Config
 
 VERSION_TABLE = "scheduler_daemon_alembic_version"
-BASELINE = "0003"
-"""Revisions up to this one were released before the contract: each is a `baseline` step, which
-builds before it cannot work with. Every later revision declares `phase = "expand"` or
-`phase = "contract"`."""
+BASELINE = "0038"
+"""The baseline (issue 45: revisions 0001-0037 squashed; a database at 0037 reaches it through
+storage/presquash.py). Revisions up to it are `baseline` steps, which builds before it cannot
+work with; every later revision declares `phase = "expand"` or `phase = "contract"`."""
 # Any fixed 64-bit key; it spells "schemack" so it is recognisable in pg_locks.
 COMPAT_LOCK_KEY = 0x736368656D61636B
 
@@ -189,17 +189,27 @@ def check_before_write(conn: psycopg.Connection[Any]) -> None:
 def _write_record(url: str, revision: str | None, pending: list[str], oldest: str | None) -> None:
     if revision is None:
         return  # downgraded to nothing: the table that held the record is gone
-    value = {"revision": revision, "oldest_build": oldest, "contract_pending": pending}
     with connect(url) as conn, conn.transaction():
-        query.run(
-            conn,
-            "schema_compat_record_set",
-            {
-                "value": Jsonb(value),
-                "updated_by": f"migrate {__version__} (schema {head_revision()}) "
-                f"on {socket.gethostname()}",
-            },
-        )
+        _set_record(conn, revision, pending, oldest)
+
+
+def _set_record(
+    conn: psycopg.Connection[Any], revision: str, pending: list[str], oldest: str | None
+) -> None:
+    value = {"revision": revision, "oldest_build": oldest, "contract_pending": pending}
+    query.run(
+        conn,
+        "schema_compat_record_set",
+        {
+            "value": Jsonb(value),
+            "updated_by": f"migrate {__version__} (schema {head_revision()}) "
+            f"on {socket.gethostname()}",
+        },
+    )
+
+
+def _lock_exclusive(conn: psycopg.Connection[Any]) -> None:
+    query.run(conn, "schema_compat_lock", {"key": COMPAT_LOCK_KEY})
 
 
 def _pending_contract(revision: str | None) -> list[str]:
@@ -213,9 +223,23 @@ def _refuse_a_newer_schema(url: str) -> SchemaState:
     return found
 
 
+def _past_the_squash(url: str) -> tuple[str, ...]:
+    """A database at 0037 taken to the baseline (the fleet stopped, else ContractBlocked); one
+    at an older pre-squash revision refused (SchemaBehind). The baseline when it was applied."""
+    current = current_revision(url)
+    if not presquash.needs_path(current, current is not None and build().knows(current)):
+        return ()
+    ran = presquash.migrate(
+        url, BASELINE, _lock_exclusive, lambda conn: _set_record(conn, BASELINE, [], BASELINE)
+    )
+    return (BASELINE,) if ran else ()
+
+
 def upgrade(url: str, revision: str = "head") -> None:
     """Applies every step up to `revision`, contract steps included, without the instance check
-    of `contract` (tests, and the embedded server's first start); records the result."""
+    of `contract` (tests, and the embedded server's first start); records the result. A database
+    from before the squash takes its path first, with the instance check (the fleet stopped)."""
+    _past_the_squash(url)
     _refuse_a_newer_schema(url)
     _command().upgrade(_config(url), revision)
     now = current_revision(url)
@@ -230,7 +254,9 @@ def _functions_at_head(url: str, revision: str | None) -> tuple[str, ...]:
 
 
 def downgrade(url: str, revision: str) -> None:
-    connect(url).close()
+    found = state(url)
+    if found.current is not None and before_squash(found.current):
+        raise_unless_compatible(found.verdict)  # behind: `migrate` first, the fleet stopped
     _command().downgrade(_config(url), revision)
     now = current_revision(url)
     _write_record(url, now, _pending_contract(now), build().oldest_build_at(now) if now else None)
@@ -249,22 +275,23 @@ class MigrateReport:
 def expand(url: str) -> MigrateReport:
     """`migrate`: the expand steps only, up to the first pending contract step. A schema newer
     than this build that still works with it is left alone."""
+    bridged = _past_the_squash(url)
     found = _refuse_a_newer_schema(url)
-    before = found.current
-    if before is not None and not build().knows(before):
+    before = presquash.PRESQUASH_HEAD if bridged else found.current
+    if found.current is not None and not build().knows(found.current):
         pending = found.record.contract_pending if found.record else ()
         return MigrateReport(before, before, (), pending, newer_than_this_build=True)
-    if any(s.phase == "contract" for s in build().steps_to(before, build().needs)):
+    if any(s.phase == "contract" for s in build().steps_to(found.current, build().needs)):
         # An earlier release's contract step sits before expand steps this build needs: it
         # runs first, under the contract's instance check (ADR 0002: the chain stays linear).
         return contract(url, target=build().needs)
-    target = build().expand_target(before)
-    applied: tuple[str, ...] = ()
+    target = build().expand_target(found.current)
+    applied: tuple[str, ...] = bridged
     if target is not None:
         # Expand steps leave the oldest allowed build where it was, so the record may follow.
         _command().upgrade(_config(url), target)
-        revisions = [s.revision for s in build().after(before)]
-        applied = tuple(revisions[: revisions.index(target) + 1])
+        revisions = [s.revision for s in build().after(found.current)]
+        applied += tuple(revisions[: revisions.index(target) + 1])
     after = current_revision(url)
     left = _pending_contract(after)
     _write_record(url, after, left, build().oldest_build_at(after) if after else None)
@@ -297,6 +324,7 @@ def contract(url: str, target: str | None = None) -> MigrateReport:
     """`migrate --contract`: every pending step up to `target` (default: the head), contract
     steps included; refused, naming them and the instances, while an instance of a build they
     would break is registered."""
+    _past_the_squash(url)
     found = _refuse_a_newer_schema(url)
     before = found.current
     if before is not None and not build().knows(before):
@@ -313,7 +341,7 @@ def contract(url: str, target: str | None = None) -> MigrateReport:
     contracts = [s.revision for s in steps if s.phase == "contract"]
     with connect(url) as guard, guard.transaction():
         if before is not None:
-            query.run(guard, "schema_compat_lock", {"key": COMPAT_LOCK_KEY})
+            _lock_exclusive(guard)
             blocking = incompatible_instances(guard, oldest_after)
             if blocking:
                 names = ", ".join(
@@ -368,4 +396,8 @@ def offline_sql() -> str:
         f"-- function {each.file} (at the head, where it differs)\n{each.text}"
         for each in functions.files()
     ]
-    return "\n".join(steps + files)
+    path = [
+        f"-- from {presquash.PRESQUASH_HEAD} (pre-release databases, instead of the baseline)\n"
+        + presquash.path_module().sql()
+    ]
+    return "\n".join(steps + files + path)

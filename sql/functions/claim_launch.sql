@@ -82,6 +82,10 @@ BEGIN
     ), picked AS MATERIALIZED (
         SELECT o.id FROM occurrence o
         WHERE o.status = 'queued' AND o.not_before <= coalesce(p_now, clock_timestamp())
+          -- Within the bounds after this claim's `+ 1` (occurrence_attempts_check,
+          -- occurrence_lease_token_check): a row written at a bound by hand is passed over
+          -- rather than failing every claim of the fleet (issue 44).
+          AND o.attempts < 1000000000 AND o.lease_token < 4611686018427387903
           AND (v_exclusive_from IS NULL
                OR coalesce(p_now, clock_timestamp()) >= v_exclusive_from
                OR (o.overlap = 'allow' AND o.concurrency_key IS NULL))

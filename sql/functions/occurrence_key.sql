@@ -7,10 +7,10 @@
 --   tokens can repeat after a failover that lost commits; the task's uuid and the firing's
 --   time cannot, so a firing keeps its key across a failover (issue 32).
 -- - A manual trigger: a random UUID.
--- - NULL while an instance of a build before migration 0019 is registered: such a build
---   computes the legacy `scheduler-daemon-occurrence-{id}` itself and may run any attempt. An
---   occurrence stored with NULL keeps the legacy key for every attempt, whichever build runs it
---   (sd_claim_launch_v6 falls back to it).
+-- - Never NULL since the squash (issue 45): the branch that returned NULL while a build before
+--   migration 0019 was registered is gone. An occurrence stored with NULL before then keeps the
+--   legacy `scheduler-daemon-occurrence-{id}` for every attempt (sd_claim_launch_v6 falls back
+--   to it).
 --
 -- LANGUAGE sql: its body is checked when it is created, so it loads after the tables it reads.
 -- Since migration 0019. This file is the live text (ADR 0028).
@@ -21,8 +21,6 @@ RETURNS text
 LANGUAGE sql VOLATILE
 AS $function$
     SELECT CASE
-        -- An older build computes the legacy key itself and may run any attempt.
-        WHEN EXISTS (SELECT FROM instance WHERE schema_revision < '0019') THEN NULL
         WHEN p_trigger = 'manual' THEN gen_random_uuid()::text
         ELSE (SELECT 'scheduler-daemon:' || t.uuid || ':' || p_trigger || ':'
                   || to_char(p_scheduled_for AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS')

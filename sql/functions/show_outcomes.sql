@@ -1,6 +1,9 @@
 -- sd_show_outcomes_v1: shows final outcomes on their tasks, the one home of the rule; returns
 -- the number of tasks changed.
 --
+-- One-shot tasks only (issue 45): a recurring task's newest outcome is read from its
+-- occurrences (`task_outcome`, sql/task.sql), and its `last_*` fields stay empty.
+--
 -- The rule: per task, the newest outcome by sequence is shown in the task's `last_*` fields,
 -- only if it is newer than the one shown (a late writer never overwrites a newer result); and a
 -- one-shot task still `running` takes the lifecycle (`p_lifecycles`) of its newest deciding
@@ -64,7 +67,7 @@ BEGIN
                           THEN d.lifecycle ELSE task.status END,
             updated_at = coalesce(p_now, clock_timestamp())
         FROM newest n LEFT JOIN deciding d ON d.task_id = n.task_id
-        WHERE task.id = n.task_id
+        WHERE task.id = n.task_id AND task.schedule_kind = 'once'
           AND (n.seq > task.last_outcome_seq
                OR (d.task_id IS NOT NULL AND task.schedule_kind = 'once'
                    AND task.status = 'running'))

@@ -5,10 +5,7 @@ was fired by; and migration 0026 starts the new reading with a baseline row for 
 
 from datetime import UTC, datetime, timedelta
 
-import psycopg
-
 from scheduler_daemon.domain.task import TaskSpec
-from scheduler_daemon.storage import migration
 from tests.support import query
 
 CRON = "0 0 8 * 5#3"  # the issue's: refused as "never fires" before
@@ -84,40 +81,3 @@ def test_audit_judges_each_definition_by_the_reading_it_was_fired_by(
         ("2026-03-16T00:00:00+00:00", 1),
         ("2026-04-16T00:00:00+00:00", 2),  # the 16th and the 18th, nothing owed between
     ]
-
-
-def test_migration_0026_starts_the_new_reading_with_a_baseline_for_such_tasks(
-    empty_database_url: str,
-) -> None:
-    migration.upgrade(empty_database_url, "0025")
-    with psycopg.connect(empty_database_url, autocommit=True) as conn:
-        for name, cron in (("split", CRON), ("plain", "0 0 8 * 5"), ("nth", "0 0 * * 5#3")):
-            conn.execute(
-                """
-                INSERT INTO task (name, schedule_kind, cron_expr, anchor_at, executor, payload,
-                    next_run_at, created_at, updated_at)
-                VALUES (%s, 'cron', %s, now(), 'shell', '{"command": "true"}', now(), now(),
-                    now())""",
-                (name, cron),
-            )
-    migration.upgrade(empty_database_url)
-    rows = query(
-        empty_database_url,
-        "SELECT t.name, e.kind, e.either_days FROM task_event e JOIN task t ON t.id = e.task_id"
-        " ORDER BY e.id",
-    )
-    created = [(r["name"], r["either_days"]) for r in rows if r["kind"] == "created"]
-    assert created == [("split", None), ("plain", None), ("nth", None)]  # the old reading
-    baselines = [(r["name"], r["either_days"]) for r in rows if r["kind"] == "baseline"]
-    # A superset of the tasks the rule changes (`5#3` alone reads the same either way).
-    assert baselines == [("split", True), ("nth", True)]
-    later = query(
-        empty_database_url,
-        "UPDATE task SET cron_expr = '0 0 9 * 5#3' WHERE name = 'split' RETURNING id",
-    )
-    (event,) = query(
-        empty_database_url,
-        "SELECT either_days FROM task_event WHERE task_id = %s ORDER BY id DESC LIMIT 1",
-        (later[0]["id"],),
-    )
-    assert event["either_days"] is True  # every row written from now on: the column's default

@@ -13,8 +13,6 @@ import uuid
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-import psycopg
-
 from scheduler_daemon.domain.task import TaskSpec
 from scheduler_daemon.storage import migration
 from tests.support import Replica, query, shell_task
@@ -27,10 +25,10 @@ KEY = re.compile(
 
 
 def _claim(url: str, *, now: datetime | None = None, ttl: timedelta = TTL) -> list[dict[str, Any]]:
-    """One claim as this build sends it (sd_claim_launch_v5), the clock pinned to `now`."""
+    """One claim as this build sends it (sd_claim_launch_v6), the clock pinned to `now`."""
     rows = query(
         url,
-        "SELECT * FROM sd_claim_launch_v5(1, 100, 'o', %s, %s, 'x', %s)",
+        "SELECT * FROM sd_claim_launch_v6(1, 100, 'o', %s, %s, 'x', %s)",
         (ttl, GRACE, now),
     )
     return [r for r in rows if r["id"] is not None]
@@ -155,43 +153,30 @@ def test_the_dispatcher_stores_the_scheduled_key(client, pool, executors, databa
         assert match["at"] in (f"{stamp}Z", f"{stamp}.{row['scheduled_for'].microsecond:06d}Z")
 
 
-def test_manual_firings_get_random_keys_and_an_older_build_keeps_the_legacy_one(
+def test_manual_firings_get_random_keys_and_a_stored_null_keeps_the_legacy_one(
     client, database_url
 ) -> None:
     task = shell_task(client, overlap="allow")
     batch = client.trigger(task.id, requested_by="test", count=3)
     keys = [r["idempotency_key"] for r in query(database_url, "SELECT * FROM occurrence")]
     assert len({uuid.UUID(k) for k in keys}) == 3  # each its own random UUID
-    # While an instance of a build before 0019 is registered, it computes the legacy key itself
-    # and may run any attempt: a new occurrence stores none and every build hands the legacy one.
+    # An instance row of a build before 0019 (a stale row of the squashed history) no longer
+    # makes new occurrences store NULL (the legacy-key branch went with the squash, issue 45).
     query(
         database_url,
         "INSERT INTO instance (id, hostname, pid, version, schema_revision, concurrency,"
         " lease_ttl, lease_grace, reconcile_interval)"
         " VALUES ('old', 'h', 1, 'v', '0018', 1, '9 s', '3 s', '3 s')",
     )
-    legacy = client.trigger(task.id, requested_by="test")
+    fresh = client.trigger(task.id, requested_by="test")
     (stored,) = query(
-        database_url, "SELECT idempotency_key FROM occurrence WHERE id = %s", (legacy.id,)
+        database_url, "SELECT idempotency_key FROM occurrence WHERE id = %s", (fresh.id,)
     )
-    assert stored["idempotency_key"] is None
+    assert uuid.UUID(stored["idempotency_key"])
+    # An occurrence stored with NULL before the squash keeps the legacy key for every attempt.
+    legacy = client.trigger(task.id, requested_by="test")
+    query(database_url, "UPDATE occurrence SET idempotency_key = NULL WHERE id = %s", (legacy.id,))
     claimed = {r["id"]: r["idempotency_key"] for r in _claim(database_url)}
     assert claimed[legacy.id] == f"scheduler-daemon-occurrence-{legacy.id}"
     assert len(batch.occurrence_ids) == 3
     assert sorted(claimed[i] for i in batch.occurrence_ids) == sorted(keys)
-
-
-def test_the_upgrade_gives_every_existing_task_its_own_uuid_in_batches(
-    empty_database_url,
-) -> None:
-    url = empty_database_url
-    migration.upgrade(url, "0018")
-    with psycopg.connect(url, autocommit=True) as conn:
-        conn.execute(
-            "INSERT INTO task (name, schedule_kind, every, anchor_at, executor, payload)"
-            " SELECT 't' || n, 'interval', '1 hour', now(), 'shell', '{\"command\": \"true\"}'"
-            " FROM generate_series(1, 2500) n"  # more than one batch of 1000
-        )
-    migration.upgrade(url)
-    (counts,) = query(url, "SELECT count(*) AS n, count(DISTINCT uuid) AS distinct FROM task")
-    assert (counts["n"], counts["distinct"]) == (2500, 2500)

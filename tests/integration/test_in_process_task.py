@@ -1,13 +1,11 @@
 """A task marked in-process (issue 33) against a real database: stored, shown, updated, applied
-and exported; claimed with `in_process` by sd_claim_launch_v3 and handed to the executor under
+and exported; claimed with `in_process` by sd_claim_launch_v6 and handed to the executor under
 "inprocess".
 On 3b194d0 every test here fails: there is no `--in-process`, no column and no v3."""
 
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
-
-import pytest
 
 from scheduler_daemon.domain.task import TaskSpec
 from scheduler_daemon.executors.base import Executor, Job, JobContext
@@ -92,36 +90,13 @@ def test_the_claim_returns_in_process_and_false_for_what_an_older_build_stored(
     query(database_url, "UPDATE task SET in_process = NULL WHERE name = 'older'")
     rows = query(
         database_url,
-        "SELECT task_name, in_process FROM sd_claim_launch_v3(1, 10, 'o', '5s', '1s', 'x', NULL)",
+        "SELECT task_name, in_process FROM sd_claim_launch_v6(1, 10, 'o', '5s', '1s', 'x', NULL)",
     )
     assert sorted((r["task_name"], r["in_process"]) for r in rows) == [
         ("inproc", True),
         ("older", False),
         ("worker", False),
     ]
-
-
-@pytest.mark.parametrize("claim", ["sd_claim_launch_v1", "sd_claim_launch_v2"])
-def test_the_claims_of_older_builds_pass_over_an_in_process_task(
-    client, database_url, claim: str
-) -> None:
-    """An older build registered after an in-process task exists claims through v1 (before 0019)
-    or v2 (0019): it takes every other firing and leaves the in-process one queued for a build
-    that runs it in-process (migration 0022). Before 0022 both claimed it, and the test fails."""
-    for name, in_process in (("inproc", True), ("worker", False), ("older", False)):
-        task = client.add_task(_spec(name, in_process=in_process))
-        client.trigger(task.id, requested_by="test")
-    query(database_url, "UPDATE task SET in_process = NULL WHERE name = 'older'")
-    rows = query(database_url, f"SELECT task_name FROM {claim}(1, 10, 'o', '5s', '1s', 'x', NULL)")
-    assert sorted(r["task_name"] for r in rows) == ["older", "worker"]
-    left = "SELECT t.name, o.status FROM occurrence o JOIN task t ON t.id = o.task_id"
-    assert query(database_url, left + " WHERE t.in_process") == [
-        {"name": "inproc", "status": "queued"}
-    ]
-    rows = query(
-        database_url, "SELECT task_name FROM sd_claim_launch_v3(1, 10, 'o', '5s', '1s', 'x', NULL)"
-    )
-    assert [r["task_name"] for r in rows] == ["inproc"]
 
 
 class KeyRecorder:

@@ -37,7 +37,6 @@ def test_migrate_check_exits_4_when_behind_and_0_at_head(empty_database_url: str
     assert behind.code == 4, behind.err
     assert "schema at nothing" in behind.out
     assert behind.err.startswith("error: the database schema is at nothing")
-    # --contract: an expand step after the pending contract 0005 needs that contract first.
     assert cli("migrate", "--contract", url=empty_database_url).code == 0
     at_head = cli("migrate", "--check", url=empty_database_url)
     assert at_head.code == 0, at_head.err
@@ -48,12 +47,19 @@ def test_migrate_sql_prints_the_ddl_without_a_database(cli) -> None:
     result = cli("migrate", "--sql", url="postgresql://nobody@127.0.0.1:1/none")
     assert result.code == 0
     assert "CREATE TABLE task" in result.out
-    assert "-- step 0001 (baseline): Initial schema" in result.out
+    assert "-- step 0038 (baseline): Baseline: the whole schema before the first release" in (
+        result.out
+    )
     assert "occurrence_task_scheduled_for_key" in result.out
     # The live functions' files close it: an edited file is applied by `migrate` at the head.
     for path in (SNAPSHOT.parent / "functions").iterdir():
         assert f"-- function {path.name} (at the head, where it differs)\n" in result.out
-    assert result.out.rstrip().endswith("$function$;")
+    # Then the path from 0037, for databases from before the squash (issue 45), in one
+    # transaction that ends by moving the version row.
+    path = result.out[result.out.index("-- from 0037 (pre-release databases") :]
+    assert "DROP FUNCTION %s" in path
+    assert "task_pause_clears_until" in path
+    assert path.rstrip().endswith("SET version_num = '0038';\nCOMMIT;")
 
 
 def test_schema_snapshot_matches_the_migrations(database_url: str) -> None:

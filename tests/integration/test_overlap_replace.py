@@ -245,24 +245,3 @@ def test_a_dispatch_that_fails_leaves_the_predecessor_as_it_was(
     assert "insert refused by the test" in t["park_error"]
     (only,) = _rows(database_url, task.id)
     assert (only["status"], only["reason"], only["cancel_reason"]) == ("queued", None, None)
-
-
-@pytest.mark.parametrize(
-    "claim",
-    ["sd_claim_launch_v1", "sd_claim_launch_v2", "sd_claim_launch_v3", "sd_claim_launch_v4"],
-)
-def test_the_claims_of_older_builds_pass_over_a_replace_firing(
-    client, pool, executors, database_url, claim: str
-) -> None:
-    """An older build registered after a replace task exists claims through v1 to v4: it takes
-    every other firing and leaves the replacement, queued while its predecessor runs, to a build
-    of 0031 or later (migration 0032). Before 0032 each picked it: the claim then failed as a
-    whole on occurrence_replace_executing_key (that build claimed nothing at all) or, without
-    the index, started it beside its predecessor; this test fails either way."""
-    task, _, _, _ = _running(client, pool, executors, database_url)
-    client.trigger(task.id, requested_by="test")  # the replacement, behind the running job
-    shell_task(client, "worker")
-    client.trigger("worker", requested_by="test")
-    rows = query(database_url, f"SELECT task_name FROM {claim}(1, 10, 'o', '5s', '1s', 'x', NULL)")
-    assert [r["task_name"] for r in rows] == ["worker"]
-    assert [r["status"] for r in _rows(database_url, task.id)] == ["running", "queued"]

@@ -211,26 +211,3 @@ def test_a_firing_at_the_pauses_end_is_owed(cli, pool, database_url) -> None:
     wait_for(lambda: _db_now(database_url) > until, message="the end on the db clock")
     assert _reconciler(pool).run_once().ids["resumed_tasks"] == [_task(database_url)["id"]]
     assert _task(database_url)["next_run_at"] == until  # due: the dispatch's misfire rules apply
-
-
-def test_an_older_builds_pause_or_resume_clears_a_pending_end(cli, pool, database_url) -> None:
-    """A build before 0033 pauses and resumes without knowing `paused_until` (its statements set
-    `paused` alone): the trigger of revision 0035 clears a pending end then, so the reconciler
-    does not later resume a pause the operator meant to keep. Fails without the trigger (found
-    by review with the 7110589 build's CLI): the end stayed and the task was resumed."""
-    cli("tasks", "add", "p", *EVERY_MINUTE)
-    shown = cli("tasks", "pause", "p", "--until", "1s", "--json")
-    until = datetime.fromisoformat(shown.json()["paused_until"])
-    task_id = _task(database_url)["id"]
-    # What an older build's `tasks resume`, then `tasks pause`, write.
-    older = "UPDATE task SET paused = %s, updated_at = now() WHERE id = %s"
-    query(database_url, older, (False, task_id))
-    query(database_url, older, (True, task_id))
-    assert _task(database_url)["paused_until"] is None
-    wait_for(lambda: _db_now(database_url) > until, message="the old end on the db clock")
-    assert _reconciler(pool).run_once().ids["resumed_tasks"] == []
-    assert _task(database_url)["paused"] is True
-    # This build's statements set the end themselves, and an update of other columns keeps it.
-    again = cli("tasks", "pause", "p", "--until", "1h", "--json").json()["paused_until"]
-    assert cli("tasks", "update", "p", "--command", "false").code == 0
-    assert _task(database_url)["paused_until"] == datetime.fromisoformat(again)

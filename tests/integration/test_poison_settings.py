@@ -232,7 +232,7 @@ def test_the_claim_returns_a_run_timeout_capped_and_no_timeout_as_none(
     query(database_url, "UPDATE task SET run_timeout = %s::interval", (stored,))
     (row,) = query(
         database_url,
-        "SELECT run_timeout FROM sd_claim_launch_v4(1, 1, 'o', '5s', '1s', 'x', NULL)",
+        "SELECT run_timeout FROM sd_claim_launch_v6(1, 1, 'o', '5s', '1s', 'x', NULL)",
     )
     assert row["run_timeout"] == claimed
 

@@ -232,7 +232,7 @@ def test_a_claim_with_no_free_slot_claims_nothing_and_says_so(seeded) -> None:
 
 
 def _claim_plan(url: str, params: dict[str, Any]) -> str:
-    """The plans of the claim's statements as sd_claim_launch_v5 makes them (its own planner
+    """The plans of the claim's statements as sd_claim_launch_v6 makes them (its own planner
     settings), with the server's real costs."""
     return nested_plans(url, queries.QUERIES["occurrence_claim_launch"].sql, params)
 

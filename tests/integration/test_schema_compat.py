@@ -87,6 +87,45 @@ def test_downgrade_to_an_unknown_revision_is_bad_input_and_changes_nothing(
     assert migration.current_revision(database_url) == migration.head_revision()
 
 
+def test_downgrade_to_a_revision_before_the_squash_is_refused_in_one_line(
+    cli, database_url: str
+) -> None:
+    """Catches `--downgrade-to 0037` (history squashed into the baseline, issue 45) answered as
+    a revision this build never had, without saying what to do instead."""
+    result = cli("migrate", "--downgrade-to", "0037")
+    assert (result.code, result.err) == (
+        2,
+        "error: --downgrade-to 0037: the history before the baseline was squashed (issue 45): "
+        "restore the backup taken before `migrate`, or use a build from before the squash "
+        "(61278d7)\n",
+    )
+    assert migration.current_revision(database_url) == migration.head_revision()
+
+
+def test_a_schema_from_before_the_squash_is_behind_and_migrate_check_says_how(
+    cli, database_url: str
+) -> None:
+    """Catches a database at 0037 (its record: oldest build 0005) judged too new (exit 5), and
+    one at 0019 sent to this build's `migrate`, which cannot take it."""
+    _plant(database_url, "0037", "0005")
+    at_head = cli("migrate", "--check")
+    assert at_head.code == 4, at_head.err
+    assert at_head.err.strip().endswith("run `scheduler-daemon migrate` with the fleet stopped")
+    _plant(database_url, "0019", "0005")
+    older = cli("migrate")
+    assert older.code == 4, older.err
+    assert older.err.strip().splitlines() == [
+        "error: the database schema is at 0019, from before the squash: migrate it to 0037 with "
+        "a build from before the squash (61278d7) first, then run `scheduler-daemon migrate` "
+        "with this build"
+    ]
+    assert migration.current_revision(database_url) == "0019"
+    _plant(database_url, "0037", "0005")
+    below = cli("migrate", "--downgrade-to", "0038")
+    assert below.code == 4, below.err
+    assert migration.current_revision(database_url) == "0037"
+
+
 def test_migrate_at_head_has_nothing_to_apply(cli) -> None:
     result = cli("migrate")
     assert result.code == 0, result.err

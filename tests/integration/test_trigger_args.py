@@ -91,32 +91,6 @@ def test_the_client_api_checks_arguments_as_the_cli_does(client, db, args) -> No
     assert row_counts(db) == before
 
 
-@pytest.mark.parametrize(
-    "claim",
-    [f"sd_claim_launch_v{n}" for n in range(1, 6)],
-)
-def test_the_claims_of_older_builds_pass_over_an_occurrence_with_arguments(
-    cli, database_url, claim: str
-) -> None:
-    """A build before 0034 registered after a trigger with arguments (a rollback, a forgotten
-    replica, or attempt 2 after attempt 1 failed on a new build) claims through v1 to v5: it
-    takes every other occurrence and leaves this one, queued, to a build of 0034 or later
-    (migration 0035). Before 0035 each picked it and ran the job without its arguments: this
-    test fails there."""
-    cli("tasks", "add", "p", *EVERY_MINUTE)
-    cli("tasks", "add", "worker", *EVERY_MINUTE)
-    assert cli("tasks", "trigger", "p", "--arg", "a=1").code == 0
-    assert cli("tasks", "trigger", "worker").code == 0
-    rows = query(database_url, f"SELECT task_name FROM {claim}(1, 10, 'o', '5s', '1s', 'x', NULL)")
-    assert [r["task_name"] for r in rows] == ["worker"]
-    (left,) = query(database_url, "SELECT status, args FROM occurrence WHERE args IS NOT NULL")
-    assert left == {"status": "queued", "args": {"a": "1"}}
-    new = query(
-        database_url, "SELECT task_name FROM sd_claim_launch_v6(1, 10, 'n', '5s', '1s', 'x', NULL)"
-    )
-    assert [r["task_name"] for r in new] == ["p"]
-
-
 def _nested_text(depth: int) -> str:
     """A JSON object `depth` levels deep: {"a":{"a":...1...}}."""
     return '{"a":' * depth + "1" + "}" * depth

@@ -35,7 +35,8 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
     names = zipfile.ZipFile(wheel).namelist()
     assert "scheduler_daemon/sql/task.sql" in names
     assert "scheduler_daemon/sql/functions/claim_launch.sql" in names  # migrate applies them
-    assert "scheduler_daemon/migrations/versions/0001_initial_schema.py" in names
+    assert "scheduler_daemon/migrations/versions/0038_baseline.py" in names
+    assert "scheduler_daemon/migrations/from_0037.py" in names  # the path from 0037, issue 45
     subprocess.run([sys.executable, "-m", "venv", str(work / "venv")], check=True)
     subprocess.run(
         [str(work / "venv" / "bin" / "pip"), "install", "--quiet", str(wheel)], check=True
@@ -62,6 +63,7 @@ def test_the_installed_wheel_migrates_and_manages_tasks(
 
     migrated = run("migrate")
     assert migrated.returncode == 0, migrated.stderr
+    assert "-- from 0037 (pre-release databases" in run("migrate", "--sql").stdout
     assert run("migrate", "--check").returncode == 0
     added = run("tasks", "add", "w", "--every", "5m", "--command", "true", "--json")
     assert added.returncode == 0, added.stderr

@@ -62,3 +62,15 @@ def test_a_daemon_process_reads_its_revisions_without_alembic_or_sqlalchemy() ->
         [sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=60
     )
     assert found.stdout.strip() == "[]"
+
+
+def test_new_installs_run_one_baseline_and_the_path_from_0037_is_no_revision() -> None:
+    """Issue 45 squashed 0001-0037: one baseline step until the first release, and the path
+    from 0037 lives beside versions/, where alembic never walks it (a second root there would
+    make alembic refuse the chain)."""
+    steps = migration.build().steps
+    assert [(s.revision, s.phase) for s in steps[:1]] == [(migration.BASELINE, "baseline")]
+    assert all(s.phase != "baseline" for s in steps[1:])
+    root = resource_dir("migrations")
+    assert (root / "from_0037.py").is_file()
+    assert [p.name for p in (root / "versions").glob("*.py") if p.name[:4] <= "0037"] == []

@@ -8,9 +8,9 @@ from pathlib import Path
 from scheduler_daemon.domain import limit
 
 ROOT = Path(__file__).resolve().parents[2]
-SOURCES = [p for p in sorted((ROOT / "sql").glob("*.sql")) if p.name != "schema.sql"] + [
-    ROOT / "migrations" / "versions" / "0015_claim_reads_poison_values.py"
-]
+SOURCES = [p for p in sorted((ROOT / "sql").glob("*.sql")) if p.name != "schema.sql"] + sorted(
+    (ROOT / "sql" / "functions").glob("*.sql")
+)
 
 
 def _found(pattern: str) -> set[str]:

@@ -1,0 +1,122 @@
+"""The path from revision 0037 to the baseline 0038 (issue 45, ADR 0027 point 5).
+
+Revisions 0001-0037 were squashed into `versions/0038_baseline.py`. A database at 0037 (the
+embedded one of anyone who tried the quick start before the squash) reaches the same schema
+here, run by `scheduler-daemon migrate` (storage/presquash.py) with the fleet stopped, in one
+transaction: this file lives outside versions/ so that alembic never sees it as a revision.
+
+Until the first release, a schema change edits `0038_baseline.py` and this file together;
+tests/integration/test_from_0037.py holds the two schemas equal.
+"""
+
+from collections.abc import Iterator
+
+from scheduler_daemon.storage import functions
+
+# What only builds before the squash called: the claims v1-v5, the successes v1-v3, and the
+# trigger that cleared a pending `--until` when such a build paused or resumed a task (0035).
+# By name, whatever their argument lists.
+DROP_RETIRED = """
+DROP TRIGGER IF EXISTS task_pause_clears_until ON task;
+
+DO $drop$
+DECLARE r record;
+BEGIN
+    FOR r IN SELECT p.oid::regprocedure AS f FROM pg_proc p
+             WHERE p.pronamespace = current_schema()::regnamespace
+               AND p.proname IN ('sd_claim_launch_v1', 'sd_claim_launch_v2',
+                                 'sd_claim_launch_v3', 'sd_claim_launch_v4',
+                                 'sd_claim_launch_v5', 'sd_succeed_runs_v1',
+                                 'sd_succeed_runs_v2', 'sd_succeed_runs_v3',
+                                 'sd_task_pause_clears_until_v1')
+    LOOP
+        EXECUTE format('DROP FUNCTION %s', r.f);
+    END LOOP;
+END
+$drop$;
+"""
+
+# `task.uuid` NOT NULL: older builds could insert a task without it; fill those, then prove
+# and set NOT NULL through a CHECK so that SET NOT NULL need not scan again.
+UUID_REQUIRED = """
+UPDATE task SET uuid = gen_random_uuid() WHERE uuid IS NULL;
+
+ALTER TABLE task ADD CONSTRAINT task_uuid_not_null CHECK (uuid IS NOT NULL) NOT VALID;
+
+ALTER TABLE task VALIDATE CONSTRAINT task_uuid_not_null;
+
+ALTER TABLE task ALTER COLUMN uuid SET NOT NULL;
+
+ALTER TABLE task DROP CONSTRAINT task_uuid_not_null;
+"""
+
+# A recurring task's `last_*` are stale since 0021 (its newest outcome is read from its
+# occurrences); sd_show_outcomes_v1 now writes them for one-shot tasks only, so empty them.
+RECURRING_LAST_CLEARED = """
+UPDATE task SET last_outcome_seq = 0, last_occurrence_id = NULL, last_scheduled_for = NULL,
+    last_status = NULL, last_finished_at = NULL, last_error = NULL
+WHERE schedule_kind <> 'once'
+  AND (last_outcome_seq <> 0 OR last_occurrence_id IS NOT NULL OR last_status IS NOT NULL
+       OR last_error IS NOT NULL OR last_finished_at IS NOT NULL
+       OR last_scheduled_for IS NOT NULL);
+"""
+
+# Bounds that keep the claim's arithmetic (`attempts + 1`, `greatest(lease_token, floor) + 1`)
+# inside its types: one such row made every claim of the fleet raise (issue 44).
+BOUNDS = """
+ALTER TABLE occurrence ADD CONSTRAINT occurrence_attempts_check CHECK (attempts <= 1000000000 AND interruptions <= 1000000000) NOT VALID;
+
+ALTER TABLE occurrence VALIDATE CONSTRAINT occurrence_attempts_check;
+
+ALTER TABLE occurrence ADD CONSTRAINT occurrence_lease_token_check CHECK (lease_token < 4611686018427387904) NOT VALID;
+
+ALTER TABLE occurrence VALIDATE CONSTRAINT occurrence_lease_token_check;
+
+ALTER TABLE run ADD CONSTRAINT run_lease_token_check CHECK (lease_token < 4611686018427387904) NOT VALID;
+
+ALTER TABLE run VALIDATE CONSTRAINT run_lease_token_check;
+"""
+
+# The chain built this trigger's condition as nested ORs, the baseline as one: the same test,
+# rendered differently by the snapshot; made again as the baseline makes it.
+TASK_EVENT_TRIGGER = """
+DROP TRIGGER task_event_on_change ON task;
+
+CREATE TRIGGER task_event_on_change AFTER UPDATE ON task FOR EACH ROW
+WHEN (old.schedule_kind IS DISTINCT FROM new.schedule_kind
+      OR old.cron_expr IS DISTINCT FROM new.cron_expr
+      OR old.every IS DISTINCT FROM new.every
+      OR old.run_at IS DISTINCT FROM new.run_at
+      OR old.anchor_at IS DISTINCT FROM new.anchor_at
+      OR old.timezone IS DISTINCT FROM new.timezone
+      OR old.dst_gap IS DISTINCT FROM new.dst_gap
+      OR old.dst_overlap IS DISTINCT FROM new.dst_overlap
+      OR old.paused IS DISTINCT FROM new.paused
+      OR (old.parked_at IS NULL) IS DISTINCT FROM (new.parked_at IS NULL)
+      OR (old.deleted_at IS NULL) IS DISTINCT FROM (new.deleted_at IS NULL))
+EXECUTE FUNCTION task_event_record();
+"""
+
+# One transaction: a failure leaves the database at 0037, whole. The fleet is stopped, so the
+# locks it holds until COMMIT block only the CLI and the console for the while.
+LOCK_TIMEOUT = "SET LOCAL lock_timeout = '5s';\n\nSET LOCAL statement_timeout = '15min';"
+
+VERSION = "UPDATE scheduler_daemon_alembic_version SET version_num = '0038';"
+
+
+def statements() -> Iterator[str]:
+    """Every statement of the path, in order; the caller runs them in one transaction."""
+    yield LOCK_TIMEOUT
+    yield DROP_RETIRED
+    yield UUID_REQUIRED
+    yield RECURRING_LAST_CLEARED
+    yield BOUNDS
+    yield TASK_EVENT_TRIGGER
+    for each in functions.files():  # the live functions as their files say (ADR 0028)
+        yield each.create_and_record
+    yield VERSION
+
+
+def sql() -> str:
+    """The whole path as one SQL transaction (`migrate --sql`, and the lint of migrations)."""
+    return "\n".join(["BEGIN;", *statements(), "COMMIT;"])
