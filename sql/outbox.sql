@@ -117,6 +117,16 @@ FROM notification_outbox WHERE delivered_at IS NULL
 -- Whether the schema has the outbox (revision 0025): `status` reads a schema not migrated yet.
 SELECT to_regclass('notification_outbox') IS NOT NULL
 
+-- fragment: outbox_deadline_not_owed_yet
+-- Occurrence `o` has no `deadline` notification yet: none keyed on it, and, for a scheduled
+-- firing, none keyed on its task and scheduled time (written by the unrecorded scan before the
+-- firing had a row).
+NOT EXISTS (SELECT 1 FROM notification_outbox n
+            WHERE n.occurrence_id = o.id AND n.event = 'deadline')
+  AND NOT EXISTS (SELECT 1 FROM notification_outbox n
+                  WHERE o.trigger = 'schedule' AND n.task_id = o.task_id
+                    AND n.scheduled_for = o.scheduled_for AND n.event = 'deadline')
+
 -- fragment: outbox_deadline_row
 -- The `deadline` notification of occurrence `o` of task `t`, as the columns occurrence_id,
 -- task_id, scheduled_for, event, payload, created_at, next_attempt_at: a scheduled firing's
@@ -164,11 +174,7 @@ WHERE t.deadline IS NOT NULL AND t.deleted_at IS NULL
            AND o.created_at >= o.scheduled_for + least(t.deadline, interval '36525 days')
            AND coalesce(o.reason, '') <> ALL(%(operator)s::text[]))
   AND {{outbox_task_notifies}}
-  AND NOT EXISTS (SELECT 1 FROM notification_outbox n
-                  WHERE n.occurrence_id = o.id AND n.event = 'deadline')
-  AND NOT EXISTS (SELECT 1 FROM notification_outbox n
-                  WHERE o.trigger = 'schedule' AND n.task_id = o.task_id
-                    AND n.scheduled_for = o.scheduled_for AND n.event = 'deadline')
+  AND {{outbox_deadline_not_owed_yet}}
 ORDER BY o.id
 LIMIT %(limit)s
 ON CONFLICT DO NOTHING
@@ -206,11 +212,7 @@ FROM (
       AND o.scheduled_for <= coalesce(%(now)s::timestamptz, now())
                              - least(t.deadline, interval '36525 days')
       AND {{outbox_task_notifies}}
-      AND NOT EXISTS (SELECT 1 FROM notification_outbox n
-                      WHERE n.occurrence_id = o.id AND n.event = 'deadline')
-      AND NOT EXISTS (SELECT 1 FROM notification_outbox n
-                      WHERE o.trigger = 'schedule' AND n.task_id = o.task_id
-                        AND n.scheduled_for = o.scheduled_for AND n.event = 'deadline')
+      AND {{outbox_deadline_not_owed_yet}}
     GROUP BY o.task_id
 ) g
 JOIN occurrence o ON o.id = g.first_id
