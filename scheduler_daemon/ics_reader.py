@@ -48,6 +48,8 @@ def read_ics(
         answer = None
     if not isinstance(answer, dict):  # killed, or out of memory before it could answer
         said = done.stderr.decode(errors="replace").strip().splitlines()
+        if any("MemoryError" in line for line in said):  # raised where main() could not catch it
+            raise InvalidCalendar(_needs_more(memory))
         why = f": {said[-1][:200]}" if said else ""
         raise InvalidCalendar(
             f"the iCalendar file could not be read (its reader exited with {done.returncode}{why})"
@@ -74,7 +76,7 @@ def main(argv: list[str]) -> int:
     except InvalidCalendar as exc:
         answer = {"error": str(exc)}
     except MemoryError:
-        answer = {"error": f"the iCalendar file needs more than {memory // 2**20} MiB to read"}
+        answer = {"error": _needs_more(memory)}
     else:
         answer = {
             "days": [day.isoformat() for day in found.days],
@@ -83,6 +85,10 @@ def main(argv: list[str]) -> int:
         }
     sys.stdout.write(json.dumps(answer))
     return 0
+
+
+def _needs_more(memory: int) -> str:
+    return f"the iCalendar file needs more than {memory // 2**20} MiB to read"
 
 
 def _limit_memory(memory: int) -> None:

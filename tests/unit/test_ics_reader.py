@@ -60,3 +60,15 @@ def test_a_file_that_needs_more_memory_than_the_limit_is_refused_in_one_line() -
     with pytest.raises(InvalidCalendar) as caught:
         read_ics(data, TODAY, seconds=120, memory=40 * 2**20)
     assert str(caught.value) == "the iCalendar file needs more than 40 MiB to read"
+
+
+def test_a_memory_error_the_child_could_not_catch_is_the_same_one_line() -> None:
+    """Under a limit below what the child already holds, the MemoryError comes from reading
+    stdin, outside main()'s try (or, under load, from a finalizer: the clean-clone CI run of
+    2026-12-07 printed "exited with 1: MemoryErrorException ignored in sys.unraisablehook").
+    The parent reads it from the child's stderr; before this test it said "could not be read
+    (its reader exited with 1: MemoryError)"."""
+    data = (FIXTURES / "weekly_maintenance.ics").read_bytes()
+    with pytest.raises(InvalidCalendar) as caught:
+        read_ics(data, TODAY, seconds=120, memory=2**20)
+    assert str(caught.value) == "the iCalendar file needs more than 1 MiB to read"
