@@ -72,8 +72,8 @@ def one_sitting(
     """CPU ms per job by group ("A daemons", "B server", ...), and jobs/s by fleet."""
     urls, records = {}, {}
     work = Path(tempfile.mkdtemp(prefix="sd_ab_"))
-    for name in trees:
-        urls[name] = database(f"sd_ab_{name.lower()}")
+    for name, tree in trees.items():
+        urls[name] = database(f"sd_ab_{name.lower()}", tree)
         seed(urls[name], jobs)
         records[name] = work / f"{name}.txt"
     with psycopg.connect(urls["B"], autocommit=True) as conn:

@@ -32,12 +32,19 @@ ROOT = Path(__file__).resolve().parent.parent
 TARGET = "bench.noop_job:noop"
 
 
-def database(name: str) -> str:
+def database(name: str, tree: str | None = None) -> str:
+    """A fresh database at the schema head of `tree` (a checkout: its own `migrate`, so an older
+    build's fleet runs on the schema it knows), or of this checkout."""
     with psycopg.connect(SERVER, autocommit=True) as conn:
         conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
         conn.execute(f"CREATE DATABASE {name}")
     url = urlunsplit(urlsplit(SERVER)._replace(path="/" + name))
-    migration.upgrade(url)
+    if tree is None:
+        migration.upgrade(url)
+    else:
+        env = {**os.environ, "SCHEDULER_DATABASE_URL": url, "PYTHONPATH": tree}
+        argv = [sys.executable, "-m", "scheduler_daemon", "migrate"]
+        subprocess.run(argv, env=env, cwd=tree, check=True, stdout=subprocess.DEVNULL)
     with psycopg.connect(url) as conn:
         conn.execute("UPDATE fleet_setting SET value = '100000' WHERE key = 'max_concurrent_runs'")
     return url
