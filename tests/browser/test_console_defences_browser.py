@@ -7,7 +7,9 @@ calls another port the same site) and auto-posts a trigger to the console. With 
 signed in, it is refused, and refused again with the Origin check turned off in the test (the
 session-bound CSRF token holds alone). On the old code (35b499e) the same page, tossing the
 `sd_csrf` cookie it was given, queued the trigger as the signed-in operator: checked by serving
-the old console.app with this module's helpers (the report of issue 46 says how).
+that commit's `console.app` with this module's `Served`, `Neighbour` and `neighbour_page` in
+chromium (`occurrence 1 queued`, recorded as `console-token@127.0.0.1`; the same run showed
+`rebind.test` reading the task list, and a Bearer-only POST refused with 403).
 
 Also: a rebinding site's name (chromium's resolver maps `rebind.test` to 127.0.0.1) gets the
 one-line refusal, not a page; a viewer signs out and is signed out.
