@@ -185,6 +185,13 @@ def test_a_foreign_host_is_refused_before_any_page_or_action(console, client, db
     )
     assert act.status_code == 421
     assert _rows(db)["occurrence"] == 0
+    # behind --trust-header the rebinding page could set the header itself and act as anyone
+    proxied, _ = console(token=None, trust_header="X-Forwarded-User")
+    mallory = proxied(base_url="http://rebind.example:8080")
+    mallory.http.headers["X-Forwarded-User"] = "mallory"
+    assert mallory.post(f"/tasks/{task.id}/pause").status_code == 421
+    assert db.execute("SELECT paused FROM task").fetchone()["paused"] is False
+    assert _rows(db)["operator_action"] == 0
     for base in ("http://localhost:8080", "http://[::1]:8080", BASE):
         assert browser(base_url=base).get(f"/tasks/{task.id}").status_code == 200, base
     # a wildcard bind with --allowed-host: that name, and the local ones
