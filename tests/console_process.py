@@ -14,6 +14,7 @@ import httpx
 from tests.support import free_port, wait_for
 
 CSRF_INPUT = re.compile(r'name="csrf" value="([^"]+)"')
+BASE = "http://127.0.0.1:8080"  # an in-process TestClient's base URL: a Host the console allows
 
 
 class ConsoleProcess:
@@ -62,28 +63,38 @@ class ConsoleProcess:
 
 
 class Browser:
-    """An HTTP session that keeps cookies and fills each form's CSRF field from the page, as a
-    browser would; over the ASGI app in-process (a TestClient) or a real server (httpx)."""
+    """An HTTP session that keeps cookies, fills each form's CSRF field from the page and sends
+    its own `Origin`, as a browser would; over the ASGI app in-process (a TestClient) or a real
+    server (httpx)."""
 
     def __init__(self, http: Any) -> None:
         self.http = http
+        self.origin = str(http.base_url).rstrip("/")
 
     def get(self, path: str) -> Any:
         return self.http.get(path)
 
     def csrf(self, path: str = "/login") -> str:
-        page = self.get(path)
-        found = CSRF_INPUT.search(page.text)
-        return found[1] if found else self.http.cookies.get("sd_csrf")
+        """The CSRF token the page at `path` puts in its forms (bound to this session); empty
+        when it has none (a read-only console's)."""
+        found = CSRF_INPUT.search(self.get(path).text)
+        return found[1] if found else ""
 
-    def post(self, path: str, data: dict[str, str] | None = None, *, csrf: bool = True) -> Any:
+    def post(
+        self, path: str, data: dict[str, str] | None = None, *, csrf: bool = True, **headers: str
+    ) -> Any:
+        """A form post as the browser sends it (`Origin` this console's; `headers` added)."""
         form = dict(data or {})
-        if csrf:
-            form["csrf"] = self.csrf()
-        return self.http.post(path, data=form)
+        if csrf:  # from the page the form is on: /login's own, an action's on its object's page
+            form["csrf"] = self.csrf(path if path == "/login" else path.rsplit("/", 1)[0] or "/")
+        sent = {"Origin": self.origin, **{k.replace("_", "-"): v for k, v in headers.items()}}
+        return self.http.post(path, data=form, headers=sent)
 
     def sign_in(self, token: str) -> Any:
         return self.post("/login", {"token": token})
+
+    def sign_out(self) -> Any:
+        return self.post("/logout")
 
 
 def message(html: str) -> str:

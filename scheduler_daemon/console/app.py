@@ -24,14 +24,9 @@ from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from scheduler_daemon.client import Client
-from scheduler_daemon.console import actions, pages
-from scheduler_daemon.console.guard import (
-    CSRF_COOKIE,
-    CSRF_FIELD,
-    SESSION_COOKIE,
-    Guard,
-    Refused,
-)
+from scheduler_daemon.console import actions, pages, session
+from scheduler_daemon.console.guard import CSRF_FIELD, SESSION_COOKIE, Guard, Refused
+from scheduler_daemon.console.host import AllowedHosts
 from scheduler_daemon.services.auditor import InvalidWindow
 from scheduler_daemon.storage.error import DatabaseUnavailable
 
@@ -175,9 +170,14 @@ def build_app(client: Client, guard: Guard) -> Starlette:
     routes += [Route(path, act(console, step), methods=["POST"]) for path, step in ACTIONS]
     routes += [
         Route("/login", login(console), methods=["POST"]),
+        Route("/logout", logout(console), methods=["POST"]),
         Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
     ]
-    return Starlette(routes=routes, middleware=[Middleware(SecurityHeaders)])
+    middleware = [
+        Middleware(AllowedHosts, hosts=guard.allowed_hosts),  # first: before any page
+        Middleware(SecurityHeaders),
+    ]
+    return Starlette(routes=routes, middleware=middleware)
 
 
 def page(console: Console, name: str, gather: Gather) -> Callable[..., Response]:
@@ -200,20 +200,23 @@ def page(console: Console, name: str, gather: Gather) -> Callable[..., Response]
 
 
 def act(console: Console, step: Step) -> Callable[..., Any]:
-    """An action's endpoint: writes on, the CSRF token, an operator (guard.py), in that order;
-    then `step` in the thread pool, its refusal as one line."""
+    """An action's endpoint: writes on, then the same-origin and CSRF checks (or a Bearer
+    credential), then an operator (guard.py), in that order; then `step` in the thread pool,
+    its refusal as one line."""
     guard = console.guard
 
     async def endpoint(request: Request) -> Response:
         form = await _form(request)
+        headers = dict(request.headers)
+        session_id = _session_id(request)
         try:
             if not guard.writes:
-                guard.actor(headers={}, session=None, client_host="")  # raises read-only
-            guard.check_csrf(request.cookies.get(CSRF_COOKIE), form.get(CSRF_FIELD))
+                guard.actor(headers={}, session_id=None, client_host="")  # raises read-only
+            guard.check_write(headers, session_id, form.get(CSRF_FIELD))
             actor = guard.actor(
-                headers=dict(request.headers),
-                session=request.cookies.get(SESSION_COOKIE),
-                client_host=request.client.host if request.client else "unknown",
+                headers=headers,
+                session_id=session_id,
+                client_host=_client(request),
             )
         except Refused as exc:
             log.warning("console_action_refused", path=request.url.path, reason=str(exc))
@@ -263,43 +266,98 @@ class SecurityHeaders:
 def render(
     console: Console, request: Request, name: str, context: dict[str, Any], status: int = 200
 ) -> HTMLResponse:
-    """A page; a browser without this process's CSRF cookie is given one (the forms carry it)."""
-    cookie = request.cookies.get(CSRF_COOKIE)
-    fresh = None if console.guard.csrf_valid(cookie) else console.guard.new_csrf()
+    """A page; its forms carry a CSRF token bound to this browser's session id, and a browser
+    without one is given one (anonymous until it signs in)."""
     guard = console.guard
+    session_id = _session_id(request)
+    fresh = session_id is None
+    session_id = session_id or session.new_session_id()
     html = console.templates.get_template(name).render(
         **context,
         path=request.url.path,
         here=request.url.path + (f"?{request.url.query}" if request.url.query else ""),
-        csrf=fresh or cookie,
+        csrf=guard.csrf_token(session_id, dict(request.headers)),
         writes=guard.writes,
         token_sign_in=guard.writes and guard.token is not None,
-        signed_in=bool(request.cookies.get(SESSION_COOKIE)),
+        signed_in=guard.sessions.signed_in(session_id),
     )
     response = HTMLResponse(html, status_code=status)
-    if fresh is not None:
-        response.set_cookie(CSRF_COOKIE, fresh, httponly=True, samesite="strict")
+    if fresh:
+        _set_session(response, request, session_id)
     return response
 
 
 def login(console: Console) -> Callable[..., Any]:
-    """Signs in with the console token: a session cookie that holds no token."""
+    """Signs in with the console token, at most SIGN_IN_BURST tries at once per client address
+    (then 429 with Retry-After): a new session id (the one the browser had is not signed in),
+    held by this process until it ends or the operator signs out."""
 
     async def endpoint(request: Request) -> Response:
         form = await _form(request)
         guard = console.guard
         try:
-            guard.check_csrf(request.cookies.get(CSRF_COOKIE), form.get(CSRF_FIELD))
-            guard.check_token(form.get("token", ""))
+            guard.limit_sign_in(_client(request))
+            guard.offers_sign_in()
+            guard.check_write(dict(request.headers), _session_id(request), form.get(CSRF_FIELD))
+            session_id = guard.sign_in(form.get("token", ""))
         except Refused as exc:
-            log.warning("console_sign_in_refused", reason=str(exc))
+            log.warning("console_sign_in_refused", reason=str(exc), client=_client(request))
             done = actions.Done(str(exc), ok=False, status=exc.status)
-            return render(console, request, "done.html", {"done": done}, exc.status)
+            page = render(console, request, "done.html", {"done": done}, exc.status)
+            if exc.retry_after is not None:
+                page.headers["retry-after"] = str(exc.retry_after)
+            return page
         response = RedirectResponse("/", status_code=303)
-        response.set_cookie(SESSION_COOKIE, guard.session_value(), httponly=True, samesite="strict")
+        _set_session(response, request, session_id, max_age=int(guard.session_lifetime))
         return response
 
     return endpoint
+
+
+def logout(console: Console) -> Callable[..., Any]:
+    """Signs out (a same-origin POST with the CSRF token): the session id is signed in no more,
+    whoever holds it, and the browser gets a fresh anonymous one."""
+
+    async def endpoint(request: Request) -> Response:
+        form = await _form(request)
+        guard = console.guard
+        session_id = _session_id(request)
+        try:
+            guard.check_write(dict(request.headers), session_id, form.get(CSRF_FIELD))
+        except Refused as exc:
+            log.warning("console_sign_out_refused", reason=str(exc))
+            done = actions.Done(str(exc), ok=False, status=exc.status)
+            return render(console, request, "done.html", {"done": done}, exc.status)
+        guard.sessions.end(session_id)
+        response = RedirectResponse("/", status_code=303)
+        _set_session(response, request, session.new_session_id())
+        return response
+
+    return endpoint
+
+
+def _session_id(request: Request) -> str | None:
+    """The browser's session id, if it is one this process could have made."""
+    given = request.cookies.get(SESSION_COOKIE)
+    return given if session.well_formed(given) else None
+
+
+def _set_session(
+    response: Response, request: Request, session_id: str, *, max_age: int | None = None
+) -> None:
+    response.set_cookie(
+        SESSION_COOKIE,
+        session_id,
+        max_age=max_age,
+        httponly=True,
+        samesite="strict",
+        secure=request.url.scheme == "https",
+    )
+
+
+def _client(request: Request) -> str:
+    """The client's address: the peer's, or with --forwarded-allow-ips the proxy's word."""
+    return request.client.host if request.client else "unknown"
 
 
 async def _form(request: Request) -> dict[str, str]:

@@ -37,6 +37,8 @@ def browser(tmp_path: Path) -> Iterator[Any]:
         "--disable-extensions",
         "--disable-background-networking",
         "--disable-component-update",
+        # a DNS-rebinding site's name, resolved to the console's address (its Host is refused)
+        "--host-resolver-rules=MAP rebind.test 127.0.0.1",
     ):
         options.add_argument(argument)
     driver = webdriver.Chrome(service=Service(executable_path=str(CHROMEDRIVER)), options=options)

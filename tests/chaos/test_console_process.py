@@ -1,6 +1,8 @@
 """The real `scheduler-daemon console` process: it serves the pages, refuses a POST without the
-CSRF token or the token and changes no row, acts once signed in; it refuses `--writes` with no
-operator (exit 2), a schema without `operator_action` (exit 4) and an address in use (exit 11)."""
+CSRF token or the token and changes no row, acts once signed in; a foreign Host is refused and
+X-Forwarded-For names the client only from a proxy named by --forwarded-allow-ips; it refuses
+`--writes` with no operator (exit 2), a schema without `operator_action` (exit 4) and an address
+in use (exit 11)."""
 
 import os
 import socket
@@ -46,6 +48,31 @@ def test_a_real_console_process_refuses_then_acts_once_signed_in(
     finally:
         console.stop()
     assert '"console_started"' in console.log()
+
+
+def test_x_forwarded_for_names_the_client_only_from_a_named_proxy(
+    database_url, cli, tmp_path: Path
+) -> None:
+    """Fails on the old code: uvicorn's default proxy headers believed any local client, so a
+    local script's X-Forwarded-For set the address recorded in the actor. Also over the real
+    server: a foreign Host is refused (421) before anything is read."""
+    cli("tasks", "add", "job", *EVERY_MINUTE)
+    spoof = {"Authorization": f"Bearer {TOKEN}", "X-Forwarded-For": "203.0.113.9"}
+    for action, args in (("pause", ()), ("resume", ("--forwarded-allow-ips", "127.0.0.1"))):
+        console = ConsoleProcess(database_url, tmp_path, "--writes", *args, token=TOKEN)
+        try:
+            console.wait_ready()
+            rebound = httpx.get(console.base + "/", headers={"Host": "rebind.example"})
+            assert rebound.status_code == 421
+            done = httpx.post(f"{console.base}/tasks/1/{action}", headers=spoof)
+            assert done.status_code == 200, done.text
+        finally:
+            console.stop()
+    rows = query(database_url, "SELECT actor, action FROM operator_action ORDER BY id")
+    assert rows == [
+        {"actor": "console-token@127.0.0.1", "action": "pause"},  # the header ignored
+        {"actor": "console-token@203.0.113.9", "action": "resume"},  # from the named proxy
+    ]
 
 
 def test_writes_without_an_operator_and_a_port_in_use_are_refused(database_url) -> None:

@@ -15,7 +15,7 @@ from starlette.testclient import TestClient
 from scheduler_daemon.client import Client
 from scheduler_daemon.console.app import build_app
 from scheduler_daemon.console.guard import Guard
-from tests.console_process import message
+from tests.console_process import BASE, message
 from tests.support import wait_for
 
 
@@ -23,7 +23,8 @@ from tests.support import wait_for
 def http(database_url: str) -> Iterator[TestClient]:
     """A read-only console over its own Client."""
     client = Client(database_url)
-    with TestClient(build_app(client, Guard(writes=False, token=None, trust_header=None))) as web:
+    guard = Guard(writes=False, token=None, trust_header=None)
+    with TestClient(build_app(client, guard), base_url=BASE) as web:
         yield web
     client.close()
 

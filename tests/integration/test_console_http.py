@@ -16,7 +16,7 @@ from scheduler_daemon.client import Client
 from scheduler_daemon.console.app import HTMX, build_app
 from scheduler_daemon.console.guard import Guard
 from scheduler_daemon.domain.task import TaskSpec
-from tests.console_process import Browser, message, script_sources
+from tests.console_process import BASE, Browser, message, script_sources
 from tests.support import shell_task
 
 TOKEN = "console-test-token-5c1e"
@@ -32,7 +32,7 @@ def open_console(database_url: str) -> Iterator[Any]:
     def make(*, writes: bool = True, token: str | None = TOKEN, trust_header: str | None = None):
         client = Client(_with_password(database_url))
         guard = Guard(writes=writes, token=token, trust_header=trust_header)
-        http = TestClient(build_app(client, guard), follow_redirects=False)
+        http = TestClient(build_app(client, guard), base_url=BASE, follow_redirects=False)
         made.append((client, http))
         return Browser(http)
 
@@ -140,14 +140,13 @@ def test_a_post_without_the_csrf_token_is_refused_and_changes_nothing(
     missing = browser.post(f"/tasks/{task.id}/trigger", csrf=False)
     assert missing.status_code == 403
     assert "CSRF token is missing or wrong" in message(missing.text)
-    # a token of the right shape that this process did not sign (a planted cookie) fails too
-    browser.http.cookies.set("sd_csrf", "forged.0000")
-    forged = browser.http.post(f"/tasks/{task.id}/pause", data={"csrf": "forged.0000"})
+    # a token of the right shape that this process did not sign fails too
+    forged = browser.post(f"/tasks/{task.id}/pause", {"csrf": "forged.0000"}, csrf=False)
     assert forged.status_code == 403
-    # and a form whose token is not the browser's cookie (a cross-site form) fails
+    assert "CSRF token is missing or wrong" in message(forged.text)
+    # and a token another console minted (another process's key) fails
     other = open_console().csrf()
-    browser.http.cookies.delete("sd_csrf")
-    cross = browser.http.post(f"/tasks/{task.id}/pause", data={"csrf": other})
+    cross = browser.post(f"/tasks/{task.id}/pause", {"csrf": other}, csrf=False)
     assert cross.status_code == 403
     assert _state(db) == before
 
@@ -162,19 +161,11 @@ def test_a_post_without_the_token_is_refused_and_changes_nothing(open_console, c
     wrong = browser.sign_in("not-the-token")
     assert wrong.status_code == 401
     assert browser.post(f"/tasks/{task.id}/pause").status_code == 401
-    bearer = browser.http.post(
-        f"/tasks/{task.id}/pause",
-        data={"csrf": browser.csrf()},
-        headers={"Authorization": "Bearer not-the-token"},
-    )
+    bearer = browser.post(f"/tasks/{task.id}/pause", Authorization="Bearer not-the-token")
     assert bearer.status_code == 401
     assert _state(db) == before
     # the right bearer token is an operator
-    ok = browser.http.post(
-        f"/tasks/{task.id}/pause",
-        data={"csrf": browser.csrf()},
-        headers={"Authorization": f"Bearer {TOKEN}"},
-    )
+    ok = browser.post(f"/tasks/{task.id}/pause", Authorization=f"Bearer {TOKEN}")
     assert ok.status_code == 200, ok.text
     assert db.execute("SELECT paused FROM task").fetchone()["paused"] is True
 
@@ -187,11 +178,8 @@ def test_behind_a_proxy_the_trusted_header_names_the_operator(open_console, clie
     assert refused.status_code == 401
     assert message(refused.text) == "refused: no X-Forwarded-User header from the proxy"
     assert _state(db) == before
-    page = browser.http.post(
-        f"/tasks/{task.id}/trigger",
-        data={"csrf": browser.csrf()},
-        headers={"X-Forwarded-User": "alice"},
-    )
+    browser.http.headers["X-Forwarded-User"] = "alice"  # the proxy sets it on every request
+    page = browser.post(f"/tasks/{task.id}/trigger")
     assert page.status_code == 200, page.text
     row = db.execute("SELECT actor, action, source FROM operator_action").fetchone()
     assert row == {"actor": "alice", "action": "trigger", "source": "console"}
@@ -295,7 +283,7 @@ def test_the_console_acts_with_its_roles_grants_and_shows_the_databases_refusal(
         ]:
             with Client(url) as console_client:
                 guard = Guard(writes=True, token=TOKEN, trust_header=None)
-                with TestClient(build_app(console_client, guard)) as http:
+                with TestClient(build_app(console_client, guard), base_url=BASE) as http:
                     browser = Browser(http)
                     assert browser.get(f"/tasks/{task.id}").status_code == 200  # reads: both
                     browser.sign_in(TOKEN)

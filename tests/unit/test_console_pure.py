@@ -1,12 +1,11 @@
 """The console's pure parts: a schedule in words, the DST notes among next firings, the run
-chart's geometry, and the guard's CSRF and operator rules (no server, no database)."""
+chart's geometry (no server, no database; the guard's rules: test_console_guard.py)."""
 
 from datetime import UTC, datetime, timedelta
 
 import pytest
 
 from scheduler_daemon.console.chart import HEIGHT, PAD, Point, chart
-from scheduler_daemon.console.guard import Guard, Refused
 from scheduler_daemon.domain.schedule.cron import CronSchedule
 from scheduler_daemon.domain.schedule.words import cron_words, dst_notes
 
@@ -58,30 +57,3 @@ def test_the_chart_draws_durations_as_bars_and_lag_as_a_line_oldest_first() -> N
     assert (drawn.max_duration, drawn.max_lag) == (10.0, 4.0)
     assert len(drawn.lag_points.split()) == 2
     assert chart([]) is None
-
-
-def test_the_guard_refuses_a_forged_csrf_cookie_and_a_mismatched_form() -> None:
-    guard = Guard(writes=True, token="t", trust_header=None)
-    cookie = guard.new_csrf()
-    guard.check_csrf(cookie, cookie)
-    other = Guard(writes=True, token="t", trust_header=None).new_csrf()  # another process's
-    for cookie_given, form in [(cookie, None), (cookie, other), (other, other), (None, cookie)]:
-        with pytest.raises(Refused) as refused:
-            guard.check_csrf(cookie_given, form)
-        assert refused.value.status == 403
-
-
-def test_the_guard_names_the_operator_only_with_writes_and_a_credential() -> None:
-    guard = Guard(writes=True, token="t", trust_header="X-User")
-    assert guard.actor(headers={"x-user": "bob"}, session=None, client_host="h") == "bob"
-    assert guard.actor(headers={}, session=guard.session_value(), client_host="h") == (
-        "console-token@h"
-    )
-    assert guard.actor(headers={"authorization": "Bearer t"}, session=None, client_host="h")
-    with pytest.raises(Refused):
-        guard.actor(headers={"x-user": " "}, session="nope", client_host="h")
-    read_only = Guard(writes=False, token="t", trust_header=None)
-    with pytest.raises(Refused) as refused:
-        read_only.actor(headers={}, session=read_only.session_value(), client_host="h")
-    assert "read-only" in str(refused.value)
-    assert "secret-token" not in repr(Guard(writes=True, token="secret-token", trust_header=None))
