@@ -286,6 +286,22 @@ class Replica:
         return runs
 
 
+def make_reconciler(
+    pool: Any,
+    name: str = "rec",
+    *,
+    quiet: timedelta = timedelta(0),
+    max_interruptions: int = 3,
+    page: int = 100,
+) -> Any:
+    """A Reconciler as the service tests build it: no quiet period after a server start, three
+    interruptions, dead after ten minutes; tests call its `run_once`."""
+    from scheduler_daemon.services.reconciler import Reconciler
+
+    kept = {"max_interruptions": max_interruptions, "dead_after": timedelta(minutes=10)}
+    return Reconciler(pool, instance_id=name, restart_quiet=quiet, page=page, **kept)
+
+
 def shell_task(client: Any, name: str = "job", command: str = "true", **kw: Any) -> Any:
     """An hourly shell task (tests trigger it by hand), added through the real Client."""
     from scheduler_daemon.domain.task import TaskSpec

@@ -8,19 +8,8 @@ import psycopg
 import pytest
 
 from scheduler_daemon.domain.status import RunStatus
-from scheduler_daemon.services.reconciler import Reconciler
 from scheduler_daemon.storage import query as queries
-from tests.support import Replica, query, shell_task
-
-
-def _reconciler(pool: Any) -> Reconciler:
-    return Reconciler(
-        pool,
-        instance_id="rec",
-        restart_quiet=timedelta(0),
-        max_interruptions=3,
-        dead_after=timedelta(minutes=10),
-    )
+from tests.support import Replica, make_reconciler, query, shell_task
 
 
 def test_an_occurrence_requeued_after_a_failed_run_is_listed_as_queued(
@@ -55,7 +44,7 @@ def test_an_occurrence_requeued_by_a_takeover_is_listed_as_queued(
         "UPDATE run SET lease_expires_at = now() - interval '10 seconds', "
         "takeover_at = now() - interval '5 seconds' WHERE status = 'running' RETURNING id",
     )
-    assert _reconciler(pool).run_once().ids["taken_over"] == [held.run_id]
+    assert make_reconciler(pool).run_once().ids["taken_over"] == [held.run_id]
     held.job.stop("test")
     queued = client.list_runs(status="queued")
     assert [(r.occurrence_id, r.id) for r in queued] == [(occurrence.id, None)]

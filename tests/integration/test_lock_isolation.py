@@ -3,13 +3,10 @@ stalls only its own unit of work: the completer and the reconciler go on with th
 retry that one later (KNOWN-FAILURES 28), and a CLI command waits for it no longer than the
 lock timeout (KNOWN-FAILURES 15). The lock is held by a second connection."""
 
-from datetime import timedelta
-
 import psycopg
 import structlog
 
-from scheduler_daemon.services.reconciler import Reconciler
-from tests.support import Replica, query, shell_task
+from tests.support import Replica, make_reconciler, query, shell_task
 
 WRITE_EVENTS = ("run_finished", "outcome_deferred")
 TAKEOVER_EVENTS = ("run_taken_over", "reconcile_unit_failed")
@@ -81,13 +78,7 @@ def test_a_locked_task_row_stops_only_its_own_takeover(
         "UPDATE run SET lease_expires_at = now() - interval '2 s', "
         "takeover_at = now() - interval '1 s' RETURNING id",
     )
-    reconciler = Reconciler(
-        pool,
-        instance_id="r",
-        restart_quiet=timedelta(0),
-        max_interruptions=3,
-        dead_after=timedelta(minutes=10),
-    )
+    reconciler = make_reconciler(pool, "r")
     holder = _hold_task_row(database_url, locked.id)
     try:
         with structlog.testing.capture_logs() as logs:

@@ -12,9 +12,8 @@ import psycopg
 
 from scheduler_daemon.domain.task import TaskSpec
 from scheduler_daemon.services import reconciler as reconciler_module
-from scheduler_daemon.services.reconciler import Reconciler
 from scheduler_daemon.storage import outbox_store
-from tests.support import Replica, query, wait_for
+from tests.support import Replica, make_reconciler, query, wait_for
 
 URL = "http://127.0.0.1:9/hook"
 HOUR = timedelta(hours=1)
@@ -39,13 +38,7 @@ def _task(client: Any, created: datetime | None = None, **kw: Any) -> Any:
 
 
 def _reconcile(pool: Any) -> None:
-    Reconciler(
-        pool,
-        instance_id="rec",
-        restart_quiet=timedelta(0),
-        max_interruptions=3,
-        dead_after=timedelta(minutes=10),
-    ).run_once()
+    make_reconciler(pool).run_once()
 
 
 def _deadlines(url: str) -> list[dict[str, Any]]:
