@@ -303,12 +303,12 @@ def make_reconciler(
 
 
 def shell_task(client: Any, name: str = "job", command: str = "true", **kw: Any) -> Any:
-    """An hourly shell task (tests trigger it by hand), added through the real Client."""
+    """An hourly shell task (tests trigger it by hand), added through the real Client; `kw`
+    sets any other field of its TaskSpec, `every` included."""
     from scheduler_daemon.domain.task import TaskSpec
 
-    return client.add_task(
-        TaskSpec(name=name, executor="shell", target=command, every=timedelta(hours=1), **kw)
-    )
+    spec = {"every": timedelta(hours=1), **kw}
+    return client.add_task(TaskSpec(name=name, executor="shell", target=command, **spec))
 
 
 class LaunchedRun(NamedTuple):
