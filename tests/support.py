@@ -343,6 +343,28 @@ def launched_shell_run(
     return LaunchedRun(task, occurrence, replica, run)
 
 
+def launched_shell_runs(
+    client: Any, pool: Any, executors: dict[str, Any], url: str, count: int, **kw: Any
+) -> tuple[Any, Replica]:
+    """`count` firings of one hourly shell task that allows overlap (`shell_task`, `kw` passed
+    on), triggered by hand, claimed and launched by one in-process replica "a": (the task, the
+    replica). Fails the test unless all `count` were launched."""
+    task = shell_task(client, overlap="allow", **kw)
+    for _ in range(count):
+        client.trigger(task.id, requested_by="test")
+    replica = Replica(url, pool, executors, "a")
+    assert replica.launcher.run_once().launched == count
+    return task, replica
+
+
+def finished_in_sequence(replica: Replica, url: str) -> list[Any]:
+    """`replica.finished()`, ordered by their occurrences' sequence (a held run knows only its
+    occurrence id)."""
+    rows = query(url, "SELECT id, occurrence_seq FROM occurrence")
+    seq = {row["id"]: row["occurrence_seq"] for row in rows}
+    return sorted(replica.finished(), key=lambda r: seq[r.occurrence_id])
+
+
 @contextlib.contextmanager
 def answering(body: bytes) -> Iterator[str]:
     """A local HTTP receiver answering every POST with 200 and `body`; yields its URL."""
