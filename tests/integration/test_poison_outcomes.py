@@ -106,14 +106,8 @@ def test_a_refused_outcome_in_a_batch_is_written_without_its_output_and_the_othe
     # fails as a whole. Without the unit-by-unit fallback and the output-dropping retry, the
     # pass fails and neither outcome is written.
     db.execute(REFUSE)
-    replica = _launch(
-        client,
-        pool,
-        executors,
-        database_url,
-        _shell("poison", "echo poison"),
-        _shell("clean", "echo clean"),
-    )
+    tasks = (_shell("poison", "echo poison"), _shell("clean", "echo clean"))
+    replica = _launch(client, pool, executors, database_url, *tasks)
     result = replica.completer.run_once()
     assert (result.done, result.unstorable, len(replica.held)) == (2, 1, 0)
     rows = _runs_by_task(database_url)
@@ -139,14 +133,8 @@ def test_an_outcome_refused_even_without_its_output_parks_its_task_and_the_pass_
     # the other task's outcome, park `refused` with the error (shown by `status`), and drop the
     # run from the held set, leaving it to the takeover.
     db.execute(REFUSE)
-    replica = _launch(
-        client,
-        pool,
-        executors,
-        database_url,
-        _shell("refused", "exit 3"),
-        _shell("fine", "exit 4"),
-    )
+    tasks = (_shell("refused", "exit 3"), _shell("fine", "exit 4"))
+    replica = _launch(client, pool, executors, database_url, *tasks)
     result = replica.completer.run_once()
     assert result.unstorable == 1
     assert len(replica.held) == 0

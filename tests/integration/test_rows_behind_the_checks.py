@@ -55,6 +55,17 @@ def test_a_run_whose_task_payload_became_unreadable_still_has_its_outcome_writte
     assert row == {"status": "failed", "error": "exit code 3", "occ": "failed"}
 
 
+def _launched(client: Any, pool: Any, executors: Any, url: str, **commands: str) -> Any:
+    """One hourly shell task per name in `commands` (running its command), each triggered
+    once, all launched by one replica "a": (the tasks in that order, the replica)."""
+    tasks = [shell_task(client, name, command=command) for name, command in commands.items()]
+    for task in tasks:
+        client.trigger(task.id, requested_by="test")
+    replica = Replica(url, pool, executors, "a")
+    assert replica.launcher.run_once().launched == len(tasks)
+    return tasks, replica
+
+
 def test_a_takeover_of_a_run_whose_task_payload_became_unreadable_ends_it(
     client, pool, executors, database_url
 ) -> None:
@@ -128,12 +139,8 @@ def test_a_completion_that_raises_about_its_row_parks_its_task_and_the_others_ar
     # any value this build's code cannot take). On 61278d7 the error left the batch and the
     # pass: neither outcome was written, every pass. Now the batch goes unit by unit, the
     # poison's task is parked with the error and its run left to the takeover; `fine` is written.
-    poison = shell_task(client, "poison", command="exit 3")
-    fine = shell_task(client, "fine", command="exit 4")
-    for task in (poison, fine):
-        client.trigger(task.id, requested_by="test")
-    replica = Replica(database_url, pool, executors, "a")
-    assert replica.launcher.run_once().launched == 2
+    commands = {"poison": "exit 3", "fine": "exit 4"}
+    (poison, _), replica = _launched(client, pool, executors, database_url, **commands)
     for run in list(replica.held):
         wait_for(run.job.poll, message="the jobs to end")
     decide = Completer._decide
@@ -161,12 +168,8 @@ def test_a_takeover_that_raises_about_its_row_parks_its_task_and_the_others_are_
 ) -> None:
     # Forced: the takeover's decision raises for the `poison` task's run. On 61278d7 the error
     # left the reconcile pass (every pass), and no other orphan was taken over.
-    poison = shell_task(client, "poison", command="sleep 30")
-    other = shell_task(client, "other", command="sleep 30")
-    for task in (poison, other):
-        client.trigger(task.id, requested_by="test")
-    replica = Replica(database_url, pool, executors, "a")
-    assert replica.launcher.run_once().launched == 2
+    commands = {"poison": "sleep 30", "other": "sleep 30"}
+    (poison, other), replica = _launched(client, pool, executors, database_url, **commands)
     query(
         database_url,
         "UPDATE run SET lease_expires_at = now() - interval '2 s',"
