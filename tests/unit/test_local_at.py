@@ -21,6 +21,7 @@ from scheduler_daemon.domain.schedule.zone import gap_start, read_wall
 from scheduler_daemon.domain.status import LostReason, OccurrenceStatus, TaskStatus
 from scheduler_daemon.domain.task import InvalidTask, TaskRecord, TaskSpec
 from scheduler_daemon.domain.task_file import exported, parse, render
+from tests.support import task_record
 from tests.unit.schedule_support import utc
 
 NY, BERLIN = "America/New_York", "Europe/Berlin"
@@ -111,21 +112,9 @@ def test_a_local_at_is_held_to_the_clock_and_the_range_once_read() -> None:
 
 
 def _once(status: str, at: datetime, **spec: object) -> TaskRecord:
-    return TaskRecord(
-        id=1,
-        spec=TaskSpec(name="a", executor="shell", target="true", at=at, **spec),  # type: ignore[arg-type]
-        status=status,
-        next_run_at=at if status == TaskStatus.ENABLED else None,
-        occurrence_seq=0,
-        last_outcome_seq=0,
-        last_status=None,
-        last_scheduled_for=None,
-        last_finished_at=None,
-        last_error=None,
-        created_at=NOW,
-        updated_at=NOW,
-        deleted_at=None,
-    )
+    definition = TaskSpec(name="a", executor="shell", target="true", at=at, **spec)  # type: ignore[arg-type]
+    due = at if status == TaskStatus.ENABLED else None
+    return task_record(definition, status=status, next_run_at=due, created_at=NOW)
 
 
 def test_an_update_reads_a_local_at_by_the_policies_after_it_and_plans_a_skipped_firing() -> None:
