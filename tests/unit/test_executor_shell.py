@@ -21,6 +21,14 @@ from scheduler_daemon.executors.wire import NOT_STARTED_ERROR, OUTPUT_TAIL_BYTES
 from tests.unit.executor_support import KILL_MARGIN, context, wait_outcome
 
 
+def _in_two_processes(shell: ShellExecutor, command: str) -> tuple[Any, int]:
+    """A job of `command` once its process group holds two processes: (the job, its pgid)."""
+    job = shell.start(context(), {"command": command})
+    pgid = wait_pgid(job)
+    wait_group_has(pgid, 2)
+    return job, pgid
+
+
 def _ended(job: Any, wake: threading.Event) -> tuple[str, int | None, str | None]:
     """(status, exit_code, error) of `job`'s outcome, once it has one."""
     outcome = wait_outcome(job, wake)
@@ -120,9 +128,7 @@ def test_the_timeout_kills_the_job_and_reports_timeout(
 def test_stop_terminates_the_whole_process_group_with_the_given_reason(
     shell: ShellExecutor, wake: threading.Event
 ) -> None:
-    job = shell.start(context(), {"command": "sleep 100 & wait"})
-    pgid = wait_pgid(job)
-    wait_group_has(pgid, 2)
+    job, pgid = _in_two_processes(shell, "sleep 100 & wait")
 
     job.stop("lease lost")
 
@@ -133,9 +139,7 @@ def test_stop_terminates_the_whole_process_group_with_the_given_reason(
 def test_stop_escalates_to_sigkill_when_the_job_ignores_sigterm(
     shell: ShellExecutor, wake: threading.Event
 ) -> None:
-    job = shell.start(context(), {"command": "trap '' TERM; echo ready; sleep 100 & wait"})
-    pgid = wait_pgid(job)
-    wait_group_has(pgid, 2)
+    job, pgid = _in_two_processes(shell, "trap '' TERM; echo ready; sleep 100 & wait")
     stopped_at = time.monotonic()
 
     job.stop("shutting down")
