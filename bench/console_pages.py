@@ -11,10 +11,8 @@ not the socket): the median of five per page.
     (SCHEDULER_BENCH_DATABASE_URL: a server it may create databases on; default local 5432)
 """
 
-import argparse
 import statistics
 import sys
-import time
 from pathlib import Path
 
 import psycopg
@@ -22,7 +20,7 @@ from starlette.testclient import TestClient
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # `python bench/<this>.py`
 
-from bench.harness import scratch_database
+from bench.harness import plant_then_time
 from bench.health import _plant
 from scheduler_daemon.client import Client
 from scheduler_daemon.console.app import build_app
@@ -56,21 +54,12 @@ def _plant_running(url: str) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--tasks", type=int, default=100_000)
-    parser.add_argument("--occurrences", type=int, default=1_000_000)
-    parser.add_argument("--keep", action="store_true", help="Keep the database; print its URL.")
-    parser.add_argument("--reuse", metavar="URL", help="Time a database --keep left; no plant.")
-    args = parser.parse_args()
-    if args.reuse:
-        _time(args.reuse)
-        return
-    with scratch_database(keep=args.keep) as url:
-        started = time.perf_counter()
-        _plant(url, args.tasks, args.occurrences)
-        _plant_running(url)
-        print(f"planted in {time.perf_counter() - started:.0f} s")
-        _time(url)
+    plant_then_time(__doc__, _plant_with_running, _time, tasks=100_000)
+
+
+def _plant_with_running(url: str, tasks: int, occurrences: int) -> None:
+    _plant(url, tasks, occurrences)
+    _plant_running(url)
 
 
 def _time(url: str) -> None:

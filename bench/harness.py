@@ -1,6 +1,7 @@
 """What bench/run.py's sections share: databases of their own, daemon and worker processes, the
 no-op task, the server's transaction counters, the counted round trips, percentiles."""
 
+import argparse
 import json
 import os
 import shutil
@@ -60,6 +61,32 @@ def scratch_database(*, keep: bool = False) -> Iterator[str]:
             print(f"kept: {url}")
         else:
             drop_database(server, name)
+
+
+def plant_then_time(
+    doc: str | None,
+    plant: Callable[[str, int, int], None],
+    timed: Callable[[str], None],
+    *,
+    tasks: int,
+) -> None:
+    """The command line of a script that plants a fleet in a scratch database, then times
+    reads of it: --tasks (default `tasks`), --occurrences, --keep, and --reuse (time a
+    database --keep left, no plant). `plant(url, tasks, occurrences)`; `timed(url)`."""
+    parser = argparse.ArgumentParser(description=(doc or "").splitlines()[0])
+    parser.add_argument("--tasks", type=int, default=tasks)
+    parser.add_argument("--occurrences", type=int, default=1_000_000)
+    parser.add_argument("--keep", action="store_true", help="Keep the database; print its URL.")
+    parser.add_argument("--reuse", metavar="URL", help="Time a database --keep left; no plant.")
+    args = parser.parse_args()
+    if args.reuse:
+        timed(args.reuse)
+        return
+    with scratch_database(keep=args.keep) as url:
+        started = time.perf_counter()
+        plant(url, args.tasks, args.occurrences)
+        print(f"planted in {time.perf_counter() - started:.0f} s")
+        timed(url)
 
 
 def median_ms(fn: Callable[[], Any], times: int = 5) -> float:

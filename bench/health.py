@@ -13,9 +13,7 @@ per-second task's window. docs/performance.md records the figures; the targets a
     (SCHEDULER_BENCH_DATABASE_URL: a server it may create databases on; default local 5432)
 """
 
-import argparse
 import sys
-import time
 from datetime import timedelta
 from pathlib import Path
 
@@ -27,7 +25,7 @@ from scheduler_daemon.storage import query
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # `python bench/<this>.py`
 
-from bench.harness import median_ms, scratch_database
+from bench.harness import median_ms, plant_then_time
 
 DAY = timedelta(hours=24)
 
@@ -82,20 +80,7 @@ def _plant(url: str, tasks: int, occurrences: int) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--tasks", type=int, default=10_000)
-    parser.add_argument("--occurrences", type=int, default=1_000_000)
-    parser.add_argument("--keep", action="store_true", help="Keep the database; print its URL.")
-    parser.add_argument("--reuse", metavar="URL", help="Time a database --keep left; no plant.")
-    args = parser.parse_args()
-    if args.reuse:
-        _time(args.reuse)
-        return
-    with scratch_database(keep=args.keep) as url:
-        started = time.perf_counter()
-        _plant(url, args.tasks, args.occurrences)
-        print(f"planted in {time.perf_counter() - started:.0f} s")
-        _time(url)
+    plant_then_time(__doc__, _plant, _time, tasks=10_000)
 
 
 def _time(url: str) -> None:

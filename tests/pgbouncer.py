@@ -12,10 +12,12 @@ import socket
 import subprocess
 import tempfile
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import quote, urlsplit, urlunsplit
 
 import psycopg
+import pytest
 from psycopg.conninfo import conninfo_to_dict
 
 from tests.support import wait_for
@@ -27,6 +29,17 @@ def find_pgbouncer() -> str | None:
     return shutil.which("pgbouncer") or (
         "/usr/sbin/pgbouncer" if Path("/usr/sbin/pgbouncer").exists() else None
     )
+
+
+def running_bouncer(server_url: str) -> Iterator["PgBouncer"]:
+    """The body of a `bouncer` fixture: a PgBouncer in front of `server_url`, stopped at the
+    end; skipped where no pgbouncer is installed."""
+    binary = find_pgbouncer()
+    if binary is None:
+        pytest.skip("no pgbouncer here (Debian package pgbouncer, which .ci/run installs)")
+    bouncer = PgBouncer(binary, server_url).start()
+    yield bouncer
+    bouncer.stop()
 
 
 def _free_port() -> int:

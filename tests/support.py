@@ -13,7 +13,7 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator
-from datetime import timedelta
+from datetime import datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, NamedTuple, NoReturn, TypeVar
@@ -286,13 +286,42 @@ class Replica:
         return runs
 
 
+def make_reconciler(
+    pool: Any,
+    name: str = "rec",
+    *,
+    quiet: timedelta = timedelta(0),
+    max_interruptions: int = 3,
+    page: int = 100,
+) -> Any:
+    """A Reconciler as the service tests build it: no quiet period after a server start, three
+    interruptions, dead after ten minutes; tests call its `run_once`."""
+    from scheduler_daemon.services.reconciler import Reconciler
+
+    kept = {"max_interruptions": max_interruptions, "dead_after": timedelta(minutes=10)}
+    return Reconciler(pool, instance_id=name, restart_quiet=quiet, page=page, **kept)
+
+
+def task_record(
+    spec: Any, *, status: str, next_run_at: datetime | None, created_at: datetime
+) -> Any:
+    """Task 1's row as the store returns it, for the unit tests: `spec` (a TaskSpec) at
+    `status`, due at `next_run_at`, created and last updated at `created_at`, never fired."""
+    from scheduler_daemon.domain.task import TaskRecord
+
+    never = dict.fromkeys(("last_status", "last_scheduled_for", "last_finished_at", "last_error"))
+    fresh = {"occurrence_seq": 0, "last_outcome_seq": 0, "deleted_at": None, **never}
+    times = {"next_run_at": next_run_at, "created_at": created_at, "updated_at": created_at}
+    return TaskRecord(id=1, spec=spec, status=status, **times, **fresh)
+
+
 def shell_task(client: Any, name: str = "job", command: str = "true", **kw: Any) -> Any:
-    """An hourly shell task (tests trigger it by hand), added through the real Client."""
+    """An hourly shell task (tests trigger it by hand), added through the real Client; `kw`
+    sets any other field of its TaskSpec, `every` included."""
     from scheduler_daemon.domain.task import TaskSpec
 
-    return client.add_task(
-        TaskSpec(name=name, executor="shell", target=command, every=timedelta(hours=1), **kw)
-    )
+    spec = {"every": timedelta(hours=1), **kw}
+    return client.add_task(TaskSpec(name=name, executor="shell", target=command, **spec))
 
 
 class LaunchedRun(NamedTuple):
@@ -327,6 +356,28 @@ def launched_shell_run(
     return LaunchedRun(task, occurrence, replica, run)
 
 
+def launched_shell_runs(
+    client: Any, pool: Any, executors: dict[str, Any], url: str, count: int, **kw: Any
+) -> tuple[Any, Replica]:
+    """`count` firings of one hourly shell task that allows overlap (`shell_task`, `kw` passed
+    on), triggered by hand, claimed and launched by one in-process replica "a": (the task, the
+    replica). Fails the test unless all `count` were launched."""
+    task = shell_task(client, overlap="allow", **kw)
+    for _ in range(count):
+        client.trigger(task.id, requested_by="test")
+    replica = Replica(url, pool, executors, "a")
+    assert replica.launcher.run_once().launched == count
+    return task, replica
+
+
+def finished_in_sequence(replica: Replica, url: str) -> list[Any]:
+    """`replica.finished()`, ordered by their occurrences' sequence (a held run knows only its
+    occurrence id)."""
+    rows = query(url, "SELECT id, occurrence_seq FROM occurrence")
+    seq = {row["id"]: row["occurrence_seq"] for row in rows}
+    return sorted(replica.finished(), key=lambda r: seq[r.occurrence_id])
+
+
 @contextlib.contextmanager
 def answering(body: bytes) -> Iterator[str]:
     """A local HTTP receiver answering every POST with 200 and `body`; yields its URL."""
@@ -351,29 +402,15 @@ def answering(body: bytes) -> Iterator[str]:
         server.server_close()
 
 
-class NotificationReceiver(ThreadingHTTPServer):
-    """A local notify URL: records every POST (its JSON body, headers and the status it was
-    answered); answers 500 to the first `fail` POSTs of each delivery_id, and to the first POST
-    of a share `flaky` of the ids (decided per id from `seed`), 200 otherwise."""
+class PostServer(ThreadingHTTPServer):
+    """A local HTTP server on 127.0.0.1: each POST's body and headers go to `answer`, whose
+    return is the status it is answered with (an empty body)."""
 
-    def __init__(self, fail: int = 0, *, flaky: float = 0.0, seed: int = 0) -> None:
-        self.fail, self.flaky, self.seed = fail, flaky, seed
-        self.received: list[dict[str, Any]] = []
-        self.lock = threading.Lock()
-        receiver = self
-
+    def __init__(self, answer: Callable[[bytes, dict[str, str]], int]) -> None:
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self) -> None:
-                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                with receiver.lock:
-                    seen = sum(
-                        r["body"]["delivery_id"] == body["delivery_id"] for r in receiver.received
-                    )
-                    status = 500 if receiver.refuses(body["delivery_id"], seen) else 200
-                    receiver.received.append(
-                        {"body": body, "headers": dict(self.headers), "status": status}
-                    )
-                self.send_response(status)
+                body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                self.send_response(answer(body, dict(self.headers)))
                 self.send_header("Content-Length", "0")
                 self.end_headers()
 
@@ -382,6 +419,26 @@ class NotificationReceiver(ThreadingHTTPServer):
 
         super().__init__(("127.0.0.1", 0), Handler)
         threading.Thread(target=self.serve_forever, daemon=True).start()
+
+
+class NotificationReceiver(PostServer):
+    """A local notify URL: records every POST (its JSON body, headers and the status it was
+    answered); answers 500 to the first `fail` POSTs of each delivery_id, and to the first POST
+    of a share `flaky` of the ids (decided per id from `seed`), 200 otherwise."""
+
+    def __init__(self, fail: int = 0, *, flaky: float = 0.0, seed: int = 0) -> None:
+        self.fail, self.flaky, self.seed = fail, flaky, seed
+        self.received: list[dict[str, Any]] = []
+        self.lock = threading.Lock()
+        super().__init__(self._answer)
+
+    def _answer(self, raw: bytes, headers: dict[str, str]) -> int:
+        body = json.loads(raw)
+        with self.lock:
+            seen = sum(r["body"]["delivery_id"] == body["delivery_id"] for r in self.received)
+            status = 500 if self.refuses(body["delivery_id"], seen) else 200
+            self.received.append({"body": body, "headers": headers, "status": status})
+        return status
 
     def refuses(self, delivery_id: str, seen: int) -> bool:
         """Whether the POST of `delivery_id` after `seen` earlier ones is answered 500."""

@@ -17,6 +17,7 @@ before the job was gone)."""
 import time
 from itertools import pairwise
 from pathlib import Path
+from typing import Any
 
 import psycopg
 import pytest
@@ -39,6 +40,24 @@ SECONDS = 16
 
 def _starts(log: Path) -> list[list[str]]:
     return [line.split() for line in log.read_text().splitlines()] if log.exists() else []
+
+
+def _stopped_once_idle(url: str, daemons: list[Any], waiting: str) -> dict[str, Any]:
+    """Waits until no firing is queued, launching or running (`waiting` says for what), takes
+    the database's now() as {"t": …}, then stops each daemon, asserting a clean exit."""
+    wait_for(
+        lambda: (
+            not query(
+                url, "SELECT 1 FROM occurrence WHERE status IN ('queued', 'launching', 'running')"
+            )
+        ),
+        timeout=30,
+        message=waiting,
+    )
+    (stopped,) = query(url, "SELECT now() AS t")
+    for daemon in daemons:
+        assert daemon.stop() == 0, daemon.log()[-3000:]
+    return stopped
 
 
 def test_replace_jobs_holding_flock_never_overlap_and_newer_firings_start(
@@ -66,19 +85,7 @@ def test_replace_jobs_holding_flock_never_overlap_and_newer_firings_start(
     time.sleep(max(0.0, SECONDS - (time.monotonic() - began)))
     cli("tasks", "pause", "sh")
     cli("tasks", "pause", "py")
-    wait_for(
-        lambda: (
-            not query(
-                database_url,
-                "SELECT 1 FROM occurrence WHERE status IN ('queued', 'launching', 'running')",
-            )
-        ),
-        timeout=30,
-        message="the last jobs to end",
-    )
-    (stopped,) = query(database_url, "SELECT now() AS t")
-    for daemon in daemons:
-        assert daemon.stop() == 0, daemon.log()[-3000:]
+    stopped = _stopped_once_idle(database_url, daemons, "the last jobs to end")
 
     starts = _starts(log)
     taken = [s for s in starts if s[4] != "0"]
@@ -187,19 +194,8 @@ def test_the_replacement_waits_while_the_owner_cannot_confirm_its_predecessor_is
     cli("tasks", "pause", "sh")
     for r in query(database_url, "SELECT id FROM occurrence WHERE status = 'running'"):
         assert cli("runs", "cancel", str(r["id"]), "--occurrence").code == 0
-    wait_for(
-        lambda: (
-            not query(
-                database_url,
-                "SELECT 1 FROM occurrence WHERE status IN ('queued', 'launching', 'running')",
-            )
-        ),
-        timeout=30,
-        message="the last job to be stopped",
-    )
-    (stopped,) = query(database_url, "SELECT now() AS t")
+    stopped = _stopped_once_idle(database_url, daemons, "the last job to be stopped")
     for daemon in daemons:
-        assert daemon.stop() == 0, daemon.log()[-3000:]
         assert "occurrence_replace_executing_key" not in daemon.log()
     assert [s for s in _starts(log) if s[4] != "0"] == []
     audit = cli("audit", "--until", stopped["t"].isoformat(), "--settle", "2s")

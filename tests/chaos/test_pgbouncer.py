@@ -18,7 +18,7 @@ import psycopg
 import pytest
 
 from scheduler_daemon.cli import cli as root_command
-from tests.pgbouncer import POOL_SIZE, PgBouncer, find_pgbouncer
+from tests.pgbouncer import POOL_SIZE, PgBouncer, running_bouncer
 from tests.support import query, wait_for
 
 pytestmark = pytest.mark.slow
@@ -29,12 +29,7 @@ POLL = 1.0  # the default --poll-interval, in seconds
 
 @pytest.fixture
 def bouncer(server_url: str) -> Iterator[PgBouncer]:
-    binary = find_pgbouncer()
-    if binary is None:
-        pytest.skip("no pgbouncer here (Debian package pgbouncer, which .ci/run installs)")
-    bouncer = PgBouncer(binary, server_url).start()
-    yield bouncer
-    bouncer.stop()
+    yield from running_bouncer(server_url)
 
 
 def _occurrences(url: str, task: str) -> list[dict[str, Any]]:

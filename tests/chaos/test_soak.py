@@ -79,7 +79,7 @@ from tests.chaos.soak_fleet import DAEMONS, SUPERVISED, Fleet
 from tests.chaos.soak_inprocess import Verdict
 from tests.chaos.soak_switchover import Switchover
 from tests.chaos.soak_workload import Workload
-from tests.ha.pair import ReplicationPair
+from tests.ha.pair import ReplicationPair, running_pair
 from tests.support import NotificationReceiver, http_get, query, wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
@@ -558,11 +558,7 @@ def _figures(url: str, events: list[dict[str, Any]], driver: Driver) -> dict[str
 def pair() -> Iterator[ReplicationPair]:
     """The soak's servers: a migrated primary and an async standby streaming from it
     (tests/ha/pair.py), stopped and removed however the soak ends."""
-    pair = ReplicationPair()
-    try:
-        yield pair.start()
-    finally:
-        pair.close()
+    yield from running_pair()
 
 
 @pytest.fixture

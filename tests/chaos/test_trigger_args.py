@@ -4,40 +4,23 @@ worker and in-process, `args` in the http body beside the ids), and a retry gets
 `runs show --occurrence` and `runs list --json` show them."""
 
 import json
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.support import query, wait_for
+from tests.support import PostServer, query, wait_for
 
 pytestmark = pytest.mark.slow
 RETRIED = ("--max-attempts", "2", "--backoff", "1ms")
 
 
-class FailingReceiver(ThreadingHTTPServer):
+class FailingReceiver(PostServer):
     """Records every POST's JSON body and answers 500, so each attempt is retried."""
 
     def __init__(self) -> None:
         self.bodies: list[dict[str, Any]] = []
-        receiver = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                receiver.bodies.append(
-                    json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                )
-                self.send_response(500)
-                self.send_header("Content-Length", "0")
-                self.end_headers()
-
-            def log_message(self, format: str, *args: object) -> None:
-                pass
-
-        super().__init__(("127.0.0.1", 0), Handler)
-        threading.Thread(target=self.serve_forever, daemon=True).start()
+        super().__init__(lambda body, _headers: self.bodies.append(json.loads(body)) or 500)
 
 
 def _lines(path: Path) -> list[dict[str, Any]]:

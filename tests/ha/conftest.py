@@ -5,7 +5,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.ha.pair import ReplicationPair
+from tests.ha.pair import ReplicationPair, running_pair
 from tests.ha.patroni import PatroniCluster
 
 
@@ -13,11 +13,7 @@ from tests.ha.patroni import PatroniCluster
 def pair() -> Iterator[ReplicationPair]:
     """A migrated primary and a streaming async standby (tests/ha/pair.py); skipped without
     server binaries, failed instead under CI=true."""
-    pair = ReplicationPair()
-    try:
-        yield pair.start()
-    finally:
-        pair.close()
+    yield from running_pair()
 
 
 @pytest.fixture

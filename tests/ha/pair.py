@@ -11,7 +11,7 @@ both servers and removes their data directories.
 import os
 import pwd
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -211,3 +211,12 @@ class ReplicationPair:
         """Stop every server and remove its data directory (safe to call twice)."""
         for server in self.servers:
             server.destroy()
+
+
+def running_pair() -> Iterator[ReplicationPair]:
+    """The body of a `pair` fixture: a started ReplicationPair, closed however the test ends."""
+    pair = ReplicationPair()
+    try:
+        yield pair.start()
+    finally:
+        pair.close()

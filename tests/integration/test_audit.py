@@ -24,6 +24,20 @@ def _now(url: str) -> datetime:
     return query(url, "SELECT now() AS t")[0]["t"]
 
 
+def _backdated(client: Any, url: str, name: str, every: timedelta, *, ago: str) -> tuple[Any, Any]:
+    """A shell task every `every` whose creation event is moved `ago` (an SQL interval) into
+    the past, as if created then with no daemon since: (the task, that creation event's row)."""
+    task = client.add_task(TaskSpec(name=name, executor="shell", target="true", every=every))
+    query(
+        url,
+        "UPDATE task_event SET at = at - %(ago)s::interval,"
+        " anchor_at = anchor_at - %(ago)s::interval WHERE task_id = %(id)s RETURNING id",
+        {"ago": ago, "id": task.id},
+    )
+    (created,) = query(url, "SELECT * FROM task_event WHERE task_id = %s", (task.id,))
+    return task, created
+
+
 def _occurrence(
     url: str,
     task_id: int,
@@ -141,17 +155,8 @@ def test_a_scheduled_firing_recorded_twice_is_reported_with_both_occurrences(
 def test_owed_firings_without_a_row_are_reported_as_gaps_and_paused_ones_are_not_owed(
     cli, client, database_url
 ) -> None:
-    task = client.add_task(
-        TaskSpec(name="every10s", executor="shell", target="true", every=10 * SECOND)
-    )
     # Ten minutes of history with no daemon: created ten minutes ago, paused for two firings.
-    query(
-        database_url,
-        "UPDATE task_event SET at = at - interval '10 minutes', "
-        "anchor_at = anchor_at - interval '10 minutes' WHERE task_id = %s",
-        (task.id,),
-    )
-    (created,) = query(database_url, "SELECT * FROM task_event WHERE task_id = %s", (task.id,))
+    task, created = _backdated(client, database_url, "every10s", 10 * SECOND, ago="10 minutes")
     anchor = created["anchor_at"]
     for active, k in ((False, 25.5), (True, 27.5)):
         query(
@@ -605,19 +610,8 @@ def test_a_violation_gone_by_the_second_snapshot_is_not_reported(
 def test_missing_firings_recorded_between_the_snapshots_are_not_reported(
     client, pool, database_url
 ) -> None:
-    task = client.add_task(
-        TaskSpec(name="every10s", executor="shell", target="true", every=10 * SECOND)
-    )
-    query(
-        database_url,
-        "UPDATE task_event SET at = at - interval '2 minutes', "
-        "anchor_at = anchor_at - interval '2 minutes' WHERE task_id = %s",
-        (task.id,),
-    )
-    (anchor,) = query(
-        database_url, "SELECT anchor_at FROM task_event WHERE task_id = %s", (task.id,)
-    )
-    anchor = anchor["anchor_at"]
+    task, created = _backdated(client, database_url, "every10s", 10 * SECOND, ago="2 minutes")
+    anchor = created["anchor_at"]
     for k in range(1, 13):
         if k not in (3, 6, 7):
             _occurrence(database_url, task.id, k, scheduled_for=anchor + k * 10 * SECOND)

@@ -6,8 +6,7 @@ dispatcher records every firing it passes in the transaction that advances `next
 from datetime import datetime, timedelta
 from typing import Any
 
-from scheduler_daemon.domain.task import TaskSpec
-from tests.integration.test_audit import _audit, _instant, _occurrence, _violations
+from tests.integration.test_audit import _audit, _backdated, _instant, _occurrence, _violations
 from tests.support import query
 
 SECOND = timedelta(seconds=1)
@@ -16,14 +15,7 @@ SECOND = timedelta(seconds=1)
 def _stopped_fleet(client: Any, url: str, *, absent: set[int]) -> tuple[int, datetime]:
     """An every-second task created five minutes ago whose fleet ran for its first minute
     (rows for firings 1..60 but `absent`) and then stopped: next_run_at is firing 61."""
-    task = client.add_task(TaskSpec(name="every1s", executor="shell", target="true", every=SECOND))
-    query(
-        url,
-        "UPDATE task_event SET at = at - interval '5 minutes', "
-        "anchor_at = anchor_at - interval '5 minutes' WHERE task_id = %s",
-        (task.id,),
-    )
-    (created,) = query(url, "SELECT anchor_at FROM task_event WHERE task_id = %s", (task.id,))
+    task, created = _backdated(client, url, "every1s", SECOND, ago="5 minutes")
     anchor = created["anchor_at"]
     for k in range(1, 61):
         if k not in absent:

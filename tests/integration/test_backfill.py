@@ -244,47 +244,22 @@ def test_a_range_over_max_is_refused_in_one_line_and_a_dry_run_writes_nothing(
 ) -> None:
     client.add_task(TaskSpec(name="minutely", executor="shell", target="true", cron="* * * * *"))
     before = counts()
-    refused = cli(
-        "tasks",
-        "backfill",
-        "minutely",
-        "--from",
-        "2026-01-01T00:00Z",
-        "--to",
-        "2026-01-01T02:00Z",
-        "--max",
-        "100",
-    )
+
+    def backfill(start: str, end: str, *more: str) -> Any:
+        return cli("tasks", "backfill", "minutely", "--from", start, "--to", end, *more)
+
+    refused = backfill("2026-01-01T00:00Z", "2026-01-01T02:00Z", "--max", "100")
     assert refused.code == 2
     assert refused.err.count("\n") == 1
     assert "more than 100 firings" in refused.err
-    dry = cli(
-        "tasks",
-        "backfill",
-        "minutely",
-        "--from",
-        "2026-01-01T00:00Z",
-        "--to",
-        "2026-01-01T00:09Z",
-        "--dry-run",
-    )
+    dry = backfill("2026-01-01T00:00Z", "2026-01-01T00:09Z", "--dry-run")
     assert dry.code == 0, dry.err
     lines = dry.out.splitlines()
     assert len(lines) == 11
     assert lines[0].startswith("2026-01-01T00:00:00+00:00  missing")
     assert lines[-1] == "dry run: 10 of 10 firings would be queued for task minutely"
     assert counts() == before
-    bad = cli(
-        "tasks",
-        "backfill",
-        "minutely",
-        "--from",
-        "2026-01-01",
-        "--to",
-        "2026-01-02",
-        "--include",
-        "failed,nope",
-    )
+    bad = backfill("2026-01-01", "2026-01-02", "--include", "failed,nope")
     assert bad.code == 2
     assert "--include" in bad.err
     assert counts() == before
@@ -327,16 +302,13 @@ def test_an_interval_tasks_backfill_walks_exactly_the_firings_the_dispatcher_rec
     # never fires and `audit` never owes (found on 646db2b; issue 29).
     from tests.support import Replica
 
-    task = client.add_task(
-        TaskSpec(
-            name="every-second",
-            executor="shell",
-            target="true",
-            every=timedelta(seconds=1),
-            misfire="run_all",
-            misfire_grace=timedelta(hours=1),
-            overlap=OverlapPolicy.ALLOW,
-        )
+    task = shell_task(
+        client,
+        "every-second",
+        every=timedelta(seconds=1),
+        misfire="run_all",
+        misfire_grace=timedelta(hours=1),
+        overlap=OverlapPolicy.ALLOW,
     )
     anchor = task.spec.anchor
     later = anchor + timedelta(seconds=5, milliseconds=500)

@@ -13,7 +13,15 @@ import pytest
 from scheduler_daemon.storage import occurrence_store
 from scheduler_daemon.storage.database import Limits
 from scheduler_daemon.storage.fleet_store import BUDGET_LOCK_KEY
-from tests.support import SETTINGS, Replica, query, shell_task, wait_for
+from tests.support import (
+    SETTINGS,
+    Replica,
+    finished_in_sequence,
+    launched_shell_runs,
+    query,
+    shell_task,
+    wait_for,
+)
 
 TTL, GRACE = timedelta(seconds=30), timedelta(seconds=5)
 
@@ -30,11 +38,7 @@ def test_a_batch_completion_fences_the_run_whose_token_moved_on_and_writes_the_o
 ):
     # Would fail against a batch that wrote by id alone (river#1302: the moved-on occurrence
     # would be finished) or that rolled the whole batch back for one fenced row.
-    task = shell_task(client, overlap="allow")
-    for _ in range(3):
-        client.trigger(task.id, requested_by="test")
-    replica = Replica(database_url, pool, executors, "a")
-    assert replica.launcher.run_once().launched == 3
+    _task, replica = launched_shell_runs(client, pool, executors, database_url, 3)
     runs = replica.finished()
     moved = runs[1]
     query(
@@ -56,11 +60,7 @@ def test_a_batch_completion_leaves_the_occurrence_of_a_run_row_it_could_not_writ
 ):
     # Would fail against a batch that settled every occurrence it had locked, whether or not
     # its run row was written: the occurrence would be finished beside a run still `running`.
-    task = shell_task(client, overlap="allow")
-    for _ in range(2):
-        client.trigger(task.id, requested_by="test")
-    replica = Replica(database_url, pool, executors, "a")
-    assert replica.launcher.run_once().launched == 2
+    _task, replica = launched_shell_runs(client, pool, executors, database_url, 2)
     first, second = replica.finished()
     query(
         database_url,
@@ -83,14 +83,8 @@ def test_a_batch_with_two_outcomes_of_one_task_shows_the_newer_one(
     # Would fail against a multi-row task update fed both rows of the task: PostgreSQL applies
     # one of them, whichever the join meets first, so the task could show the older outcome;
     # since revision 0021 the newest outcome is read from the occurrences, by sequence.
-    task = shell_task(client, overlap="allow")
-    for _ in range(2):
-        client.trigger(task.id, requested_by="test")
-    replica = Replica(database_url, pool, executors, "a")
-    assert replica.launcher.run_once().launched == 2
-    seqs = query(database_url, "SELECT id, occurrence_seq FROM occurrence")
-    seq = {row["id"]: row["occurrence_seq"] for row in seqs}  # a held run knows its id only
-    _older, newer = sorted(replica.finished(), key=lambda r: seq[r.occurrence_id])
+    task, replica = launched_shell_runs(client, pool, executors, database_url, 2)
+    _older, newer = finished_in_sequence(replica, database_url)
     assert replica.completer.run_once().done == 2
     shown = client.get_task(task.id)
     (scheduled_for,) = query(

@@ -169,8 +169,7 @@ def test_a_calendar_change_applies_from_the_next_dispatch_and_recorded_rows_stay
     cli, pool, database_url
 ) -> None:
     assert cli("calendars", "add", "c", "--date", "2030-12-25").code == 0
-    assert cli("tasks", "add", "t", "--cron", "0 9 * * *", "--command", "true",
-               "--exclude-calendar", "c").code == 0  # fmt: skip
+    assert cli("tasks", "add", "t", "--cron", "0 9 * * *", "--command", "true", *CAL, "c").code == 0
     query(database_url, "UPDATE task SET next_run_at = %s", (HOLIDAY + timedelta(hours=9),))
     _dispatch(pool, HOLIDAY + timedelta(hours=9))
     assert cli("calendars", "add", "c", "--date", "2030-12-26", "--replace").code == 0
@@ -190,8 +189,8 @@ def test_tasks_next_passes_over_the_excluded_firings_and_says_why(
     cli, client, database_url
 ) -> None:
     assert cli("calendars", "add", "hol", "--range", "2030-12-25..2030-12-26").code == 0
-    assert cli("tasks", "add", "t", "--cron", "0 12 * * *", "--command", "true",
-               "--exclude-calendar", "hol").code == 0  # fmt: skip
+    noon = ("--cron", "0 12 * * *", "--command", "true")
+    assert cli("tasks", "add", "t", *noon, *CAL, "hol").code == 0
     got = client.next_firings("t", 2, now=datetime(2030, 12, 24, 13, tzinfo=UTC))
     assert [(f.at.day, f.excluded_before, f.excluded_by) for f in got] == [
         (27, 2, ("hol",)),

@@ -2,10 +2,7 @@
 slot — `forbid`, concurrency key, budget — until its owner confirms the job is gone, or its
 takeover point passes when the owner is dead (KNOWN-FAILURES 27)."""
 
-from datetime import timedelta
-
-from scheduler_daemon.services.reconciler import Reconciler
-from tests.support import launched_shell_run, query, shell_task, wait_for
+from tests.support import launched_shell_run, make_reconciler, query, shell_task, wait_for
 
 
 def test_a_cancelled_running_job_keeps_its_slot_until_its_owner_confirms_it_is_gone(
@@ -62,13 +59,7 @@ def test_a_cancel_whose_owner_is_dead_ends_at_the_takeover_point_not_in_the_queu
         client, pool, executors, database_url, name="long", command="sleep 30"
     )
     client.cancel(occurrence.id, occurrence=True, requested_by="operator")
-    reconciler = Reconciler(
-        pool,
-        instance_id="r",
-        restart_quiet=timedelta(0),
-        max_interruptions=3,
-        dead_after=timedelta(minutes=10),
-    )
+    reconciler = make_reconciler(pool, "r")
     assert reconciler.run_once().counts["taken_over"] == 0  # inside its lease: the slot holds
     # The owner stopped renewing (it is dead): its takeover point passes.
     query(

@@ -15,14 +15,8 @@ HOOK = "https://hooks.example/notify"
 
 
 def test_notify_fields_are_stored_shown_with_the_password_masked_and_cleared(cli, db) -> None:
-    added = cli(
-        *ADD,
-        "--notify",
-        "https://robot:pw@hooks.example/n",
-        "--notify-on",
-        "failure,skipped",
-        "--json",
-    )
+    with_password = "https://robot:pw@hooks.example/n"
+    added = cli(*ADD, "--notify", with_password, "--notify-on", "failure,skipped", "--json")
     assert added.code == 0, added.err
     shown = added.json()
     assert (shown["notify_url"], shown["notify_on"]) == (

@@ -162,14 +162,9 @@ def test_threads_take_turns_on_the_one_connection(client, db) -> None:
 
 @pytest.fixture
 def bouncer(server_url: str) -> Iterator[Any]:
-    from tests.pgbouncer import PgBouncer, find_pgbouncer
+    from tests.pgbouncer import running_bouncer
 
-    binary = find_pgbouncer()
-    if binary is None:
-        pytest.skip("no pgbouncer here (Debian package pgbouncer, which .ci/run installs)")
-    bouncer = PgBouncer(binary, server_url).start()
-    yield bouncer
-    bouncer.stop()
+    yield from running_bouncer(server_url)
 
 
 @pytest.mark.slow

@@ -11,15 +11,8 @@ def test_the_python_api_mirrors_the_task_commands(database_url, cli) -> None:
     from scheduler_daemon import Client, TaskSpec
 
     client = Client(database_url)
-    task = client.add_task(
-        TaskSpec(
-            name="api",
-            executor="python",
-            target="tests.jobs:ok",
-            every=timedelta(minutes=5),
-            overlap="allow",
-        )
-    )
+    spec = TaskSpec("api", "python", "tests.jobs:ok", every=timedelta(minutes=5), overlap="allow")
+    task = client.add_task(spec)
     assert cli("tasks", "show", "api", "--json").json()["target"] == "tests.jobs:ok"
     assert client.update_task("api", concurrency_key="k").spec.concurrency_key == "k"
     assert client.pause("api").spec.paused is True

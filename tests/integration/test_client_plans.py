@@ -10,6 +10,9 @@ import pytest
 from scheduler_daemon.storage import query as queries
 from tests.integration.test_query_plans import seeded  # noqa: F401 - the seeded fixture
 
+# A manual firing queued by a test, as the trigger statements take it.
+QUEUED = {"overlap": "allow", "concurrency_key": None, "status": "queued", "requested_by": "test"}
+
 
 def _plan(url: str, name: str, params: dict) -> str:
     with psycopg.connect(url, prepare_threshold=None) as conn:  # as the Client sends it
@@ -48,10 +51,7 @@ def test_the_bulk_occurrence_insert_scans_no_table(seeded) -> None:  # noqa: F81
         "last_seq": 1_100_000,
         "now": datetime.now(UTC),
         "trigger": "manual",
-        "overlap": "allow",
-        "concurrency_key": None,
-        "status": "queued",
-        "requested_by": "test",
+        **QUEUED,
     }
     plan = _plan(seeded, "occurrence_insert_many", params)
     assert "Function Scan on generate_series" in plan, plan
@@ -71,11 +71,8 @@ def test_the_one_statement_trigger_reaches_its_task_by_primary_key_and_scans_not
         "channel": "test",
         "reason_woken": "triggered",
         "now": datetime.now(UTC),
-        "overlap": "allow",
-        "concurrency_key": None,
-        "status": "queued",
+        **QUEUED,
         "reason": None,
-        "requested_by": "test",
         "finished": list(FINISHED),
         "args": None,
     }

@@ -2,8 +2,21 @@
 retries after the backoff, and every write fenced on owner and token (each race forced)."""
 
 from datetime import timedelta
+from typing import Any
 
-from tests.support import Replica, launched_shell_run, query, shell_task, snapshot
+from tests.support import (
+    Replica,
+    finished_in_sequence,
+    launched_shell_run,
+    launched_shell_runs,
+    query,
+    snapshot,
+)
+
+
+def _failing(client: Any, pool: Any, executors: Any, url: str, **retries: Any) -> Replica:
+    """The replica holding one launched run of `exit 3` (launched_shell_run) with `retries`."""
+    return launched_shell_run(client, pool, executors, url, command="exit 3", **retries).replica
 
 
 def test_a_completion_whose_token_was_raised_is_fenced_and_changes_no_row(
@@ -44,32 +57,23 @@ def test_a_late_completion_of_an_older_occurrence_leaves_the_newer_result(
 ) -> None:
     # Forced order: seq 2 completes first, then seq 1 arrives late. Without the
     # last_outcome_seq guard the task row would show occurrence 1.
-    task = shell_task(client, overlap="allow", command="exit 0")
-    client.trigger(task.id, requested_by="test")
-    client.trigger(task.id, requested_by="test")
-    replica = Replica(database_url, pool, executors, "a")
-    assert replica.launcher.run_once().launched == 2
-    seqs = query(database_url, "SELECT id, occurrence_seq FROM occurrence")
-    seq = {row["id"]: row["occurrence_seq"] for row in seqs}  # a held run knows its id only
-    older, newer = sorted(replica.finished(), key=lambda r: seq[r.occurrence_id])
+    task, replica = launched_shell_runs(client, pool, executors, database_url, 2, command="exit 0")
+    older, newer = finished_in_sequence(replica, database_url)
     assert replica.completer.complete(newer) == "recorded"
     assert replica.completer.complete(older) == "recorded"
-    assert seq[newer.occurrence_id] == 2
+    (row,) = query(
+        database_url, "SELECT occurrence_seq FROM occurrence WHERE id = %s", (newer.occurrence_id,)
+    )
+    assert row["occurrence_seq"] == 2
     assert client.get_task(task.id).last_outcome_seq == 2  # read from its occurrences
 
 
 def test_a_failed_attempt_with_attempts_left_goes_back_to_the_queue_after_the_backoff(
     client, pool, executors, database_url
 ) -> None:
-    replica = launched_shell_run(
-        client,
-        pool,
-        executors,
-        database_url,
-        command="exit 3",
-        max_attempts=2,
-        backoff=timedelta(minutes=5),
-    ).replica
+    replica = _failing(
+        client, pool, executors, database_url, max_attempts=2, backoff=timedelta(minutes=5)
+    )
     (run,) = replica.finished()
     assert replica.completer.complete(run) == "retry"
     (occ,) = query(
@@ -93,16 +97,8 @@ def test_with_a_backoff_max_each_retry_draws_its_delay_and_records_it(
     client, pool, executors, database_url, cli
 ) -> None:
     # Issue 37 item 2: retry n waits uniform(0, min(max, backoff x 2^(n-1))): 1 s, 2 s, 4 s, 4 s.
-    replica = launched_shell_run(
-        client,
-        pool,
-        executors,
-        database_url,
-        command="exit 3",
-        max_attempts=5,
-        backoff=timedelta(seconds=1),
-        backoff_max=timedelta(seconds=4),
-    ).replica
+    backoff = {"backoff": timedelta(seconds=1), "backoff_max": timedelta(seconds=4)}
+    replica = _failing(client, pool, executors, database_url, max_attempts=5, **backoff)
     for retry, ceiling in enumerate((1, 2, 4, 4), start=1):
         (run,) = replica.finished()
         assert replica.completer.complete(run) == "retry"

@@ -8,19 +8,8 @@ import psycopg
 import pytest
 
 from scheduler_daemon.domain.status import RunStatus
-from scheduler_daemon.services.reconciler import Reconciler
 from scheduler_daemon.storage import query as queries
-from tests.support import Replica, query, shell_task
-
-
-def _reconciler(pool: Any) -> Reconciler:
-    return Reconciler(
-        pool,
-        instance_id="rec",
-        restart_quiet=timedelta(0),
-        max_interruptions=3,
-        dead_after=timedelta(minutes=10),
-    )
+from tests.support import Replica, make_reconciler, query, shell_task
 
 
 def test_an_occurrence_requeued_after_a_failed_run_is_listed_as_queued(
@@ -55,7 +44,7 @@ def test_an_occurrence_requeued_by_a_takeover_is_listed_as_queued(
         "UPDATE run SET lease_expires_at = now() - interval '10 seconds', "
         "takeover_at = now() - interval '5 seconds' WHERE status = 'running' RETURNING id",
     )
-    assert _reconciler(pool).run_once().ids["taken_over"] == [held.run_id]
+    assert make_reconciler(pool).run_once().ids["taken_over"] == [held.run_id]
     held.job.stop("test")
     queued = client.list_runs(status="queued")
     assert [(r.occurrence_id, r.id) for r in queued] == [(occurrence.id, None)]
@@ -79,18 +68,24 @@ def test_a_finished_occurrence_shows_only_its_runs_and_a_running_one_only_its_ru
 OCCURRENCES = 5_000
 
 
+def _hourly_tasks(url: str, *names: str) -> None:
+    """Hourly shell tasks `names`, ids 1, 2, … in that order, planted by SQL."""
+    query(
+        url,
+        """
+        INSERT INTO task (name, schedule_kind, every, anchor_at, executor, payload, overlap)
+        SELECT n, 'interval', '1 hour', now(), 'shell', '{"command": "true"}', 'allow'
+        FROM unnest(%s::text[]) WITH ORDINALITY AS t (n, i) ORDER BY i RETURNING 1""",
+        (list(names),),
+    )
+
+
 @pytest.fixture
 def planted(database_url: str) -> str:
     """Two tasks, 5,000 occurrences and about as many runs, made by bulk SQL: mostly one
     successful run; every 10th a failed run then a successful one; every 7th queued again after
     a failed run; every 13th skipped without a run."""
-    query(
-        database_url,
-        """
-        INSERT INTO task (name, schedule_kind, every, anchor_at, executor, payload, overlap)
-        SELECT n, 'interval', '1 hour', now(), 'shell', '{"command": "true"}', 'allow'
-        FROM unnest(ARRAY['a', 'b']) n RETURNING 1""",
-    )
+    _hourly_tasks(database_url, "a", "b")
     query(
         database_url,
         """
@@ -205,12 +200,9 @@ def _plan(url: str, name: str, params: dict[str, Any]) -> str:
     return "\n".join(r[0] for r in rows)
 
 
-HISTORY = {
-    "task_id": None,
-    "status": None,
+# The console's first history page: no filter, no cursor (bench/paging_first_page.py's too).
+HISTORY = dict.fromkeys(("task_id", "status", "after_occurrence", "after_run")) | {
     "limit": 101,
-    "after_occurrence": None,
-    "after_run": None,
     "run_statuses": list(RunStatus),
 }
 
@@ -315,13 +307,7 @@ def old_task(database_url: str) -> str:
     """Task 1 (`old`) with the oldest 3,000 occurrences, one run each, then task 2 (`new`) with
     30,000 newer ones: a per-second task's history under a fleet's newer firings (9% of the
     rows, as bench/console_pages.py's per-second task)."""
-    query(
-        database_url,
-        """
-        INSERT INTO task (name, schedule_kind, every, anchor_at, executor, payload, overlap)
-        SELECT n, 'interval', '1 hour', now(), 'shell', '{"command": "true"}', 'allow'
-        FROM unnest(ARRAY['old', 'new']) n RETURNING 1""",
-    )
+    _hourly_tasks(database_url, "old", "new")
     query(
         database_url,
         """

@@ -34,14 +34,13 @@ import psycopg
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from psycopg import sql
-from psycopg.rows import dict_row
 
 from scheduler_daemon.client import Client
 from scheduler_daemon.domain.task import TaskSpec
 from scheduler_daemon.storage.database import make_pool
 from tests.conftest import with_database
 from tests.role_fleet import RoleFleet, role_fleet
-from tests.support import Replica, wait_for
+from tests.support import Replica, query, wait_for
 
 PASS_SECONDS = 2.5  # each example drives the passes at least this long: 2-3 steady firings
 
@@ -252,28 +251,28 @@ def _passes(replica: Replica, url: str, steady_id: int) -> None:
 def _shown_errors(url: str, name: str) -> list[str]:
     """Every error an operator sees about the task `name`: its park error, its runs' and its
     occurrences' errors."""
-    with psycopg.connect(url, row_factory=dict_row) as conn:
-        rows = conn.execute(
-            "SELECT t.park_error AS e FROM task t WHERE t.name = %(n)s"
-            " UNION ALL SELECT o.error FROM occurrence o JOIN task t ON t.id = o.task_id"
-            " WHERE t.name = %(n)s"
-            " UNION ALL SELECT r.error FROM run r JOIN occurrence o ON o.id = r.occurrence_id"
-            " JOIN task t ON t.id = o.task_id WHERE t.name = %(n)s",
-            {"n": name},
-        ).fetchall()
+    rows = query(
+        url,
+        "SELECT t.park_error AS e FROM task t WHERE t.name = %(n)s"
+        " UNION ALL SELECT o.error FROM occurrence o JOIN task t ON t.id = o.task_id"
+        " WHERE t.name = %(n)s"
+        " UNION ALL SELECT r.error FROM run r JOIN occurrence o ON o.id = r.occurrence_id"
+        " JOIN task t ON t.id = o.task_id WHERE t.name = %(n)s",
+        {"n": name},
+    )
     return [r["e"] for r in rows if r["e"]]
 
 
 def _steady(url: str) -> dict[str, int]:
     """The steady task's firings by status, and `due`: how many fell due since it was added
     (database clock)."""
-    with psycopg.connect(url, row_factory=dict_row) as conn:
-        rows = conn.execute(
-            "SELECT o.status, sum(o.firing_count) AS n FROM occurrence o"
-            " JOIN task t ON t.id = o.task_id WHERE t.name = 'steady' GROUP BY o.status"
-            " UNION ALL SELECT 'due', floor(extract(epoch FROM now() - created_at))"
-            " FROM task WHERE name = 'steady'"
-        ).fetchall()
+    rows = query(
+        url,
+        "SELECT o.status, sum(o.firing_count) AS n FROM occurrence o"
+        " JOIN task t ON t.id = o.task_id WHERE t.name = 'steady' GROUP BY o.status"
+        " UNION ALL SELECT 'due', floor(extract(epoch FROM now() - created_at))"
+        " FROM task WHERE name = 'steady'",
+    )
     return {r["status"]: int(r["n"]) for r in rows}
 
 

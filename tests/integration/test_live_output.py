@@ -29,6 +29,22 @@ def _printed(run: Any, text: str) -> None:
     wait_for(lambda: text in (run.job.live_output() or ""), timeout=10, message=f"{text!r}")
 
 
+def _daemon_run(cli: Any, spawn: Any, url: str, task: tuple[str, str, str], where: str) -> Any:
+    """`task` is (name, command, daemon): adds an hourly task `name` running `command`, starts
+    a real daemon named `daemon`, triggers the task once; its run's row (its id) once `where`
+    (an SQL condition on the run) holds."""
+    name, command, daemon = task
+    assert cli("tasks", "add", name, "--every", "1h", "--command", command).code == 0
+    spawn(url, daemon).instance_id()
+    assert cli("tasks", "trigger", name).code == 0
+    (run,) = wait_for(
+        lambda: query(url, f"SELECT id FROM run WHERE {where}"),
+        timeout=30,
+        message=f"a run where {where}",
+    )
+    return run
+
+
 def test_an_unfollowed_run_gets_no_output_written_and_a_followed_one_does(
     client, pool, executors, database_url
 ) -> None:
@@ -131,15 +147,7 @@ def test_runs_logs_follow_shows_the_lines_of_a_real_daemons_run_before_it_ends(
         "echo line1; sleep 0.3; echo line2; "
         f"for i in $(seq 300); do [ -e {seen} ] && break; sleep 0.1; done; echo line3"
     )
-    assert cli("tasks", "add", "talk", "--every", "1h", "--command", script).code == 0
-    daemon = spawn(database_url, "follow")
-    daemon.instance_id()
-    assert cli("tasks", "trigger", "talk").code == 0
-    (run,) = wait_for(
-        lambda: query(database_url, "SELECT id FROM run WHERE status = 'running'"),
-        timeout=30,
-        message="the run to start",
-    )
+    run = _daemon_run(cli, spawn, database_url, ("talk", script, "follow"), "status = 'running'")
     follower = subprocess.Popen(
         [sys.executable, "-m", "scheduler_daemon", "runs", "logs", "-f", str(run["id"])],
         stdout=subprocess.PIPE,
@@ -160,15 +168,8 @@ def test_runs_logs_follow_shows_the_lines_of_a_real_daemons_run_before_it_ends(
 
 
 def test_runs_logs_follow_of_a_failed_run_exits_10_and_says_why(cli, database_url, spawn) -> None:
-    assert cli("tasks", "add", "bad", "--every", "1h", "--command", "echo x; exit 3").code == 0
-    daemon = spawn(database_url, "fail")
-    daemon.instance_id()
-    assert cli("tasks", "trigger", "bad").code == 0
-    (run,) = wait_for(
-        lambda: query(database_url, "SELECT id FROM run WHERE finished_at IS NOT NULL"),
-        timeout=30,
-        message="the run to end",
-    )
+    bad = ("bad", "echo x; exit 3", "fail")
+    run = _daemon_run(cli, spawn, database_url, bad, "finished_at IS NOT NULL")
     started = time.monotonic()
     result = cli("runs", "logs", "-f", str(run["id"]))
     assert (result.code, result.out) == (10, "x\n")

@@ -3,13 +3,12 @@ stalls only its own unit of work: the completer and the reconciler go on with th
 retry that one later (KNOWN-FAILURES 28), and a CLI command waits for it no longer than the
 lock timeout (KNOWN-FAILURES 15). The lock is held by a second connection."""
 
-from datetime import timedelta
+from typing import Any
 
 import psycopg
 import structlog
 
-from scheduler_daemon.services.reconciler import Reconciler
-from tests.support import Replica, query, shell_task
+from tests.support import Replica, make_reconciler, query, shell_task
 
 WRITE_EVENTS = ("run_finished", "outcome_deferred")
 TAKEOVER_EVENTS = ("run_taken_over", "reconcile_unit_failed")
@@ -29,17 +28,26 @@ def _hold_occurrence_rows(database_url: str, task_id: int) -> psycopg.Connection
     return holder
 
 
+def _locked_and_free(
+    client: Any, pool: Any, executors: Any, url: str, instance: str
+) -> tuple[Any, Any, Replica]:
+    """Tasks `locked` and `free`, each triggered once, both launched by replica `instance`
+    and finished (nothing completed yet): (locked, free, the replica)."""
+    locked, free = shell_task(client, "locked"), shell_task(client, "free")
+    for task in (locked, free):
+        client.trigger(task.id, requested_by="test")
+    replica = Replica(url, pool, executors, instance)
+    assert replica.launcher.run_once().launched == 2
+    replica.finished()
+    return locked, free, replica
+
+
 def test_a_locked_task_row_defers_only_its_own_completion(
     client, pool, executors, database_url
 ) -> None:
     # Would fail against a completer whose LockNotAvailable escaped run_once: the other run's
     # outcome would not be written either.
-    locked, free = shell_task(client, "locked"), shell_task(client, "free")
-    for task in (locked, free):
-        client.trigger(task.id, requested_by="test")
-    replica = Replica(database_url, pool, executors, "a")
-    assert replica.launcher.run_once().launched == 2
-    replica.finished()
+    locked, free, replica = _locked_and_free(client, pool, executors, database_url, "a")
     holder = _hold_occurrence_rows(database_url, locked.id)
     try:
         with structlog.testing.capture_logs() as logs:
@@ -70,24 +78,14 @@ def test_a_locked_task_row_stops_only_its_own_takeover(
 ) -> None:
     # Would fail against a reconciler pass that one LockNotAvailable aborted: the other orphan
     # would not be taken over, and the takeover bound would break on one row.
-    locked, free = shell_task(client, "locked"), shell_task(client, "free")
-    for task in (locked, free):
-        client.trigger(task.id, requested_by="test")
-    replica = Replica(database_url, pool, executors, "dead")
-    assert replica.launcher.run_once().launched == 2
-    replica.finished()  # the owner "dies": nothing is completed or renewed
+    # The owner "dies": nothing is completed or renewed.
+    locked, _, _ = _locked_and_free(client, pool, executors, database_url, "dead")
     query(
         database_url,
         "UPDATE run SET lease_expires_at = now() - interval '2 s', "
         "takeover_at = now() - interval '1 s' RETURNING id",
     )
-    reconciler = Reconciler(
-        pool,
-        instance_id="r",
-        restart_quiet=timedelta(0),
-        max_interruptions=3,
-        dead_after=timedelta(minutes=10),
-    )
+    reconciler = make_reconciler(pool, "r")
     holder = _hold_task_row(database_url, locked.id)
     try:
         with structlog.testing.capture_logs() as logs:

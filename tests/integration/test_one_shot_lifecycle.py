@@ -4,6 +4,7 @@ in `last_*` when it is the newest outcome), through the real completer, `runs ca
 reconciler (issue 31)."""
 
 from datetime import timedelta
+from typing import Any
 
 import pytest
 
@@ -25,6 +26,18 @@ def _one_shot(client, database_url, command: str, **kw):
         ),
         now=now["t"] - timedelta(seconds=20),
     )
+
+
+def _fired_one_shot(client: Any, database_url: str, *, seq: int) -> Any:
+    """A one-shot of `true` (`_one_shot`) whose firing is in hand: status running, no next
+    run, `seq` occurrences numbered (the test writes them)."""
+    task = _one_shot(client, database_url, "true")
+    query(
+        database_url,
+        "UPDATE task SET status = 'running', next_run_at = NULL, occurrence_seq = %s WHERE id = %s",
+        (seq, task.id),
+    )
+    return task
 
 
 def _reconciler(pool, max_interruptions: int = 3) -> Reconciler:
@@ -127,13 +140,8 @@ def test_a_manual_trigger_skipped_for_overlap_does_not_decide_the_one_shot(
 def test_the_finalizer_picks_the_newest_occurrence_by_sequence_not_by_time(
     client, pool, database_url, order
 ) -> None:
-    task = _one_shot(client, database_url, "true")
+    task = _fired_one_shot(client, database_url, seq=2)
     later = "now()" if order == "equal" else "now() + interval '1 hour'"
-    query(
-        database_url,
-        "UPDATE task SET status = 'running', next_run_at = NULL, occurrence_seq = 2 WHERE id = %s",
-        (task.id,),
-    )
     query(
         database_url,
         "INSERT INTO occurrence (task_id, occurrence_seq, scheduled_for, trigger, overlap, "
@@ -153,12 +161,7 @@ def test_the_finalizer_leaves_a_one_shot_whose_newest_occurrence_became_active_m
 ) -> None:
     # Forced: the scan sees a one-shot with no active occurrence; before the fix takes the task
     # lock, a manual trigger queues one. The fix must read the newest after the lock.
-    task = _one_shot(client, database_url, "true")
-    query(
-        database_url,
-        "UPDATE task SET status = 'running', next_run_at = NULL, occurrence_seq = 1 WHERE id = %s",
-        (task.id,),
-    )
+    task = _fired_one_shot(client, database_url, seq=1)
     query(
         database_url,
         "INSERT INTO occurrence (task_id, occurrence_seq, scheduled_for, trigger, overlap, "
@@ -181,12 +184,7 @@ def test_the_finalizer_leaves_a_one_shot_whose_newest_occurrence_became_active_m
 def test_the_finalizer_is_not_held_by_an_active_manual_trigger(client, pool, database_url):
     # Would fail on the parent commit: a queued manual occurrence kept the task `running`
     # although its firing had ended, until the manual run ended and then decided it.
-    task = _one_shot(client, database_url, "true")
-    query(
-        database_url,
-        "UPDATE task SET status = 'running', next_run_at = NULL, occurrence_seq = 2 WHERE id = %s",
-        (task.id,),
-    )
+    task = _fired_one_shot(client, database_url, seq=2)
     query(
         database_url,
         "INSERT INTO occurrence (task_id, occurrence_seq, scheduled_for, trigger, overlap, "

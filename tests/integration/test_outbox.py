@@ -10,10 +10,9 @@ import pytest
 from scheduler_daemon.domain.task import TaskSpec
 from scheduler_daemon.services.deliverer import Deliverer
 from scheduler_daemon.services.pruner import Pruner
-from scheduler_daemon.services.reconciler import Reconciler
 from scheduler_daemon.storage import outbox_store
 from scheduler_daemon.storage.database import transaction
-from tests.support import Replica, launched_shell_run, query
+from tests.support import Replica, launched_shell_run, make_reconciler, query, shell_task
 
 URL = "http://127.0.0.1:9/hook"
 
@@ -35,13 +34,45 @@ def _outbox(url: str) -> list[dict[str, Any]]:
     )
 
 
+def _completed(
+    client: Any,
+    pool: Any,
+    executors: Any,
+    url: str,
+    *,
+    command: str = "exit 1",
+    events: list[str] | None = None,
+) -> tuple[Any, Any, str]:
+    """A launched shell run of `command` whose task is notified of `events` at URL, run to its
+    end and completed: (the launched_shell_run, its run, what the completer answered)."""
+    launched = launched_shell_run(client, pool, executors, url, command=command)
+    _notify(url, launched.task.id, URL, events)
+    (run,) = launched.replica.finished()
+    return launched, run, launched.replica.completer.complete(run)
+
+
+def _notified(client: Any, url: str, events: list[str] | None, **kw: Any) -> Any:
+    """An hourly shell task "job" (support.shell_task, `kw` passed on) notified of `events`."""
+    task = shell_task(client, **kw)
+    _notify(url, task.id, URL, events)
+    return task
+
+
+def _scheduled_two_minutes_ago(url: str, ids: list[int] | None = None) -> None:
+    """Moves the firings `ids` (all without) two minutes into the past, on the database clock."""
+    query(
+        url,
+        "UPDATE occurrence SET scheduled_for = now() - interval '2 minutes'"
+        " WHERE %(ids)s::bigint[] IS NULL OR id = ANY(%(ids)s) RETURNING id",
+        {"ids": ids},
+    )
+
+
 def test_a_final_failure_owes_one_notification_carrying_the_firing_and_its_ids(
     client, pool, executors, database_url
 ) -> None:
-    launched = launched_shell_run(client, pool, executors, database_url, command="exit 3")
-    _notify(database_url, launched.task.id, URL, None)
-    (run,) = launched.replica.finished()
-    assert launched.replica.completer.complete(run) == "recorded"
+    launched, run, outcome = _completed(client, pool, executors, database_url, command="exit 3")
+    assert outcome == "recorded"
     (row,) = _outbox(database_url)
     (occ,) = query(database_url, "SELECT id, scheduled_for, attempts FROM occurrence")
     assert (row["occurrence_id"], row["task_id"], row["event"]) == (
@@ -110,10 +141,9 @@ def test_an_attempt_that_will_be_retried_owes_nothing_and_the_fleet_default_url_
 def test_a_task_without_a_url_or_without_the_event_owes_nothing(
     client, pool, executors, database_url
 ) -> None:
-    launched = launched_shell_run(client, pool, executors, database_url, command="exit 1")
-    _notify(database_url, launched.task.id, URL, ["timeout"])  # failure not selected
-    (run,) = launched.replica.finished()
-    assert launched.replica.completer.complete(run) == "recorded"
+    events = ["timeout"]  # failure not selected
+    launched, _, outcome = _completed(client, pool, executors, database_url, events=events)
+    assert outcome == "recorded"
     assert _outbox(database_url) == []
     _notify(database_url, launched.task.id, None, None)  # every event, but no URL
     with transaction(pool) as tx:
@@ -124,10 +154,7 @@ def test_a_task_without_a_url_or_without_the_event_owes_nothing(
 def test_one_notification_per_occurrence_and_event_however_often_it_is_written(
     client, pool, executors, database_url
 ) -> None:
-    launched = launched_shell_run(client, pool, executors, database_url, command="exit 1")
-    _notify(database_url, launched.task.id, URL, None)
-    (run,) = launched.replica.finished()
-    launched.replica.completer.complete(run)
+    _completed(client, pool, executors, database_url)
     (first,) = _outbox(database_url)
     with transaction(pool) as tx:
         assert outbox_store.enqueue(tx.conn, [first["occurrence_id"]]) == 0
@@ -195,30 +222,10 @@ def test_an_outage_of_coalesced_firings_owes_one_notification_counting_them(
 def test_an_expired_firing_owes_an_expired_notification_written_with_its_expiry(
     client, pool, database_url
 ) -> None:
-    task = client.add_task(
-        TaskSpec(
-            name="job",
-            executor="shell",
-            target="true",
-            every=timedelta(hours=1),
-            start_deadline=timedelta(minutes=1),
-        )
-    )
-    _notify(database_url, task.id, URL, None)
+    task = _notified(client, database_url, None, start_deadline=timedelta(minutes=1))
     client.trigger(task.id, requested_by="test")
-    query(
-        database_url,
-        "UPDATE occurrence SET scheduled_for = now() - interval '2 minutes' RETURNING id",
-    )
-    reconciler = Reconciler(
-        pool,
-        instance_id="rec",
-        restart_quiet=timedelta(0),
-        max_interruptions=3,
-        dead_after=timedelta(minutes=10),
-        page=100,
-    )
-    report = reconciler.run_once()
+    _scheduled_two_minutes_ago(database_url)
+    report = make_reconciler(pool).run_once()
     (row,) = _outbox(database_url)
     assert report.ids["expired"] == [row["occurrence_id"]]
     assert (row["event"], row["payload"]["outcome"], row["payload"]["reason"]) == (
@@ -238,10 +245,7 @@ def no_proxy(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_a_failed_post_is_due_again_after_its_backoff_and_status_counts_it(
     client, pool, executors, database_url, cli
 ) -> None:
-    launched = launched_shell_run(client, pool, executors, database_url, command="exit 1")
-    _notify(database_url, launched.task.id, URL, None)  # port 9: nothing answers
-    (run,) = launched.replica.finished()
-    launched.replica.completer.complete(run)
+    _completed(client, pool, executors, database_url)  # port 9: nothing answers
     deliverer = Deliverer(pool, instance_id="d", timeout=2)
     result = deliverer.run_once()
     assert (result.delivered, result.failed, result.fenced) == (0, 1, 0)
@@ -265,10 +269,7 @@ def test_a_record_after_another_deliverer_claimed_the_row_again_is_fenced(
 ) -> None:
     """Deliverer A's lease passes mid-POST and B claims the row: A's record must change
     nothing. Would fail against a record matched on the row id alone."""
-    launched = launched_shell_run(client, pool, executors, database_url, command="exit 1")
-    _notify(database_url, launched.task.id, URL, None)
-    (run,) = launched.replica.finished()
-    launched.replica.completer.complete(run)
+    _completed(client, pool, executors, database_url)
     with transaction(pool) as tx:
         a = outbox_store.claim(tx.conn, lease=timedelta(0))  # its lease passes at once
     with transaction(pool) as tx:
@@ -288,48 +289,24 @@ def test_a_record_after_another_deliverer_claimed_the_row_again_is_fenced(
     assert row["delivered_at"] is not None
 
 
-def _reconciler(pool: Any) -> Reconciler:
-    return Reconciler(
-        pool,
-        instance_id="rec",
-        restart_quiet=timedelta(0),
-        max_interruptions=3,
-        dead_after=timedelta(minutes=10),
-        page=100,
-    )
-
-
 def test_a_firing_not_succeeded_by_its_deadline_owes_one_deadline_notification(
     client, pool, executors, database_url
 ) -> None:
     """Queued past the deadline: notified once, whatever the passes; succeeded in time, or not
     yet at its deadline (database clock): nothing."""
-    task = client.add_task(
-        TaskSpec(
-            name="job",
-            executor="shell",
-            target="true",
-            every=timedelta(hours=1),
-            overlap="allow",
-            deadline=timedelta(minutes=1),
-        )
+    task = _notified(
+        client, database_url, ["deadline"], overlap="allow", deadline=timedelta(minutes=1)
     )
-    _notify(database_url, task.id, URL, ["deadline"])
     late, in_time, young = (client.trigger(task.id, requested_by="test") for _ in range(3))
-    query(
-        database_url,
-        "UPDATE occurrence SET scheduled_for = now() - interval '2 minutes' WHERE id = ANY(%s)"
-        " RETURNING id",
-        ([late.id, in_time.id],),
-    )
+    _scheduled_two_minutes_ago(database_url, [late.id, in_time.id])
     query(
         database_url,
         "UPDATE occurrence SET status = 'success', finished_at = scheduled_for + interval '30 s'"
         " WHERE id = %s RETURNING id",
         (in_time.id,),
     )
-    _reconciler(pool).run_once()
-    _reconciler(pool).run_once()
+    make_reconciler(pool).run_once()
+    make_reconciler(pool).run_once()
     (row,) = _outbox(database_url)
     assert (row["occurrence_id"], row["event"]) == (late.id, "deadline")
     assert row["payload"]["outcome"] == "queued"
@@ -342,23 +319,12 @@ def test_the_prune_deletes_a_firings_notifications_with_it_as_the_daemon_role_ma
 ) -> None:
     """Pruned with the history: the occurrence's deletion cascades to its outbox rows (the
     daemon role has no DELETE on the outbox; the cascade runs as the table's owner)."""
-    task = client.add_task(
-        TaskSpec(
-            name="job",
-            executor="shell",
-            target="true",
-            every=timedelta(hours=1),
-            overlap="allow",
-            start_deadline=timedelta(minutes=1),
-        )
+    task = _notified(
+        client, database_url, None, overlap="allow", start_deadline=timedelta(minutes=1)
     )
-    _notify(database_url, task.id, URL, None)
     old, new = (client.trigger(task.id, requested_by="test") for _ in range(2))
-    query(
-        database_url,
-        "UPDATE occurrence SET scheduled_for = now() - interval '2 minutes' RETURNING id",
-    )
-    _reconciler(pool).run_once()  # both expire: two notifications
+    _scheduled_two_minutes_ago(database_url)
+    make_reconciler(pool).run_once()  # both expire: two notifications
     assert len(_outbox(database_url)) == 2
     query(
         database_url,

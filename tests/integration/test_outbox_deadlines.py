@@ -10,11 +10,10 @@ from typing import Any
 
 import psycopg
 
-from scheduler_daemon.domain.task import TaskSpec
+from scheduler_daemon.domain.task import OverlapPolicy, TaskSpec
 from scheduler_daemon.services import reconciler as reconciler_module
-from scheduler_daemon.services.reconciler import Reconciler
 from scheduler_daemon.storage import outbox_store
-from tests.support import Replica, query, wait_for
+from tests.support import Replica, make_reconciler, query, wait_for
 
 URL = "http://127.0.0.1:9/hook"
 HOUR = timedelta(hours=1)
@@ -24,28 +23,37 @@ MINUTE = timedelta(minutes=1)
 def _task(client: Any, created: datetime | None = None, **kw: Any) -> Any:
     """An hourly shell task with a 1-minute deadline that notifies `deadline` (created at
     `created`, database clock: its firings are due from an hour after)."""
+    fields = {"name": "job", "every": HOUR, "overlap": "allow", "deadline": MINUTE, **kw}
     spec = TaskSpec(
-        name=kw.pop("name", "job"),
-        executor="shell",
-        target="true",
-        every=HOUR,
-        overlap="allow",
-        deadline=MINUTE,
-        notify_url=URL,
-        notify_on=("deadline",),
-        **kw,
+        executor="shell", target="true", notify_url=URL, notify_on=("deadline",), **fields
     )
     return client.add_task(spec, now=created)
 
 
 def _reconcile(pool: Any) -> None:
-    Reconciler(
-        pool,
-        instance_id="rec",
-        restart_quiet=timedelta(0),
-        max_interruptions=3,
-        dead_after=timedelta(minutes=10),
-    ).run_once()
+    make_reconciler(pool).run_once()
+
+
+def _dispatch_behind_a_scan(url: str, replica: Replica, waiting: str) -> Any:
+    """A scan's transaction writes the one `deadline` row of a firing not recorded yet and
+    holds it uncommitted while `replica`'s dispatch runs on a thread; once the dispatch waits
+    on a lock (`waiting` says on what), the scan commits. The dispatch's result."""
+    with psycopg.connect(url) as scan:
+        assert outbox_store.enqueue_unrecorded_deadlines(scan, limit=10) == 1
+        dispatched: list[Any] = []
+        thread = threading.Thread(target=lambda: dispatched.append(replica.dispatcher.run_once()))
+        thread.start()
+        wait_for(
+            lambda: query(
+                url,
+                "SELECT 1 FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+                " AND datname = current_database()",
+            ),
+            message=waiting,
+        )
+        scan.commit()
+        thread.join(30)
+    return dispatched[0]
 
 
 def _deadlines(url: str) -> list[dict[str, Any]]:
@@ -148,17 +156,13 @@ def test_an_outage_of_a_per_minute_task_owes_one_deadline_notification_however_l
     The old dispatch wrote one per firing (30 POSTs within milliseconds), and so would the scan
     for any it left."""
     now = _now(database_url)
-    task = client.add_task(
-        TaskSpec(
-            name="minutely",
-            executor="shell",
-            target="true",
-            every=MINUTE,
-            deadline=timedelta(seconds=10),
-            notify_url=URL,
-            notify_on=("deadline",),
-        ),
-        now=now - 30 * MINUTE - timedelta(seconds=30),
+    task = _task(
+        client,
+        now - 30 * MINUTE - timedelta(seconds=30),
+        name="minutely",
+        every=MINUTE,
+        overlap=OverlapPolicy.FORBID,  # the default
+        deadline=timedelta(seconds=10),
     )
     replica = Replica(database_url, pool, executors, "a")
     replica.dispatcher.run_once(now=now)
@@ -276,22 +280,10 @@ def test_a_scan_and_a_dispatch_writing_one_firings_deadline_at_once_leave_one_ro
     uncommitted row: two rows, two POSTs) or a key on the occurrence alone."""
     task = _task(client, _now(database_url) - HOUR - 30 * MINUTE)
     replica = Replica(database_url, pool, executors, "a")
-    with psycopg.connect(database_url) as scan:
-        assert outbox_store.enqueue_unrecorded_deadlines(scan, limit=10) == 1
-        dispatched: list[Any] = []
-        thread = threading.Thread(target=lambda: dispatched.append(replica.dispatcher.run_once()))
-        thread.start()
-        wait_for(
-            lambda: query(
-                database_url,
-                "SELECT 1 FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
-                " AND datname = current_database()",
-            ),
-            message="the dispatch waiting on the firing's key",
-        )
-        scan.commit()
-        thread.join(30)
-    assert dispatched[0].queued == 1
+    dispatched = _dispatch_behind_a_scan(
+        database_url, replica, "the dispatch waiting on the firing's key"
+    )
+    assert dispatched.queued == 1
     (firing,) = _firings(database_url, task.id)
     (row,) = _deadlines(database_url)
     assert (row["occurrence_id"], row["scheduled_for"]) == (None, firing["scheduled_for"])
@@ -307,22 +299,10 @@ def test_a_scan_taking_the_first_late_firings_key_meanwhile_leaves_the_others_no
     deadline lost: the scan leaves firings a dispatch recorded late alone)."""
     task = _task(client, _now(database_url) - 2 * HOUR - 30 * MINUTE, misfire="run_all")
     replica = Replica(database_url, pool, executors, "a")
-    with psycopg.connect(database_url) as scan:
-        assert outbox_store.enqueue_unrecorded_deadlines(scan, limit=10) == 1
-        dispatched: list[Any] = []
-        thread = threading.Thread(target=lambda: dispatched.append(replica.dispatcher.run_once()))
-        thread.start()
-        wait_for(
-            lambda: query(
-                database_url,
-                "SELECT 1 FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
-                " AND datname = current_database()",
-            ),
-            message="the dispatch waiting on the first firing's key",
-        )
-        scan.commit()
-        thread.join(30)
-    assert dispatched[0].queued == 2
+    dispatched = _dispatch_behind_a_scan(
+        database_url, replica, "the dispatch waiting on the first firing's key"
+    )
+    assert dispatched.queued == 2
     first, second = _firings(database_url, task.id)
     _reconcile(pool)
     rows = _deadlines(database_url)

@@ -80,6 +80,29 @@ def healthy() -> Any:
     receiver.close()
 
 
+def _slow_then_fast(client: Any, url: str, slow: tuple[Any, int], fast: tuple[Any, int]) -> Any:
+    """Each of `slow` and `fast` is (a receiver, a count): that many due outbox rows of a task
+    notifying the receiver, the slow one's due 60 s ago, the fast one's 30 s ago (behind)."""
+    rows = []
+    for (receiver, count), name, ago in ((slow, "slow", 60), (fast, "fast", 30)):
+        task_id = _task_notifying(client, url, receiver.url, name)
+        rows.append(_rows(url, task_id, count, due_seconds_ago=ago))
+    return rows
+
+
+def _delivered_meanwhile(pool: Any, url: str, fast: Any, when: str) -> Any:
+    """Starts a deliverer's pass (DEADLINE per POST) in the background and waits, less than
+    the deadline, until the rows `fast` are delivered (`when` says while what): (its thread,
+    its results)."""
+    thread, results = _pass_in_background(Deliverer(pool, instance_id="d", timeout=DEADLINE))
+    wait_for(
+        lambda: _delivered(url, fast),
+        timeout=DEADLINE - 0.5,
+        message=f"the healthy receiver's rows, delivered {when}",
+    )
+    return thread, results
+
+
 def test_a_dripping_receiver_is_cut_at_the_deadline_while_other_rows_are_delivered(
     client, pool, database_url, drip, healthy
 ) -> None:
@@ -87,23 +110,9 @@ def test_a_dripping_receiver_is_cut_at_the_deadline_while_other_rows_are_deliver
     deadline, and the five rows behind it, to another receiver, are delivered meanwhile. The
     old deliverer (one POST at a time, a per-read timeout, the body read to its end) held its
     only thread on the drip for as long as the receiver dripped: nothing else went out."""
-    slow = _rows(
-        database_url, _task_notifying(client, database_url, drip.url, "slow"), 1, due_seconds_ago=60
-    )
-    fast = _rows(
-        database_url,
-        _task_notifying(client, database_url, healthy.url, "fast"),
-        5,
-        due_seconds_ago=30,
-    )
-    deliverer = Deliverer(pool, instance_id="d", timeout=DEADLINE)
+    slow, fast = _slow_then_fast(client, database_url, (drip, 1), (healthy, 5))
     started = time.monotonic()
-    thread, results = _pass_in_background(deliverer)
-    wait_for(
-        lambda: _delivered(database_url, fast),
-        timeout=DEADLINE - 0.5,
-        message="the other receiver's rows, delivered while the drip is held",
-    )
+    thread, results = _delivered_meanwhile(pool, database_url, fast, "while the drip is held")
     assert drip.requests == 1
     thread.join(timeout=DEADLINE + 2)
     elapsed = time.monotonic() - started
@@ -123,22 +132,8 @@ def test_one_receiver_holds_at_most_three_of_the_four_workers(
     to the drip at once, the fourth waits, and the healthy row is delivered at once. Would
     fail with a single worker (the old deliverer), and with four workers and no cap per URL
     (all four held by the drip)."""
-    slow = _rows(
-        database_url, _task_notifying(client, database_url, drip.url, "slow"), 4, due_seconds_ago=60
-    )
-    fast = _rows(
-        database_url,
-        _task_notifying(client, database_url, healthy.url, "fast"),
-        1,
-        due_seconds_ago=30,
-    )
-    deliverer = Deliverer(pool, instance_id="d", timeout=DEADLINE)
-    thread, results = _pass_in_background(deliverer)
-    wait_for(
-        lambda: _delivered(database_url, fast),
-        timeout=DEADLINE - 0.5,
-        message="the healthy row, delivered while the drip holds three workers",
-    )
+    slow, fast = _slow_then_fast(client, database_url, (drip, 4), (healthy, 1))
+    thread, results = _delivered_meanwhile(pool, database_url, fast, "while the drip holds 3")
     assert drip.requests == 3
     thread.join(timeout=DEADLINE + 2)
     assert not thread.is_alive()

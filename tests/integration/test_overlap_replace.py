@@ -49,14 +49,20 @@ def _hourly(client, url: str, **kw):
     return client.add_task(spec, now=created), created
 
 
+def _first_firing_queued(client, pool, executors, url: str):
+    """`_hourly`'s task with its first firing queued by replica "a": (task, created, replica)."""
+    task, created = _hourly(client, url)
+    replica = Replica(url, pool, executors, "a")
+    assert replica.dispatcher.run_once(now=created + HOUR).queued == 1
+    return task, created, replica
+
+
 def test_a_new_firing_cancels_the_queued_predecessor_as_replaced(
     client, pool, executors, database_url
 ) -> None:
     # Would fail without the dispatch's replace step: the second firing's insert would meet
     # the first, still queued, in occurrence_replace_queued_key (the pass parks the task).
-    task, created = _hourly(client, database_url)
-    replica = Replica(database_url, pool, executors, "a")
-    assert replica.dispatcher.run_once(now=created + HOUR).queued == 1
+    task, created, replica = _first_firing_queued(client, pool, executors, database_url)
     assert replica.dispatcher.run_once(now=created + 2 * HOUR).queued == 1
     first, second = _rows(database_url, task.id)
     assert (first["status"], first["reason"]) == ("cancelled", "replaced")
@@ -229,9 +235,7 @@ def test_a_dispatch_that_fails_leaves_the_predecessor_as_it_was(
 ) -> None:
     # Would fail if the replace step were not undone with the failed insert: the task is parked
     # (its error kept) and its queued predecessor would be cancelled for a firing never written.
-    task, created = _hourly(client, database_url)
-    replica = Replica(database_url, pool, executors, "a")
-    assert replica.dispatcher.run_once(now=created + HOUR).queued == 1
+    task, created, replica = _first_firing_queued(client, pool, executors, database_url)
     query(
         database_url,
         "CREATE FUNCTION refuse_insert() RETURNS trigger LANGUAGE plpgsql AS "

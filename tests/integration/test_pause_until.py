@@ -9,19 +9,8 @@ from typing import Any
 import psycopg
 import pytest
 
-from scheduler_daemon.services.reconciler import Reconciler
 from tests.conftest import row_counts
-from tests.support import EVERY_MINUTE, query, wait_for
-
-
-def _reconciler(pool: Any) -> Reconciler:
-    return Reconciler(
-        pool,
-        instance_id="rec",
-        restart_quiet=timedelta(0),
-        max_interruptions=3,
-        dead_after=timedelta(minutes=10),
-    )
+from tests.support import EVERY_MINUTE, make_reconciler, query, wait_for
 
 
 def _db_now(url: str) -> datetime:
@@ -45,10 +34,10 @@ def test_a_pause_until_ends_by_itself_at_its_instant_as_a_resume(cli, pool, data
     assert f"paused until {shown['paused_until']}: p (id {task_id})" in cli("status").out
     assert cli("tasks", "show", "p", "--json").json()["paused_until"] == shown["paused_until"]
     # Before the instant a pass changes nothing (fails if the scan ignored the instant).
-    assert _reconciler(pool).run_once().ids["resumed_tasks"] == []
+    assert make_reconciler(pool).run_once().ids["resumed_tasks"] == []
     assert _task(database_url)["paused"] is True
     wait_for(lambda: _db_now(database_url) > until, message="the pause's end on the db clock")
-    report = _reconciler(pool).run_once()
+    report = make_reconciler(pool).run_once()
     task = _task(database_url)
     assert report.ids["resumed_tasks"] == [task["id"]]
     assert task["paused"] is False
@@ -70,7 +59,7 @@ def test_a_pause_until_ends_by_itself_at_its_instant_as_a_resume(cli, pool, data
     assert event["at"] >= until
     assert cli("status", "--json").json()["pending_resumes"] == []
     # A second pass resumes nothing more.
-    assert _reconciler(pool).run_once().ids["resumed_tasks"] == []
+    assert make_reconciler(pool).run_once().ids["resumed_tasks"] == []
     assert len(query(database_url, "SELECT id FROM operator_action")) == 2
 
 
@@ -84,7 +73,7 @@ def test_a_resume_or_a_plain_pause_before_the_instant_clears_the_pending_end(
     after = cli("tasks", *clearing, "p", "--json").json()
     assert after["paused_until"] is None
     wait_for(lambda: _db_now(database_url) > until, message="the old end on the db clock")
-    assert _reconciler(pool).run_once().ids["resumed_tasks"] == []
+    assert make_reconciler(pool).run_once().ids["resumed_tasks"] == []
     assert _task(database_url)["paused"] is (clearing == ("pause",))
     assert query(database_url, "SELECT 1 FROM operator_action WHERE source = 'scheduler'") == []
 
@@ -141,7 +130,7 @@ def test_the_daemon_role_ends_a_pause_only_through_its_function_and_only_once_du
         pool = make_pool(daemon, max_size=1, name="daemon-role")
         pool.open(wait=True)
         try:
-            report = _reconciler(pool).run_once()
+            report = make_reconciler(pool).run_once()
         finally:
             pool.close()
         assert report.ids["resumed_tasks"] == [task_id]
@@ -174,7 +163,7 @@ def test_an_operator_pause_inside_the_reconcilers_window_wins(cli, pool, databas
     reports: list[Any] = []
     with psycopg.connect(database_url) as holder:
         holder.execute("SELECT id FROM task FOR UPDATE")
-        passing = threading.Thread(target=lambda: reports.append(_reconciler(pool).run_once()))
+        passing = threading.Thread(target=lambda: reports.append(make_reconciler(pool).run_once()))
         passing.start()
         wait_for(
             lambda: query(
@@ -209,5 +198,5 @@ def test_a_firing_at_the_pauses_end_is_owed(cli, pool, database_url) -> None:
     until = datetime.fromisoformat(shown.json()["paused_until"])
     assert until == firing
     wait_for(lambda: _db_now(database_url) > until, message="the end on the db clock")
-    assert _reconciler(pool).run_once().ids["resumed_tasks"] == [_task(database_url)["id"]]
+    assert make_reconciler(pool).run_once().ids["resumed_tasks"] == [_task(database_url)["id"]]
     assert _task(database_url)["next_run_at"] == until  # due: the dispatch's misfire rules apply

@@ -99,22 +99,22 @@ def test_output_and_errors_with_nul_bytes_are_recorded_with_the_nul_replaced(
     assert rows["http"]["output_tail"] == f"a{REPLACEMENT}b"
 
 
+def _refused_pass(db: Any, client: Any, pool: Any, executors: Any, url: str, *, tasks: Any) -> Any:
+    """With REFUSE installed, `tasks` launched (`_launch`) and one completer pass run:
+    (the replica, the pass's result)."""
+    db.execute(REFUSE)
+    replica = _launch(client, pool, executors, url, *tasks)
+    return replica, replica.completer.run_once()
+
+
 def test_a_refused_outcome_in_a_batch_is_written_without_its_output_and_the_others_in_full(
     client, pool, executors, database_url, db
 ) -> None:
     # Forced: the server refuses the poison run's output (a trigger), so the batch of successes
     # fails as a whole. Without the unit-by-unit fallback and the output-dropping retry, the
     # pass fails and neither outcome is written.
-    db.execute(REFUSE)
-    replica = _launch(
-        client,
-        pool,
-        executors,
-        database_url,
-        _shell("poison", "echo poison"),
-        _shell("clean", "echo clean"),
-    )
-    result = replica.completer.run_once()
+    tasks = (_shell("poison", "echo poison"), _shell("clean", "echo clean"))
+    replica, result = _refused_pass(db, client, pool, executors, database_url, tasks=tasks)
     assert (result.done, result.unstorable, len(replica.held)) == (2, 1, 0)
     rows = _runs_by_task(database_url)
     assert {k: rows["clean"][k] for k in ("name", "status", "output_tail", "error", "occ")} == {
@@ -138,16 +138,8 @@ def test_an_outcome_refused_even_without_its_output_parks_its_task_and_the_pass_
     # Forced: every write of the `refused` task's run is refused. The pass must still record
     # the other task's outcome, park `refused` with the error (shown by `status`), and drop the
     # run from the held set, leaving it to the takeover.
-    db.execute(REFUSE)
-    replica = _launch(
-        client,
-        pool,
-        executors,
-        database_url,
-        _shell("refused", "exit 3"),
-        _shell("fine", "exit 4"),
-    )
-    result = replica.completer.run_once()
+    tasks = (_shell("refused", "exit 3"), _shell("fine", "exit 4"))
+    replica, result = _refused_pass(db, client, pool, executors, database_url, tasks=tasks)
     assert result.unstorable == 1
     assert len(replica.held) == 0
     (fine,) = query(database_url, "SELECT status FROM run WHERE error = 'exit code 4'")

@@ -17,11 +17,10 @@ from structlog.testing import capture_logs
 from scheduler_daemon.domain import limit
 from scheduler_daemon.domain.task import TaskSpec
 from scheduler_daemon.services.pruner import Pruner
-from scheduler_daemon.services.reconciler import Reconciler
 from scheduler_daemon.storage import fleet_store
 from scheduler_daemon.storage import query as queries
 from scheduler_daemon.storage.database import transaction
-from tests.support import Replica, launched_shell_run, query, shell_task
+from tests.support import Replica, launched_shell_run, make_reconciler, query, shell_task
 
 DAY = timedelta(days=1)
 CENTURY = limit.MAX_DURATION  # the cap: 36,525 days, the longest duration any input takes
@@ -177,14 +176,7 @@ def test_a_start_deadline_past_the_calendar_fails_no_reconcile_pass(
     client.trigger(endless.id, requested_by="test")
     late = client.trigger(due.id, requested_by="test")
     query(database_url, "UPDATE occurrence SET scheduled_for = scheduled_for - interval '1 hour'")
-    reconciler = Reconciler(
-        pool,
-        instance_id="r",
-        restart_quiet=timedelta(0),
-        max_interruptions=3,
-        dead_after=timedelta(minutes=10),
-        page=100,
-    )
+    reconciler = make_reconciler(pool, "r")
     report = reconciler.run_once()
     assert report.ids["expired"] == [late.id]
 

@@ -6,7 +6,6 @@ On 61278d7 each test here raised out of its pass: the task reads decoded the pay
 while psycopg fetched it (RecursionError at ~1,000 levels) or read its keys as given (TypeError
 for a payload that is no object), and the reconciler ran a fix that raised without a guard."""
 
-from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -14,8 +13,15 @@ import structlog
 
 from scheduler_daemon.services import reconciler as reconciler_module
 from scheduler_daemon.services.completer import Completer
-from scheduler_daemon.services.reconciler import Reconciler
-from tests.support import EVERY_MINUTE, Replica, launched_shell_run, query, shell_task, wait_for
+from tests.support import (
+    EVERY_MINUTE,
+    Replica,
+    launched_shell_run,
+    make_reconciler,
+    query,
+    shell_task,
+    wait_for,
+)
 
 DEEP = "(repeat('[', 1000) || repeat(']', 1000))::jsonb"
 # Payloads the daemon cannot read: one nested past any decoder, one that is no object, one whose
@@ -25,16 +31,6 @@ UNREADABLE = {
     "array": "'[\"exit 3\"]'::jsonb",
     "headers": '\'{"command": "exit 3", "headers": [1]}\'::jsonb',
 }
-
-
-def _reconciler(pool: Any) -> Reconciler:
-    return Reconciler(
-        pool,
-        instance_id="rec",
-        restart_quiet=timedelta(0),
-        max_interruptions=3,
-        dead_after=timedelta(minutes=10),
-    )
 
 
 @pytest.mark.parametrize("payload", sorted(UNREADABLE))
@@ -59,6 +55,17 @@ def test_a_run_whose_task_payload_became_unreadable_still_has_its_outcome_writte
     assert row == {"status": "failed", "error": "exit code 3", "occ": "failed"}
 
 
+def _launched(client: Any, pool: Any, executors: Any, url: str, **commands: str) -> Any:
+    """One hourly shell task per name in `commands` (running its command), each triggered
+    once, all launched by one replica "a": (the tasks in that order, the replica)."""
+    tasks = [shell_task(client, name, command=command) for name, command in commands.items()]
+    for task in tasks:
+        client.trigger(task.id, requested_by="test")
+    replica = Replica(url, pool, executors, "a")
+    assert replica.launcher.run_once().launched == len(tasks)
+    return tasks, replica
+
+
 def test_a_takeover_of_a_run_whose_task_payload_became_unreadable_ends_it(
     client, pool, executors, database_url
 ) -> None:
@@ -71,7 +78,7 @@ def test_a_takeover_of_a_run_whose_task_payload_became_unreadable_ends_it(
         "UPDATE run SET lease_expires_at = now() - interval '2 s',"
         " takeover_at = now() - interval '1 s'",
     )
-    report = _reconciler(pool).run_once()
+    report = make_reconciler(pool).run_once()
     assert report.ids["taken_over"] == [run.run_id]
     (row,) = query(database_url, "SELECT status FROM run")
     assert row["status"] == "interrupted"
@@ -89,7 +96,7 @@ def test_a_pause_ending_on_a_task_whose_cron_does_not_parse_parks_it_and_the_oth
     query(database_url, "UPDATE task SET paused_until = now() - interval '1 s'")
     query(database_url, "UPDATE task SET cron_expr = 'not a cron' WHERE name = 'bad'")
     with structlog.testing.capture_logs() as logs:
-        report = _reconciler(pool).run_once()
+        report = make_reconciler(pool).run_once()
     rows = {
         r["name"]: r for r in query(database_url, "SELECT id, name, paused, park_error FROM task")
     }
@@ -99,7 +106,7 @@ def test_a_pause_ending_on_a_task_whose_cron_does_not_parse_parks_it_and_the_oth
     (parked,) = [e for e in logs if e["event"] == "task_parked"]
     assert parked["task_id"] == rows["bad"]["id"]
     with structlog.testing.capture_logs() as logs:  # said once: a later pass parks nothing
-        _reconciler(pool).run_once()
+        make_reconciler(pool).run_once()
     assert [e for e in logs if e["log_level"] == "error"] == []
 
 
@@ -132,12 +139,8 @@ def test_a_completion_that_raises_about_its_row_parks_its_task_and_the_others_ar
     # any value this build's code cannot take). On 61278d7 the error left the batch and the
     # pass: neither outcome was written, every pass. Now the batch goes unit by unit, the
     # poison's task is parked with the error and its run left to the takeover; `fine` is written.
-    poison = shell_task(client, "poison", command="exit 3")
-    fine = shell_task(client, "fine", command="exit 4")
-    for task in (poison, fine):
-        client.trigger(task.id, requested_by="test")
-    replica = Replica(database_url, pool, executors, "a")
-    assert replica.launcher.run_once().launched == 2
+    commands = {"poison": "exit 3", "fine": "exit 4"}
+    (poison, _), replica = _launched(client, pool, executors, database_url, **commands)
     for run in list(replica.held):
         wait_for(run.job.poll, message="the jobs to end")
     decide = Completer._decide
@@ -165,12 +168,8 @@ def test_a_takeover_that_raises_about_its_row_parks_its_task_and_the_others_are_
 ) -> None:
     # Forced: the takeover's decision raises for the `poison` task's run. On 61278d7 the error
     # left the reconcile pass (every pass), and no other orphan was taken over.
-    poison = shell_task(client, "poison", command="sleep 30")
-    other = shell_task(client, "other", command="sleep 30")
-    for task in (poison, other):
-        client.trigger(task.id, requested_by="test")
-    replica = Replica(database_url, pool, executors, "a")
-    assert replica.launcher.run_once().launched == 2
+    commands = {"poison": "sleep 30", "other": "sleep 30"}
+    (poison, other), replica = _launched(client, pool, executors, database_url, **commands)
     query(
         database_url,
         "UPDATE run SET lease_expires_at = now() - interval '2 s',"
@@ -185,7 +184,7 @@ def test_a_takeover_that_raises_about_its_row_parks_its_task_and_the_others_are_
 
     query(database_url, "UPDATE task SET max_attempts = 7 WHERE id = %s", (poison.id,))
     monkeypatch.setattr(reconciler_module, "decide", refusing)
-    report = _reconciler(pool).run_once()
+    report = make_reconciler(pool).run_once()
     runs = {
         r["task_id"]: r
         for r in query(

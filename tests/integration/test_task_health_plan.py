@@ -23,6 +23,15 @@ from tests.support import query
 TASKS, PER_SECOND, PER_TASK, SCALE = 1_000, 20_000, 80, 10
 DAY = timedelta(hours=24)
 
+# health_signals' parameters but the batch's (`after`, `batch`): every task, the day's window.
+SIGNALS = {
+    "now": None,
+    "window": DAY,
+    "id": None,
+    "attempts": health.FAILING_ATTEMPTS,
+    "scan": health.ATTEMPT_SCAN,
+}
+
 
 @pytest.fixture
 def fleet(database_url: str) -> str:
@@ -115,15 +124,7 @@ def test_every_tasks_verdict_reads_a_few_index_entries_per_task(fleet) -> None:
     """Fails on a verdict read that scans occurrence or run, that descends into an index per task
     for its lost rows (0.07 ms each: 690 ms at 10,000 tasks), or that reads every outcome of its
     scan (a sort above the attempts' join) instead of stopping at the N-th run."""
-    params = {
-        "now": None,
-        "window": DAY,
-        "id": None,
-        "attempts": health.FAILING_ATTEMPTS,
-        "scan": health.ATTEMPT_SCAN,
-        "after": None,
-        "batch": None,
-    }
+    params = {**SIGNALS, "after": None, "batch": None}
     plan = _explain(fleet, "health_signals", params)
     assert "Seq Scan on occurrence" not in plan, plan
     assert "Seq Scan on run" not in plan, plan
@@ -148,15 +149,7 @@ def test_every_tasks_verdict_reads_a_few_index_entries_per_task(fleet) -> None:
 def test_a_batch_of_verdicts_reads_one_name_range_of_its_tasks(fleet) -> None:
     """The console's verdict filter (ADR 0023) judges a batch after a name: fails on a batch
     read that judges every task before its LIMIT (the outcome index entered once per task)."""
-    params = {
-        "now": None,
-        "window": DAY,
-        "id": None,
-        "attempts": health.FAILING_ATTEMPTS,
-        "scan": health.ATTEMPT_SCAN,
-        "after": "",
-        "batch": 100,
-    }
+    params = {**SIGNALS, "after": "", "batch": 100}
     plan = _explain(fleet, "health_signals", params)
     assert "task_name_c_idx" in plan, plan
     assert "Seq Scan on occurrence" not in plan, plan

@@ -29,6 +29,21 @@ def context(
     )
 
 
+# The run identifiers of `context(run_id=42)` as a job is given them in JSON (a python job's
+# ctx, an http job's body).
+IDENTIFIERS_42 = {
+    "task_id": 3,
+    "task_name": "nightly-report",
+    "occurrence_id": 7,
+    "run_id": 42,
+    "scheduled_for": "2024-05-01T12:30:00+00:00",
+    "attempt": 2,
+    "lease_token": 5,
+    "idempotency_key": "occ-7-key",
+    "run_uuid": "0b7e4a52-6c1d-4c9e-9a53-2f1d8e0c7a11",
+}
+
+
 def wait_outcome(job: object, wake: threading.Event, within: float = 10.0) -> Outcome:
     """Waits on the wake event until `job` has an outcome; fails the test after `within`."""
     limit = time.monotonic() + within

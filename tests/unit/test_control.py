@@ -14,6 +14,7 @@ from scheduler_daemon.domain.argument import (
 )
 from scheduler_daemon.domain.status import OccurrenceStatus, OverlapPolicy, TaskStatus
 from scheduler_daemon.domain.task import InvalidTask, TaskRecord, TaskSpec
+from tests.support import task_record
 
 NOW = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 
@@ -22,21 +23,7 @@ def _task(*, status: str = TaskStatus.ENABLED, next_run_at: datetime | None = No
     definition = TaskSpec(
         **{"name": "t", "executor": "shell", "target": "true", "cron": "*/5 * * * *", **spec}  # type: ignore[arg-type]
     )
-    return TaskRecord(
-        id=1,
-        spec=definition,
-        status=status,
-        next_run_at=next_run_at,
-        occurrence_seq=0,
-        last_outcome_seq=0,
-        last_status=None,
-        last_scheduled_for=None,
-        last_finished_at=None,
-        last_error=None,
-        created_at=NOW,
-        updated_at=NOW,
-        deleted_at=None,
-    )
+    return task_record(definition, status=status, next_run_at=next_run_at, created_at=NOW)
 
 
 def _once(status: str) -> TaskRecord:

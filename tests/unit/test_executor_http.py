@@ -18,7 +18,7 @@ from scheduler_daemon.executors.base import Outcome
 from scheduler_daemon.executors.http import HttpExecutor
 from scheduler_daemon.executors.webhook import post_json
 from scheduler_daemon.executors.wire import NOT_STARTED_ERROR, OUTPUT_TAIL_BYTES
-from tests.unit.executor_support import context, wait_outcome
+from tests.unit.executor_support import IDENTIFIERS_42, context, wait_outcome
 
 TRACEPARENT = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
 
@@ -95,15 +95,7 @@ def test_the_body_and_headers_carry_the_run_identifiers(
     assert request["headers"]["Content-Type"] == "application/json"
     assert request["headers"]["Idempotency-Key"] == "occ-7-key"
     assert request["body"] == {
-        "task_id": 3,
-        "task_name": "nightly-report",
-        "occurrence_id": 7,
-        "run_id": 42,
-        "scheduled_for": "2024-05-01T12:30:00+00:00",
-        "attempt": 2,
-        "lease_token": 5,
-        "idempotency_key": "occ-7-key",
-        "run_uuid": "0b7e4a52-6c1d-4c9e-9a53-2f1d8e0c7a11",
+        **IDENTIFIERS_42,
         "args": None,  # a trigger without arguments (tests/chaos/test_trigger_args.py: with)
     }
 

@@ -27,7 +27,7 @@ from scheduler_daemon.executors.python_worker import (
 from scheduler_daemon.executors.timer import DEADLINE_ERROR
 from scheduler_daemon.executors.wire import NOT_STARTED_ERROR, OUTPUT_TAIL_BYTES, Channel
 from tests.support import wait_for
-from tests.unit.executor_support import KILL_MARGIN, context, wait_outcome
+from tests.unit.executor_support import IDENTIFIERS_42, KILL_MARGIN, context, wait_outcome
 
 TRACEPARENT = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
 
@@ -212,15 +212,7 @@ def test_the_run_identifiers_and_cancelled_are_in_ctx(
     outcome = run(python, wake, "tests.jobs:identify", run_id=42, timeout=20.0)
 
     assert json.loads(outcome.output_tail) == {
-        "task_id": 3,
-        "task_name": "nightly-report",
-        "occurrence_id": 7,
-        "run_id": 42,
-        "scheduled_for": "2024-05-01T12:30:00+00:00",
-        "attempt": 2,
-        "lease_token": 5,
-        "idempotency_key": "occ-7-key",
-        "run_uuid": "0b7e4a52-6c1d-4c9e-9a53-2f1d8e0c7a11",
+        **IDENTIFIERS_42,
         "timeout": 20.0,
         "cancelled": False,
     }

@@ -10,6 +10,7 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -18,6 +19,20 @@ from scheduler_daemon.executors.base import Outcome
 from scheduler_daemon.executors.shell import WATCHDOG_DIED, ShellExecutor, ShellJob
 from scheduler_daemon.executors.wire import NOT_STARTED_ERROR, OUTPUT_TAIL_BYTES
 from tests.unit.executor_support import KILL_MARGIN, context, wait_outcome
+
+
+def _in_two_processes(shell: ShellExecutor, command: str) -> tuple[Any, int]:
+    """A job of `command` once its process group holds two processes: (the job, its pgid)."""
+    job = shell.start(context(), {"command": command})
+    pgid = wait_pgid(job)
+    wait_group_has(pgid, 2)
+    return job, pgid
+
+
+def _ended(job: Any, wake: threading.Event) -> tuple[str, int | None, str | None]:
+    """(status, exit_code, error) of `job`'s outcome, once it has one."""
+    outcome = wait_outcome(job, wake)
+    return outcome.status, outcome.exit_code, outcome.error
 
 
 @pytest.fixture
@@ -106,36 +121,25 @@ def test_the_timeout_kills_the_job_and_reports_timeout(
     job = shell.start(context(timeout=0.3), {"command": "sleep 100 & wait"})
     pgid = wait_pgid(job)
 
-    outcome = wait_outcome(job, wake)
-
-    assert outcome.status == "timeout"
-    assert outcome.exit_code == -signal.SIGKILL
-    assert outcome.error == "timed out after 0.3 s"
+    assert _ended(job, wake) == ("timeout", -signal.SIGKILL, "timed out after 0.3 s")
     wait_group_gone(pgid, within=1.0)
 
 
 def test_stop_terminates_the_whole_process_group_with_the_given_reason(
     shell: ShellExecutor, wake: threading.Event
 ) -> None:
-    job = shell.start(context(), {"command": "sleep 100 & wait"})
-    pgid = wait_pgid(job)
-    wait_group_has(pgid, 2)
+    job, pgid = _in_two_processes(shell, "sleep 100 & wait")
 
     job.stop("lease lost")
-    outcome = wait_outcome(job, wake)
 
-    assert outcome.status == "stopped"
-    assert outcome.error == "lease lost"
-    assert outcome.exit_code == -signal.SIGTERM
+    assert _ended(job, wake) == ("stopped", -signal.SIGTERM, "lease lost")
     wait_group_gone(pgid, within=1.0)
 
 
 def test_stop_escalates_to_sigkill_when_the_job_ignores_sigterm(
     shell: ShellExecutor, wake: threading.Event
 ) -> None:
-    job = shell.start(context(), {"command": "trap '' TERM; echo ready; sleep 100 & wait"})
-    pgid = wait_pgid(job)
-    wait_group_has(pgid, 2)
+    job, pgid = _in_two_processes(shell, "trap '' TERM; echo ready; sleep 100 & wait")
     stopped_at = time.monotonic()
 
     job.stop("shutting down")

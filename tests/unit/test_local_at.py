@@ -10,6 +10,7 @@ CEST at 01:00 UTC on 2036-03-30 and falls back from 03:00 CEST to 02:00 CET at 0
 2036-10-26 (the last Sundays of March and October)."""
 
 from datetime import UTC, datetime, timedelta, timezone
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -21,10 +22,16 @@ from scheduler_daemon.domain.schedule.zone import gap_start, read_wall
 from scheduler_daemon.domain.status import LostReason, OccurrenceStatus, TaskStatus
 from scheduler_daemon.domain.task import InvalidTask, TaskRecord, TaskSpec
 from scheduler_daemon.domain.task_file import exported, parse, render
+from tests.support import task_record
 from tests.unit.schedule_support import utc
 
 NY, BERLIN = "America/New_York", "Europe/Berlin"
 NOW = datetime(2026, 12, 1, tzinfo=UTC)
+
+
+def _at(at: datetime, **policies: Any) -> TaskSpec:
+    """One-shot task "a" of `true` at `at` (a wall time or an instant), `policies` set."""
+    return TaskSpec(name="a", executor="shell", target="true", at=at, **policies)
 
 
 @pytest.mark.parametrize(
@@ -48,15 +55,7 @@ def test_a_wall_time_becomes_the_instant_cron_would_fire_it_at(  # noqa: PLR0917
 ) -> None:
     found = read_wall(wall, zone, gap, overlap)
     assert (found.at, found.skipped) == (at, skipped)
-    spec = TaskSpec(
-        name="a",
-        executor="shell",
-        target="true",
-        at=wall,
-        timezone=zone,
-        dst_gap=gap,
-        dst_overlap=overlap,
-    )
+    spec = _at(wall, timezone=zone, dst_gap=gap, dst_overlap=overlap)
     resolved, skips = spec.resolved()
     assert (resolved.at, skips) == (at, skipped)
     assert resolved.resolved() == (resolved, False)  # an instant is not read again
@@ -71,14 +70,7 @@ def test_both_at_a_time_that_happens_twice_is_refused_in_one_line() -> None:
         "2036-11-02T01:30:00 happens twice in America/New_York (05:30:00 and 06:30:00 UTC) and "
         "a one-shot fires once: give --dst-overlap first or second, or an offset"
     )
-    spec = TaskSpec(
-        name="a",
-        executor="shell",
-        target="true",
-        at=datetime(2036, 11, 2, 1, 30),
-        timezone=NY,
-        dst_overlap="both",
-    )
+    spec = _at(datetime(2036, 11, 2, 1, 30), timezone=NY, dst_overlap="both")
     with pytest.raises(InvalidTask, match=r"^--at 2036-11-02T01:30:00 happens twice"):
         spec.validate(NOW)
 
@@ -88,21 +80,13 @@ def test_an_instant_with_an_offset_or_a_zone_is_kept_whatever_the_policies() -> 
         datetime(2036, 3, 9, 2, 30, tzinfo=timezone(timedelta(hours=-5))),
         datetime(2036, 11, 2, 1, 30, tzinfo=UTC),
     ):
-        spec = TaskSpec(
-            name="a",
-            executor="shell",
-            target="true",
-            at=at,
-            timezone=NY,
-            dst_gap="skip",
-            dst_overlap="both",
-        )
+        spec = _at(at, timezone=NY, dst_gap="skip", dst_overlap="both")
         spec.validate(NOW)
         assert spec.resolved() == (spec, False)
 
 
 def test_a_local_at_is_held_to_the_clock_and_the_range_once_read() -> None:
-    past = TaskSpec(name="a", executor="shell", target="true", at=datetime(2026, 3, 8, 2, 30))
+    past = _at(datetime(2026, 3, 8, 2, 30))
     with pytest.raises(InvalidTask, match="is in the past"):
         past.validate(NOW)
     far = past.with_changes(at=datetime(9999, 12, 31, 23, 0), timezone=BERLIN)
@@ -111,21 +95,9 @@ def test_a_local_at_is_held_to_the_clock_and_the_range_once_read() -> None:
 
 
 def _once(status: str, at: datetime, **spec: object) -> TaskRecord:
-    return TaskRecord(
-        id=1,
-        spec=TaskSpec(name="a", executor="shell", target="true", at=at, **spec),  # type: ignore[arg-type]
-        status=status,
-        next_run_at=at if status == TaskStatus.ENABLED else None,
-        occurrence_seq=0,
-        last_outcome_seq=0,
-        last_status=None,
-        last_scheduled_for=None,
-        last_finished_at=None,
-        last_error=None,
-        created_at=NOW,
-        updated_at=NOW,
-        deleted_at=None,
-    )
+    definition = _at(at, **spec)
+    due = at if status == TaskStatus.ENABLED else None
+    return task_record(definition, status=status, next_run_at=due, created_at=NOW)
 
 
 def test_an_update_reads_a_local_at_by_the_policies_after_it_and_plans_a_skipped_firing() -> None:

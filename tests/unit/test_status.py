@@ -6,6 +6,7 @@ only fails here."""
 import re
 from enum import StrEnum
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -113,26 +114,28 @@ def _values(expected: type[StrEnum] | tuple[str, ...]) -> tuple[str, ...]:
     return tuple(str(v) for v in expected)
 
 
-@pytest.mark.parametrize(("name", "expected"), CHECKS.items())
-def test_each_enum_is_the_check_list_of_its_column_in_schema_order(name, expected) -> None:
-    (found,) = _lists(_definitions("check")[name])
+@pytest.mark.parametrize(
+    ("kind", "name", "expected"),
+    [("check", name, expected) for name, expected in CHECKS.items()]
+    + [("index", name, expected) for name, expected in INDEXES.items()],
+)
+def test_each_check_and_partial_index_spells_its_enum_in_schema_order(
+    kind: str, name: str, expected: type[StrEnum] | tuple[str, ...]
+) -> None:
+    """Each enum is the check list of its column, and each partial index spells its named
+    set, in schema order."""
+    (found,) = _lists(_definitions(kind)[name])
     assert found == _values(expected)
 
 
-def test_every_check_list_in_the_schema_has_its_enum() -> None:
-    listed = {name for name, text in _definitions("check").items() if _lists(text)}
-    assert listed == set(CHECKS)
-
-
-@pytest.mark.parametrize(("name", "expected"), INDEXES.items())
-def test_each_partial_index_spells_its_named_set(name, expected) -> None:
-    (found,) = _lists(_definitions("index")[name])
-    assert found == _values(expected)
-
-
-def test_every_status_list_a_partial_index_writes_is_checked() -> None:
-    listed = {name for name, text in _definitions("index").items() if _lists(text)}
-    assert listed == set(INDEXES)
+@pytest.mark.parametrize(("kind", "named"), [("check", CHECKS), ("index", INDEXES)])
+def test_every_status_list_a_check_or_a_partial_index_holds_is_named(
+    kind: str, named: dict[str, Any]
+) -> None:
+    """Every check list in the schema has its enum; every status list a partial index
+    writes is checked."""
+    listed = {name for name, text in _definitions(kind).items() if _lists(text)}
+    assert listed == set(named)
 
 
 def test_every_status_list_the_statements_write_out_is_a_named_set() -> None:
