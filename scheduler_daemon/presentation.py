@@ -211,6 +211,12 @@ def occurrence_fields(
     return out
 
 
+def action_fields(action: Mapping[str, Any]) -> dict[str, Any]:
+    """A recorded operator action (`actions`): `actor` as the CLI or console claimed it,
+    `session_role` the database role that wrote it (None: recorded before revision 0038)."""
+    return {k: _json(v) for k, v in action.items()}
+
+
 def run_detail_fields(run: RunDetail) -> dict[str, Any]:
     """`runs show`: the run row's fields (`run_fields`) plus the lease columns and the output
     tail."""
