@@ -100,6 +100,11 @@ def _no_secret(text: str, where: Any) -> None:
 def test_the_reader_may_not_select_a_secret_column(
     fleet: RoleFleet, cli: Any, tmp_path: Path
 ) -> None:
+    """Each secret column is `permission denied` to the reader, which reads the views masked
+    while a writer reads them as stored. Then the grant of the build before (SELECT on the whole
+    table, put back by hand) is shown to hand the reader every secret, and `db roles` takes it
+    away again: with the old `db roles` this test fails at its first refusal (checked: with
+    SECRET_COLUMNS ignored, `DID NOT RAISE InsufficientPrivilege`)."""
     _define(fleet, cli, tmp_path)
     for table, columns in roles.SECRET_COLUMNS.items():
         for column in columns:
@@ -146,6 +151,9 @@ def test_the_reader_may_not_select_a_secret_column(
 def test_every_reader_command_works_as_the_reader_and_shows_no_secret(
     fleet: RoleFleet, cli: Any, tmp_path: Path
 ) -> None:
+    """Fails with the old whole-table grant (checked: `tasks list --json` printed the URL's
+    path token), and with a reader statement that selects a secret column itself
+    (`permission denied`)."""
     occurrence = _define(fleet, cli, tmp_path)
     reader = fleet.reader
     reads = [
@@ -243,6 +251,8 @@ def test_the_console_serves_every_page_as_the_reader_with_no_secret(
 def test_an_action_row_records_the_role_that_logged_in_whatever_the_writer_says(
     fleet: RoleFleet, cli: Any, tmp_path: Path
 ) -> None:
+    """Fails on the build before (no session_role), and on a trigger that kept a supplied value
+    as a column default would (checked: the forged 'postgres' was recorded)."""
     _define(fleet, cli, tmp_path)
     with _as(fleet.operator) as conn:
         conn.execute(
