@@ -11,7 +11,7 @@ tests/integration/test_from_0037.py holds the two schemas equal.
 
 from collections.abc import Iterator
 
-from scheduler_daemon.storage import functions
+from scheduler_daemon.storage import functions, presquash
 
 # What only builds before the squash called: the claims v1-v5, the successes v1-v3, and the
 # trigger that cleared a pending `--until` when such a build paused or resumed a task (0035).
@@ -97,6 +97,15 @@ WHEN (old.schedule_kind IS DISTINCT FROM new.schedule_kind
 EXECUTE FUNCTION task_event_record();
 """
 
+# Who logged in to write each operator action (issue 46): rows written before have none.
+ACTION_SESSION_ROLE = "ALTER TABLE operator_action ADD COLUMN session_role text;"
+
+# After the live functions: the trigger's function, and the one the views read.
+ACTION_SESSION_ROLE_TRIGGER = """
+CREATE TRIGGER operator_action_session_user_on_insert BEFORE INSERT ON operator_action FOR EACH ROW EXECUTE FUNCTION operator_action_session_user();
+"""
+
+
 # One transaction: a failure leaves the database at 0037, whole. The fleet is stopped, so the
 # locks it holds until COMMIT block only the CLI and the console for the while.
 LOCK_TIMEOUT = "SET LOCAL lock_timeout = '5s';\n\nSET LOCAL statement_timeout = '15min';"
@@ -112,8 +121,12 @@ def statements() -> Iterator[str]:
     yield RECURRING_LAST_CLEARED
     yield BOUNDS
     yield TASK_EVENT_TRIGGER
+    yield ACTION_SESSION_ROLE
     for each in functions.files():  # the live functions as their files say (ADR 0028)
         yield each.create_and_record
+    yield ACTION_SESSION_ROLE_TRIGGER
+    # The secret columns as the reader sees them (ADR 0031): the baseline's views, written once.
+    yield from presquash.baseline_module().VIEWS
     yield VERSION
 
 

@@ -19,7 +19,7 @@ from scheduler_daemon.domain.liveness import (
 from scheduler_daemon.domain.lock_holder import LockHolder
 from scheduler_daemon.domain.occurrence import Occurrence
 from scheduler_daemon.domain.run import HistoryRow, RunDetail, RunOutput
-from scheduler_daemon.domain.secret import redact, shown_headers
+from scheduler_daemon.domain.secret import mask_args, redact, shown_headers
 from scheduler_daemon.domain.status import ExecutorKind
 from scheduler_daemon.domain.task import TaskRecord
 from scheduler_daemon.domain.timing import takeover_bound
@@ -162,9 +162,10 @@ def error_summary(
 
 
 def run_fields(row: HistoryRow) -> dict[str, Any]:
-    """A history row (run or never-run occurrence) with the documented field names, then its
-    `duration_seconds` and `error_summary`."""
+    """A history row (run or never-run occurrence) with the documented field names (its secret
+    trigger arguments as ***), then its `duration_seconds` and `error_summary`."""
     out = {name: _json(getattr(row, name)) for name in RUN_FIELDS}
+    out["args"] = mask_args(row.args)
     out["duration_seconds"] = duration_seconds(row.started_at, row.finished_at)
     out["error_summary"] = error_summary(row.status, row.exit_code, row.http_status, row.error)
     return out
@@ -204,9 +205,16 @@ def occurrence_fields(
 ) -> dict[str, Any]:
     """An occurrence with the documented field names (and its runs, when given)."""
     out = {name: _json(getattr(occurrence, name)) for name in OCCURRENCE_FIELDS}
+    out["args"] = mask_args(occurrence.args)  # secret ones as *** (ADR 0031)
     if runs is not None:
         out["runs"] = [run_fields(run) for run in runs]
     return out
+
+
+def action_fields(action: Mapping[str, Any]) -> dict[str, Any]:
+    """A recorded operator action (`actions`): `actor` as the CLI or console claimed it,
+    `session_role` the database role that wrote it (None: recorded before revision 0038)."""
+    return {k: _json(v) for k, v in action.items()}
 
 
 def run_detail_fields(run: RunDetail) -> dict[str, Any]:

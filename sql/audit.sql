@@ -123,7 +123,8 @@ ORDER BY started_at, id
 
 -- name: audit_budget_changes :many
 -- Every value the fleet budget took, and when.
-SELECT at, value FROM fleet_setting_event WHERE key = 'max_concurrent_runs' ORDER BY at, id
+SELECT at, value FROM fleet_setting_event_shown WHERE key = 'max_concurrent_runs'
+ORDER BY at, id
 
 -- name: audit_success_twice :many
 -- Occurrences with more than one successful run.

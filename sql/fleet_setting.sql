@@ -1,6 +1,8 @@
 -- name: fleet_setting_list :many
--- Every fleet-wide setting (not the schema's compatibility record, which `migrate` writes).
-SELECT key, value, updated_at, updated_by FROM fleet_setting WHERE key <> 'schema_compat'
+-- Every fleet-wide setting (not the schema's compatibility record, which `migrate` writes), as
+-- the connected role may see it (fleet_setting_shown: the reader's notify URL and headers
+-- masked, ADR 0031).
+SELECT key, value, updated_at, updated_by FROM fleet_setting_shown WHERE key <> 'schema_compat'
 ORDER BY key
 
 -- name: fleet_setting_set :one
@@ -15,14 +17,15 @@ RETURNING key, value, updated_at, updated_by
 -- The fleet-wide budget of executing occurrences, read as the claim reads it
 -- (sql/functions/claim_launch.sql): a JSON number, floored and capped to 0 .. 100,000 as a
 -- bigint; anything else a hand or an older build wrote (a string, null, an array) is no budget,
--- as without the row.
+-- as without the row. Through fleet_setting_shown, which every role may read (ADR 0031).
 SELECT CASE WHEN jsonb_typeof(value) = 'number'
             THEN least(greatest(floor(value::numeric), 0), 100000)::bigint END
-FROM fleet_setting WHERE key = 'max_concurrent_runs'
+FROM fleet_setting_shown WHERE key = 'max_concurrent_runs'
 
 -- name: fleet_history_retention :scalar
--- The fleet's history retention as the duration text `config set` stored (NULL: keep all).
-SELECT jsonb_build_array(value) ->> 0 FROM fleet_setting WHERE key = 'history_retention'
+-- The fleet's history retention as the duration text `config set` stored (NULL: keep all),
+-- through fleet_setting_shown, which every role may read (ADR 0031).
+SELECT jsonb_build_array(value) ->> 0 FROM fleet_setting_shown WHERE key = 'history_retention'
 
 -- name: fleet_budget_lock_holders :many
 -- Who holds the fleet budget's advisory lock (the claim's `pg_advisory_xact_lock(p_key)`)

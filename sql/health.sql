@@ -75,7 +75,8 @@ ORDER BY t.name COLLATE "C"
 LIMIT %(batch)s
 
 -- name: health_window :many
--- The window's figures of the tasks `ids` (a page's): their rows as the daemon reads them;
+-- The window's figures of the tasks `ids` (a page's): their rows as the daemon reads them (their
+-- secrets as task_secrets shows them to the connected role: the reader's masked, ADR 0031);
 -- their occurrences scheduled in (now - window, now] grouped by trigger, status, reason and
 -- overlap, with each group's newest end (one index-only range of occurrence_task_window_idx per
 -- task); and over the runs of their newest `sample` firings of the window
@@ -83,9 +84,13 @@ LIMIT %(batch)s
 -- time) and run time p50/p99 in seconds, how many runs, and how many ran past the next firing's
 -- scheduled time (the next firing row's, or the task's next_run_at for the newest).
 WITH clock AS (SELECT coalesce(%(now)s::timestamptz, now()) AS now)
-SELECT {{task_read}}, clock.now, coalesce(w.groups, '[]'::jsonb) AS groups,
+SELECT {{task_defined}}, secrets.notify_url, secrets.payload::text AS payload,
+    secrets.notify_headers::text AS notify_headers,
+    notify_header_refs::text AS notify_header_refs, last_outcome_seq, last_occurrence_id,
+    last_scheduled_for, last_status, last_finished_at, last_error,
+    clock.now, coalesce(w.groups, '[]'::jsonb) AS groups,
     s.runs, s.outlasting, s.wait_p50, s.wait_p99, s.run_p50, s.run_p99
-FROM clock CROSS JOIN task t
+FROM clock CROSS JOIN task t {{task_secrets}}
 LEFT JOIN LATERAL (
     SELECT jsonb_agg(jsonb_build_object('trigger', g.trigger, 'status', g.status,
         'reason', g.reason, 'overlap', g.overlap, 'rows', g.n, 'firings', g.firings,

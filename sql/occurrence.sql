@@ -89,9 +89,12 @@ WHERE id IN (
 RETURNING {{occurrence_locked}}
 
 -- name: occurrence_get :one
--- One occurrence with its task's name.
-SELECT o.*, t.name AS task_name FROM occurrence o JOIN task t ON t.id = o.task_id
-WHERE o.id = %(id)s
+-- One occurrence with its task's name, its trigger's arguments as the connected role may see
+-- them (occurrence_args_shown: the reader's secret ones masked, ADR 0031).
+SELECT o.*, t.name AS task_name
+FROM (SELECT {{occurrence_locked}}, {{occurrence_args_shown}}
+      FROM occurrence o WHERE o.id = %(id)s) o
+JOIN task t ON t.id = o.task_id
 
 -- name: occurrence_executing_count :scalar
 -- Occurrences holding a slot of the fleet budget; run after the budget lock, in its own statement.
@@ -142,6 +145,12 @@ id, task_id, occurrence_seq, scheduled_for, last_scheduled_for, firing_count, tr
     concurrency_key, status, reason, requested_by, attempts, interruptions, lease_token,
     claim_owner, claim_expires_at, not_before, error, created_at, updated_at, finished_at,
     cancel_requested_at, cancel_reason
+
+-- fragment: occurrence_args_shown
+-- The trigger's arguments of the occurrence `o` as the connected role may see them: unmasked
+-- to one that may select the column, the secret ones masked to the reader, which may not
+-- select `o.args` (ADR 0031). One probe of occurrence_pkey per row.
+(SELECT a.args FROM occurrence_args_shown a WHERE a.id = o.id) AS args
 
 -- name: occurrence_lock :one
 -- Locks one occurrence (after its task: the one lock order).

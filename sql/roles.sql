@@ -1,10 +1,12 @@
 -- name: roles_table_grantors :many
--- Each of `tables` in `schema` with its owner and whether the connected role may grant on it as
--- its owner does (a member of the owning role, or a superuser); a table not there has no row.
+-- Each of `tables` (tables and views) in `schema` with its owner and whether the connected role
+-- may grant on it as its owner does (a member of the owning role, or a superuser); one not there
+-- has no row.
 SELECT current_user AS role_name, c.relname AS table_name, pg_get_userbyid(c.relowner) AS owner,
     pg_has_role(current_user, c.relowner, 'USAGE') AS can_grant
 FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
-WHERE n.nspname = %(schema)s AND c.relname = ANY(%(tables)s::text[]) AND c.relkind = 'r'
+WHERE n.nspname = %(schema)s AND c.relname = ANY(%(tables)s::text[])
+  AND (c.relkind = 'r' OR c.relkind = 'v')
 ORDER BY c.relname
 
 -- name: roles_creator :one

@@ -6,7 +6,7 @@ r.id, o.id AS occurrence_id, o.occurrence_seq, o.task_id, t.name AS task_name,
     r.started_at, r.finished_at, r.exit_code, r.http_status, r.error, o.firing_count,
     o.last_scheduled_for, r.lease_token,
     CASE WHEN r.status = 'running' THEN o.cancel_requested_at END AS cancel_requested_at,
-    o.args
+    {{occurrence_args_shown}}
 
 -- fragment: occurrence_own_row
 -- An occurrence's own row in run_history, in run_row's columns (run ones NULL), over `occurrence o
@@ -15,7 +15,8 @@ NULL::bigint AS id, o.id AS occurrence_id, o.occurrence_seq, o.task_id, t.name,
     o.scheduled_for, o.trigger, NULL::integer AS attempt, o.status, o.reason, o.claim_owner,
     NULL::timestamptz AS started_at, o.finished_at, NULL::integer AS exit_code,
     NULL::integer AS http_status, o.error, o.firing_count, o.last_scheduled_for,
-    NULL::bigint AS lease_token, NULL::timestamptz AS cancel_requested_at, o.args
+    NULL::bigint AS lease_token, NULL::timestamptz AS cancel_requested_at,
+    {{occurrence_args_shown}}
 
 -- name: run_history :many
 -- One page of history, newest occurrence first: within an occurrence its own row first, then its

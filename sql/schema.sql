@@ -12,6 +12,16 @@ BEGIN
 END
 $function$;
 
+CREATE OR REPLACE FUNCTION public.operator_action_session_user()
+ RETURNS trigger
+ LANGUAGE plpgsql
+AS $function$
+BEGIN
+    NEW.session_role := session_user;
+    RETURN NEW;
+END
+$function$;
+
 CREATE OR REPLACE FUNCTION public.sd_claim_launch_v6(p_key bigint, p_slots integer, p_owner text, p_ttl interval, p_grace interval, p_build_revision text, p_now timestamp with time zone)
  RETURNS TABLE(free integer, id bigint, task_id bigint, occurrence_seq bigint, scheduled_for timestamp with time zone, lease_token bigint, task_name text, executor text, payload jsonb, run_timeout interval, run_id bigint, attempt integer, started_at timestamp with time zone, idempotency_key text, run_uuid uuid, in_process boolean, spread_start timestamp with time zone, args jsonb)
  LANGUAGE plpgsql
@@ -128,6 +138,59 @@ BEGIN
     INSERT INTO operator_action (actor, action, source, task_id, detail)
     VALUES ('scheduler', 'resume', 'scheduler', p_id, 'pause ended at ' || v_until);
     RETURN true;
+END
+$function$;
+
+CREATE OR REPLACE FUNCTION public.sd_masked_v1(p_kind text, p_value jsonb)
+ RETURNS jsonb
+ LANGUAGE plpgsql
+ IMMUTABLE PARALLEL SAFE
+AS $function$
+DECLARE
+    v_found text[];
+BEGIN
+    IF p_value IS NULL OR jsonb_typeof(p_value) = 'null' OR p_kind IS NULL THEN
+        RETURN p_value;
+    END IF;
+    IF p_kind IN ('url', 'notify_url') THEN
+        IF jsonb_typeof(p_value) = 'string' THEN
+            v_found := regexp_match(p_value #>> '{}',
+                '^([A-Za-z][A-Za-z0-9+.-]*://)(?:[^/?#]*@)?([^/?#@]*)');
+        END IF;
+        RETURN to_jsonb(CASE WHEN v_found IS NULL THEN '***'
+                             ELSE v_found[1] || v_found[2] || '/***' END);
+    ELSIF p_kind IN ('headers', 'notify_headers') THEN
+        IF jsonb_typeof(p_value) <> 'object' THEN
+            RETURN to_jsonb('***'::text);
+        END IF;
+        RETURN coalesce((SELECT jsonb_object_agg(k, '***') FROM jsonb_object_keys(p_value) k),
+                        '{}'::jsonb);
+    ELSIF p_kind = 'payload' THEN
+        IF jsonb_typeof(p_value) <> 'object' THEN
+            RETURN to_jsonb('***'::text);
+        END IF;
+        RETURN p_value
+            || CASE WHEN p_value ? 'url'
+                    THEN jsonb_build_object('url', sd_masked_v1('url', p_value -> 'url'))
+                    ELSE '{}'::jsonb END
+            || CASE WHEN p_value ? 'headers'
+                    THEN jsonb_build_object('headers',
+                                            sd_masked_v1('headers', p_value -> 'headers'))
+                    ELSE '{}'::jsonb END;
+    ELSIF p_kind = 'args' THEN
+        IF jsonb_typeof(p_value) <> 'object' THEN
+            RETURN to_jsonb('***'::text);
+        END IF;
+        RETURN coalesce(
+            (SELECT jsonb_object_agg(e.key,
+                        CASE WHEN replace(lower(e.key), '_', '-') ~ ('(auth|token|secret|'
+                                  'password|passwd|apikey|api-key|cookie|session|signature|'
+                                  'credential)')
+                             THEN to_jsonb('***'::text) ELSE e.value END)
+             FROM jsonb_each(p_value) e),
+            '{}'::jsonb);
+    END IF;
+    RETURN p_value;
 END
 $function$;
 
@@ -498,12 +561,15 @@ CREATE TABLE operator_action (
     task_id bigint,
     occurrence_id bigint,
     detail text,
+    session_role text,
     CONSTRAINT operator_action_action_check CHECK ((action = ANY (ARRAY['trigger'::text, 'pause'::text, 'resume'::text, 'cancel'::text, 'backfill'::text]))),
     CONSTRAINT operator_action_pkey PRIMARY KEY (id),
     CONSTRAINT operator_action_source_check CHECK ((source = ANY (ARRAY['cli'::text, 'console'::text, 'scheduler'::text])))
 );
 
 CREATE INDEX operator_action_task_idx ON public.operator_action USING btree (task_id, id);
+
+CREATE TRIGGER operator_action_session_user_on_insert BEFORE INSERT ON public.operator_action FOR EACH ROW EXECUTE FUNCTION operator_action_session_user();
 
 
 CREATE TABLE run (
@@ -683,3 +749,49 @@ CREATE TABLE task_pruned (
     updated_at timestamp with time zone NOT NULL,
     CONSTRAINT task_pruned_pkey PRIMARY KEY (task_id)
 );
+
+
+CREATE VIEW fleet_setting_event_shown AS
+ SELECT fleet_setting_event.id,
+    fleet_setting_event.key,
+        CASE
+            WHEN has_column_privilege(fleet_setting_event.tableoid, 'value'::text, 'SELECT'::text) THEN fleet_setting_event.value
+            ELSE sd_masked_v1(fleet_setting_event.key, fleet_setting_event.value)
+        END AS value,
+    fleet_setting_event.at,
+    fleet_setting_event.updated_by
+   FROM fleet_setting_event;
+
+CREATE VIEW fleet_setting_shown AS
+ SELECT fleet_setting.key,
+        CASE
+            WHEN has_column_privilege(fleet_setting.tableoid, 'value'::text, 'SELECT'::text) THEN fleet_setting.value
+            ELSE sd_masked_v1(fleet_setting.key, fleet_setting.value)
+        END AS value,
+    fleet_setting.updated_at,
+    fleet_setting.updated_by
+   FROM fleet_setting;
+
+CREATE VIEW occurrence_args_shown AS
+ SELECT occurrence.id,
+        CASE
+            WHEN has_column_privilege(occurrence.tableoid, 'args'::text, 'SELECT'::text) THEN occurrence.args
+            ELSE sd_masked_v1('args'::text, occurrence.args)
+        END AS args
+   FROM occurrence;
+
+CREATE VIEW task_secret_shown AS
+ SELECT task.id,
+        CASE
+            WHEN has_column_privilege(task.tableoid, 'payload'::text, 'SELECT'::text) THEN task.payload
+            ELSE sd_masked_v1('payload'::text, task.payload)
+        END AS payload,
+        CASE
+            WHEN has_column_privilege(task.tableoid, 'notify_url'::text, 'SELECT'::text) THEN task.notify_url
+            ELSE (sd_masked_v1('url'::text, to_jsonb(task.notify_url)) #>> '{}'::text[])
+        END AS notify_url,
+        CASE
+            WHEN has_column_privilege(task.tableoid, 'notify_headers'::text, 'SELECT'::text) THEN task.notify_headers
+            ELSE sd_masked_v1('headers'::text, task.notify_headers)
+        END AS notify_headers
+   FROM task;

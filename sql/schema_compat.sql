@@ -9,7 +9,14 @@ SELECT pg_advisory_xact_lock(%(key)s)
 
 -- name: schema_compat_record :scalar
 -- The compatibility record `migrate` wrote (ADR 0002); NULL before the first such migrate.
+-- On a schema without fleet_setting_shown (before revision 0038): the reader may select the
+-- whole table there.
 SELECT value FROM fleet_setting WHERE key = 'schema_compat'
+
+-- name: schema_compat_record_shown :scalar
+-- The same through fleet_setting_shown, which every role may read (the reader may not select
+-- fleet_setting.value: ADR 0031); the record is no secret, so it reads unmasked.
+SELECT value FROM fleet_setting_shown WHERE key = 'schema_compat'
 
 -- name: schema_compat_record_set :rowcount
 -- Writes the compatibility record (a row of fleet_setting, hidden from `config show`).

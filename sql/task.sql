@@ -1,6 +1,7 @@
 -- fragment: task_defined
--- A task row's columns but its shown outcome's (`last_*`) and its jsonb (payload and notify
--- headers: as text in task_read, as jsonb in task_shown), each interval capped at 36,525 days
+-- A task row's columns but its shown outcome's (`last_*`) and its secret and jsonb ones (payload,
+-- notify URL and headers: as the row has them in task_read, as task_secrets shows them to the
+-- connected role in task_find and task_list, ADR 0031), each interval capped at 36,525 days
 -- (100 years: the longest duration any input takes, domain.limit.MAX_DURATION, so a value it
 -- accepted is read unchanged). A value an older build or a hand wrote past that (one Python
 -- cannot hold, past 999,999,999 days, or one that adds to a time past the calendar) would
@@ -8,7 +9,7 @@
 id, name, schedule_kind, cron_expr, run_at, anchor_at, timezone, dst_gap, dst_overlap,
     executor, concurrency_key, overlap, misfire, catchup_limit, max_attempts, status,
     paused, next_run_at, occurrence_seq, created_at, updated_at,
-    deleted_at, parked_at, park_error, source, uuid, in_process, notify_url,
+    deleted_at, parked_at, park_error, source, uuid, in_process,
     notify_on, paused_until,
     CASE WHEN deadline > interval '36525 days' THEN interval '36525 days'
          ELSE deadline END AS deadline,
@@ -37,17 +38,18 @@ id, name, schedule_kind, cron_expr, run_at, anchor_at, timezone, dst_gap, dst_ov
 -- them, its jsonb as text: psycopg would decode it while fetching, where one value nested
 -- deeper than the decoder recurses failed the whole batch (issue 44); task_store.record
 -- decodes each row's within a bound.
-{{task_defined}}, payload::text AS payload, notify_headers::text AS notify_headers,
+{{task_defined}}, notify_url, payload::text AS payload, notify_headers::text AS notify_headers,
     notify_header_refs::text AS notify_header_refs, last_outcome_seq, last_occurrence_id,
     last_scheduled_for, last_status, last_finished_at, last_error
 
 -- fragment: task_shown
 -- A task row `t` (joined with {{task_outcome}}) as `tasks list/show`, `--json` and the Client
--- show it: every column, its intervals capped, and its newest outcome (`last_*`): a recurring
+-- show it: every column but the secret ones (each statement adds them: the row's to its writer,
+-- task_secrets's to a reader), its intervals capped, and its newest outcome (`last_*`): a recurring
 -- task's read from its occurrences (revision 0021: its successes no longer write its row, whose
 -- `last_*` are stale), a one-shot task's from its row (finalized with its deciding occurrence),
 -- and the names of its calendars (revision 0036: task_calendar's key, one index range).
-{{task_defined}}, payload, notify_headers, notify_header_refs,
+{{task_defined}}, notify_header_refs,
     CASE WHEN schedule_kind = 'once' THEN last_outcome_seq
          ELSE coalesce(shown.shown_seq, 0) END AS last_outcome_seq,
     CASE WHEN schedule_kind = 'once' THEN last_occurrence_id
@@ -62,6 +64,14 @@ id, name, schedule_kind, cron_expr, run_at, anchor_at, timezone, dst_gap, dst_ov
          ELSE shown.shown_error END AS last_error,
     ARRAY(SELECT c.name FROM task_calendar tc JOIN calendar c ON c.id = tc.calendar_id
           WHERE tc.task_id = t.id ORDER BY c.name) AS exclude_calendars
+
+-- fragment: task_secrets
+-- The secret columns of a task row `t` as the connected role may see them: unmasked to one
+-- that may select them, masked (sd_masked_v1) to the reader, which may not (ADR 0031). The
+-- view's row by its key: one probe of task_pkey.
+CROSS JOIN LATERAL (
+    SELECT v.payload, v.notify_url, v.notify_headers FROM task_secret_shown v WHERE v.id = t.id
+) secrets
 
 -- fragment: task_outcome
 -- The newest outcome of a recurring task `t`: its finished occurrence of highest sequence, a
@@ -106,15 +116,18 @@ WITH added AS (
 SELECT added.* FROM added CROSS JOIN wake
 
 -- name: task_find :one
--- A task by id (deleted ones too, for history) or by the name of a live task, as it is shown.
-SELECT {{task_shown}} FROM task t {{task_outcome}}
+-- A task by id (deleted ones too, for history) or by the name of a live task, as it is shown
+-- to the connected role (the reader's secrets masked).
+SELECT {{task_shown}}, secrets.payload, secrets.notify_url, secrets.notify_headers
+FROM task t {{task_secrets}} {{task_outcome}}
 WHERE (id = %(id)s) OR (%(id)s::bigint IS NULL AND name = %(name)s AND deleted_at IS NULL)
 
 -- name: task_lock_ref :one
 -- Finds a task as task_find does and takes its row lock in the same statement (one round trip):
 -- the parent lock every Client change takes first. A task deleted while this waited for the lock
--- no longer matches by name; by id the caller sees its deleted_at. As it is shown.
-SELECT {{task_shown}} FROM task t {{task_outcome}}
+-- no longer matches by name; by id the caller sees its deleted_at. As it is shown, its secrets
+-- as the row has them (a writer's).
+SELECT {{task_shown}}, t.payload, t.notify_url, t.notify_headers FROM task t {{task_outcome}}
 WHERE (id = %(id)s) OR (%(id)s::bigint IS NULL AND name = %(name)s AND deleted_at IS NULL)
 FOR UPDATE OF t
 
@@ -132,8 +145,10 @@ SELECT {{task_read}} FROM task WHERE id = ANY(%(ids)s::bigint[]) ORDER BY id FOR
 -- Live tasks, a page at a time in the byte order of their names (task_name_c_idx, whatever the
 -- database's collation), after the name `after`; optionally only the names matching `pattern`
 -- (a LIKE-escaped prefix and `%`: an index range), one status, paused or not. No limit: all.
--- As they are shown: one read of occurrence_task_outcome_idx per task of the page.
-SELECT {{task_shown}} FROM task t {{task_outcome}}
+-- As they are shown to the connected role (the reader's secrets masked): one read of
+-- occurrence_task_outcome_idx per task of the page.
+SELECT {{task_shown}}, secrets.payload, secrets.notify_url, secrets.notify_headers
+FROM task t {{task_secrets}} {{task_outcome}}
 WHERE deleted_at IS NULL
   AND (%(after)s::text IS NULL OR (name COLLATE "C") > %(after)s::text)
   AND (%(pattern)s::text IS NULL OR (name COLLATE "C") LIKE %(pattern)s::text)
@@ -163,7 +178,7 @@ UPDATE task SET
 WHERE id = %(id)s AND deleted_at IS NULL
 RETURNING *
 )
-SELECT {{task_shown}} FROM t {{task_outcome}}
+SELECT {{task_shown}}, payload, notify_url, notify_headers FROM t {{task_outcome}}
 
 -- name: task_set_paused :one
 -- Pauses or resumes a locked task; resume passes the next firing from now (paused firings are
@@ -176,7 +191,7 @@ UPDATE task SET paused = %(paused)s, next_run_at = %(next_run_at)s, status = %(s
 WHERE id = %(id)s AND deleted_at IS NULL
 RETURNING *
 )
-SELECT {{task_shown}} FROM t {{task_outcome}}
+SELECT {{task_shown}}, payload, notify_url, notify_headers FROM t {{task_outcome}}
 
 -- name: task_next_seq :scalar
 -- Allocates the next occurrence sequence number of a task whose row lock the caller holds.
@@ -316,6 +331,13 @@ RETURNING *
 -- holds; returns the last of them.
 UPDATE task SET occurrence_seq = occurrence_seq + %(count)s WHERE id = %(id)s
 RETURNING occurrence_seq
+
+-- name: task_secrets_readable :scalar
+-- Whether the connected role may select every secret column of task (ADR 0031): the reader,
+-- after `db roles`, may not, and reads them masked (task_secrets); `tasks export` says so.
+SELECT has_column_privilege('task', 'payload', 'SELECT')
+    AND has_column_privilege('task', 'notify_url', 'SELECT')
+    AND has_column_privilege('task', 'notify_headers', 'SELECT')
 
 -- name: task_python_exists :one
 -- Whether any live task runs python jobs: a daemon starts its python workers at start only then

@@ -50,6 +50,10 @@ FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
 WHERE n.nspname = 'public'
 ORDER BY p.proname
 """
+_VIEWS = """
+SELECT viewname AS name, definition AS def FROM pg_views WHERE schemaname = 'public'
+ORDER BY viewname
+"""
 
 
 def dump(url: str) -> str:
@@ -59,6 +63,7 @@ def dump(url: str) -> str:
         indexes = conn.execute(_INDEXES).fetchall()
         triggers = conn.execute(_TRIGGERS).fetchall()
         functions = conn.execute(_FUNCTIONS).fetchall()
+        views = conn.execute(_VIEWS).fetchall()
     out: list[str] = [HEADER]
     out.extend(f"{d.strip()};\n" for _, d in functions)
     tables: dict[str, list[Any]] = {}
@@ -73,6 +78,7 @@ def dump(url: str) -> str:
         out.extend(f"{d};\n" for t, _, d in indexes if t == tbl)
         out.extend(f"{d};\n" for t, _, d in triggers if t == tbl)
         out.append("")
+    out.extend(f"CREATE VIEW {name} AS\n{d.rstrip().rstrip(';')};\n" for name, d in views)
     return "\n".join(out).rstrip() + "\n"
 
 

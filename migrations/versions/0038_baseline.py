@@ -14,7 +14,7 @@ In order: the tables with their constraints (columns in the order the squashed c
 them, so both paths' snapshots are equal), their indexes, the live functions from
 `sql/functions/*.sql` with their checksum comments (storage/functions.py: the first `migrate`
 re-creates nothing; after the tables, since `sd_occurrence_key_v1` is LANGUAGE sql and read
-when created), the triggers, and the seed rows. Grants are `scheduler-daemon db roles`'s.
+when created), the triggers, the views of the secret columns (ADR 0031), and the seed rows. Grants are `scheduler-daemon db roles`'s.
 
 What the squashed chain's readers need to know of its history lives in docs/schema.md:
 `task_event.either_days` NULL (written before 0026), `run.build_revision` NULL (before 0004),
@@ -305,6 +305,7 @@ CREATE TABLE operator_action (
     task_id bigint,
     occurrence_id bigint,
     detail text,
+    session_role text,
     CONSTRAINT operator_action_action_check CHECK ((action = ANY (ARRAY['trigger'::text, 'pause'::text, 'resume'::text, 'cancel'::text, 'backfill'::text]))),
     CONSTRAINT operator_action_source_check CHECK ((source = ANY (ARRAY['cli'::text, 'console'::text, 'scheduler'::text]))),
     CONSTRAINT operator_action_pkey PRIMARY KEY (id)
@@ -457,6 +458,9 @@ TRIGGERS = [
 CREATE TRIGGER fleet_setting_event_on_change AFTER INSERT OR UPDATE ON fleet_setting FOR EACH ROW EXECUTE FUNCTION fleet_setting_event_record();
 """,
     """
+CREATE TRIGGER operator_action_session_user_on_insert BEFORE INSERT ON operator_action FOR EACH ROW EXECUTE FUNCTION operator_action_session_user();
+""",
+    """
 CREATE TRIGGER task_event_on_change AFTER UPDATE ON task FOR EACH ROW
 WHEN (old.schedule_kind IS DISTINCT FROM new.schedule_kind
       OR old.cron_expr IS DISTINCT FROM new.cron_expr
@@ -473,6 +477,47 @@ EXECUTE FUNCTION task_event_record();
 """,
     """
 CREATE TRIGGER task_event_on_insert AFTER INSERT ON task FOR EACH ROW EXECUTE FUNCTION task_event_record();
+""",
+]
+
+# The secret columns as the connected role may see them (ADR 0031): unmasked for a role that may
+# select the column, masked by sd_masked_v1 for one that may not (the reader, after `db roles`,
+# which grants it every other column). Narrow (a key and the secret columns), so a column added
+# to a table needs no change here; the reader's statements join them on the key.
+VIEWS = [
+    """
+CREATE VIEW task_secret_shown AS
+SELECT id,
+    CASE WHEN has_column_privilege(tableoid, 'payload', 'SELECT') THEN payload
+         ELSE sd_masked_v1('payload', payload) END AS payload,
+    CASE WHEN has_column_privilege(tableoid, 'notify_url', 'SELECT') THEN notify_url
+         ELSE sd_masked_v1('url', to_jsonb(notify_url)) #>> '{}' END AS notify_url,
+    CASE WHEN has_column_privilege(tableoid, 'notify_headers', 'SELECT') THEN notify_headers
+         ELSE sd_masked_v1('headers', notify_headers) END AS notify_headers
+FROM task;
+""",
+    """
+CREATE VIEW occurrence_args_shown AS
+SELECT id,
+    CASE WHEN has_column_privilege(tableoid, 'args', 'SELECT') THEN args
+         ELSE sd_masked_v1('args', args) END AS args
+FROM occurrence;
+""",
+    """
+CREATE VIEW fleet_setting_shown AS
+SELECT key,
+    CASE WHEN has_column_privilege(tableoid, 'value', 'SELECT') THEN value
+         ELSE sd_masked_v1(key, value) END AS value,
+    updated_at, updated_by
+FROM fleet_setting;
+""",
+    """
+CREATE VIEW fleet_setting_event_shown AS
+SELECT id, key,
+    CASE WHEN has_column_privilege(tableoid, 'value', 'SELECT') THEN value
+         ELSE sd_masked_v1(key, value) END AS value,
+    at, updated_by
+FROM fleet_setting_event;
 """,
 ]
 
@@ -506,7 +551,7 @@ def upgrade() -> None:
         op.execute(statement)
     for each in functions.files():
         op.execute(each.create_and_record)
-    for statement in TRIGGERS + SEEDS:
+    for statement in TRIGGERS + VIEWS + SEEDS:
         op.execute(statement)
 
 

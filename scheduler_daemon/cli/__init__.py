@@ -10,6 +10,7 @@ import click
 import psycopg
 
 from scheduler_daemon.cli import (  # noqa: F401 - registers the commands
+    actions,
     audit,
     backfill,
     calendars,

@@ -97,6 +97,13 @@ def _source(path: str, *, declared: str | None, given: str | None) -> str:
     return name
 
 
+MASKED_EXPORT = (
+    "# Exported by a database role that may not read secrets (the reader, ADR 0031): every\n"
+    "# header value, and each URL past its host, is *** as the database masked it, not the\n"
+    "# stored value. `tasks apply` of this file keeps the stored value for each.\n"
+)
+
+
 @tasks.command("export")
 @click.argument("names", nargs=-1, metavar="[TASK]...")
 @click.option("--source", help="Only the tasks an apply of this source created.")
@@ -108,9 +115,15 @@ def _source(path: str, *, declared: str | None, given: str | None) -> str:
 def tasks_export(names: tuple[str, ...], source: str | None, include_secrets: bool) -> None:
     """Write live tasks in the format `tasks apply` reads, so `export | apply` changes nothing.
     Secret header values are written as their ${VAR} reference, else as ***, which apply reads
-    as "keep the stored value"."""
+    as "keep the stored value". A role that may not read secrets (the reader) exports them as
+    the database masks them, said in a comment first; `--include-secrets` is refused."""
     ctx = click.get_current_context()
-    records = client_for(ctx).list_tasks()
+    records, readable = client_for(ctx).export_tasks()
+    if include_secrets and not readable:
+        raise click.UsageError(
+            "--include-secrets: this database role may not read the tasks' secrets (the "
+            "reader role, ADR 0031): export as the operator role, or without the option"
+        )
     if names:
         known = {r.name for r in records}
         missing = [n for n in names if n not in known]
@@ -119,6 +132,8 @@ def tasks_export(names: tuple[str, ...], source: str | None, include_secrets: bo
         records = [r for r in records if r.name in names]
     if source is not None:
         records = [r for r in records if r.source == source]
+    if not readable:
+        click.echo(MASKED_EXPORT, nl=False)
     click.echo(
         task_file.render(
             [task_file.exported(r) for r in records],

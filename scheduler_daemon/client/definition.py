@@ -180,6 +180,12 @@ class TaskDefinition(ClientBase):
         with self._tx() as conn:
             return task_store.list_live(conn)
 
+    def export_tasks(self) -> tuple[list[TaskRecord], bool]:
+        """The live tasks, and whether their secrets are the stored ones: False for a role
+        that may not read them (the reader), which reads them masked (ADR 0031)."""
+        with self._tx() as conn:
+            return task_store.list_live(conn), task_store.secrets_readable(conn)
+
     def tasks_page(
         self,
         *,

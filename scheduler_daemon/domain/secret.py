@@ -5,6 +5,7 @@ such as `Authorization: Bearer x` or `{'X-Api-Key': 'x'}`."""
 
 import re
 from collections.abc import Iterable, Mapping
+from typing import Any
 from urllib.parse import unquote
 
 MASK = "***"
@@ -88,6 +89,32 @@ def mask_values(text: str, values: Iterable[str]) -> str:
 def is_secret_header(name: str) -> bool:
     lowered = name.lower()
     return lowered in SECRET_HEADERS or any(word in lowered for word in _SECRET_WORDS)
+
+
+_URL_HOST = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*://)(?:[^/?#]*@)?([^/?#@]*)")
+
+
+def reader_masked_url(url: str) -> str:
+    """`url` as the database masks it for the reader role (sd_masked_v1, ADR 0031): its scheme
+    and host, then `/***` (user info, path and query hold a webhook's secrets); `***` when it
+    is not a URL. `tasks apply` knows it for "keep the stored URL" (task_file.keep_masked)."""
+    found = _URL_HOST.match(url)
+    return MASK if found is None else f"{found[1]}{found[2]}/{MASK}"
+
+
+def is_secret_arg(key: str) -> bool:
+    """A trigger argument's key that names a secret (ADR 0031): with `_` read as `-`, it
+    contains one of the words a secret header's name does (`api_key`, `DB_PASSWORD`,
+    `github_token`). The rule the database's sd_masked_v1 applies for the reader role."""
+    lowered = key.lower().replace("_", "-")
+    return any(word in lowered for word in _SECRET_WORDS)
+
+
+def mask_args(args: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """Trigger arguments as output shows them: each secret one (is_secret_arg) as ***."""
+    if args is None:
+        return None
+    return {k: MASK if is_secret_arg(k) else v for k, v in args.items()}
 
 
 def mask_headers(headers: Mapping[str, str]) -> dict[str, str]:

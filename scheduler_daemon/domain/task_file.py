@@ -24,7 +24,7 @@ from typing import Any
 from scheduler_daemon.domain import limit
 from scheduler_daemon.domain.duration import format_duration, parse_duration
 from scheduler_daemon.domain.schedule.zone import gap_start
-from scheduler_daemon.domain.secret import MASK, is_secret_header, redact
+from scheduler_daemon.domain.secret import MASK, is_secret_header, reader_masked_url, redact
 from scheduler_daemon.domain.status import DstGapPolicy, ExecutorKind, ScheduleKind, TaskStatus
 from scheduler_daemon.domain.task import InvalidTask, TaskRecord, TaskSpec
 
@@ -262,18 +262,20 @@ def keep_masked(new: TaskSpec, old: TaskSpec | None, name: str) -> TaskSpec:
         kept[field] = _kept_headers(f"task '{name}': field '{key}'", new, field, refs, stored)
         kept[refs] = getattr(new, refs)
     target = new.target
-    if old is not None and MASK in target and target == redact(old.target) != old.target:
-        target = old.target  # a URL exported with its password masked
+    if old is not None:  # the database masks an http task's URL for the reader, not a command
+        target = _kept_url(target, old.target, reader=new.executor == ExecutorKind.HTTP)
     notify_url = new.notify_url
-    if (
-        old is not None
-        and old.notify_url is not None
-        and notify_url is not None
-        and MASK in notify_url
-        and notify_url == redact(old.notify_url) != old.notify_url
-    ):
-        notify_url = old.notify_url  # the same: its password was masked by `export`
+    if old is not None and old.notify_url is not None and notify_url is not None:
+        notify_url = _kept_url(notify_url, old.notify_url, reader=True)
     return new.with_changes(**kept, target=target, notify_url=notify_url)
+
+
+def _kept_url(new: str, stored: str, *, reader: bool) -> str:
+    """`stored` when `new` is it as `export` masked it (its password: redact; or, with
+    `reader`, as the database masks it for the reader role: reader_masked_url, ADR 0031),
+    else `new`."""
+    masked = {redact(stored), reader_masked_url(stored)} if reader else {redact(stored)}
+    return stored if new != stored and MASK in new and new in masked else new
 
 
 def _kept_headers(

@@ -130,10 +130,13 @@ def _current(conn: psycopg.Connection[Any]) -> str | None:
 
 
 def _record(conn: psycopg.Connection[Any]) -> Record | None:
-    found = conn.execute("SELECT to_regclass('fleet_setting') AS t").fetchone()
+    found = conn.execute(
+        "SELECT to_regclass('fleet_setting') AS t, to_regclass('fleet_setting_shown') AS v"
+    ).fetchone()
     if found is None or found["t"] is None:
         return None
-    value = query.run(conn, "schema_compat_record")
+    shown = found["v"] is not None  # the reader may not select fleet_setting.value (ADR 0031)
+    value = query.run(conn, "schema_compat_record_shown" if shown else "schema_compat_record")
     if value is None:
         return None
     return Record(value["revision"], value["oldest_build"], tuple(value["contract_pending"]))

@@ -5,6 +5,7 @@ a build from before the squash."""
 
 import importlib.util
 from collections.abc import Callable
+from pathlib import Path
 from types import ModuleType
 from typing import Any
 
@@ -27,8 +28,18 @@ REFUSED_DOWNGRADE = (
 def path_module() -> ModuleType:
     """migrations/from_0037.py, loaded by path: it is outside versions/ so alembic never sees
     it, and outside the package so it ships with the migrations (pyproject force-include)."""
-    path = resource_dir("migrations") / "from_0037.py"
-    spec = importlib.util.spec_from_file_location("scheduler_daemon_from_0037", path)
+    return _loaded(resource_dir("migrations") / "from_0037.py", "scheduler_daemon_from_0037")
+
+
+def baseline_module() -> ModuleType:
+    """migrations/versions/0038_baseline.py, loaded by path (versions/ is no package): the path
+    from 0037 creates its VIEWS too, written once."""
+    path = resource_dir("migrations") / "versions" / "0038_baseline.py"
+    return _loaded(path, "scheduler_daemon_baseline_0038")
+
+
+def _loaded(path: Path, name: str) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(name, path)
     if spec is None or spec.loader is None:
         raise FileNotFoundError(f"no {path}")
     module = importlib.util.module_from_spec(spec)

@@ -39,6 +39,25 @@ TABLES = (
     "task_calendar",
     VERSION_TABLE,
 )
+# The views of the secret columns (ADR 0031, migrations/versions/0038_baseline.py VIEWS): every
+# role may select them; each shows a column unmasked only to a role that may select it.
+VIEWS = (
+    "task_secret_shown",
+    "occurrence_args_shown",
+    "fleet_setting_shown",
+    "fleet_setting_event_shown",
+)
+# The columns the reader may not select (ADR 0031): what runs a job or reaches a webhook with
+# its credentials (a task's payload: its URL and headers; its notify URL and headers; a trigger's
+# arguments; the fleet's settings, notify URL and headers among them, and their history). It
+# reads them masked through VIEWS; every other column of these tables it may select. The
+# daemon and the operator select every column.
+SECRET_COLUMNS: dict[str, tuple[str, ...]] = {
+    "task": ("payload", "notify_url", "notify_headers"),
+    "occurrence": ("args",),
+    "fleet_setting": ("value",),
+    "fleet_setting_event": ("value",),
+}
 # What each role may change beyond reading every table. Row locks (SELECT ... FOR UPDATE) need
 # UPDATE on at least one column. The event tables are written by triggers on task and
 # fleet_setting that run as the writer, so a role that writes those tables needs INSERT (only) on
@@ -206,21 +225,51 @@ def updated_columns(
     )
 
 
+def _reader_select(names: RoleNames, schema: str, table: str) -> sql.Composed:
+    """SELECT on every column of `table` but its SECRET_COLUMNS, for the reader: the columns as
+    the database has them when `db roles` runs (a column a later migration adds is granted by
+    the `db roles` after it), so the statement is a DO block that reads them."""
+    target = sql.Identifier(schema, table).as_string(None)
+    return sql.SQL(
+        "DO $grant$ BEGIN EXECUTE (SELECT format('GRANT SELECT (%s) ON %s TO %I', "
+        "string_agg(quote_ident(a.attname), ', ' ORDER BY a.attnum), {}, {}) "
+        "FROM pg_attribute a WHERE a.attrelid = {}::regclass AND a.attnum > 0 "
+        "AND NOT a.attisdropped AND a.attname <> ALL (ARRAY[{}]::text[])); END $grant$"
+    ).format(
+        sql.Literal(target),
+        sql.Literal(names.reader),
+        sql.Literal(target),
+        sql.SQL(", ").join(sql.Literal(c) for c in SECRET_COLUMNS[table]),
+    )
+
+
 def grants(
     names: RoleNames, schema: str = "public", oldest_build: str | None = None
 ) -> list[sql.Composed]:
     """For the schema owner, after `migrate`: exactly the table privileges the builds from
     `oldest_build` on need (default: the widest window this build can meet), table by table
-    (what was granted before, column privileges included, is revoked first)."""
+    (what was granted before, column privileges included, is revoked first): SELECT on every
+    table and view, but for the reader on the SECRET_COLUMNS (ADR 0031)."""
     oldest = oldest_build or widest_window()
     users = _names(names.users())
+    writers = _names([names.daemon, names.operator])
     statements: list[sql.Composed] = []
-    for table in TABLES:
-        target = sql.Identifier(schema, table)
+    for view in VIEWS:
+        target = sql.Identifier(schema, view)
         statements += [
             sql.SQL("REVOKE ALL ON {} FROM {}").format(target, users),
             sql.SQL("GRANT SELECT ON {} TO {}").format(target, users),
         ]
+    for table in TABLES:
+        target = sql.Identifier(schema, table)
+        statements.append(sql.SQL("REVOKE ALL ON {} FROM {}").format(target, users))
+        if table in SECRET_COLUMNS:
+            statements += [
+                sql.SQL("GRANT SELECT ON {} TO {}").format(target, writers),
+                _reader_select(names, schema, table),
+            ]
+        else:
+            statements.append(sql.SQL("GRANT SELECT ON {} TO {}").format(target, users))
         for kind, writes in WRITES.items():
             if table not in writes:
                 continue
@@ -290,7 +339,7 @@ def check_can_grant(conn: psycopg.Connection[Any], schema: str, *, create: bool)
                 "CREATEROLE that owns the schema, or a superuser; nothing was changed"
             )
         return
-    rows = query.run(conn, "roles_table_grantors", {"schema": schema, "tables": list(TABLES)})
+    rows = query.run(conn, "roles_table_grantors", {"schema": schema, "tables": [*TABLES, *VIEWS]})
     others = [r for r in rows if not r["can_grant"]]
     if others:
         owners = sorted({r["owner"] for r in others})

@@ -391,6 +391,12 @@ def commit_next_due(
     return DueLeft.from_row(query.run_and_commit(conn, "task_next_due_wake", params))
 
 
+def secrets_readable(conn: psycopg.Connection[Any]) -> bool:
+    """Whether the connected role may select the task's secret columns: the reader may not,
+    and reads them masked (ADR 0031)."""
+    return bool(query.run(conn, "task_secrets_readable"))
+
+
 def python_exists(conn: psycopg.Connection[Any]) -> bool:
     """Whether any live task runs python jobs (`task_python_exists`)."""
     return bool(query.run(conn, "task_python_exists", {})["found"])

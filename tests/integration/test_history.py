@@ -268,13 +268,19 @@ def test_a_page_deep_in_the_history_reads_about_a_page_of_rows(planted, params) 
     # task_id 2 is every other occurrence, so its page spans twice as many rows.
     assert read["occurrence"] <= 5 * limit, read
     assert read["run"] <= 5 * limit, read
+    assert 0 < read["args"] <= 2 * limit, read  # a probe per row of either side's page at most
 
 
 def _table_rows(node: dict[str, Any]) -> dict[str, int]:
-    """Rows each scan of occurrence and run returned, over all its loops."""
-    found = {"occurrence": 0, "run": 0}
-    if node.get("Relation Name") in found:
-        found[node["Relation Name"]] += node["Actual Rows"] * node["Actual Loops"]
+    """Rows each scan of occurrence and run returned, over all its loops; the probes of
+    occurrence_pkey a subplan makes for a row's trigger arguments as the connected role may
+    see them (`occurrence_args_shown`, ADR 0031) apart, as `args`."""
+    found = {"occurrence": 0, "run": 0, "args": 0}
+    rows = node.get("Actual Rows", 0) * node.get("Actual Loops", 0)
+    if node.get("Parent Relationship") == "SubPlan" and node.get("Index Name") == "occurrence_pkey":
+        found["args"] += rows
+    elif node.get("Relation Name") in found:
+        found[node["Relation Name"]] += rows
     for child in node.get("Plans", []):
         for table, rows in _table_rows(child).items():
             found[table] += rows

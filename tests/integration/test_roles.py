@@ -18,7 +18,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from scheduler_daemon.storage import roles
+from scheduler_daemon.storage import functions, roles
 from tests.conftest import with_database
 from tests.role_fleet import as_role as _as_role
 from tests.role_fleet import command as _command
@@ -112,22 +112,39 @@ def _columns(url: str, table: str) -> set[str]:
     return {r["column_name"] for r in rows}
 
 
-def test_the_grants_name_every_table_of_the_schema(fleet: Fleet) -> None:
+def test_the_grants_name_every_table_and_view_of_the_schema(fleet: Fleet) -> None:
     rows = query(
         fleet.admin_url,
-        "SELECT table_name FROM information_schema.tables WHERE table_schema = 'public'",
+        "SELECT table_name, table_type FROM information_schema.tables "
+        "WHERE table_schema = 'public'",
     )
-    assert {r["table_name"] for r in rows} == set(roles.TABLES)
+    assert {r["table_name"] for r in rows if r["table_type"] == "BASE TABLE"} == set(roles.TABLES)
+    assert {r["table_name"] for r in rows if r["table_type"] == "VIEW"} == set(roles.VIEWS)
+
+
+def _selectable(url: str, role: str, table: str) -> set[str]:
+    """The columns of `table` that `role` may SELECT, by a grant on the table or the column."""
+    rows = query(
+        url,
+        "SELECT column_name AS c FROM information_schema.columns "
+        "WHERE table_schema = 'public' AND table_name = %(t)s "
+        "AND has_column_privilege(%(role)s, format('public.%%I', table_name), column_name, "
+        "'SELECT')",
+        {"t": table, "role": role},
+    )
+    return {r["c"] for r in rows}
 
 
 def test_each_role_holds_exactly_what_its_commands_need(fleet: Fleet) -> None:
     names = fleet.names
-    everything = {(t, p) for t in roles.TABLES for p in PRIVILEGES}
+    everything = {(t, p) for t in (*roles.TABLES, *roles.VIEWS) for p in PRIVILEGES}
     assert _held(fleet.admin_url, names.owner) == everything  # it owns them
     oldest = roles.widest_window()  # nothing contracted here: this build's widest window
     for kind in ("daemon", "operator", "reader"):
         limited = roles.COLUMNS.get(kind, {})
-        expected = {(t, "SELECT") for t in roles.TABLES} | {
+        # The reader selects every column but the secret ones (ADR 0031): no table grant there.
+        hidden = roles.SECRET_COLUMNS if kind == "reader" else {}
+        expected = {(t, "SELECT") for t in (*roles.TABLES, *roles.VIEWS) if t not in hidden} | {
             (t, p)
             for t, ps in roles.WRITES[kind].items()
             for p in ps
@@ -145,6 +162,10 @@ def test_each_role_holds_exactly_what_its_commands_need(fleet: Fleet) -> None:
             )
         }
         assert _updatable(fleet.admin_url, getattr(names, kind)) == columns, kind
+        for table in roles.SECRET_COLUMNS:
+            every = _columns(fleet.admin_url, table)
+            shown = every - set(hidden.get(table, ()))
+            assert _selectable(fleet.admin_url, getattr(names, kind), table) == shown, kind
 
 
 def test_granting_again_after_a_migrate_changes_nothing(fleet: Fleet) -> None:
@@ -198,7 +219,7 @@ def test_a_grant_postgresql_only_warns_about_fails_and_rolls_back_the_others(
         query(fleet.admin_url, f'GRANT USAGE ON SCHEMA sdt_elsewhere TO "{fleet.names.owner}"')
         query(fleet.admin_url, f'GRANT SELECT ON sdt_elsewhere.t TO "{fleet.names.owner}"')
         statements = [
-            sql.SQL("REVOKE ALL ON task FROM {}").format(sql.Identifier(reader)),
+            sql.SQL("REVOKE ALL ON run FROM {}").format(sql.Identifier(reader)),
             sql.SQL("GRANT SELECT ON sdt_elsewhere.t TO {}").format(sql.Identifier(reader)),
         ]
         with (
@@ -206,7 +227,7 @@ def test_a_grant_postgresql_only_warns_about_fails_and_rolls_back_the_others(
             pytest.raises(roles.CannotGrant, match="no privileges were granted"),
         ):
             roles.apply(conn, statements)
-        assert ("task", "SELECT") in _held(fleet.admin_url, reader)  # the REVOKE was undone
+        assert ("run", "SELECT") in _held(fleet.admin_url, reader)  # the REVOKE was undone
     finally:
         query(fleet.admin_url, "DROP SCHEMA sdt_elsewhere CASCADE")
 
@@ -775,4 +796,5 @@ def test_the_owners_migrate_puts_a_changed_function_back_with_its_privileges(
         {"daemon": fleet.names.daemon, "operator": fleet.names.operator},
     )
     assert row["proconfig"] == ["search_path=public, pg_temp"]
-    assert (row["daemon"], row["operator"], row["recorded"]) == (True, False, 7)
+    recorded = len(functions.files())  # every file's function, recorded
+    assert (row["daemon"], row["operator"], row["recorded"]) == (True, False, recorded)

@@ -26,7 +26,11 @@ PAGE = {"after": None, "pattern": None, "status": None, "paused": None, "limit":
 PLAN = [
     "Limit",
     "Nested Loop Left Join",
+    # Each task's secret columns as the connected role may see them (task_secrets, ADR 0031):
+    # a probe of task_pkey per task of the page.
+    "Nested Loop",
     "Index Scan using task_name_c_idx on task t",
+    "Index Scan using task_pkey on task",
     "Limit",
     "Result",
     "Index Scan Backward using occurrence_task_outcome_idx on occurrence o",
@@ -118,5 +122,6 @@ def test_a_tasks_list_page_at_a_million_tasks_reads_one_page_and_one_outcome_per
     assert int(seen[1]) >= 400_000, plan  # the rows the planner expects: as at a million tasks
     ran = _explain(million, params, "(ANALYZE, COSTS OFF, TIMING OFF, SUMMARY OFF) ")
     assert re.search(r"task_name_c_idx on task t \(actual rows=101(?:\.00)? loops=1\)", ran), ran
+    assert re.search(r"task_pkey on task \(actual rows=1(?:\.00)? loops=101\)", ran), ran
     outcome = r"occurrence_task_outcome_idx .*\(actual rows=1(?:\.00)? loops=101\)"
     assert re.search(outcome, ran), ran
