@@ -20,6 +20,7 @@ from psycopg.rows import dict_row
 
 from scheduler_daemon.domain.secret import is_secret_arg, reader_masked_url
 from scheduler_daemon.storage import roles
+from tests.console_process import BASE
 from tests.integration.test_from_0037 import _restore
 from tests.role_fleet import RoleFleet, role_fleet
 
@@ -231,7 +232,7 @@ def test_the_console_serves_every_page_as_the_reader_with_no_secret(
         task_id = conn.execute("SELECT id FROM task WHERE name = 'hook'").fetchone()["id"]
     with Client(fleet.reader) as client:
         guard = Guard(writes=False, token=None, trust_header=None)
-        with TestClient(build_app(client, guard)) as http:
+        with TestClient(build_app(client, guard), base_url=BASE) as http:
             for path in [
                 "/",
                 "/tasks",
