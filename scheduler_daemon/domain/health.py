@@ -15,6 +15,7 @@ from typing import Any
 from scheduler_daemon.domain import limit
 from scheduler_daemon.domain.schedule.base import Schedule
 from scheduler_daemon.domain.status import (
+    ACTIVE,
     MisfirePolicy,
     OccurrenceStatus,
     OverlapPolicy,
@@ -276,10 +277,7 @@ def count(groups: Iterable[Group]) -> Counts:
         timed_out=by.get(OccurrenceStatus.TIMEOUT, 0),
         interrupted=by.get(OccurrenceStatus.INTERRUPTED, 0),
         cancelled=by.get(OccurrenceStatus.CANCELLED, 0),
-        active=sum(
-            by.get(s, 0)
-            for s in (OccurrenceStatus.QUEUED, OccurrenceStatus.LAUNCHING, OccurrenceStatus.RUNNING)
-        ),
+        active=sum(by.get(s, 0) for s in ACTIVE),
         skipped=dict(sorted(skipped.items())),
         expired=dict(sorted(expired.items())),
         last_success_at=last.get("success"),
