@@ -22,6 +22,7 @@ from typing import Literal
 
 import structlog
 
+from scheduler_daemon.lifecycle import Backoff
 from scheduler_daemon.storage.database import first_line
 from scheduler_daemon.storage.error import LOCK_ERRORS, DatabaseUnavailable
 
@@ -149,7 +150,7 @@ class Degradable:
         self._lock = threading.Lock()  # failures come from the part's own thread
         self._logged_at = float("-inf")
         self._unlogged = 0
-        self._backoff = BACKOFF_SECONDS[0]
+        self._backoff = Backoff(*BACKOFF_SECONDS)
         self._retry_at: float | None = None  # set while the thread is dead
         self._restarted_at: float | None = None
         self.last_error: str | None = None
@@ -172,23 +173,23 @@ class Degradable:
         now = self.clock()
         if self.alive():
             if self._restarted_at is not None and now - self._restarted_at >= LOG_EVERY_SECONDS:
-                self._restarted_at, self._backoff = None, BACKOFF_SECONDS[0]
+                self._restarted_at = None
+                self._backoff.reset()
             return
         if self._retry_at is None:  # found dead
             self.failed(RuntimeError(f"the {self.part} thread died"), "side_thread_died")
-            self._retry_at = now + self._backoff
+            self._retry_at = now + self._backoff.next()
             return
         if now < self._retry_at:
             return
-        self._backoff = min(self._backoff * 2, BACKOFF_SECONDS[1])
         try:
             self.restart()
         except Exception as exc:
             self.failed(exc, "side_thread_restart_failed")
-            self._retry_at = now + self._backoff
+            self._retry_at = now + self._backoff.next()
             return
         self._retry_at, self._restarted_at = None, now
-        self.log.info("side_thread_restarted", next_backoff_seconds=self._backoff)
+        self.log.info("side_thread_restarted", next_backoff_seconds=self._backoff.current)
 
     def degraded(self) -> str | None:
         """One line while the part's thread is down, else None."""
