@@ -431,7 +431,7 @@ def inside_lease_fields(row: dict[str, Any]) -> dict[str, Any]:
 
 def health_fields(report: Report) -> dict[str, Any]:
     """A task's health as `tasks health` shows it (docs/cli.md, "Health object")."""
-    counts = report.counts
+    counts, runs = report.counts, report.figures
     return {
         "task_id": report.task_id,
         "name": report.name,
@@ -452,12 +452,12 @@ def health_fields(report: Report) -> dict[str, Any]:
         "expired": counts.expired,
         "last_success_at": iso(counts.last_success_at),
         "last_failure_at": iso(counts.last_failure_at),
-        "sampled_runs": report.runs,
-        "outlasting_runs": report.outlasting,
-        "queue_wait_p50_seconds": _rounded(report.wait_p50),
-        "queue_wait_p99_seconds": _rounded(report.wait_p99),
-        "run_time_p50_seconds": _rounded(report.run_p50),
-        "run_time_p99_seconds": _rounded(report.run_p99),
+        "sampled_runs": runs.runs,
+        "outlasting_runs": runs.outlasting,
+        "queue_wait_p50_seconds": _rounded(runs.wait_p50),
+        "queue_wait_p99_seconds": _rounded(runs.wait_p99),
+        "run_time_p50_seconds": _rounded(runs.run_p50),
+        "run_time_p99_seconds": _rounded(runs.run_p99),
         "next_run_at": iso(report.next_run_at),
     }
 

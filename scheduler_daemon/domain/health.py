@@ -286,6 +286,19 @@ def count(groups: Iterable[Group]) -> Counts:
 
 
 @dataclass(frozen=True)
+class RunFigures:
+    """A window's sampled runs: how many, how many outlasted it, and the p50 and p99 of their
+    queue wait and run time (seconds; None without runs)."""
+
+    runs: int
+    outlasting: int
+    wait_p50: float | None
+    wait_p99: float | None
+    run_p50: float | None
+    run_p99: float | None
+
+
+@dataclass(frozen=True)
 class Report:
     """What `tasks health` shows of one task: its verdict and the window's figures."""
 
@@ -296,12 +309,7 @@ class Report:
     counts: Counts
     owed: int
     owed_exact: bool
-    runs: int
-    outlasting: int
-    wait_p50: float | None
-    wait_p99: float | None
-    run_p50: float | None
-    run_p99: float | None
+    figures: RunFigures
     next_run_at: datetime | None
 
     @property
