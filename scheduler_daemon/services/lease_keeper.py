@@ -71,6 +71,13 @@ class LeaseKeeper(ThreadedService):
 
     def __post_init__(self) -> None:
         super().__init__("lease-keeper")
+        self.log = log.bind(instance_id=self.instance_id)
+
+    @property
+    def _terms(self) -> run_store.LeaseTerms:
+        return run_store.LeaseTerms(
+            self.instance_id, self.settings.lease_ttl, self.settings.lease_grace
+        )
 
     def _stopped(self, deadline: float) -> None:
         if self._conn is not None:
@@ -81,7 +88,7 @@ class LeaseKeeper(ThreadedService):
         try:
             self._loop()
         except BaseException as exc:
-            log.critical("lease_keeper_died", error=repr(exc), instance_id=self.instance_id)
+            self.log.critical("lease_keeper_died", error=repr(exc))
             self.on_death(exc)
             raise
         if not self.stop_requested.is_set():  # cannot happen today; if it does, it is a death
@@ -108,11 +115,10 @@ class LeaseKeeper(ThreadedService):
         except DatabaseUnavailable:
             return False
         assert self._down_since is not None
-        log.info(
+        self.log.info(
             "lease_keeper_reconnected",
             down_seconds=round(time.monotonic() - self._down_since, 3),
             held=len(self.held),
-            instance_id=self.instance_id,
         )
         return True
 
@@ -124,16 +130,14 @@ class LeaseKeeper(ThreadedService):
             fenced = self.run_once()
             self._down_since = None
         except SchemaMismatch as exc:  # the daemon stops; nothing was renewed
-            log.warning("lease_renewal_refused", error=str(exc), instance_id=self.instance_id)
+            self.log.warning("lease_renewal_refused", error=str(exc))
         except Exception as exc:  # reported: an outage or contention is no surprise
             if isinstance(exc, DatabaseUnavailable) and self._down_since is None:
                 self._down_since = time.monotonic()
             if isinstance(exc, (DatabaseUnavailable, *LOCK_ERRORS)):
-                log.warning(
-                    "lease_renewal_failed", error=first_line(exc), instance_id=self.instance_id
-                )
+                self.log.warning("lease_renewal_failed", error=first_line(exc))
             else:  # with its traceback; supervision counts it (ADR 0005)
-                log.exception("lease_keeper_error", instance_id=self.instance_id)
+                self.log.exception("lease_keeper_error")
             self.on_failure(exc)
         self.on_pass(fenced)
         return fenced
@@ -158,10 +162,10 @@ class LeaseKeeper(ThreadedService):
                     stopping=self.stopping(),
                 )
         except psycopg.errors.LockNotAvailable:
-            log.warning("instance_heartbeat_locked", instance_id=self.instance_id)
+            self.log.warning("instance_heartbeat_locked")
             return
         if db_now is None and not self.stopping():  # a peer removed us as dead: come back
-            log.warning("instance_reregistered", instance_id=self.instance_id)
+            self.log.warning("instance_reregistered")
             self.reregister(self.clock_drift)
             return
         if db_now is None:
@@ -184,13 +188,7 @@ class LeaseKeeper(ThreadedService):
             sent = time.monotonic()
             with conn.transaction():  # every row it can lock now, none waited for
                 apply_limits(conn, _waiting(wait))
-                renewals = run_store.renew(
-                    conn,
-                    owner=self.instance_id,
-                    held=leases,
-                    ttl=self.settings.lease_ttl,
-                    grace=self.settings.lease_grace,
-                )
+                renewals = run_store.renew(conn, self._terms, leases)
             fenced = self._settle(renewals, sent)
             locked = [lease for lease in leases if renewals[lease.run_id].outcome == "locked"]
             fenced |= self._retry_locked(
@@ -228,13 +226,7 @@ class LeaseKeeper(ThreadedService):
             try:
                 with conn.transaction():
                     apply_limits(conn, _waiting(timedelta(seconds=until - sent)))
-                    renewal = run_store.renew_one(
-                        conn,
-                        owner=self.instance_id,
-                        lease=lease,
-                        ttl=self.settings.lease_ttl,
-                        grace=self.settings.lease_grace,
-                    )
+                    renewal = run_store.renew_one(conn, self._terms, lease)
             except psycopg.errors.LockNotAvailable:
                 self._still_locked(lease)
                 continue
@@ -263,26 +255,24 @@ class LeaseKeeper(ThreadedService):
                     conn, owner=self.instance_id, lease=lease, output_tail=text or None
                 )
         except _OUTPUT_NOT_WRITTEN as exc:
-            log.warning(
+            self.log.warning(
                 "run_output_not_written",
                 run_id=lease.run_id,
                 error=first_line(exc),
-                instance_id=self.instance_id,
             )
             return
         if written:
             run.output_written = text
         else:  # the next renewal finds it fenced and stops its job
-            log.info("run_output_fenced", run_id=lease.run_id, instance_id=self.instance_id)
+            self.log.info("run_output_fenced", run_id=lease.run_id)
 
     def _still_locked(self, lease: Lease) -> None:
         run = self.held.get(lease.run_id)
-        log.warning(
+        self.log.warning(
             "run_renewal_locked",
             run_id=lease.run_id,
             occurrence_id=lease.occurrence_id,
             task_id=None if run is None else run.task_id,
-            instance_id=self.instance_id,
         )
 
     def _settle(self, renewals: dict[int, run_store.Renewal], sent: float) -> set[int]:
@@ -300,12 +290,11 @@ class LeaseKeeper(ThreadedService):
                     # A cancel request: stop the job, keep the lease until its end is written.
                     run.cancel_requested = True
                     run.job.stop("cancelled: a cancel was requested")
-                    log.info(
+                    self.log.info(
                         "run_cancel_requested",
                         run_id=run_id,
                         occurrence_id=run.occurrence_id,
                         task_id=run.task_id,
-                        instance_id=self.instance_id,
                     )
             elif not run.completing:
                 run.fenced = True
@@ -313,13 +302,12 @@ class LeaseKeeper(ThreadedService):
                 run.job.stop("fenced: the lease was taken over or cancelled")
                 if run.trace is not None:
                     run.trace.event("fenced", {"stage": "renewal"})
-                log.warning(
+                self.log.warning(
                     "run_fenced",
                     stage="renewal",
                     run_id=run_id,
                     occurrence_id=run.occurrence_id,
                     task_id=run.task_id,
-                    instance_id=self.instance_id,
                 )
         return fenced
 
