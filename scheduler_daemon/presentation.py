@@ -38,6 +38,11 @@ def seconds(value: timedelta | None) -> float | None:
     return None if value is None else value.total_seconds()
 
 
+def rounded_seconds(value: timedelta | None) -> float | None:
+    """A duration in seconds, to the millisecond."""
+    return None if value is None else round(value.total_seconds(), 3)
+
+
 def schedule_text(task: TaskRecord) -> str:
     spec = task.spec
     if spec.cron is not None:
@@ -131,7 +136,7 @@ def duration_seconds(started_at: datetime | None, finished_at: datetime | None) 
     None while it runs or when it never started."""
     if started_at is None or finished_at is None:
         return None
-    return round((finished_at - started_at).total_seconds(), 3)
+    return rounded_seconds(finished_at - started_at)
 
 
 def error_summary(
@@ -284,9 +289,7 @@ def status_fields(status: dict[str, Any]) -> dict[str, Any]:
                 "slots_in_use": row.slots_in_use,
                 "concurrency": row.concurrency,
                 "clock_drift_seconds": seconds(row.clock_drift),
-                "silent_for_seconds": None
-                if row.silent_for is None
-                else round(row.silent_for.total_seconds(), 3),
+                "silent_for_seconds": rounded_seconds(row.silent_for),
                 "takeover_bound_seconds": seconds(bound),
                 "stopping": row.stopping,
                 "started_at": iso(row.started_at),
@@ -350,9 +353,7 @@ def lock_holder_fields(holder: LockHolder) -> dict[str, Any]:
         "application_name": holder.application_name,
         "state": holder.state,
         "transaction_started_at": iso(holder.transaction_started_at),
-        "in_transaction_seconds": None
-        if holder.in_transaction is None
-        else round(holder.in_transaction.total_seconds(), 3),
+        "in_transaction_seconds": rounded_seconds(holder.in_transaction),
         "prepared": holder.prepared,
     }
 
@@ -439,7 +440,7 @@ def inside_lease_fields(row: dict[str, Any]) -> dict[str, Any]:
 
 def health_fields(report: Report) -> dict[str, Any]:
     """A task's health as `tasks health` shows it (docs/cli.md, "Health object")."""
-    counts = report.counts
+    counts, runs = report.counts, report.figures
     return {
         "task_id": report.task_id,
         "name": report.name,
@@ -460,12 +461,12 @@ def health_fields(report: Report) -> dict[str, Any]:
         "expired": counts.expired,
         "last_success_at": iso(counts.last_success_at),
         "last_failure_at": iso(counts.last_failure_at),
-        "sampled_runs": report.runs,
-        "outlasting_runs": report.outlasting,
-        "queue_wait_p50_seconds": _rounded(report.wait_p50),
-        "queue_wait_p99_seconds": _rounded(report.wait_p99),
-        "run_time_p50_seconds": _rounded(report.run_p50),
-        "run_time_p99_seconds": _rounded(report.run_p99),
+        "sampled_runs": runs.runs,
+        "outlasting_runs": runs.outlasting,
+        "queue_wait_p50_seconds": _rounded(runs.wait_p50),
+        "queue_wait_p99_seconds": _rounded(runs.wait_p99),
+        "run_time_p50_seconds": _rounded(runs.run_p50),
+        "run_time_p99_seconds": _rounded(runs.run_p99),
         "next_run_at": iso(report.next_run_at),
     }
 

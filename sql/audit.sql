@@ -52,7 +52,7 @@ WHERE task_id = %(task_id)s AND trigger = 'schedule' AND scheduled_for <= %(high
 -- name: audit_forbid_active_twice :many
 -- `forbid` tasks with more than one active occurrence right now.
 SELECT task_id, array_agg(id ORDER BY id) AS occurrence_ids FROM occurrence
-WHERE overlap = 'forbid' AND status IN ('queued', 'launching', 'running')
+WHERE overlap = 'forbid' AND status IN {{active_statuses}}
 GROUP BY task_id
 HAVING count(*) > 1
 ORDER BY task_id

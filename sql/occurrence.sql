@@ -57,10 +57,15 @@ WITH firing AS (
 )
 SELECT * FROM inserted
 
+-- fragment: active_statuses
+-- The statuses of an active occurrence, the one spelling of domain.status.ACTIVE in SQL outside
+-- the schema: a statement asks `status IN` it.
+('queued', 'launching', 'running')
+
 -- name: occurrence_active_count :scalar
 -- How many occurrences of a task are queued, launching or running.
 SELECT count(*) FROM occurrence
-WHERE task_id = %(task_id)s AND status IN ('queued', 'launching', 'running')
+WHERE task_id = %(task_id)s AND status IN {{active_statuses}}
 
 -- name: occurrence_cancel_active :many
 -- Ends a locked task's queued and launching occurrences at once (raising the token fences a
@@ -84,7 +89,7 @@ UPDATE occurrence SET
     requested_by = coalesce(%(requested_by)s, requested_by), updated_at = %(now)s
 WHERE id IN (
     SELECT id FROM occurrence
-    WHERE task_id = %(task_id)s AND status IN ('queued', 'launching', 'running')
+    WHERE task_id = %(task_id)s AND status IN {{active_statuses}}
     ORDER BY id FOR UPDATE)
 RETURNING {{occurrence_locked}}
 

@@ -251,7 +251,7 @@ SELECT (SELECT min(next_run_at) FROM task
 SELECT t.id FROM task t
 WHERE t.schedule_kind = 'once' AND t.status = 'running' AND t.deleted_at IS NULL
   AND NOT EXISTS (SELECT 1 FROM occurrence o WHERE o.task_id = t.id
-                  AND o.status IN ('queued', 'launching', 'running') AND o.trigger <> 'manual')
+                  AND o.status IN {{active_statuses}} AND o.trigger <> 'manual')
   AND t.id > %(after)s
 ORDER BY t.id
 LIMIT %(limit)s

@@ -3,7 +3,7 @@
 import sys
 from collections.abc import Callable
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 import click
 
@@ -122,6 +122,17 @@ def _schema_line(schema: dict[str, Any]) -> str:
     )
 
 
+FC = TypeVar("FC", bound=Callable[..., Any])
+
+
+def setting_option(flag: str, **kwargs: Any) -> Callable[[FC], FC]:
+    """The option `flag` (`--poll-interval`, `--listen/--no-listen`) that sets the DaemonSettings
+    field of the same name (`poll_interval`), read from the environment variable of that name
+    too (`SCHEDULER_POLL_INTERVAL`), with the field's default (`setting`)."""
+    name = flag.removeprefix("--").partition("/")[0].replace("-", "_")
+    return click.option(flag, envvar=f"SCHEDULER_{name.upper()}", **setting(name), **kwargs)
+
+
 def setting(name: str) -> dict[str, Any]:
     """The default of the option that sets DaemonSettings field `name`, read from the field and
     never retyped here; a duration goes in as operators type it (`15s`), which DURATION parses
@@ -137,32 +148,18 @@ def fleet_timing_options(f: Callable[..., Any]) -> Callable[..., Any]:
     """Options `run` and `recover` share: they set the takeover point, the quiet period after a
     database restart, the interruption bound and when a silent instance is removed."""
     options = [
-        click.option(
-            "--lease-ttl",
-            envvar="SCHEDULER_LEASE_TTL",
-            type=DURATION,
-            **setting("lease_ttl"),
-            help="Run lease length; renewed every TTL/3.",
+        setting_option("--lease-ttl", type=DURATION, help="Run lease length; renewed every TTL/3."),
+        setting_option(
+            "--lease-grace", type=DURATION, help="Wait past lease expiry before a takeover."
         ),
-        click.option(
-            "--lease-grace",
-            envvar="SCHEDULER_LEASE_GRACE",
-            type=DURATION,
-            **setting("lease_grace"),
-            help="Wait past lease expiry before a takeover.",
-        ),
-        click.option(
+        setting_option(
             "--max-interruptions",
-            envvar="SCHEDULER_MAX_INTERRUPTIONS",
             type=int,
-            **setting("max_interruptions"),
             help="Interruptions (shutdown, takeover) before an occurrence gives up.",
         ),
-        click.option(
+        setting_option(
             "--instance-expiry",
-            envvar="SCHEDULER_INSTANCE_EXPIRY",
             type=DURATION,
-            **setting("instance_expiry"),
             help="Silence after which a dead instance's row is removed.",
         ),
     ]
@@ -181,95 +178,56 @@ def fleet_timing_options(f: Callable[..., Any]) -> Callable[..., Any]:
     show_default="host name",
     help="Instance id prefix; a per-start suffix is always added.",
 )
-@click.option(
-    "--concurrency",
-    envvar="SCHEDULER_CONCURRENCY",
-    type=int,
-    **setting("concurrency"),
-    help="Local job slots.",
-)
-@click.option(
-    "--poll-interval",
-    envvar="SCHEDULER_POLL_INTERVAL",
-    type=DURATION,
-    **setting("poll_interval"),
-)
-@click.option(
+@setting_option("--concurrency", type=int, help="Local job slots.")
+@setting_option("--poll-interval", type=DURATION)
+@setting_option(
     "--batch-window",
-    envvar="SCHEDULER_BATCH_WINDOW",
     type=DURATION_OR_ZERO,
-    **setting("batch_window"),
     help="After a job ends, wait this long for the other running jobs to end too, so their "
     "outcomes and refills share a transaction; 0: write each end at once.",
 )
-@click.option(
+@setting_option(
     "--drain-timeout",
-    envvar="SCHEDULER_DRAIN_TIMEOUT",
     type=DURATION_OR_ZERO,
-    **setting("drain_timeout"),
     help="How long running jobs may finish after SIGTERM; 0: stop them at once.",
 )
-@click.option(
-    "--stop-timeout",
-    envvar="SCHEDULER_STOP_TIMEOUT",
-    type=DURATION,
-    **setting("stop_timeout"),
-    help="What the supervisor allows between SIGTERM and SIGKILL.",
+@setting_option(
+    "--stop-timeout", type=DURATION, help="What the supervisor allows between SIGTERM and SIGKILL."
 )
-@click.option(
-    "--reconcile-interval",
-    envvar="SCHEDULER_RECONCILE_INTERVAL",
-    type=DURATION,
-    **setting("reconcile_interval"),
-)
-@click.option(
+@setting_option("--reconcile-interval", type=DURATION)
+@setting_option(
     "--listen/--no-listen",
-    envvar="SCHEDULER_LISTEN",
-    **setting("listen"),
     help="LISTEN for wake-ups (turn off behind PgBouncer in transaction mode).",
 )
-@click.option(
+@setting_option(
     "--http-port",
-    envvar="SCHEDULER_HTTP_PORT",
     type=int,
-    **setting("http_port"),
     help="Serve /healthz, /readyz and /metrics on this port; 0: no endpoint.",
 )
-@click.option(
-    "--http-host",
-    envvar="SCHEDULER_HTTP_HOST",
-    **setting("http_host"),
-    help="Address the endpoint listens on (0.0.0.0 for a Kubernetes probe).",
+@setting_option(
+    "--http-host", help="Address the endpoint listens on (0.0.0.0 for a Kubernetes probe)."
 )
-@click.option(
+@setting_option(
     "--metrics-task-limit",
-    envvar="SCHEDULER_METRICS_TASK_LIMIT",
     type=int,
-    **setting("metrics_task_limit"),
     help="Per-task gauges on /metrics name the first this many live tasks by id; the rest "
     'share task="_other"; 0: no per-task gauges.',
 )
-@click.option(
+@setting_option(
     "--max-failed-passes",
-    envvar="SCHEDULER_MAX_FAILED_PASSES",
     type=int,
-    **setting("max_failed_passes"),
     help=f"Exit {EXIT_FAILED_PASSES} after this many failed passes of a loop step in a row, "
     f"{EXIT_LEASE_KEEPER_FAILED} after as many of the lease keeper (database outages and lock "
     "waits do not count), so the supervisor restarts the daemon.",
 )
-@click.option(
+@setting_option(
     "--in-process-stop-grace",
-    envvar="SCHEDULER_IN_PROCESS_STOP_GRACE",
     type=DURATION,
-    **setting("in_process_stop_grace"),
     help="How long an in-process job asked to stop (timeout, cancel) may take to return; past "
     f"it the daemon stops claiming, drains and exits {EXIT_IN_PROCESS_STUCK}.",
 )
-@click.option(
+@setting_option(
     "--otel/--no-otel",
-    envvar="SCHEDULER_OTEL",
-    **setting("otel"),
     help="A span per run over OTLP/HTTP, set up by the standard OTEL_* variables (the "
     "endpoint: OTEL_EXPORTER_OTLP_ENDPOINT); jobs get TRACEPARENT. Needs the `otel` extra.",
 )

@@ -1,6 +1,8 @@
 """`scheduler-daemon runs …`: run history and cancellation (parsing and printing only)."""
 
 import time
+from collections.abc import Callable
+from typing import Any
 
 import click
 
@@ -52,9 +54,15 @@ def runs_list(
     hint_more(page.after)
 
 
+def run_or_occurrence(f: Callable[..., Any]) -> Callable[..., Any]:
+    """The ID argument of `runs show` and `runs cancel`: a run's id, or an occurrence's with
+    --occurrence."""
+    f = click.option("--occurrence", is_flag=True, help="ID is an occurrence id, not a run id.")(f)
+    return click.argument("ident", type=int, metavar="ID")(f)
+
+
 @runs.command("show")
-@click.argument("ident", type=int, metavar="ID")
-@click.option("--occurrence", is_flag=True, help="ID is an occurrence id, not a run id.")
+@run_or_occurrence
 @json_option
 @click.pass_context
 def runs_show(ctx: click.Context, ident: int, occurrence: bool) -> None:
@@ -130,8 +138,7 @@ def _write(text: str) -> None:
 
 
 @runs.command("cancel")
-@click.argument("ident", type=int, metavar="ID")
-@click.option("--occurrence", is_flag=True, help="ID is an occurrence id, not a run id.")
+@run_or_occurrence
 @json_option
 @click.pass_context
 def runs_cancel(ctx: click.Context, ident: int, occurrence: bool) -> None:

@@ -12,6 +12,7 @@ from scheduler_daemon.storage.database import Conn, Session
 from scheduler_daemon.storage.error import Conflict, NotFound
 
 Plan = TypeVar("Plan")
+Row = TypeVar("Row")
 
 PAGE_SIZE = 100
 """`tasks list` and `runs list` print a first page of this many rows by default."""
@@ -72,7 +73,14 @@ def allowed(plan: Plan | control.Refusal) -> Plan:
 def task_ref(ref: str | int) -> str | int:
     """A TASK argument as the stores look it up; NotFound when no task can have it (an id past
     bigint, a NUL in a name: domain.argument.task_ref)."""
-    found = argument.task_ref(ref)
-    if found is None:
+    looked_up = argument.task_ref(ref)
+    if looked_up is None:
         raise NotFound(f"unknown task {str(ref)!r}")
-    return found
+    return looked_up
+
+
+def found(row: Row | None, what: str) -> Row:
+    """What a look-up found; NotFound (`unknown {what}`) when it found nothing."""
+    if row is None:
+        raise NotFound(f"unknown {what}")
+    return row

@@ -4,7 +4,7 @@ and a task's next firings with its calendars' dates passed over (`tasks next`)."
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, timedelta
 
-from scheduler_daemon.client.base import ClientBase, task_ref
+from scheduler_daemon.client.base import ClientBase, found, task_ref
 from scheduler_daemon.domain import argument
 from scheduler_daemon.domain import limit as bound
 from scheduler_daemon.domain.calendar import (
@@ -20,7 +20,7 @@ from scheduler_daemon.domain.calendar import (
 from scheduler_daemon.domain.status import TaskStatus
 from scheduler_daemon.ics_reader import read_ics
 from scheduler_daemon.storage import calendar_store, task_store
-from scheduler_daemon.storage.error import Conflict, NotFound
+from scheduler_daemon.storage.error import Conflict
 
 
 @dataclass(frozen=True)
@@ -69,18 +69,13 @@ class Calendars(ClientBase):
 
     def get_calendar(self, name: str) -> Calendar:
         with self._tx() as conn:
-            found = calendar_store.find(conn, name)
-        if found is None:
-            raise NotFound(f"unknown calendar '{name}'")
-        return found
+            calendar = calendar_store.find(conn, name)
+        return found(calendar, f"calendar '{name}'")
 
     def delete_calendar(self, name: str) -> None:
         """Deletes a calendar; refused (Conflict, naming them) while a live task names it."""
         with self._tx() as conn:
-            locked = calendar_store.lock(conn, name)
-            if locked is None:
-                raise NotFound(f"unknown calendar '{name}'")
-            calendar_id, tasks = locked
+            calendar_id, tasks = found(calendar_store.lock(conn, name), f"calendar '{name}'")
             if tasks:
                 shown = ", ".join(tasks[:10]) + (
                     f" and {len(tasks) - 10} more" if len(tasks) > 10 else ""

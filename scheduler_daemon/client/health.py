@@ -158,13 +158,13 @@ def _check(window: timedelta, attempts: int) -> None:
 def _report(
     one: health_store.TaskSignals,
     verdict: health.Health,
-    figures: health_store.Window,
+    seen: health_store.Window,
     window: timedelta,
 ) -> health.Report:
     owed, exact = 0, True
     if one.signals.owes:
         try:
-            schedule = figures.task.spec.schedule()
+            schedule = seen.task.spec.schedule()
         except ScheduleError:  # the dispatcher parks it; nothing to count by
             owed, exact = 0, False
         else:
@@ -174,14 +174,9 @@ def _report(
         name=one.name,
         health=verdict,
         window=window,
-        counts=health.count(figures.groups),
+        counts=health.count(seen.groups),
         owed=owed,
         owed_exact=exact,
-        runs=figures.runs,
-        outlasting=figures.outlasting,
-        wait_p50=figures.wait_p50,
-        wait_p99=figures.wait_p99,
-        run_p50=figures.run_p50,
-        run_p99=figures.run_p99,
-        next_run_at=figures.task.next_run_at,
+        figures=seen.figures,
+        next_run_at=seen.task.next_run_at,
     )

@@ -13,6 +13,7 @@ from scheduler_daemon.client.base import (
     ClientBase,
     Page,
     check_limit,
+    found,
     task_ref,
 )
 from scheduler_daemon.domain import argument
@@ -31,7 +32,7 @@ from scheduler_daemon.storage import (
     task_store,
 )
 from scheduler_daemon.storage.database import Conn
-from scheduler_daemon.storage.error import Conflict, NotFound
+from scheduler_daemon.storage.error import Conflict
 
 
 @dataclass(frozen=True)
@@ -104,17 +105,13 @@ class History(ClientBase):
     def show_run(self, run_id: int) -> RunDetail:
         with self._tx() as conn:
             run = history.get_run(conn, run_id)
-        if run is None:
-            raise NotFound(f"unknown run {run_id}")
-        return run
+        return found(run, f"run {run_id}")
 
     def run_output(self, run_id: int) -> RunOutput:
         """One run's status and output tail (`runs logs`)."""
         with self._tx() as conn:
             row = history.output(conn, run_id)
-        if row is None:
-            raise NotFound(f"unknown run {run_id}")
-        return row
+        return found(row, f"run {run_id}")
 
     def follow_run(self, run_id: int) -> tuple[RunOutput, bool]:
         """`runs logs -f`, one poll: the run's status and output tail, and in the same short
@@ -126,16 +123,14 @@ class History(ClientBase):
                 row = history.follow(conn, run_id, FOLLOW_REFRESH)
         except psycopg.errors.InsufficientPrivilege:
             return self.run_output(run_id), False
-        if row is None:
-            raise NotFound(f"unknown run {run_id}")
-        return row, True
+        return found(row, f"run {run_id}"), True
 
     def show_occurrence(self, occurrence_id: int) -> tuple[Occurrence, list[RunDetail]]:
         """One occurrence and its runs, oldest first."""
         with self._tx() as conn:
-            occurrence = occurrence_store.get(conn, occurrence_id)
-            if occurrence is None:
-                raise NotFound(f"unknown occurrence {occurrence_id}")
+            occurrence = found(
+                occurrence_store.get(conn, occurrence_id), f"occurrence {occurrence_id}"
+            )
             return occurrence, history.runs_of(conn, occurrence_id)
 
     def cancel(
@@ -172,14 +167,9 @@ class History(ClientBase):
         if occurrence:
             occurrence_id = ident
         else:
-            run = history.get_run(conn, ident)
-            if run is None:
-                raise NotFound(f"unknown run {ident}")
-            occurrence_id = run.occurrence_id
-        found = occurrence_store.get(conn, occurrence_id)
-        if found is None:
-            raise NotFound(f"unknown occurrence {occurrence_id}")
-        task_store.lock_row(conn, found.task_id)  # parent first
+            occurrence_id = found(history.get_run(conn, ident), f"run {ident}").occurrence_id
+        seen = found(occurrence_store.get(conn, occurrence_id), f"occurrence {occurrence_id}")
+        task_store.lock_row(conn, seen.task_id)  # parent first
         current = occurrence_store.lock(conn, occurrence_id)
         reason = f"cancelled by {requested_by}"
         if current is not None and current.status == OccurrenceStatus.RUNNING:
@@ -189,21 +179,21 @@ class History(ClientBase):
             assert requested is not None  # running and locked
             within, takeover_at = self._stop_bound(conn, occurrence_id)
             return Cancellation(
-                replace(requested, task_name=found.task_name), "requested", within, takeover_at
+                replace(requested, task_name=seen.task_name), "requested", within, takeover_at
             )
         cancelled = occurrence_store.cancel(
             conn, occurrence_id, reason=reason, requested_by=requested_by
         )
         if cancelled is None:
-            status = current.status if current else found.status
+            status = current.status if current else seen.status
             raise Conflict(f"occurrence {occurrence_id} is already {status}")
         task_store.record_outcome(
             conn,
-            found.task_id,
+            seen.task_id,
             task_outcome(cancelled, OccurrenceStatus.CANCELLED, cancelled.reason),
         )
         instance_store.notify_wakeup(conn, "cancelled")
-        return Cancellation(replace(cancelled, task_name=found.task_name), "cancelled")
+        return Cancellation(replace(cancelled, task_name=seen.task_name), "cancelled")
 
     @staticmethod
     def _stop_bound(

@@ -15,6 +15,7 @@ from typing import Any
 from scheduler_daemon.domain import limit
 from scheduler_daemon.domain.schedule.base import Schedule
 from scheduler_daemon.domain.status import (
+    ACTIVE,
     MisfirePolicy,
     OccurrenceStatus,
     OverlapPolicy,
@@ -276,15 +277,25 @@ def count(groups: Iterable[Group]) -> Counts:
         timed_out=by.get(OccurrenceStatus.TIMEOUT, 0),
         interrupted=by.get(OccurrenceStatus.INTERRUPTED, 0),
         cancelled=by.get(OccurrenceStatus.CANCELLED, 0),
-        active=sum(
-            by.get(s, 0)
-            for s in (OccurrenceStatus.QUEUED, OccurrenceStatus.LAUNCHING, OccurrenceStatus.RUNNING)
-        ),
+        active=sum(by.get(s, 0) for s in ACTIVE),
         skipped=dict(sorted(skipped.items())),
         expired=dict(sorted(expired.items())),
         last_success_at=last.get("success"),
         last_failure_at=last.get("failure"),
     )
+
+
+@dataclass(frozen=True)
+class RunFigures:
+    """A window's sampled runs: how many, how many outlasted it, and the p50 and p99 of their
+    queue wait and run time (seconds; None without runs)."""
+
+    runs: int
+    outlasting: int
+    wait_p50: float | None
+    wait_p99: float | None
+    run_p50: float | None
+    run_p99: float | None
 
 
 @dataclass(frozen=True)
@@ -298,12 +309,7 @@ class Report:
     counts: Counts
     owed: int
     owed_exact: bool
-    runs: int
-    outlasting: int
-    wait_p50: float | None
-    wait_p99: float | None
-    run_p50: float | None
-    run_p99: float | None
+    figures: RunFigures
     next_run_at: datetime | None
 
     @property

@@ -123,6 +123,38 @@ class Job(Protocol):
         ...
 
 
+class JobOwner(Protocol):
+    """An executor that stops and extends its jobs itself (under its own lock)."""
+
+    def stop_job(self, job: Any, reason: str) -> None: ...
+
+    def extend_job(self, job: Any, deadline: float) -> None: ...
+
+
+class OwnedJob:
+    """The `Job` methods of a job its executor stops and extends (the python and in-process
+    jobs): `outcome` is set once it finished; `running_output` is its tail until then."""
+
+    executor: JobOwner
+    outcome: Outcome | None
+
+    def poll(self) -> Outcome | None:
+        return self.outcome
+
+    def stop(self, reason: str) -> None:
+        self.executor.stop_job(self, reason)
+
+    def extend(self, deadline: float) -> None:
+        self.executor.extend_job(self, deadline)
+
+    def live_output(self) -> str | None:
+        outcome = self.outcome
+        return outcome.output_tail if outcome is not None else self.running_output()
+
+    def running_output(self) -> str | None:
+        raise NotImplementedError
+
+
 class Executor(Protocol):
     """Starts jobs of one kind; owns whatever processes and threads they need."""
 

@@ -25,7 +25,14 @@ from typing import Any
 
 from scheduler_daemon.domain.status import OutcomeStatus
 from scheduler_daemon.executors import capture
-from scheduler_daemon.executors.base import FinishedJob, Job, JobContext, Outcome, decode_tail
+from scheduler_daemon.executors.base import (
+    FinishedJob,
+    Job,
+    JobContext,
+    Outcome,
+    OwnedJob,
+    decode_tail,
+)
 from scheduler_daemon.executors.python_worker import PythonJobContext, call_outcome, resolve
 from scheduler_daemon.executors.timer import CooperativeTimers
 
@@ -35,7 +42,7 @@ _CLOSE_JOIN_SECONDS = 1.0
 
 
 @dataclass(eq=False)
-class InProcessJob:
+class InProcessJob(OwnedJob):
     """One in-process run, as seen from the daemon."""
 
     run_id: int
@@ -48,18 +55,8 @@ class InProcessJob:
     outcome: Outcome | None = None
     ids: dict[str, int] = field(default_factory=dict)  # for log lines
 
-    def poll(self) -> Outcome | None:
-        return self.outcome
-
-    def stop(self, reason: str) -> None:
-        self.executor.stop_job(self, reason)
-
-    def extend(self, deadline: float) -> None:
-        self.executor.extend_job(self, deadline)
-
-    def live_output(self) -> str | None:
-        outcome = self.outcome
-        return outcome.output_tail if outcome is not None else self.tail.text()
+    def running_output(self) -> str | None:
+        return self.tail.text()
 
     @property
     def stuck(self) -> bool:

@@ -33,6 +33,7 @@ from scheduler_daemon.executors.base import (
     Job,
     JobContext,
     Outcome,
+    OwnedJob,
     SpoolDir,
     decode_tail,
     job_environment,
@@ -113,7 +114,7 @@ class _Worker:
 
 
 @dataclass(eq=False)
-class PythonJob:
+class PythonJob(OwnedJob):
     """One python run, as seen from the daemon."""
 
     run_id: int
@@ -124,18 +125,8 @@ class PythonJob:
     timers: JobTimers  # read and changed under the executor's lock
     outcome: Outcome | None = None
 
-    def poll(self) -> Outcome | None:
-        return self.outcome
-
-    def stop(self, reason: str) -> None:
-        self.executor.stop_job(self, reason)
-
-    def extend(self, deadline: float) -> None:
-        self.executor.extend_job(self, deadline)
-
-    def live_output(self) -> str | None:
-        outcome = self.outcome
-        return outcome.output_tail if outcome is not None else peek_spool_tail(self.spool)
+    def running_output(self) -> str | None:
+        return peek_spool_tail(self.spool)
 
 
 class PythonExecutor:

@@ -8,6 +8,7 @@ what it meets and goes on."""
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 
 import structlog
 from psycopg_pool import ConnectionPool
@@ -27,31 +28,22 @@ STOP_WAIT_SECONDS = 5.0
 """How long, after the drain timeout, the stopped jobs have to be recorded interrupted."""
 
 
+@dataclass(eq=False, kw_only=True)
 class Drain:
     """`draining` is what the lease keeper's heartbeat reports as `stopping`."""
 
-    def __init__(
-        self,
-        *,
-        instance_id: str,
-        settings: DaemonSettings,
-        held: HeldRuns,
-        wake: threading.Event,
-        progress: LoopProgress,
-        readiness: Readiness,
-        metrics: Metrics,
-        notifier: Notifier,
-    ) -> None:
-        self.instance_id = instance_id
-        self.settings = settings
-        self.held = held
-        self.wake = wake
-        self.progress = progress
-        self.readiness = readiness
-        self.metrics = metrics
-        self.notifier = notifier
-        self.draining = False
-        self.log = log.bind(instance_id=instance_id)
+    instance_id: str
+    settings: DaemonSettings
+    held: HeldRuns
+    wake: threading.Event
+    progress: LoopProgress
+    readiness: Readiness
+    metrics: Metrics
+    notifier: Notifier
+    draining: bool = field(default=False, init=False)
+
+    def __post_init__(self) -> None:
+        self.log = log.bind(instance_id=self.instance_id)
 
     def drain(self, pool: ConnectionPool, completer: Completer, hard_stop: threading.Event) -> None:
         """Stop claiming; let running jobs finish up to the drain timeout; then stop them and

@@ -7,6 +7,7 @@ it claims again; a dead waker or endpoint is restarted, a failed prune is counte
 
 import threading
 from collections.abc import Callable
+from dataclasses import KW_ONLY, dataclass
 from typing import TypeVar
 
 import psycopg
@@ -35,36 +36,24 @@ log = structlog.get_logger()
 T = TypeVar("T")
 
 
+@dataclass(eq=False)
 class Loop:
-    def __init__(
-        self,
-        services: Services,
-        pool: ConnectionPool,
-        *,
-        settings: DaemonSettings,
-        pacing: Pacing,
-        held: HeldRuns,
-        wake: threading.Event,
-        registration: Registration,
-        supervisor: Supervisor,
-        side: SideThreads,
-        metrics: Metrics,
-        progress: LoopProgress,
-        notifier: Notifier,
-    ) -> None:
-        self.services = services
-        self.pool = pool
-        self.settings = settings
-        self.pacing = pacing
-        self.held = held
-        self.wake = wake
-        self.registration = registration
-        self.supervisor = supervisor
-        self.side = side
-        self.metrics = metrics
-        self.progress = progress
-        self.notifier = notifier
-        self.log = log.bind(instance_id=registration.instance_id)
+    services: Services
+    pool: ConnectionPool
+    _: KW_ONLY
+    settings: DaemonSettings
+    pacing: Pacing
+    held: HeldRuns
+    wake: threading.Event
+    registration: Registration
+    supervisor: Supervisor
+    side: SideThreads
+    metrics: Metrics
+    progress: LoopProgress
+    notifier: Notifier
+
+    def __post_init__(self) -> None:
+        self.log = log.bind(instance_id=self.registration.instance_id)
 
     def run(self, stop: threading.Event) -> int:
         """Passes until `stop`, a refusal of the schema, or supervision gives up (its code)."""

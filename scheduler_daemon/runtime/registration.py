@@ -8,6 +8,7 @@ import socket
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import KW_ONLY, dataclass, field
 from datetime import timedelta
 
 import psycopg
@@ -15,6 +16,7 @@ import structlog
 from psycopg_pool import ConnectionPool
 
 from scheduler_daemon.domain import timing
+from scheduler_daemon.lifecycle import Backoff
 from scheduler_daemon.runtime.health import LoopProgress
 from scheduler_daemon.runtime.notify import Notifier
 from scheduler_daemon.settings import DaemonSettings
@@ -24,47 +26,43 @@ from scheduler_daemon.storage.error import DatabaseUnavailable, SchemaMismatch
 from scheduler_daemon.version import __version__
 
 log = structlog.get_logger()
+START_RETRY_SECONDS = (1.0, 30.0)
+"""While the database does not answer at start, it is tried again after the first, doubling up
+to the second."""
 
 
+@dataclass(eq=False)
 class Registration:
     """`clock_drift` is the database clock minus this host's, as measured at registration;
     `refused` is set (and `on_refused` called) once the schema turns incompatible."""
 
-    def __init__(
-        self,
-        url: str,
-        *,
-        instance_id: str,
-        settings: DaemonSettings,
-        progress: LoopProgress,
-        notifier: Notifier,
-        on_refused: Callable[[], None],
-        configure: Configure | None = None,
-    ) -> None:
-        self.url = url
-        self.instance_id = instance_id
-        self.settings = settings
-        self.progress = progress
-        self.notifier = notifier
-        self.on_refused = on_refused
-        self.configure = configure  # run on each new connection first (the epoch's sighting)
-        self.clock_drift: timedelta | None = None
-        self.refused: SchemaMismatch | None = None  # the schema turned incompatible: exit
-        self._head: str | None = None
-        self.log = log.bind(instance_id=instance_id)
+    url: str
+    _: KW_ONLY
+    instance_id: str
+    settings: DaemonSettings
+    progress: LoopProgress
+    notifier: Notifier
+    on_refused: Callable[[], None]
+    configure: Configure | None = None  # run on each new connection first (the epoch's sighting)
+    clock_drift: timedelta | None = field(default=None, init=False)
+    refused: SchemaMismatch | None = field(default=None, init=False)  # incompatible: exit
+    _head: str | None = field(default=None, init=False)
+
+    def __post_init__(self) -> None:
+        self.log = log.bind(instance_id=self.instance_id)
 
     def wait_for_database(self, stop: threading.Event) -> bool:
         """Retries with back-off until the database answers (True) or `stop` is set (False)."""
-        delay = 1.0
+        backoff = Backoff(*START_RETRY_SECONDS)
         while not stop.is_set():
             try:
                 connect(self.url, configure=self.configure).close()
             except DatabaseUnavailable as exc:
+                delay = backoff.next()
                 self.log.warning("database_unavailable_at_start", error=str(exc), retry_in=delay)
                 self.notifier.status(f"waiting for the database (retry in {delay:g}s): {exc}")
                 self.progress.tick()  # waiting is what the loop should do now: it is alive
                 stop.wait(delay)
-                delay = min(delay * 2, 30.0)
             else:
                 return True
         return False

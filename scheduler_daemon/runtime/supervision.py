@@ -17,11 +17,12 @@ runs rarely is not reset by the ones that run often.
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import KW_ONLY, dataclass, field
 from typing import Literal
 
 import structlog
 
+from scheduler_daemon.lifecycle import Backoff
 from scheduler_daemon.storage.database import first_line
 from scheduler_daemon.storage.error import LOCK_ERRORS, DatabaseUnavailable
 
@@ -124,35 +125,30 @@ class Vital:
         return None
 
 
+@dataclass(eq=False)
 class Degradable:
     """A side part the daemon works without (the waker, the HTTP endpoint, the pruner): each
     failure is counted (`on_failure`) and logged at most once a minute with how many came since
     the last line; a dead thread is restarted by `check` (called from the loop) with back-off,
     which resets once a restarted thread stayed up LOG_EVERY_SECONDS."""
 
-    def __init__(
-        self,
-        part: str,
-        *,
-        on_failure: Callable[[], None],
-        alive: Callable[[], bool] = lambda: True,
-        restart: Callable[[], None] = lambda: None,
-        clock: Callable[[], float] = time.monotonic,
-        instance_id: str | None = None,
-    ) -> None:
-        self.part = part
-        self.on_failure = on_failure
-        self.alive = alive
-        self.restart = restart
-        self.clock = clock
-        self.log = log.bind(part=part, instance_id=instance_id)
-        self._lock = threading.Lock()  # failures come from the part's own thread
-        self._logged_at = float("-inf")
-        self._unlogged = 0
-        self._backoff = BACKOFF_SECONDS[0]
-        self._retry_at: float | None = None  # set while the thread is dead
-        self._restarted_at: float | None = None
-        self.last_error: str | None = None
+    part: str
+    _: KW_ONLY
+    on_failure: Callable[[], None]
+    alive: Callable[[], bool] = lambda: True
+    restart: Callable[[], None] = lambda: None
+    clock: Callable[[], float] = time.monotonic
+    instance_id: str | None = None
+    last_error: str | None = field(default=None, init=False)
+    _lock: threading.Lock = field(default_factory=threading.Lock, init=False)  # from its thread
+    _logged_at: float = field(default=float("-inf"), init=False)
+    _unlogged: int = field(default=0, init=False)
+    _backoff: Backoff = field(default_factory=lambda: Backoff(*BACKOFF_SECONDS), init=False)
+    _retry_at: float | None = field(default=None, init=False)  # set while the thread is dead
+    _restarted_at: float | None = field(default=None, init=False)
+
+    def __post_init__(self) -> None:
+        self.log = log.bind(part=self.part, instance_id=self.instance_id)
 
     def failed(self, exc: BaseException, event: str = "side_part_failed") -> None:
         """Counts one failure; logs it unless a line was logged within LOG_EVERY_SECONDS."""
@@ -172,23 +168,23 @@ class Degradable:
         now = self.clock()
         if self.alive():
             if self._restarted_at is not None and now - self._restarted_at >= LOG_EVERY_SECONDS:
-                self._restarted_at, self._backoff = None, BACKOFF_SECONDS[0]
+                self._restarted_at = None
+                self._backoff.reset()
             return
         if self._retry_at is None:  # found dead
             self.failed(RuntimeError(f"the {self.part} thread died"), "side_thread_died")
-            self._retry_at = now + self._backoff
+            self._retry_at = now + self._backoff.next()
             return
         if now < self._retry_at:
             return
-        self._backoff = min(self._backoff * 2, BACKOFF_SECONDS[1])
         try:
             self.restart()
         except Exception as exc:
             self.failed(exc, "side_thread_restart_failed")
-            self._retry_at = now + self._backoff
+            self._retry_at = now + self._backoff.next()
             return
         self._retry_at, self._restarted_at = None, now
-        self.log.info("side_thread_restarted", next_backoff_seconds=self._backoff)
+        self.log.info("side_thread_restarted", next_backoff_seconds=self._backoff.current)
 
     def degraded(self) -> str | None:
         """One line while the part's thread is down, else None."""

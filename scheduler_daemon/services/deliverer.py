@@ -17,7 +17,6 @@ waker's (ADR 0005).
 
 import queue
 import threading
-import time
 from collections import Counter
 from collections.abc import Callable
 from concurrent.futures import Future
@@ -31,6 +30,7 @@ from scheduler_daemon.domain.notification import Notification, backoff
 from scheduler_daemon.domain.storable import storable_error
 from scheduler_daemon.executors.webhook import post_json
 from scheduler_daemon.executors.wire import error_line
+from scheduler_daemon.lifecycle import ThreadedService, left
 from scheduler_daemon.storage import outbox_store
 from scheduler_daemon.storage.database import Conn, transaction
 
@@ -64,7 +64,7 @@ class DeliveryResult:
 Work = tuple[Notification, "Future[str]"]
 
 
-class Deliverer:
+class Deliverer(ThreadedService):
     """At-least-once delivery of the outbox; each row's POSTs carry its `delivery_id` (a JSON
     field and the `Idempotency-Key` header)."""
 
@@ -90,8 +90,9 @@ class Deliverer:
         self.on_failure = on_failure  # a failed pass or record (the database), counted
         self.on_post_failure = on_post_failure  # a failed POST, counted by the daemon
         self.after_post = after_post  # a test's injection point: between a POST and its record
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, name="deliverer", daemon=True)
+        super().__init__("deliverer")
+        # A stop waits for the POSTs in flight (each ends within its deadline) and their records.
+        self.stop_timeout = timeout + RECORD_GRACE_SECONDS
         self._slots = threading.BoundedSemaphore(in_flight)
         self._work: queue.SimpleQueue[Work | None] = queue.SimpleQueue()
         self._workers = [
@@ -116,7 +117,7 @@ class Deliverer:
         worker; returns their outcomes to come."""
         self._start_workers()
         futures: list[Future[str]] = []
-        while len(futures) < limit and not self._stop.is_set():
+        while len(futures) < limit and not self.stop_requested.is_set():
             if not self._slots.acquire(timeout=SLOT_WAIT_SECONDS):
                 continue
             with self._workers_lock:
@@ -224,7 +225,7 @@ class Deliverer:
     # -- the threads --------------------------------------------------------------------------
     def start(self) -> None:
         self.pool.open(wait=False)
-        self._thread.start()
+        super().start()
 
     def _start_workers(self) -> None:
         with self._workers_lock:
@@ -232,43 +233,27 @@ class Deliverer:
                 if worker.ident is None:
                     worker.start()
 
-    @property
-    def alive(self) -> bool:
-        """False once a started thread died (not when it was stopped)."""
-        return self._thread.ident is None or self._thread.is_alive() or self._stop.is_set()
-
-    def restart(self) -> None:
-        """A new thread in place of a dead one."""
-        if self._thread.is_alive() or self._stop.is_set():
-            return
-        self._thread = threading.Thread(target=self._loop, name="deliverer", daemon=True)
-        self._thread.start()
-
-    def stop(self) -> None:
-        """Stops after the POSTs in flight (each ends within its deadline) and their records,
-        then closes the connection; waits at most the deadline plus RECORD_GRACE_SECONDS."""
-        self._stop.set()
-        until = time.monotonic() + self.timeout + RECORD_GRACE_SECONDS
-        if self._thread.ident is not None:
-            self._thread.join(timeout=max(0.0, until - time.monotonic()))
+    def _stopped(self, deadline: float) -> None:
+        """After the feeding thread: the workers finish their POSTs and records, then the
+        connection closes."""
         for _ in self._workers:
             self._work.put(None)
         for worker in self._workers:
             if worker.ident is not None:
-                worker.join(timeout=max(0.0, until - time.monotonic()))
+                worker.join(timeout=left(deadline))
         self.pool.close()
 
-    def _loop(self) -> None:
-        while not self._stop.is_set():
+    def _run(self) -> None:
+        while not self.stop_requested.is_set():
             try:
                 claimed = self._feed(PASS_LIMIT)
             except Exception as exc:  # the database, mostly: counted, the next pass tries again
                 log.warning("delivery_pass_failed", error=str(exc), instance_id=self.instance_id)
                 self.on_failure(exc)
-                self._stop.wait(IDLE_SECONDS)
+                self.stop_requested.wait(IDLE_SECONDS)
                 continue
             if not claimed:
-                self._stop.wait(IDLE_SECONDS)
+                self.stop_requested.wait(IDLE_SECONDS)
 
 
 def _ids(notification: Notification, instance_id: str) -> dict[str, object]:

@@ -2,9 +2,9 @@
 and stops the job of every run it learns it lost (fenced). It reports each pass's failure and its
 thread's death to the daemon, which stops when the keeper cannot work (ADR 0005)."""
 
-import threading
 import time
 from collections.abc import Callable
+from dataclasses import KW_ONLY, dataclass, field
 from datetime import timedelta
 from typing import Any
 
@@ -14,6 +14,7 @@ import structlog
 from scheduler_daemon.domain import timing
 from scheduler_daemon.domain.held import HeldRuns, Lease
 from scheduler_daemon.domain.storable import storable_output
+from scheduler_daemon.lifecycle import Backoff, ThreadedService
 from scheduler_daemon.settings import DaemonSettings
 from scheduler_daemon.storage import instance_store, run_store
 from scheduler_daemon.storage.database import (
@@ -33,7 +34,8 @@ the first, doubling up to the second: the first renewal after an outage goes as 
 connection is back, not a renewal interval later."""
 
 
-class LeaseKeeper:
+@dataclass(eq=False)
+class LeaseKeeper(ThreadedService):
     """Every TTL/3: the heartbeat, in its own short transaction, then one statement renews every
     held (run id, occurrence id, token) whose row it can lock without waiting. A lease not
     renewed because it is no longer ours (taken over, cancelled) is fenced: its job is stopped
@@ -45,53 +47,39 @@ class LeaseKeeper:
     its own last good renewal was *sent* + TTL - margin, on the monotonic clock) runs out
     before its lease does."""
 
-    def __init__(
-        self,
-        url: str,
-        *,
-        instance_id: str,
-        settings: DaemonSettings,
-        held: HeldRuns,
-        slots_in_use: Callable[[], int],
-        stopping: Callable[[], bool],
-        clock_drift: timedelta | None,
-        reregister: Callable[[timedelta | None], None],
-        on_pass: Callable[[set[int] | None], None] = lambda _fenced: None,
-        refused: Callable[[], SchemaMismatch | None] = lambda: None,
-        on_failure: Callable[[Exception], None] = lambda _exc: None,
-        on_death: Callable[[BaseException | None], None] = lambda _exc: None,
-        configure: Configure | None = None,
-    ) -> None:
-        self.url = url
-        self.instance_id = instance_id
-        self.settings = settings
-        self.held = held
-        self.slots_in_use = slots_in_use
-        self.stopping = stopping
-        self.clock_drift = clock_drift  # database minus host clock, re-measured every heartbeat
-        self.reregister = reregister
-        self.on_pass = on_pass  # after each pass: the fenced run ids, or None when it failed
-        self.refused = refused  # set once the schema is one this build cannot work with
-        self.on_failure = on_failure  # each failed pass (a refusal aside), for supervision
-        self.on_death = on_death  # the thread ended before stop(): the daemon cannot go on
-        self.configure = configure  # run on each new connection first (the epoch's sighting)
-        self._down_since: float | None = None  # monotonic: the first pass of an outage failed
-        self._conn: psycopg.Connection[Any] | None = None
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="lease-keeper", daemon=True)
+    url: str
+    _: KW_ONLY
+    instance_id: str
+    settings: DaemonSettings
+    held: HeldRuns
+    slots_in_use: Callable[[], int]
+    stopping: Callable[[], bool]  # the daemon drains: the heartbeat says so
+    clock_drift: timedelta | None  # database minus host clock, re-measured every heartbeat
+    reregister: Callable[[timedelta | None], None]
+    # After each pass: the fenced run ids, or None when it failed.
+    on_pass: Callable[[set[int] | None], None] = lambda _fenced: None
+    # Set once the schema is one this build cannot work with.
+    refused: Callable[[], SchemaMismatch | None] = lambda: None
+    # Each failed pass (a refusal aside), for supervision.
+    on_failure: Callable[[Exception], None] = lambda _exc: None
+    # The thread ended before stop(): the daemon cannot go on.
+    on_death: Callable[[BaseException | None], None] = lambda _exc: None
+    configure: Configure | None = None  # run on each new connection first (the epoch's sighting)
+    _down_since: float | None = field(default=None, init=False)  # monotonic: an outage began
+    _conn: psycopg.Connection[Any] | None = field(default=None, init=False)
+    stop_timeout = 10.0  # `stop` is called last at shutdown, after the drain
 
-    def start(self) -> None:
-        self._thread.start()
+    def __post_init__(self) -> None:
+        super().__init__("lease-keeper")
+        self.log = log.bind(instance_id=self.instance_id)
 
     @property
-    def alive(self) -> bool:
-        """Whether the thread runs (before start: True, nothing has failed yet)."""
-        return self._thread.ident is None or self._thread.is_alive() or self._stop.is_set()
+    def _terms(self) -> run_store.LeaseTerms:
+        return run_store.LeaseTerms(
+            self.instance_id, self.settings.lease_ttl, self.settings.lease_grace
+        )
 
-    def stop(self) -> None:
-        """Stops renewing; called last at shutdown, after the drain."""
-        self._stop.set()
-        self._thread.join(timeout=10)
+    def _stopped(self, deadline: float) -> None:
         if self._conn is not None:
             self._conn.close()
 
@@ -100,21 +88,23 @@ class LeaseKeeper:
         try:
             self._loop()
         except BaseException as exc:
-            log.critical("lease_keeper_died", error=repr(exc), instance_id=self.instance_id)
+            self.log.critical("lease_keeper_died", error=repr(exc))
             self.on_death(exc)
             raise
-        if not self._stop.is_set():  # cannot happen today; if it ever does, it is a death
+        if not self.stop_requested.is_set():  # cannot happen today; if it does, it is a death
             self.on_death(None)
 
     def _loop(self) -> None:
         interval = self.settings.renew_interval.total_seconds()
+        reconnect = Backoff(*RECONNECT_SECONDS)
         wait = interval
-        while not self._stop.wait(wait):
+        while not self.stop_requested.wait(wait):
             if self._down_since is not None and not self._reconnected():
-                wait = min(wait * 2, RECONNECT_SECONDS[1])
+                wait = reconnect.next()
                 continue
             self.reported_once()
-            wait = RECONNECT_SECONDS[0] if self._down_since is not None else interval
+            reconnect.reset()
+            wait = reconnect.next() if self._down_since is not None else interval
 
     def _reconnected(self) -> bool:
         """During an outage: whether a connection (sighting the epoch) can be had now; then the
@@ -125,11 +115,10 @@ class LeaseKeeper:
         except DatabaseUnavailable:
             return False
         assert self._down_since is not None
-        log.info(
+        self.log.info(
             "lease_keeper_reconnected",
             down_seconds=round(time.monotonic() - self._down_since, 3),
             held=len(self.held),
-            instance_id=self.instance_id,
         )
         return True
 
@@ -141,16 +130,14 @@ class LeaseKeeper:
             fenced = self.run_once()
             self._down_since = None
         except SchemaMismatch as exc:  # the daemon stops; nothing was renewed
-            log.warning("lease_renewal_refused", error=str(exc), instance_id=self.instance_id)
+            self.log.warning("lease_renewal_refused", error=str(exc))
         except Exception as exc:  # reported: an outage or contention is no surprise
             if isinstance(exc, DatabaseUnavailable) and self._down_since is None:
                 self._down_since = time.monotonic()
             if isinstance(exc, (DatabaseUnavailable, *LOCK_ERRORS)):
-                log.warning(
-                    "lease_renewal_failed", error=first_line(exc), instance_id=self.instance_id
-                )
+                self.log.warning("lease_renewal_failed", error=first_line(exc))
             else:  # with its traceback; supervision counts it (ADR 0005)
-                log.exception("lease_keeper_error", instance_id=self.instance_id)
+                self.log.exception("lease_keeper_error")
             self.on_failure(exc)
         self.on_pass(fenced)
         return fenced
@@ -175,10 +162,10 @@ class LeaseKeeper:
                     stopping=self.stopping(),
                 )
         except psycopg.errors.LockNotAvailable:
-            log.warning("instance_heartbeat_locked", instance_id=self.instance_id)
+            self.log.warning("instance_heartbeat_locked")
             return
         if db_now is None and not self.stopping():  # a peer removed us as dead: come back
-            log.warning("instance_reregistered", instance_id=self.instance_id)
+            self.log.warning("instance_reregistered")
             self.reregister(self.clock_drift)
             return
         if db_now is None:
@@ -201,13 +188,7 @@ class LeaseKeeper:
             sent = time.monotonic()
             with conn.transaction():  # every row it can lock now, none waited for
                 apply_limits(conn, _waiting(wait))
-                renewals = run_store.renew(
-                    conn,
-                    owner=self.instance_id,
-                    held=leases,
-                    ttl=self.settings.lease_ttl,
-                    grace=self.settings.lease_grace,
-                )
+                renewals = run_store.renew(conn, self._terms, leases)
             fenced = self._settle(renewals, sent)
             locked = [lease for lease in leases if renewals[lease.run_id].outcome == "locked"]
             fenced |= self._retry_locked(
@@ -245,13 +226,7 @@ class LeaseKeeper:
             try:
                 with conn.transaction():
                     apply_limits(conn, _waiting(timedelta(seconds=until - sent)))
-                    renewal = run_store.renew_one(
-                        conn,
-                        owner=self.instance_id,
-                        lease=lease,
-                        ttl=self.settings.lease_ttl,
-                        grace=self.settings.lease_grace,
-                    )
+                    renewal = run_store.renew_one(conn, self._terms, lease)
             except psycopg.errors.LockNotAvailable:
                 self._still_locked(lease)
                 continue
@@ -280,26 +255,24 @@ class LeaseKeeper:
                     conn, owner=self.instance_id, lease=lease, output_tail=text or None
                 )
         except _OUTPUT_NOT_WRITTEN as exc:
-            log.warning(
+            self.log.warning(
                 "run_output_not_written",
                 run_id=lease.run_id,
                 error=first_line(exc),
-                instance_id=self.instance_id,
             )
             return
         if written:
             run.output_written = text
         else:  # the next renewal finds it fenced and stops its job
-            log.info("run_output_fenced", run_id=lease.run_id, instance_id=self.instance_id)
+            self.log.info("run_output_fenced", run_id=lease.run_id)
 
     def _still_locked(self, lease: Lease) -> None:
         run = self.held.get(lease.run_id)
-        log.warning(
+        self.log.warning(
             "run_renewal_locked",
             run_id=lease.run_id,
             occurrence_id=lease.occurrence_id,
             task_id=None if run is None else run.task_id,
-            instance_id=self.instance_id,
         )
 
     def _settle(self, renewals: dict[int, run_store.Renewal], sent: float) -> set[int]:
@@ -317,12 +290,11 @@ class LeaseKeeper:
                     # A cancel request: stop the job, keep the lease until its end is written.
                     run.cancel_requested = True
                     run.job.stop("cancelled: a cancel was requested")
-                    log.info(
+                    self.log.info(
                         "run_cancel_requested",
                         run_id=run_id,
                         occurrence_id=run.occurrence_id,
                         task_id=run.task_id,
-                        instance_id=self.instance_id,
                     )
             elif not run.completing:
                 run.fenced = True
@@ -330,13 +302,12 @@ class LeaseKeeper:
                 run.job.stop("fenced: the lease was taken over or cancelled")
                 if run.trace is not None:
                     run.trace.event("fenced", {"stage": "renewal"})
-                log.warning(
+                self.log.warning(
                     "run_fenced",
                     stage="renewal",
                     run_id=run_id,
                     occurrence_id=run.occurrence_id,
                     task_id=run.task_id,
-                    instance_id=self.instance_id,
                 )
         return fenced
 

@@ -21,7 +21,7 @@ calendar. Called from the daemon's reconcile step, and by `scheduler-daemon prun
 """
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import KW_ONLY, dataclass, field
 from datetime import datetime, timedelta
 from functools import partial
 
@@ -50,22 +50,19 @@ class PruneReport:
     retention: timedelta | None = None
 
 
+@dataclass(eq=False)
 class Pruner:
-    def __init__(
-        self,
-        pool: ConnectionPool,
-        *,
-        instance_id: str,
-        batch: int = BATCH,
-        batches: int = BATCHES,
-        scan_factor: int = SCAN_FACTOR,
-    ) -> None:
-        self.pool = pool
-        self.batch = batch
-        self.batches = batches
-        self.scan = batch * scan_factor
-        self.after = retention_store.START
-        self.log = log.bind(instance_id=instance_id)
+    pool: ConnectionPool
+    _: KW_ONLY
+    instance_id: str
+    batch: int = BATCH
+    batches: int = BATCHES
+    scan_factor: int = SCAN_FACTOR
+    after: tuple[datetime, int] = field(default=retention_store.START, init=False)  # cursor
+
+    def __post_init__(self) -> None:
+        self.scan = self.batch * self.scan_factor
+        self.log = log.bind(instance_id=self.instance_id)
 
     def run_once(
         self, *, dry_run: bool = False, until_swept: bool = False, now: datetime | None = None

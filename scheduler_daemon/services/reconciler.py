@@ -9,7 +9,7 @@ page is drained in one pass.
 import functools
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import KW_ONLY, dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Protocol
 
@@ -89,26 +89,19 @@ class ReconcileReport:
             self.ids[category] += [i for i in ids if i not in self.ids[category]]
 
 
+@dataclass(eq=False)
 class Reconciler:
-    def __init__(
-        self,
-        pool: ConnectionPool,
-        *,
-        instance_id: str,
-        restart_quiet: timedelta,
-        max_interruptions: int,
-        dead_after: timedelta,
-        page: int = 100,
-        tracer: RunTracer | None = None,
-    ) -> None:
-        self.pool = pool
-        self.instance_id = instance_id
-        self.restart_quiet = restart_quiet
-        self.max_interruptions = max_interruptions
-        self.dead_after = dead_after
-        self.page = page
-        self.tracer = tracer  # a takeover is a short span of its own (--otel)
-        self.log = log.bind(instance_id=instance_id)
+    pool: ConnectionPool
+    _: KW_ONLY
+    instance_id: str
+    restart_quiet: timedelta
+    max_interruptions: int
+    dead_after: timedelta
+    page: int = 100
+    tracer: RunTracer | None = None  # a takeover is a short span of its own (--otel)
+
+    def __post_init__(self) -> None:
+        self.log = log.bind(instance_id=self.instance_id)
 
     @classmethod
     def from_settings(

@@ -6,12 +6,14 @@ import secrets
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import KW_ONLY, dataclass, field
 from datetime import datetime
 from typing import Any
 
 import psycopg
 import structlog
 
+from scheduler_daemon.lifecycle import Backoff, ThreadedService
 from scheduler_daemon.storage import instance_store
 from scheduler_daemon.storage.database import Configure, connect
 
@@ -25,66 +27,36 @@ RETRY_SECONDS = (1.0, 5.0)
 (short: after an outage the daemon should hear wake-ups again soon)."""
 
 
-class Waker:
+@dataclass(eq=False)
+class Waker(ThreadedService):
     """New tasks, manual triggers, retries and freed budget wake idle daemons at once. Polling
     still covers everything, so behind PgBouncer in transaction mode (`--no-listen`) only the
-    latency changes."""
+    latency changes. A waker that never started (`--no-listen`) has nothing to stop."""
 
-    def __init__(
-        self,
-        url: str,
-        wake: threading.Event,
-        *,
-        instance_id: str,
-        on_task_added: Callable[[datetime | None], None] | None = None,
-        launch_wanted: threading.Event | None = None,
-        on_failure: Callable[[Exception], None] = lambda _exc: None,
-        configure: Configure | None = None,
-    ) -> None:
-        self.url = url
-        self.wake = wake
-        # A new task: its due time (or None when the wake-up carries none) goes to the loop,
-        # which sleeps until then. Any other wake-up (queued, retry, finished, triggered,
-        # cancelled) means there may be something to claim.
-        self.on_task_added = on_task_added
-        self.launch_wanted = launch_wanted
-        self.instance_id = instance_id
-        self.on_failure = on_failure  # each failed session, counted and logged by the daemon
-        self.configure = configure  # run on each new connection first (the epoch's sighting)
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, name="waker", daemon=True)
+    url: str
+    wake: threading.Event
+    _: KW_ONLY
+    instance_id: str
+    # A new task: its due time (or None when the wake-up carries none) goes to the loop, which
+    # sleeps until then. Any other wake-up (queued, retry, finished, triggered, cancelled) means
+    # there may be something to claim.
+    on_task_added: Callable[[datetime | None], None] | None = None
+    launch_wanted: threading.Event | None = None
+    on_failure: Callable[[Exception], None] = lambda _exc: None  # each failed session, counted
+    configure: Configure | None = None  # run on each new connection first (the epoch's sighting)
+    _gave_up: bool = field(default=False, init=False)  # LISTEN cannot work here: polling
 
-    def start(self) -> None:
-        self._thread.start()
+    def __post_init__(self) -> None:
+        super().__init__("waker")
 
     @property
     def alive(self) -> bool:
         """False once a started thread died (not when it was stopped, or gave up on LISTEN)."""
-        return (
-            self._thread.ident is None
-            or self._thread.is_alive()
-            or self._stop.is_set()
-            or self._gave_up
-        )
+        return super().alive or self._gave_up
 
-    def restart(self) -> None:
-        """A new thread in place of a dead one; the loop polls meanwhile."""
-        if self._thread.is_alive() or self._stop.is_set():
-            return
-        self._thread = threading.Thread(target=self._loop, name="waker", daemon=True)
-        self._thread.start()
-
-    def stop(self) -> None:
-        """Stops listening; a waker that never started (`--no-listen`) has nothing to stop."""
-        self._stop.set()
-        if self._thread.ident is not None:
-            self._thread.join(timeout=5)
-
-    _gave_up = False
-
-    def _loop(self) -> None:
-        delay = RETRY_SECONDS[0]
-        while not self._stop.is_set():
+    def _run(self) -> None:
+        backoff = Backoff(*RETRY_SECONDS)
+        while not self.stop_requested.is_set():
             listening = False
             try:
                 with connect(self.url, autocommit=True, configure=self.configure) as conn:
@@ -98,9 +70,8 @@ class Waker:
                 log.debug("listen_failed", error=str(exc), instance_id=self.instance_id)
                 self.on_failure(exc)
                 if listening:  # the session worked for a while: not a failing streak
-                    delay = RETRY_SECONDS[0]
-                self._stop.wait(delay)
-                delay = min(delay * 2, RETRY_SECONDS[1])
+                    backoff.reset()
+                self.stop_requested.wait(backoff.next())
 
     def _probe(self, conn: psycopg.Connection[Any]) -> bool:
         """Whether a wake-up this waker sends itself, from a connection of its own as a peer
@@ -113,12 +84,12 @@ class Waker:
         with connect(self.url, autocommit=True, configure=self.configure) as other:
             instance_store.notify_wakeup(other, token)
         deadline = time.monotonic() + PROBE_SECONDS
-        while (left := deadline - time.monotonic()) > 0 and not self._stop.is_set():
+        while (left := deadline - time.monotonic()) > 0 and not self.stop_requested.is_set():
             for notify in conn.notifies(timeout=left, stop_after=1):
                 if notify.payload == token:
                     return True
                 self.heard(notify.payload)
-        return self._stop.is_set()
+        return self.stop_requested.is_set()
 
     def _give_up(self, conn: psycopg.Connection[Any]) -> None:
         """LISTEN cannot work on this connection: say so once, take the LISTEN back, and leave
@@ -133,7 +104,7 @@ class Waker:
         instance_store.unlisten_wakeups(conn)
 
     def _listen(self, conn: psycopg.Connection[Any]) -> None:
-        while not self._stop.is_set():
+        while not self.stop_requested.is_set():
             for notify in conn.notifies(timeout=1.0, stop_after=1):
                 self.heard(notify.payload)
 

@@ -1,13 +1,13 @@
 """Reads what `tasks health` judges and shows, through the named queries in sql/health.sql."""
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from datetime import datetime, timedelta
 from typing import Any
 
 import psycopg
 
-from scheduler_daemon.domain.health import ATTEMPT_SCAN, RUN_SAMPLE, Group, Signals
+from scheduler_daemon.domain.health import ATTEMPT_SCAN, RUN_SAMPLE, Group, RunFigures, Signals
 from scheduler_daemon.domain.task import TaskRecord
 from scheduler_daemon.storage import query, task_store
 
@@ -28,12 +28,7 @@ class Window:
     task: TaskRecord
     now: datetime
     groups: tuple[Group, ...]
-    runs: int
-    outlasting: int
-    wait_p50: float | None
-    wait_p99: float | None
-    run_p50: float | None
-    run_p99: float | None
+    figures: RunFigures
 
 
 def signals(
@@ -104,12 +99,7 @@ def windows(
             task=task_store.record(row),
             now=row["now"],
             groups=tuple(Group.from_json(g, datetime.fromisoformat) for g in row["groups"]),
-            runs=row["runs"],
-            outlasting=row["outlasting"],
-            wait_p50=row["wait_p50"],
-            wait_p99=row["wait_p99"],
-            run_p50=row["run_p50"],
-            run_p99=row["run_p99"],
+            figures=RunFigures(*(row[f.name] for f in fields(RunFigures))),
         )
         for row in rows
     }

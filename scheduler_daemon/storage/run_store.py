@@ -36,13 +36,25 @@ class Renewal:
     followed: bool = False  # renewed, and someone follows its output (`runs logs -f`)
 
 
+@dataclass(frozen=True)
+class LeaseTerms:
+    """What a renewal asks: the owner it is fenced on, the TTL and grace it extends a lease by."""
+
+    owner: str
+    ttl: timedelta
+    grace: timedelta
+
+    def params(self) -> dict[str, Any]:
+        return {
+            "owner": self.owner,
+            "ttl": self.ttl,
+            "grace": self.grace,
+            "follow_window": timing.follow_window(self.ttl),
+        }
+
+
 def renew(
-    conn: psycopg.Connection[Any],
-    *,
-    owner: str,
-    held: Sequence[Lease],
-    ttl: timedelta,
-    grace: timedelta,
+    conn: psycopg.Connection[Any], terms: LeaseTerms, held: Sequence[Lease]
 ) -> dict[int, Renewal]:
     """Renews, without waiting for a row, every held lease whose row it can lock, in one
     statement; returns each held run id with what became of it."""
@@ -56,10 +68,7 @@ def renew(
             "ids": list(ids),
             "occurrence_ids": list(occurrence_ids),
             "tokens": list(tokens),
-            "owner": owner,
-            "ttl": ttl,
-            "grace": grace,
-            "follow_window": timing.follow_window(ttl),
+            **terms.params(),
         },
     )
     return {
@@ -67,9 +76,7 @@ def renew(
     }
 
 
-def renew_one(
-    conn: psycopg.Connection[Any], *, owner: str, lease: Lease, ttl: timedelta, grace: timedelta
-) -> Renewal:
+def renew_one(conn: psycopg.Connection[Any], terms: LeaseTerms, lease: Lease) -> Renewal:
     """Renews one lease `renew` found locked, waiting for its row up to the transaction's lock
     timeout: `renewed` or `fenced`; still locked, it raises LockNotAvailable."""
     row = query.run(
@@ -79,10 +86,7 @@ def renew_one(
             "id": lease.run_id,
             "occurrence_id": lease.occurrence_id,
             "token": lease.token,
-            "owner": owner,
-            "ttl": ttl,
-            "grace": grace,
-            "follow_window": timing.follow_window(ttl),
+            **terms.params(),
         },
     )
     if row is None:

@@ -221,3 +221,18 @@ def test_the_default_notification_events_are_the_ones_outbox_enqueue_writes_out(
 
     (listed,) = re.findall(r"ARRAY\[('[a-z]+'(?:, '[a-z]+')*)\]", QUERIES["outbox_enqueue"].sql)
     assert tuple(re.findall(r"'(\w+)'", listed)) == tuple(str(e) for e in DEFAULT_NOTIFY_ON)
+
+
+def test_the_active_statuses_are_spelled_once_in_sql_and_match_active() -> None:
+    # One fragment (sql/occurrence.sql's active_statuses) spells them for every statement: a
+    # status added to ACTIVE and not to the fragment would make the statements disagree.
+    from scheduler_daemon.storage.query import parse
+
+    (fragment,) = [
+        q
+        for q in parse((SQL / "occurrence.sql").read_text(), "occurrence.sql")
+        if q.name == "active_statuses"
+    ]
+    assert tuple(re.findall(r"'(\w+)'", fragment.sql)) == tuple(str(s) for s in ACTIVE)
+    spelled = [p.name for p in QUERY_FILES if "'queued', 'launching', 'running'" in p.read_text()]
+    assert spelled == ["occurrence.sql"]  # the fragment itself; claim_launch.sql aside
