@@ -20,7 +20,7 @@ from scheduler_daemon.services.reconciler import Reconciler
 from scheduler_daemon.storage import migration, occurrence_store
 from scheduler_daemon.storage.database import one_trip
 from scheduler_daemon.storage.error import Conflict
-from tests.support import launched_shell_run, query, shell_task
+from tests.support import SETTINGS, launched_shell_run, query, shell_task
 
 MARK = "9001"
 OLD = migration.known_revisions()
@@ -112,14 +112,10 @@ def test_every_occurrence_a_marked_task_gets_carries_its_mark(client, database_u
 
 
 def _reconciler(pool: Any, known: list[str]) -> Reconciler:
-    return Reconciler(
-        pool,
-        instance_id="rec",
-        restart_quiet=timedelta(0),
-        max_interruptions=3,
-        dead_after=timedelta(minutes=10),
-        known=known,
-    )
+    """A daemon's reconciler (tests.support.SETTINGS) of a build whose chain is `known`."""
+    found = Reconciler.from_settings(pool, "rec", SETTINGS)
+    found.known = known
+    return found
 
 
 def test_the_reconciler_leaves_a_marked_run_to_a_build_that_knows_its_revision(
