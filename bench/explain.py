@@ -92,6 +92,7 @@ def _params(conn: psycopg.Connection[Any]) -> dict[str, Any]:
         "attempt": 1,
         "attempts": [1] * len(ids),
         "build_revision": "explain",
+        "known": ["0038"],  # the revisions of the build's chain (ADR 0029)
         "status": "success",
         "statuses": ["success"] * len(ids),
         "error": None,

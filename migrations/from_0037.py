@@ -77,6 +77,27 @@ ALTER TABLE run ADD CONSTRAINT run_lease_token_check CHECK (lease_token < 461168
 ALTER TABLE run VALIDATE CONSTRAINT run_lease_token_check;
 """
 
+# The generic older-build mechanism (ADR 0027 point 6, ADR 0029): a row needing a build whose
+# chain has `needs_build` (a revision id; NULL: any build). The hot partial indexes hold only
+# unmarked rows; the marked ones live in small indexes of their own.
+NEEDS_BUILD = """
+ALTER TABLE task ADD COLUMN needs_build text;
+
+ALTER TABLE occurrence ADD COLUMN needs_build text;
+
+DROP INDEX occurrence_queue_idx;
+
+CREATE INDEX occurrence_queue_idx ON occurrence USING btree (attempts, scheduled_for, id) WHERE status = 'queued' AND needs_build IS NULL;
+
+CREATE INDEX occurrence_queue_marked_idx ON occurrence USING btree (needs_build, attempts, scheduled_for, id) WHERE status = 'queued' AND needs_build IS NOT NULL;
+
+DROP INDEX task_due_idx;
+
+CREATE INDEX task_due_idx ON task USING btree (next_run_at) WHERE deleted_at IS NULL AND NOT paused AND status = 'enabled' AND parked_at IS NULL AND next_run_at IS NOT NULL AND needs_build IS NULL;
+
+CREATE INDEX task_due_marked_idx ON task USING btree (needs_build, next_run_at) WHERE deleted_at IS NULL AND NOT paused AND status = 'enabled' AND parked_at IS NULL AND next_run_at IS NOT NULL AND needs_build IS NOT NULL;
+"""
+
 # The chain built this trigger's condition as nested ORs, the baseline as one: the same test,
 # rendered differently by the snapshot; made again as the baseline makes it.
 TASK_EVENT_TRIGGER = """
@@ -120,6 +141,7 @@ def statements() -> Iterator[str]:
     yield UUID_REQUIRED
     yield RECURRING_LAST_CLEARED
     yield BOUNDS
+    yield NEEDS_BUILD
     yield TASK_EVENT_TRIGGER
     yield ACTION_SESSION_ROLE
     for each in functions.files():  # the live functions as their files say (ADR 0028)

@@ -110,6 +110,7 @@ def task_fields(task: TaskRecord, *, show_secrets: bool = False) -> dict[str, An
         "deleted_at": iso(task.deleted_at),
         "parked_at": iso(task.parked_at),
         "park_error": task.park_error,
+        "needs_build": task.needs_build,
     }
 
 

@@ -1,16 +1,18 @@
 -- name: occurrence_insert :one
 -- Inserts an occurrence of a task whose row lock the caller holds, finished if its status is one
 -- of `finished`; a scheduled firing that exists already is not inserted again (no row returned).
+-- Every insert of an occurrence copies its task's `needs_build` (ADR 0029).
 INSERT INTO occurrence (
     task_id, occurrence_seq, scheduled_for, last_scheduled_for, firing_count, trigger, overlap,
     concurrency_key, status, reason, requested_by, not_before, created_at, updated_at, finished_at,
-    idempotency_key)
+    idempotency_key, needs_build)
 VALUES (
     %(task_id)s, %(occurrence_seq)s, %(scheduled_for)s, %(last_scheduled_for)s, %(firing_count)s,
     %(trigger)s, %(overlap)s, %(concurrency_key)s, %(status)s, %(reason)s, %(requested_by)s,
     %(scheduled_for)s, %(now)s, %(now)s,
     CASE WHEN %(status)s = ANY(%(finished)s::text[]) THEN %(now)s::timestamptz END,
-    sd_occurrence_key_v1(%(task_id)s, %(trigger)s, %(scheduled_for)s))
+    sd_occurrence_key_v1(%(task_id)s, %(trigger)s, %(scheduled_for)s),
+    (SELECT needs_build FROM task WHERE id = %(task_id)s))
 ON CONFLICT (task_id, scheduled_for) WHERE trigger = 'schedule' DO NOTHING
 RETURNING *
 
@@ -21,7 +23,8 @@ RETURNING *
 -- status is one of `finished`; the task gets its next firing and, when `once_fired`, the status
 -- `running` if a queued firing went in, else `cancelled`. A firing's spread offset (`--spread`,
 -- NULL: none) is recorded and starts it no earlier than its nominal time plus the offset
--- (`not_before`). Returns the occurrences inserted.
+-- (`not_before`). Each copies the task's `needs_build` (ADR 0029). Returns the occurrences
+-- inserted.
 WITH firing AS (
     SELECT * FROM unnest(
         %(scheduled_fors)s::timestamptz[], %(last_scheduled_fors)s::timestamptz[],
@@ -33,14 +36,15 @@ WITH firing AS (
     INSERT INTO occurrence (
         task_id, occurrence_seq, scheduled_for, last_scheduled_for, firing_count, trigger,
         overlap, concurrency_key, status, reason, not_before, spread_offset, created_at,
-        updated_at, finished_at, idempotency_key)
+        updated_at, finished_at, idempotency_key, needs_build)
     SELECT %(task_id)s, t.occurrence_seq + f.ord, f.scheduled_for, f.last_scheduled_for,
         f.firing_count, 'schedule', %(overlap)s, %(concurrency_key)s, f.status, f.reason,
         f.scheduled_for + coalesce(f.spread_offset, interval '0'), f.spread_offset, %(now)s,
         %(now)s,
         CASE WHEN f.status = ANY(%(finished)s::text[]) THEN %(now)s::timestamptz END,
-        sd_occurrence_key_v1(%(task_id)s, 'schedule', f.scheduled_for)
-    FROM firing f CROSS JOIN (SELECT occurrence_seq FROM task WHERE id = %(task_id)s) t
+        sd_occurrence_key_v1(%(task_id)s, 'schedule', f.scheduled_for), t.needs_build
+    FROM firing f
+    CROSS JOIN (SELECT occurrence_seq, needs_build FROM task WHERE id = %(task_id)s) t
     ORDER BY f.ord
     ON CONFLICT (task_id, scheduled_for) WHERE trigger = 'schedule' DO NOTHING
     RETURNING id, status, reason, scheduled_for, not_before
@@ -113,7 +117,8 @@ SELECT free, id, task_id, occurrence_seq, scheduled_for, lease_token, task_name,
     payload::text AS payload, run_timeout, run_id, attempt, started_at, idempotency_key, run_uuid,
     in_process, spread_start, args::text AS args
 FROM sd_claim_launch_v6(%(key)s::bigint, %(slots)s::int, %(owner)s::text,
-    %(ttl)s::interval, %(grace)s::interval, %(build_revision)s::text, %(now)s::timestamptz)
+    %(ttl)s::interval, %(grace)s::interval, %(build_revision)s::text, %(known)s::text[],
+    %(now)s::timestamptz)
 
 -- name: occurrence_claim_launch :many
 -- A whole claim in one round trip and one transaction (sent after the per-transaction limits
@@ -223,7 +228,8 @@ RETURNING *
 -- name: occurrence_expired_claims :many
 -- Claims that never launched and whose claim expired, a page at a time.
 SELECT id, task_id, lease_token FROM occurrence
-WHERE status = 'launching' AND claim_expires_at < clock_timestamp() AND id > %(after)s
+WHERE status = 'launching' AND claim_expires_at < clock_timestamp() AND {{known_to_this_build}}
+  AND id > %(after)s
 ORDER BY id
 LIMIT %(limit)s
 
@@ -242,6 +248,7 @@ WHERE id = %(id)s AND status = 'launching' AND lease_token = %(token)s
 -- a time.
 SELECT o.id, o.task_id FROM occurrence o JOIN task t ON t.id = o.task_id
 WHERE o.status = 'queued' AND t.start_deadline IS NOT NULL
+  AND (o.needs_build IS NULL OR o.needs_build = ANY(%(known)s::text[]))
   AND clock_timestamp() > CASE WHEN o.attempts + o.interruptions > 0 OR o.trigger = 'backfill'
                                THEN o.not_before
                                ELSE o.scheduled_for + coalesce(o.spread_offset, interval '0') END
@@ -275,14 +282,16 @@ ORDER BY occurrence_seq DESC LIMIT 1
 -- name: occurrence_insert_many :many
 -- Inserts occurrences `first_seq` .. `last_seq` of a task whose row lock the caller holds and
 -- which allocated the sequence numbers, all due at `now` with the same trigger and status
--- (Client.trigger with a count: manual, queued); in sequence order.
+-- (Client.trigger with a count: manual, queued), with the task's `needs_build`; in sequence
+-- order.
 INSERT INTO occurrence (
     task_id, occurrence_seq, scheduled_for, trigger, overlap, concurrency_key, status,
-    requested_by, not_before, created_at, updated_at, idempotency_key)
+    requested_by, not_before, created_at, updated_at, idempotency_key, needs_build)
 SELECT %(task_id)s, seq, %(now)s, %(trigger)s, %(overlap)s, %(concurrency_key)s, %(status)s,
     %(requested_by)s, %(now)s, %(now)s, %(now)s,
-    sd_occurrence_key_v1(%(task_id)s, %(trigger)s, %(now)s)
+    sd_occurrence_key_v1(%(task_id)s, %(trigger)s, %(now)s), t.needs_build
 FROM generate_series(%(first_seq)s::bigint, %(last_seq)s::bigint) AS seq
+CROSS JOIN (SELECT needs_build FROM task WHERE id = %(task_id)s) t
 ORDER BY seq
 RETURNING id, occurrence_seq
 
@@ -300,14 +309,16 @@ WHERE task_id = %(task_id)s AND trigger = 'backfill'
 
 -- name: occurrence_insert_backfill :one
 -- Queues a backfill occurrence of a locked task for one firing, startable now; a firing that has
--- one already is not inserted again (no row returned: occurrence_task_backfill_key).
+-- one already is not inserted again (no row returned: occurrence_task_backfill_key). With the
+-- task's `needs_build`.
 INSERT INTO occurrence (
     task_id, occurrence_seq, scheduled_for, trigger, overlap, concurrency_key, status,
-    requested_by, not_before, created_at, updated_at, idempotency_key)
+    requested_by, not_before, created_at, updated_at, idempotency_key, needs_build)
 VALUES (
     %(task_id)s, %(occurrence_seq)s, %(scheduled_for)s, 'backfill', %(overlap)s,
     %(concurrency_key)s, 'queued', %(requested_by)s, %(now)s, %(now)s, %(now)s,
-    sd_occurrence_key_v1(%(task_id)s, 'backfill', %(scheduled_for)s))
+    sd_occurrence_key_v1(%(task_id)s, 'backfill', %(scheduled_for)s),
+    (SELECT needs_build FROM task WHERE id = %(task_id)s))
 ON CONFLICT (task_id, scheduled_for) WHERE trigger = 'backfill' DO NOTHING
 RETURNING id, scheduled_for
 
@@ -316,20 +327,21 @@ RETURNING id, scheduled_for
 -- allocates its sequence number on the task row (a one-shot task's status stays as it is: only
 -- its firings decide it), inserts it (finished if its status is one of `finished`), and wakes
 -- idle daemons on `channel` when the transaction commits. `args`: the trigger's arguments
--- (revision 0034), NULL for none.
+-- (revision 0034), NULL for none. With the task's `needs_build`.
 WITH bumped AS (
     UPDATE task SET occurrence_seq = occurrence_seq + 1
     WHERE id = %(task_id)s
-    RETURNING id, occurrence_seq
+    RETURNING id, occurrence_seq, needs_build
 ), wake AS (
     SELECT pg_notify(%(channel)s, %(reason_woken)s) FROM bumped
 )
 INSERT INTO occurrence (
     task_id, occurrence_seq, scheduled_for, trigger, overlap, concurrency_key, status, reason,
-    requested_by, not_before, created_at, updated_at, finished_at, idempotency_key, args)
+    requested_by, not_before, created_at, updated_at, finished_at, idempotency_key, args,
+    needs_build)
 SELECT bumped.id, bumped.occurrence_seq, %(now)s, 'manual', %(overlap)s, %(concurrency_key)s,
     %(status)s, %(reason)s, %(requested_by)s, %(now)s, %(now)s, %(now)s,
     CASE WHEN %(status)s = ANY(%(finished)s::text[]) THEN %(now)s::timestamptz END,
-    sd_occurrence_key_v1(bumped.id, 'manual', %(now)s), %(args)s::jsonb
+    sd_occurrence_key_v1(bumped.id, 'manual', %(now)s), %(args)s::jsonb, bumped.needs_build
 FROM bumped CROSS JOIN wake
 RETURNING *

@@ -236,6 +236,7 @@ RETURNING run.id
 SELECT r.id, r.occurrence_id, o.task_id, r.lease_token, r.owner FROM run r
 JOIN occurrence o ON o.id = r.occurrence_id
 WHERE r.status = 'running' AND r.takeover_at < clock_timestamp()
+  AND (o.needs_build IS NULL OR o.needs_build = ANY(%(known)s::text[]))
   AND clock_timestamp() > {{quiet_from}} + %(restart_quiet)s
   AND r.id > %(after)s
 ORDER BY r.id

@@ -22,7 +22,7 @@ BEGIN
 END
 $function$;
 
-CREATE OR REPLACE FUNCTION public.sd_claim_launch_v6(p_key bigint, p_slots integer, p_owner text, p_ttl interval, p_grace interval, p_build_revision text, p_now timestamp with time zone)
+CREATE OR REPLACE FUNCTION public.sd_claim_launch_v6(p_key bigint, p_slots integer, p_owner text, p_ttl interval, p_grace interval, p_build_revision text, p_known text[], p_now timestamp with time zone)
  RETURNS TABLE(free integer, id bigint, task_id bigint, occurrence_seq bigint, scheduled_for timestamp with time zone, lease_token bigint, task_name text, executor text, payload jsonb, run_timeout interval, run_id bigint, attempt integer, started_at timestamp with time zone, idempotency_key text, run_uuid uuid, in_process boolean, spread_start timestamp with time zone, args jsonb)
  LANGUAGE plpgsql
  SET enable_seqscan TO 'off'
@@ -57,33 +57,70 @@ BEGIN
             - (SELECT count(*) FROM occurrence
                WHERE status IN ('launching', 'running'))))::integer AS n
     ), picked AS MATERIALIZED (
-        SELECT o.id FROM occurrence o
-        WHERE o.status = 'queued' AND o.not_before <= coalesce(p_now, clock_timestamp())
-          -- Within the bounds after this claim's `+ 1` (occurrence_attempts_check,
-          -- occurrence_lease_token_check): a row written at a bound by hand is passed over
-          -- rather than failing every claim of the fleet (issue 44).
-          AND o.attempts < 1000000000 AND o.lease_token < 4611686018427387903
-          AND (v_exclusive_from IS NULL
-               OR coalesce(p_now, clock_timestamp()) >= v_exclusive_from
-               OR (o.overlap = 'allow' AND o.concurrency_key IS NULL))
-          AND (o.concurrency_key IS NULL OR NOT EXISTS (
-                SELECT 1 FROM occurrence other
-                WHERE other.concurrency_key = o.concurrency_key
-                  AND other.status IN ('queued', 'launching', 'running')
-                  AND (other.status <> 'queued'
-                       OR (other.scheduled_for, other.id) < (o.scheduled_for, o.id))))
-          AND (o.overlap <> 'queue' OR NOT EXISTS (
-                SELECT 1 FROM occurrence other
-                WHERE other.task_id = o.task_id
-                  AND other.status IN ('queued', 'launching', 'running')
-                  AND (other.status <> 'queued' OR other.occurrence_seq < o.occurrence_seq)))
-          -- A `replace` firing waits until its predecessor's job is gone (0031).
-          AND (o.overlap <> 'replace' OR NOT EXISTS (
-                SELECT 1 FROM occurrence other
-                WHERE other.task_id = o.task_id AND other.status IN ('launching', 'running')))
-        ORDER BY o.attempts, o.scheduled_for, o.id
+        -- Two lanes (ADR 0029), the same test in each but for the row's mark and the order of
+        -- its index (its comments in the second; tests/unit/test_claim_lanes.py holds them
+        -- equal): first the occurrences marked with a revision this build knows, in the order
+        -- of occurrence_queue_marked_idx (empty outside a rolling upgrade), then the unmarked
+        -- ones (occurrence_queue_idx, which holds no marked row), so a build never reads a row
+        -- marked with a revision it does not know.
+        SELECT id FROM (
+            SELECT o.id FROM occurrence o
+            WHERE o.status = 'queued'
+              AND o.needs_build IS NOT NULL AND o.needs_build = ANY(p_known)
+              AND o.not_before <= coalesce(p_now, clock_timestamp())
+              AND o.attempts < 1000000000 AND o.lease_token < 4611686018427387903
+              AND (v_exclusive_from IS NULL
+                   OR coalesce(p_now, clock_timestamp()) >= v_exclusive_from
+                   OR (o.overlap = 'allow' AND o.concurrency_key IS NULL))
+              AND (o.concurrency_key IS NULL OR NOT EXISTS (
+                    SELECT 1 FROM occurrence other
+                    WHERE other.concurrency_key = o.concurrency_key
+                      AND other.status IN ('queued', 'launching', 'running')
+                      AND (other.status <> 'queued'
+                           OR (other.scheduled_for, other.id) < (o.scheduled_for, o.id))))
+              AND (o.overlap <> 'queue' OR NOT EXISTS (
+                    SELECT 1 FROM occurrence other
+                    WHERE other.task_id = o.task_id
+                      AND other.status IN ('queued', 'launching', 'running')
+                      AND (other.status <> 'queued' OR other.occurrence_seq < o.occurrence_seq)))
+              AND (o.overlap <> 'replace' OR NOT EXISTS (
+                    SELECT 1 FROM occurrence other
+                    WHERE other.task_id = o.task_id AND other.status IN ('launching', 'running')))
+            ORDER BY o.needs_build, o.attempts, o.scheduled_for, o.id
+            LIMIT (SELECT n FROM free)
+            FOR UPDATE SKIP LOCKED) marked
+        UNION ALL
+        SELECT id FROM (
+            SELECT o.id FROM occurrence o
+            WHERE o.status = 'queued'
+              AND o.needs_build IS NULL
+              AND o.not_before <= coalesce(p_now, clock_timestamp())
+              -- Within the bounds after this claim's `+ 1` (occurrence_attempts_check,
+              -- occurrence_lease_token_check): a row written at a bound by hand is passed over
+              -- rather than failing every claim of the fleet (issue 44).
+              AND o.attempts < 1000000000 AND o.lease_token < 4611686018427387903
+              AND (v_exclusive_from IS NULL
+                   OR coalesce(p_now, clock_timestamp()) >= v_exclusive_from
+                   OR (o.overlap = 'allow' AND o.concurrency_key IS NULL))
+              AND (o.concurrency_key IS NULL OR NOT EXISTS (
+                    SELECT 1 FROM occurrence other
+                    WHERE other.concurrency_key = o.concurrency_key
+                      AND other.status IN ('queued', 'launching', 'running')
+                      AND (other.status <> 'queued'
+                           OR (other.scheduled_for, other.id) < (o.scheduled_for, o.id))))
+              AND (o.overlap <> 'queue' OR NOT EXISTS (
+                    SELECT 1 FROM occurrence other
+                    WHERE other.task_id = o.task_id
+                      AND other.status IN ('queued', 'launching', 'running')
+                      AND (other.status <> 'queued' OR other.occurrence_seq < o.occurrence_seq)))
+              -- A `replace` firing waits until its predecessor's job is gone (0031).
+              AND (o.overlap <> 'replace' OR NOT EXISTS (
+                    SELECT 1 FROM occurrence other
+                    WHERE other.task_id = o.task_id AND other.status IN ('launching', 'running')))
+            ORDER BY o.attempts, o.scheduled_for, o.id
+            LIMIT (SELECT n FROM free)
+            FOR UPDATE SKIP LOCKED) unmarked
         LIMIT (SELECT n FROM free)
-        FOR UPDATE SKIP LOCKED
     ), launched AS (
         UPDATE occurrence o SET status = 'running',
             lease_token = greatest(o.lease_token, v_floor) + 1,
@@ -494,6 +531,7 @@ CREATE TABLE occurrence (
     retry_delay interval,
     spread_offset interval,
     args jsonb,
+    needs_build text,
     CONSTRAINT occurrence_args_check CHECK (((args IS NULL) OR ((jsonb_typeof(args) = 'object'::text) AND (octet_length((args)::text) <= 131072)))),
     CONSTRAINT occurrence_attempts_check CHECK (((attempts <= 1000000000) AND (interruptions <= 1000000000))),
     CONSTRAINT occurrence_cancel_check CHECK ((((cancel_requested_at IS NULL) = (cancel_reason IS NULL)) AND ((cancel_requested_at IS NULL) OR (status <> ALL (ARRAY['queued'::text, 'launching'::text]))))),
@@ -529,7 +567,9 @@ CREATE INDEX occurrence_own_row_idx ON public.occurrence USING btree (id) WHERE 
 
 CREATE UNIQUE INDEX occurrence_queue_executing_key ON public.occurrence USING btree (task_id) WHERE ((overlap = 'queue'::text) AND (status = ANY (ARRAY['launching'::text, 'running'::text])));
 
-CREATE INDEX occurrence_queue_idx ON public.occurrence USING btree (attempts, scheduled_for, id) WHERE (status = 'queued'::text);
+CREATE INDEX occurrence_queue_idx ON public.occurrence USING btree (attempts, scheduled_for, id) WHERE ((status = 'queued'::text) AND (needs_build IS NULL));
+
+CREATE INDEX occurrence_queue_marked_idx ON public.occurrence USING btree (needs_build, attempts, scheduled_for, id) WHERE ((status = 'queued'::text) AND (needs_build IS NOT NULL));
 
 CREATE UNIQUE INDEX occurrence_replace_executing_key ON public.occurrence USING btree (task_id) WHERE ((overlap = 'replace'::text) AND (status = ANY (ARRAY['launching'::text, 'running'::text])));
 
@@ -665,6 +705,7 @@ CREATE TABLE task (
     spread interval,
     notify_header_refs jsonb,
     paused_until timestamp with time zone,
+    needs_build text,
     CONSTRAINT task_dst_gap_check CHECK ((dst_gap = ANY (ARRAY['shift'::text, 'skip'::text]))),
     CONSTRAINT task_dst_overlap_check CHECK ((dst_overlap = ANY (ARRAY['first'::text, 'second'::text, 'both'::text]))),
     CONSTRAINT task_durations_check CHECK (((misfire_grace >= '00:00:00'::interval) AND (backoff >= '00:00:00'::interval) AND ((catchup_window IS NULL) OR (catchup_window > '00:00:00'::interval)) AND ((start_deadline IS NULL) OR (start_deadline > '00:00:00'::interval)) AND ((run_timeout IS NULL) OR (run_timeout > '00:00:00'::interval)))),
@@ -692,7 +733,9 @@ CREATE INDEX task_deadline_idx ON public.task USING btree (id) WHERE ((deadline 
 
 CREATE INDEX task_deleted_idx ON public.task USING btree (deleted_at) WHERE (deleted_at IS NOT NULL);
 
-CREATE INDEX task_due_idx ON public.task USING btree (next_run_at) WHERE ((deleted_at IS NULL) AND (NOT paused) AND (status = 'enabled'::text) AND (parked_at IS NULL) AND (next_run_at IS NOT NULL));
+CREATE INDEX task_due_idx ON public.task USING btree (next_run_at) WHERE ((deleted_at IS NULL) AND (NOT paused) AND (status = 'enabled'::text) AND (parked_at IS NULL) AND (next_run_at IS NOT NULL) AND (needs_build IS NULL));
+
+CREATE INDEX task_due_marked_idx ON public.task USING btree (needs_build, next_run_at) WHERE ((deleted_at IS NULL) AND (NOT paused) AND (status = 'enabled'::text) AND (parked_at IS NULL) AND (next_run_at IS NOT NULL) AND (needs_build IS NOT NULL));
 
 CREATE INDEX task_name_c_idx ON public.task USING btree (name COLLATE "C") WHERE (deleted_at IS NULL);
 

@@ -10,7 +10,7 @@ id, name, schedule_kind, cron_expr, run_at, anchor_at, timezone, dst_gap, dst_ov
     executor, concurrency_key, overlap, misfire, catchup_limit, max_attempts, status,
     paused, next_run_at, occurrence_seq, created_at, updated_at,
     deleted_at, parked_at, park_error, source, uuid, in_process,
-    notify_on, paused_until,
+    notify_on, paused_until, needs_build,
     CASE WHEN deadline > interval '36525 days' THEN interval '36525 days'
          ELSE deadline END AS deadline,
     CASE WHEN every > interval '36525 days' THEN interval '36525 days'
@@ -99,7 +99,7 @@ WITH added AS (
         executor, payload, concurrency_key, overlap, misfire, misfire_grace, catchup_limit,
         catchup_window, start_deadline, run_timeout, max_attempts, backoff, paused, next_run_at,
         history_retention, source, in_process, notify_url, notify_on, deadline, backoff_max,
-        spread, notify_headers, notify_header_refs, created_at, updated_at)
+        spread, notify_headers, notify_header_refs, needs_build, created_at, updated_at)
     VALUES (
         %(name)s, %(schedule_kind)s, %(cron_expr)s, %(every)s, %(run_at)s, %(anchor_at)s,
         %(timezone)s, %(dst_gap)s, %(dst_overlap)s, %(executor)s, %(payload)s,
@@ -107,7 +107,8 @@ WITH added AS (
         %(catchup_window)s, %(start_deadline)s, %(run_timeout)s, %(max_attempts)s, %(backoff)s,
         %(paused)s, %(next_run_at)s, %(history_retention)s, %(source)s, %(in_process)s,
         %(notify_url)s, %(notify_on)s::text[], %(deadline)s, %(backoff_max)s, %(spread)s,
-        %(notify_headers)s, %(notify_header_refs)s, %(anchor_at)s, %(anchor_at)s)
+        %(notify_headers)s, %(notify_header_refs)s, %(needs_build)s, %(anchor_at)s,
+        %(anchor_at)s)
     ON CONFLICT (name) WHERE deleted_at IS NULL DO NOTHING
     RETURNING *
 ), wake AS (
@@ -174,7 +175,8 @@ UPDATE task SET
     in_process = %(in_process)s, notify_url = %(notify_url)s,
     notify_on = %(notify_on)s::text[], deadline = %(deadline)s, backoff_max = %(backoff_max)s,
     spread = %(spread)s, notify_headers = %(notify_headers)s,
-    notify_header_refs = %(notify_header_refs)s, updated_at = %(now)s
+    notify_header_refs = %(notify_header_refs)s, needs_build = %(needs_build)s,
+    updated_at = %(now)s
 WHERE id = %(id)s AND deleted_at IS NULL
 RETURNING *
 )
@@ -202,18 +204,44 @@ UPDATE task SET occurrence_seq = occurrence_seq + 1 WHERE id = %(id)s RETURNING 
 UPDATE task SET deleted_at = %(now)s, next_run_at = NULL, updated_at = %(now)s
 WHERE id = %(id)s AND deleted_at IS NULL
 
--- name: task_claim_due :many
--- Locks a batch of due, enabled, unpaused tasks; tasks another dispatcher holds are skipped.
--- Their intervals capped, and the ids of each one's calendars (revision 0036; an index probe of
--- task_calendar's key, empty for most): the dispatcher reads their dates only for those.
+-- fragment: known_to_this_build
+-- A row (task or occurrence) this build may act on (ADR 0029): unmarked, or marked with a
+-- revision of `known`, the revisions of this build's chain. The reconciler's scans pass over
+-- the others; the hot scans (task_claim_due, the claim) never read them, by their indexes.
+(needs_build IS NULL OR needs_build = ANY(%(known)s::text[]))
+
+-- fragment: task_dispatchable
+-- A live task the dispatcher plans: enabled, not paused, not parked (task_due_idx's predicate,
+-- and task_due_marked_idx's, less its mark).
+deleted_at IS NULL AND NOT paused AND status = 'enabled' AND parked_at IS NULL
+
+-- fragment: task_marked_known
+-- A task marked for a build whose chain has the revision, one of `known` (this build's chain):
+-- task_due_marked_idx (ADR 0029).
+needs_build IS NOT NULL AND needs_build = ANY(%(known)s::text[])
+
+-- fragment: task_due_lane
+-- The due tasks of one lane, locked in due order, a batch at most; those another dispatcher
+-- holds skipped. Their intervals capped, and the ids of each one's calendars (revision 0036; an
+-- index probe of task_calendar's key, empty for most): the dispatcher reads their dates only for
+-- those.
 SELECT {{task_read}},
     ARRAY(SELECT tc.calendar_id FROM task_calendar tc WHERE tc.task_id = task.id) AS calendar_ids
 FROM task
-WHERE deleted_at IS NULL AND NOT paused AND status = 'enabled' AND parked_at IS NULL
-  AND next_run_at <= coalesce(%(now)s::timestamptz, now())
-ORDER BY next_run_at, id
+WHERE {{task_dispatchable}} AND next_run_at <= coalesce(%(now)s::timestamptz, now())
+
+-- name: task_claim_due :many
+-- Locks a batch of due, enabled, unpaused tasks; tasks another dispatcher holds are skipped. Two
+-- lanes (ADR 0029): first the tasks marked with a revision this build knows
+-- (task_due_marked_idx: empty outside a rolling upgrade), then the unmarked ones (task_due_idx,
+-- which holds no marked task, so a build never reads one marked with a revision it does not
+-- know); the second is read only while the first leaves room in the batch.
+SELECT * FROM ({{task_due_lane}} AND {{task_marked_known}}
+               ORDER BY next_run_at, id LIMIT %(limit)s FOR UPDATE SKIP LOCKED) marked
+UNION ALL
+SELECT * FROM ({{task_due_lane}} AND needs_build IS NULL
+               ORDER BY next_run_at, id LIMIT %(limit)s FOR UPDATE SKIP LOCKED) unmarked
 LIMIT %(limit)s
-FOR UPDATE SKIP LOCKED
 
 -- name: task_record_outcome_many :scalar
 -- Shows final outcomes on their locked tasks, in sd_show_outcomes_v1 (the one home of the
@@ -232,24 +260,38 @@ SELECT sd_show_outcomes_v1(%(task_ids)s::bigint[], %(occurrence_ids)s::bigint[],
 -- wakes the idle daemons at commit (a dispatch queued more than its own claim can start).
 -- `queue_due`: whether any queued occurrence may start by now (a retry whose backoff ended, work
 -- a wake-up never announced), read on occurrence_queue_idx up to the first such row: the loop
--- claims on a poll only then, so an idle fleet sends no claims (issue 33 item 3).
+-- claims on a poll only then, so an idle fleet sends no claims (issue 33 item 3). Each read in
+-- the two lanes of task_claim_due and the claim (ADR 0029): rows marked with a revision this
+-- build does not know are neither read nor counted.
 SELECT pg_notify(%(channel)s, 'queued') WHERE %(wake)s;
-SELECT (SELECT min(next_run_at) FROM task
-        WHERE deleted_at IS NULL AND NOT paused AND status = 'enabled' AND parked_at IS NULL
-          AND next_run_at > coalesce(%(now)s::timestamptz, now())) AS next_due,
+SELECT least((SELECT min(next_run_at) FROM task
+              WHERE {{task_dispatchable}} AND {{task_marked_known}}
+                AND next_run_at > coalesce(%(now)s::timestamptz, now())),
+             (SELECT min(next_run_at) FROM task
+              WHERE {{task_dispatchable}} AND needs_build IS NULL
+                AND next_run_at > coalesce(%(now)s::timestamptz, now()))) AS next_due,
        ARRAY(SELECT id FROM task
-             WHERE deleted_at IS NULL AND NOT paused AND status = 'enabled' AND parked_at IS NULL
+             WHERE {{task_dispatchable}} AND {{task_marked_known}}
                AND next_run_at <= coalesce(%(now)s::timestamptz, now())
-             ORDER BY next_run_at, id LIMIT %(limit)s) AS locked,
+             ORDER BY next_run_at, id LIMIT %(limit)s)
+       || ARRAY(SELECT id FROM task
+                WHERE {{task_dispatchable}} AND needs_build IS NULL
+                  AND next_run_at <= coalesce(%(now)s::timestamptz, now())
+                ORDER BY next_run_at, id LIMIT %(limit)s) AS locked,
        EXISTS (SELECT 1 FROM occurrence
-               WHERE status = 'queued'
-                 AND not_before <= coalesce(%(now)s::timestamptz, now())) AS queue_due
+               WHERE status = 'queued' AND needs_build IS NOT NULL
+                 AND needs_build = ANY(%(known)s::text[])
+                 AND not_before <= coalesce(%(now)s::timestamptz, now()))
+       OR EXISTS (SELECT 1 FROM occurrence
+                  WHERE status = 'queued' AND needs_build IS NULL
+                    AND not_before <= coalesce(%(now)s::timestamptz, now())) AS queue_due
 
 -- name: task_unfinished_one_shots :many
 -- One-shot tasks still `running` with no active firing (a manual trigger never decides their
 -- status, so its activity does not hold them), a page at a time.
 SELECT t.id FROM task t
 WHERE t.schedule_kind = 'once' AND t.status = 'running' AND t.deleted_at IS NULL
+  AND {{known_to_this_build}}
   AND NOT EXISTS (SELECT 1 FROM occurrence o WHERE o.task_id = t.id
                   AND o.status IN {{active_statuses}} AND o.trigger <> 'manual')
   AND t.id > %(after)s
@@ -283,9 +325,15 @@ WHERE parked_at IS NOT NULL AND deleted_at IS NULL ORDER BY id
 -- name: task_overdue_summary :one
 -- For `status`: how many live, enabled, unpaused, unparked tasks have a next_run_at past its
 -- misfire grace on the database clock (nothing dispatched them: a stopped fleet), and the oldest.
-SELECT count(*) AS count, min(next_run_at) AS oldest_next_run_at FROM task
-WHERE deleted_at IS NULL AND NOT paused AND status = 'enabled' AND parked_at IS NULL
-  AND next_run_at < now() AND next_run_at + misfire_grace < now()
+-- Marked tasks too, whatever build they need (the two lanes of task_claim_due's indexes).
+SELECT count(*) AS count, min(next_run_at) AS oldest_next_run_at FROM (
+    SELECT next_run_at FROM task
+    WHERE {{task_dispatchable}} AND needs_build IS NULL
+      AND next_run_at < now() AND next_run_at + misfire_grace < now()
+    UNION ALL
+    SELECT next_run_at FROM task
+    WHERE {{task_dispatchable}} AND needs_build IS NOT NULL
+      AND next_run_at < now() AND next_run_at + misfire_grace < now()) overdue
 
 -- name: task_list_pending_resumes :many
 -- Live paused tasks with a pending `--until` end (task_paused_until_idx), soonest first, for
@@ -301,12 +349,12 @@ INSERT INTO task (
     executor, payload, concurrency_key, overlap, misfire, misfire_grace, catchup_limit,
     catchup_window, start_deadline, run_timeout, max_attempts, backoff, paused, next_run_at,
     in_process, notify_url, notify_on, deadline, backoff_max, spread, notify_headers,
-    notify_header_refs, created_at, updated_at)
+    notify_header_refs, needs_build, created_at, updated_at)
 SELECT name, schedule_kind, cron_expr, every, run_at, anchor_at, timezone, dst_gap, dst_overlap,
     executor, payload, concurrency_key, overlap, misfire, misfire_grace, catchup_limit,
     catchup_window, start_deadline, run_timeout, max_attempts, backoff, paused, next_run_at,
     in_process, notify_url, string_to_array(notify_on, ','), deadline, backoff_max, spread,
-    notify_headers, notify_header_refs, anchor_at, anchor_at
+    notify_headers, notify_header_refs, needs_build, anchor_at, anchor_at
 FROM unnest(
     %(name)s::text[], %(schedule_kind)s::text[], %(cron_expr)s::text[], %(every)s::interval[],
     %(run_at)s::timestamptz[], %(anchor_at)s::timestamptz[], %(timezone)s::text[],
@@ -317,12 +365,12 @@ FROM unnest(
     %(backoff)s::interval[], %(paused)s::boolean[], %(next_run_at)s::timestamptz[],
     %(in_process)s::boolean[], %(notify_url)s::text[], %(notify_on)s::text[],
     %(deadline)s::interval[], %(backoff_max)s::interval[], %(spread)s::interval[],
-    %(notify_headers)s::jsonb[], %(notify_header_refs)s::jsonb[])
+    %(notify_headers)s::jsonb[], %(notify_header_refs)s::jsonb[], %(needs_build)s::text[])
     WITH ORDINALITY AS r(name, schedule_kind, cron_expr, every, run_at, anchor_at, timezone,
         dst_gap, dst_overlap, executor, payload, concurrency_key, overlap, misfire, misfire_grace,
         catchup_limit, catchup_window, start_deadline, run_timeout, max_attempts, backoff, paused,
         next_run_at, in_process, notify_url, notify_on, deadline, backoff_max, spread,
-        notify_headers, notify_header_refs, ord)
+        notify_headers, notify_header_refs, needs_build, ord)
 ORDER BY ord
 RETURNING *
 
@@ -431,6 +479,7 @@ ORDER BY l.task, lost.reason
 -- clock (task_paused_until_idx): the reconciler resumes each in a transaction of its own.
 SELECT id FROM task
 WHERE paused AND paused_until IS NOT NULL AND paused_until <= now() AND deleted_at IS NULL
+  AND {{known_to_this_build}}
   AND id > %(after)s
 ORDER BY id
 LIMIT %(limit)s

@@ -122,6 +122,7 @@ CREATE TABLE task (
     spread interval,
     notify_header_refs jsonb,
     paused_until timestamp with time zone,
+    needs_build text,
     CONSTRAINT task_dst_gap_check CHECK ((dst_gap = ANY (ARRAY['shift'::text, 'skip'::text]))),
     CONSTRAINT task_dst_overlap_check CHECK ((dst_overlap = ANY (ARRAY['first'::text, 'second'::text, 'both'::text]))),
     CONSTRAINT task_durations_check CHECK (((misfire_grace >= '00:00:00'::interval) AND (backoff >= '00:00:00'::interval) AND ((catchup_window IS NULL) OR (catchup_window > '00:00:00'::interval)) AND ((start_deadline IS NULL) OR (start_deadline > '00:00:00'::interval)) AND ((run_timeout IS NULL) OR (run_timeout > '00:00:00'::interval)))),
@@ -206,6 +207,7 @@ CREATE TABLE occurrence (
     retry_delay interval,
     spread_offset interval,
     args jsonb,
+    needs_build text,
     CONSTRAINT occurrence_args_check CHECK (((args IS NULL) OR ((jsonb_typeof(args) = 'object'::text) AND (octet_length((args)::text) <= 131072)))),
     CONSTRAINT occurrence_attempts_check CHECK (((attempts <= 1000000000) AND (interruptions <= 1000000000))),
     CONSTRAINT occurrence_cancel_check CHECK ((((cancel_requested_at IS NULL) = (cancel_reason IS NULL)) AND ((cancel_requested_at IS NULL) OR (status <> ALL (ARRAY['queued'::text, 'launching'::text]))))),
@@ -385,7 +387,10 @@ CREATE INDEX occurrence_own_row_idx ON occurrence USING btree (id) WHERE (status
 CREATE UNIQUE INDEX occurrence_queue_executing_key ON occurrence USING btree (task_id) WHERE ((overlap = 'queue'::text) AND (status = ANY (ARRAY['launching'::text, 'running'::text])));
 """,
     """
-CREATE INDEX occurrence_queue_idx ON occurrence USING btree (attempts, scheduled_for, id) WHERE (status = 'queued'::text);
+CREATE INDEX occurrence_queue_idx ON occurrence USING btree (attempts, scheduled_for, id) WHERE ((status = 'queued'::text) AND (needs_build IS NULL));
+""",
+    """
+CREATE INDEX occurrence_queue_marked_idx ON occurrence USING btree (needs_build, attempts, scheduled_for, id) WHERE ((status = 'queued'::text) AND (needs_build IS NOT NULL));
 """,
     """
 CREATE UNIQUE INDEX occurrence_replace_executing_key ON occurrence USING btree (task_id) WHERE ((overlap = 'replace'::text) AND (status = ANY (ARRAY['launching'::text, 'running'::text])));
@@ -435,7 +440,10 @@ CREATE INDEX task_deadline_idx ON task USING btree (id) WHERE ((deadline IS NOT 
 CREATE INDEX task_deleted_idx ON task USING btree (deleted_at) WHERE (deleted_at IS NOT NULL);
 """,
     """
-CREATE INDEX task_due_idx ON task USING btree (next_run_at) WHERE ((deleted_at IS NULL) AND (NOT paused) AND (status = 'enabled'::text) AND (parked_at IS NULL) AND (next_run_at IS NOT NULL));
+CREATE INDEX task_due_idx ON task USING btree (next_run_at) WHERE ((deleted_at IS NULL) AND (NOT paused) AND (status = 'enabled'::text) AND (parked_at IS NULL) AND (next_run_at IS NOT NULL) AND (needs_build IS NULL));
+""",
+    """
+CREATE INDEX task_due_marked_idx ON task USING btree (needs_build, next_run_at) WHERE ((deleted_at IS NULL) AND (NOT paused) AND (status = 'enabled'::text) AND (parked_at IS NULL) AND (next_run_at IS NOT NULL) AND (needs_build IS NOT NULL));
 """,
     """CREATE INDEX task_event_task_idx ON task_event USING btree (task_id, id);""",
     """

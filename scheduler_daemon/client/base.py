@@ -8,6 +8,7 @@ from typing import Any, Self, TypeVar
 
 from scheduler_daemon.domain import argument, control
 from scheduler_daemon.domain import limit as bound
+from scheduler_daemon.storage import migration
 from scheduler_daemon.storage.database import Conn, Session
 from scheduler_daemon.storage.error import Conflict, NotFound
 
@@ -68,6 +69,32 @@ def allowed(plan: Plan | control.Refusal) -> Plan:
     if isinstance(plan, control.Refusal):
         raise Conflict(plan.message)
     return plan
+
+
+def mark_if_older(conn: Conn, revision: str | None) -> str | None:
+    """The `needs_build` of a write that needs the build of `revision` (ADR 0029): the revision
+    while an instance of an older build is registered, so that build's dispatch, claim and
+    reconciler pass the rows over; None (any build may run them) otherwise, or when `revision`
+    is None. Judged under the compatibility lock for the caller's transaction
+    (`migration.instances_before`): a registration in progress is seen."""
+    if revision is None:
+        return None
+    return revision if migration.instances_before(conn, revision) else None
+
+
+def refuse_if_older(conn: Conn, key: str) -> None:
+    """Raises Conflict (exit 2) when the fleet setting `key` needs a build (control.NEEDS)
+    older than some registered instance's: a fleet setting cannot be marked (ADR 0029)."""
+    revision = control.NEEDS.get(key)
+    older = migration.instances_before(conn, revision) if revision is not None else []
+    if revision is not None and older:
+        allowed(control.older_build_refusal(key, revision, [row.id for row in older]))
+
+
+def task_needs(conn: Conn, spec: Any) -> str | None:
+    """The `needs_build` of a write of task definition `spec`: what control.NEEDS says it
+    needs, marked only while an older build is registered (`mark_if_older`)."""
+    return mark_if_older(conn, control.task_needs(spec, migration.known_revisions()))
 
 
 def task_ref(ref: str | int) -> str | int:

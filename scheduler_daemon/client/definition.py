@@ -16,6 +16,7 @@ from scheduler_daemon.client.base import (
     Page,
     allowed,
     check_limit,
+    task_needs,
     task_ref,
 )
 from scheduler_daemon.domain import argument, control
@@ -65,11 +66,11 @@ class TaskDefinition(ClientBase):
         spec, skips = spec.resolved()  # a local --at, read in its zone by its DST policies
         if spec.deadline is not None:
             spec.check_deadline(fleet_store.history_retention(conn))
-        if skips:
-            added = task_store.insert(conn, spec, None, source=source)
-            return _skip_one_shot(conn, _link_calendars(conn, added, spec), db_now)
-        added = task_store.insert(conn, spec, spec.schedule().next_after(db_now), source=source)
-        return _link_calendars(conn, added, spec)
+        due = None if skips else spec.schedule().next_after(db_now)
+        needs = task_needs(conn, spec)  # marked while an older build runs (ADR 0029)
+        added = task_store.insert(conn, spec, due, source=source, needs_build=needs)
+        added = _link_calendars(conn, added, spec)
+        return _skip_one_shot(conn, added, db_now) if skips else added
 
     def add_tasks(
         self, specs: Iterable[TaskSpec], *, now: datetime | None = None
@@ -99,9 +100,10 @@ class TaskDefinition(ClientBase):
                 spec, skips = spec.resolved()
                 if skips:
                     skipping.add(spec.name)
-                ready.append((spec, None if skips else spec.schedule().next_after(db_now)))
+                first = None if skips else spec.schedule().next_after(db_now)
+                ready.append((spec, first, task_needs(conn, spec)))  # ADR 0029
             added = task_store.insert_many(conn, ready)
-            added = [_link_calendars(conn, t, s) for t, (s, _) in zip(added, ready, strict=True)]
+            added = [_link_calendars(conn, t, s) for t, (s, _, _) in zip(added, ready, strict=True)]
             added = [_skip_one_shot(conn, t, db_now) if t.name in skipping else t for t in added]
             due = [t.next_run_at for t in added if t.next_run_at is not None]
             instance_store.notify_task_added(conn, min(due, default=None))
@@ -144,6 +146,7 @@ class TaskDefinition(ClientBase):
             next_run_at=plan.next_run_at,
             now=db_now,
             source=source,
+            needs_build=task_needs(conn, plan.spec),  # as the new definition needs (ADR 0029)
         )
         return updated if plan.skipped is None else _skip_one_shot(conn, updated, db_now)
 

@@ -9,7 +9,7 @@ from typing import Any
 
 import psycopg
 
-from scheduler_daemon.client.base import ClientBase
+from scheduler_daemon.client.base import ClientBase, refuse_if_older
 from scheduler_daemon.domain import argument
 from scheduler_daemon.domain.instance import Instance
 from scheduler_daemon.domain.lock_holder import CONFIRM_AFTER_SECONDS, LockHolder, held_throughout
@@ -102,4 +102,5 @@ class Fleet(ClientBase):
         """Sets `name` to `value`: one text, or for `notify-headers` one 'NAME: VALUE' each."""
         key, stored = argument.fleet_setting(name, value)  # within its bound (domain/limit.py)
         with self._tx() as conn:
+            refuse_if_older(conn, key)  # a setting an older build would misread (ADR 0029)
             return fleet_store.set_setting(conn, key, stored, updated_by)

@@ -5,8 +5,8 @@ out in one transaction. A change the task's state refuses comes back as a `Refus
 raises it as a Conflict); a change that is malformed raises InvalidTask.
 """
 
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import MISSING, dataclass, fields
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -32,6 +32,45 @@ class Refusal:
     """A change the task's current state does not allow; `message` is one line."""
 
     message: str
+
+
+NEEDS: dict[str, str] = {}
+"""The older-build registry (ADR 0029): a feature, by name, and the revision (migration id) of
+the expand step that introduced it. A feature is a TaskSpec field (a task whose definition sets
+it to other than its default needs a build whose chain has the revision: while an instance of
+an older build is registered, the task and its occurrences are marked `needs_build`, which that
+build's dispatch, claim and reconciler pass over) or a fleet setting's stored key (`config set`
+of it is refused while such an instance is registered: a fleet setting cannot be marked).
+Empty: nothing is released, so no build is older than a feature yet. A feature of a later
+release registers itself here in the commit that adds its expand step: `"field": "0039"`."""
+
+
+def needed_revision(features: Iterable[str], chain: Sequence[str]) -> str | None:
+    """The newest revision, in the order of `chain` (this build's revisions; one it does not
+    list counts as newer), that `features` need by NEEDS; None when none is registered."""
+    needed = {NEEDS[feature] for feature in features if feature in NEEDS}
+    order = {revision: i for i, revision in enumerate(chain)}
+    return max(needed, key=lambda r: (order.get(r, len(chain)), r)) if needed else None
+
+
+def task_needs(spec: TaskSpec, chain: Sequence[str]) -> str | None:
+    """The revision a task's definition needs (ADR 0029): the newest of its registered fields
+    set to other than their default; None when any build may run it."""
+    used = [
+        f.name
+        for f in fields(TaskSpec)
+        if f.name in NEEDS and (f.default is MISSING or getattr(spec, f.name) != f.default)
+    ]
+    return needed_revision(used, chain)
+
+
+def older_build_refusal(feature: str, revision: str, instances: Sequence[str]) -> Refusal:
+    """A fleet setting (`feature`) refused while instances of builds before `revision` run."""
+    return Refusal(
+        f"{feature} needs builds from schema {revision} on, and instance(s) "
+        f"{', '.join(instances)} of an older build are registered: roll them to this build "
+        "first (or wait until a stopped one's row expires)"
+    )
 
 
 def owed_firings(

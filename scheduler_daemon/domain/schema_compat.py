@@ -59,6 +59,11 @@ class Build:
     def head(self) -> str:
         return self.steps[-1].revision
 
+    @property
+    def revisions(self) -> tuple[str, ...]:
+        """Every revision of the chain, oldest first: what this build knows (ADR 0029)."""
+        return tuple(s.revision for s in self.steps)
+
     def knows(self, revision: str) -> bool:
         return any(s.revision == revision for s in self.steps)
 

@@ -442,6 +442,7 @@ class TaskRecord:
     park_error: str | None = None
     source: str | None = None  # the `tasks apply` source that defined it; None: made by hand
     paused_until: datetime | None = None  # a `--until` pause ends by itself then (0033)
+    needs_build: str | None = None  # the revision a build needs to run it (ADR 0029)
 
     @property
     def name(self) -> str:

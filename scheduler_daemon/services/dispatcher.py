@@ -1,6 +1,7 @@
 """Dispatcher: turns due tasks into occurrences, applying the misfire and overlap policies."""
 
 import contextlib
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any
@@ -19,7 +20,13 @@ from scheduler_daemon.domain.status import (
     ScheduleKind,
 )
 from scheduler_daemon.domain.task import TaskRecord
-from scheduler_daemon.storage import calendar_store, occurrence_store, outbox_store, task_store
+from scheduler_daemon.storage import (
+    calendar_store,
+    migration,
+    occurrence_store,
+    outbox_store,
+    task_store,
+)
 from scheduler_daemon.storage.database import Conn, first_line, transaction
 
 log = structlog.get_logger()
@@ -45,10 +52,19 @@ class Dispatcher:
     its occurrences (sequence allocated under the task lock) and advances `next_run_at`, in one
     statement (`occurrence_dispatch`)."""
 
-    def __init__(self, pool: ConnectionPool, *, instance_id: str, batch: int) -> None:
+    def __init__(
+        self,
+        pool: ConnectionPool,
+        *,
+        instance_id: str,
+        batch: int,
+        known: Sequence[str] | None = None,
+    ) -> None:
         self.pool = pool
         self.instance_id = instance_id
         self.batch = batch
+        # The revisions whose marked tasks it may dispatch (ADR 0029): its own chain's.
+        self.known = list(known) if known is not None else migration.known_revisions()
 
     def run_once(self, now: datetime | None = None, *, claims_after: int = 0) -> DispatchResult:
         """Dispatches every due task, a batch per transaction: the due scan goes with its BEGIN,
@@ -59,7 +75,7 @@ class Dispatcher:
         woken peer takes the budget lock to claim nothing)."""
         result = DispatchResult()
         while True:
-            due = task_store.claim_due(self.batch, now)
+            due = task_store.claim_due(self.batch, now, known=self.known)
             with transaction(self.pool, clock=True, now=now, first=due) as tx:
                 tasks = tx.result
                 # A parked row is progress too: it left the due scan, so the next batch differs.
@@ -67,7 +83,9 @@ class Dispatcher:
                 result.tasks += len(tasks)
                 result.db_now = tx.now
                 wake = result.ready > claims_after
-                left = task_store.commit_next_due(tx.conn, wake=wake, limit=self.batch, now=now)
+                left = task_store.commit_next_due(
+                    tx.conn, wake=wake, limit=self.batch, known=self.known, now=now
+                )
                 result.next_due, result.locked = left.next_due, tuple(left.locked)
                 result.queue_due = left.queue_due
             if len(tasks) < self.batch or not dispatched:

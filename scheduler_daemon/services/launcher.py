@@ -3,7 +3,7 @@ names whoever keeps the budget's lock from its claims."""
 
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -21,7 +21,7 @@ from scheduler_daemon.domain.trace import RunTrace, RunTracer
 from scheduler_daemon.executors.base import Executor, FinishedJob, Job, JobContext, Outcome
 from scheduler_daemon.executors.wire import NOT_STARTED_ERROR as NOT_STARTED
 from scheduler_daemon.settings import DaemonSettings
-from scheduler_daemon.storage import fleet_store, occurrence_store
+from scheduler_daemon.storage import fleet_store, migration, occurrence_store
 from scheduler_daemon.storage.database import Statement, first_line, one_trip, transaction
 from scheduler_daemon.storage.error import DatabaseUnavailable
 
@@ -86,9 +86,12 @@ class Launcher:
         held: HeldRuns,
         executors: Mapping[str, Executor],
         tracer: RunTracer | None = None,
+        known: Sequence[str] | None = None,
     ) -> None:
         self.pool = pool
         self.tracer = tracer  # None: tracing off (--otel), nothing spent per run
+        # The revisions whose marked occurrences it may claim (ADR 0029): its own chain's.
+        self.known = list(known) if known is not None else migration.known_revisions()
         self.instance_id = instance_id
         self.settings = settings
         self.held = held
@@ -125,6 +128,7 @@ class Launcher:
             slots=free_slots,
             ttl=self.settings.lease_ttl,
             grace=self.settings.lease_grace,
+            known=self.known,
             now=now,
             after_successes=freed > 0,
         )

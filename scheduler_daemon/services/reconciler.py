@@ -26,6 +26,7 @@ from scheduler_daemon.domain.trace import RunTracer
 from scheduler_daemon.settings import DaemonSettings
 from scheduler_daemon.storage import (
     instance_store,
+    migration,
     occurrence_store,
     outbox_store,
     run_store,
@@ -99,6 +100,8 @@ class Reconciler:
     dead_after: timedelta
     page: int = 100
     tracer: RunTracer | None = None  # a takeover is a short span of its own (--otel)
+    # The revisions whose marked rows it may repair (ADR 0029): its own chain's by default.
+    known: Sequence[str] = field(default_factory=migration.known_revisions)
 
     def __post_init__(self) -> None:
         self.log = log.bind(instance_id=self.instance_id)
@@ -319,19 +322,21 @@ class Reconciler:
 
     # -- pages -----------------------------------------------------------------------------------
     def _takeover_page(self, conn: Conn, **kw: Any) -> list[TakeoverCandidate]:
-        return run_store.takeover_candidates(conn, restart_quiet=self.restart_quiet, **kw)
+        return run_store.takeover_candidates(
+            conn, restart_quiet=self.restart_quiet, known=self.known, **kw
+        )
 
     def _claims_page(self, conn: Conn, **kw: Any) -> list[ExpiredClaim]:
-        return occurrence_store.expired_claims(conn, **kw)
+        return occurrence_store.expired_claims(conn, known=self.known, **kw)
 
     def _deadline_page(self, conn: Conn, **kw: Any) -> list[OccurrenceRef]:
-        return occurrence_store.past_deadline(conn, **kw)
+        return occurrence_store.past_deadline(conn, known=self.known, **kw)
 
     def _one_shots_page(self, conn: Conn, **kw: Any) -> list[TaskRef]:
-        return task_store.unfinished_one_shots(conn, **kw)
+        return task_store.unfinished_one_shots(conn, known=self.known, **kw)
 
     def _pauses_page(self, conn: Conn, **kw: Any) -> list[TaskRef]:
-        return task_store.pauses_ended(conn, **kw)
+        return task_store.pauses_ended(conn, known=self.known, **kw)
 
     # -- fixes: each one transaction, task → occurrence → run ------------------------------------
     def _take_over(self, seen: TakeoverCandidate, limits: Limits = UNIT_LIMITS) -> int | None:

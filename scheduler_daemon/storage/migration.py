@@ -110,6 +110,12 @@ def build() -> Build:
     return Build(tuple(steps))
 
 
+def known_revisions() -> list[str]:
+    """The revisions of this build's chain, which its dispatch, claim and reconciler pass as
+    `known` (ADR 0029): a task or occurrence whose `needs_build` names another is passed over."""
+    return list(build().revisions)
+
+
 def head_revision() -> str:
     """The newest revision this build knows."""
     return build().head

@@ -201,26 +201,22 @@ def claim_launch_statement(
     slots: int,
     ttl: timedelta,
     grace: timedelta,
+    known: Sequence[str],
     now: datetime | None = None,
     after_successes: bool = False,
 ) -> tuple[str, dict[str, Any]]:
     """The claim of up to `slots` startable occurrences under the fleet budget, for the launcher
     to send in one round trip (`occurrence_claim_launch`): each claimed occurrence is running
     with its run, leased on the database clock until now + ttl (takeover after that + grace),
-    naming this build (its schema head); `launched` reads its rows. `after_successes`: it is
-    sent after a batch of successes, in their transaction (`run_store.succeed_many`), and waits
-    for the budget's lock as long as it would alone."""
+    naming this build (its schema head); none marked for a build whose revision is not in
+    `known` (ADR 0029); `launched` reads its rows. `after_successes`: it is sent after a batch
+    of successes, in their transaction (`run_store.succeed_many`), and waits for the budget's
+    lock as long as it would alone."""
     from scheduler_daemon.storage.migration import head_revision  # alembic: load on first use
 
-    params = {
-        "key": BUDGET_LOCK_KEY,
-        "slots": slots,
-        "owner": owner,
-        "ttl": ttl,
-        "grace": grace,
-        "build_revision": head_revision(),
-        "now": now,
-    }
+    params: dict[str, Any] = {"key": BUDGET_LOCK_KEY, "slots": slots, "owner": owner}
+    params |= {"ttl": ttl, "grace": grace, "build_revision": head_revision(), "now": now}
+    params["known"] = list(known)
     if not after_successes:
         return "occurrence_claim_launch", params
     after = {**params, "claim_lock_timeout": Limits().lock_timeout}
@@ -353,8 +349,11 @@ def request_cancel(
     )
 
 
-def expired_claims(conn: psycopg.Connection[Any], *, after: int, limit: int) -> list[ExpiredClaim]:
-    rows = query.run(conn, "occurrence_expired_claims", {"after": after, "limit": limit})
+def expired_claims(
+    conn: Conn, *, after: int, limit: int, known: Sequence[str]
+) -> list[ExpiredClaim]:
+    page = {"after": after, "limit": limit, "known": list(known)}  # marked rows (ADR 0029)
+    rows = query.run(conn, "occurrence_expired_claims", page)
     return [ExpiredClaim.from_row(row) for row in rows]
 
 
@@ -362,8 +361,11 @@ def requeue_claim(conn: psycopg.Connection[Any], occurrence_id: int, *, token: i
     return query.run(conn, "occurrence_requeue_claim", {"id": occurrence_id, "token": token}) == 1
 
 
-def past_deadline(conn: psycopg.Connection[Any], *, after: int, limit: int) -> list[OccurrenceRef]:
-    rows = query.run(conn, "occurrence_past_deadline", {"after": after, "limit": limit})
+def past_deadline(
+    conn: Conn, *, after: int, limit: int, known: Sequence[str]
+) -> list[OccurrenceRef]:
+    page = {"after": after, "limit": limit, "known": list(known)}  # marked rows (ADR 0029)
+    rows = query.run(conn, "occurrence_past_deadline", page)
     return [OccurrenceRef.from_row(row) for row in rows]
 
 

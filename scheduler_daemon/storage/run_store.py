@@ -217,13 +217,17 @@ def _outcome_arrays(ordered: Sequence[RunEnd]) -> dict[str, list[Any]]:
 
 
 def takeover_candidates(
-    conn: psycopg.Connection[Any], *, after: int, limit: int, restart_quiet: timedelta
+    conn: psycopg.Connection[Any],
+    *,
+    after: int,
+    limit: int,
+    restart_quiet: timedelta,
+    known: Sequence[str],
 ) -> list[TakeoverCandidate]:
-    rows = query.run(
-        conn,
-        "run_takeover_candidates",
-        {"after": after, "limit": limit, "restart_quiet": restart_quiet},
-    )
+    """A page of the runs past their takeover point; those of occurrences marked for a build
+    whose revision is not in `known` passed over (ADR 0029)."""
+    params = {"after": after, "limit": limit, "restart_quiet": restart_quiet}
+    rows = query.run(conn, "run_takeover_candidates", {**params, "known": list(known)})
     return [TakeoverCandidate.from_row(row) for row in rows]
 
 

@@ -160,6 +160,7 @@ def record(row: dict[str, Any], *, lenient: bool = False) -> TaskRecord:
         park_error=row.get("park_error"),
         source=row.get("source"),
         paused_until=row.get("paused_until"),
+        needs_build=row.get("needs_build"),
     )
 
 
@@ -169,10 +170,11 @@ def insert(
     next_run_at: datetime | None,
     *,
     source: str | None = None,
+    needs_build: str | None = None,
 ) -> TaskRecord:
     """Inserts a task and wakes idle daemons for it at commit (instance_store's `task_added`
     with its due time), in one statement. Conflict if a live task has its name: nothing is
-    inserted, and the caller's transaction goes on."""
+    inserted, and the caller's transaction goes on. `needs_build`: its mark (ADR 0029)."""
     if next_run_at is not None:  # as the database returns it, so the payload reads the same
         next_run_at = next_run_at.astimezone(conn.info.timezone)
     row = query.run(
@@ -182,6 +184,7 @@ def insert(
             **_columns(spec),
             "next_run_at": next_run_at,
             "source": source,
+            "needs_build": needs_build,
             "channel": instance_store.WAKEUP_CHANNEL,
             "reason_woken": instance_store.task_added_reason(next_run_at),
         },
@@ -195,13 +198,16 @@ _TAKEN_NAME = re.compile(r"Key \(name\)=\((?P<name>.*)\) already exists")
 
 
 def insert_many(
-    conn: psycopg.Connection[Any], tasks: Sequence[tuple[TaskSpec, datetime | None]]
+    conn: psycopg.Connection[Any], tasks: Sequence[tuple[TaskSpec, datetime | None, str | None]]
 ) -> list[TaskRecord]:
-    """Inserts (spec, next_run_at) pairs in one statement; returns their records in the same
-    order. Conflict naming the first taken name, and nothing inserted, if any name is taken."""
+    """Inserts (spec, next_run_at, needs_build) triples in one statement; returns their records
+    in the same order. Conflict naming the first taken name, and nothing inserted, if any name
+    is taken."""
     if not tasks:
         return []
-    rows = [{**_columns(spec), "next_run_at": next_run_at} for spec, next_run_at in tasks]
+    rows = [
+        {**_columns(spec), "next_run_at": due, "needs_build": needs} for spec, due, needs in tasks
+    ]
     params = {column: [row[column] for row in rows] for column in rows[0]}
     # An array per task does not fit one array column (unnest would flatten a ragged one): the
     # events go as one comma-separated text each (none holds a comma).
@@ -214,7 +220,7 @@ def insert_many(
         name = taken["name"] if taken else "in this batch"
         raise Conflict(f"a task named '{name}' already exists") from exc
     by_name = {row["name"]: record(row) for row in inserted}
-    return [by_name[spec.name] for spec, _ in tasks]
+    return [by_name[spec.name] for spec, _, _ in tasks]
 
 
 def find(conn: psycopg.Connection[Any], ref: str | int) -> TaskRecord:
@@ -281,10 +287,13 @@ def update(
     next_run_at: datetime | None,
     now: datetime,
     source: str | None = None,
+    needs_build: str | None = None,
 ) -> TaskRecord:
-    """Rewrites a locked task's definition; `source` (when given) makes an apply source own it."""
+    """Rewrites a locked task's definition; `source` (when given) makes an apply source own it.
+    `needs_build`: its mark (ADR 0029), as the new definition needs it now."""
     params = {
         "source": source,
+        "needs_build": needs_build,
         **_columns(spec),
         "id": task_id,
         "status": status,
@@ -337,12 +346,12 @@ def clock(conn: psycopg.Connection[Any], now: datetime | None = None) -> datetim
     return query.run(conn, "clock_now", {"now": now})
 
 
-def claim_due(limit: int, now: datetime | None = None) -> Statement:
+def claim_due(limit: int, now: datetime | None = None, *, known: Sequence[str]) -> Statement:
     """The statement, sent with its transaction's BEGIN, that locks up to `limit` due tasks,
-    skipping those another dispatcher holds. Its rows are raw: the caller turns each into a
-    TaskRecord on its own, so one row that cannot be read is parked instead of failing the
-    batch."""
-    return "task_claim_due", {"limit": limit, "now": now}
+    skipping those another dispatcher holds and those marked for a build whose revision is not
+    in `known` (ADR 0029). Its rows are raw: the caller turns each into a TaskRecord on its own,
+    so one row that cannot be read is parked instead of failing the batch."""
+    return "task_claim_due", {"limit": limit, "now": now, "known": list(known)}
 
 
 def record_outcome(conn: psycopg.Connection[Any], task_id: int, outcome: TaskOutcome) -> bool:
@@ -381,13 +390,19 @@ def record_outcomes(
 
 
 def commit_next_due(
-    conn: psycopg.Connection[Any], *, wake: bool, limit: int, now: datetime | None = None
+    conn: psycopg.Connection[Any],
+    *,
+    wake: bool,
+    limit: int,
+    known: Sequence[str],
+    now: datetime | None = None,
 ) -> DueLeft:
     """Commits the open transaction in the round trip that reads what the dispatch left: when
     the earliest enabled task not yet due falls due, and up to `limit` tasks still due at `now`
     (the transaction's clock unless pinned): rows it could not lock. With `wake`, the idle
-    daemons are woken for what it queued."""
+    daemons are woken for what it queued. Rows marked for a build not in `known`: not counted."""
     params = {"channel": instance_store.WAKEUP_CHANNEL, "wake": wake, "limit": limit, "now": now}
+    params["known"] = list(known)
     return DueLeft.from_row(query.run_and_commit(conn, "task_next_due_wake", params))
 
 
@@ -415,14 +430,22 @@ def lock_many(conn: psycopg.Connection[Any], ids: Sequence[int]) -> dict[int, Ta
     return {row["id"]: record(row, lenient=True) for row in rows}
 
 
-def unfinished_one_shots(conn: psycopg.Connection[Any], *, after: int, limit: int) -> list[TaskRef]:
-    rows = query.run(conn, "task_unfinished_one_shots", {"after": after, "limit": limit})
+def unfinished_one_shots(
+    conn: psycopg.Connection[Any], *, after: int, limit: int, known: Sequence[str]
+) -> list[TaskRef]:
+    """A page of the one-shot tasks left `running`, none marked outside `known` (ADR 0029)."""
+    params = {"after": after, "limit": limit, "known": list(known)}
+    rows = query.run(conn, "task_unfinished_one_shots", params)
     return [TaskRef.from_row(row) for row in rows]
 
 
-def pauses_ended(conn: psycopg.Connection[Any], *, after: int, limit: int) -> list[TaskRef]:
-    """A page of the paused tasks whose `--until` instant has passed (database clock)."""
-    rows = query.run(conn, "task_pauses_ended", {"after": after, "limit": limit})
+def pauses_ended(
+    conn: psycopg.Connection[Any], *, after: int, limit: int, known: Sequence[str]
+) -> list[TaskRef]:
+    """A page of the paused tasks past their `--until` (database clock), none marked outside
+    `known` (ADR 0029)."""
+    params = {"after": after, "limit": limit, "known": list(known)}
+    rows = query.run(conn, "task_pauses_ended", params)
     return [TaskRef.from_row(row) for row in rows]
 
 

@@ -29,6 +29,9 @@
 -- older queued occurrence of that key or task (FIFO among the waiting); never a `replace`
 -- occurrence while one of its task is launching or running (a predecessor asked to stop).
 -- Claims are serialized by the budget lock, so occurrence_key_executing_key never fires.
+-- Older builds (ADR 0029): an occurrence marked `needs_build` with a revision absent from
+-- `p_known` (the revisions of the calling build's chain) is never claimed; it is never even read,
+-- since the queue index holds only unmarked rows and the marked ones are found by revision.
 -- Failover (issue 32): the token is greatest(token, (timeline - 1) * 2^32) + 1 over the newest
 -- timeline in fleet_epoch, so every token after a promotion exceeds every token of a lost
 -- branch; after a failover the fleet saw, an exclusive occurrence (`forbid`, `queue`, keyed)
@@ -41,12 +44,17 @@
 -- NULL id means nothing was claimed.
 --
 -- Versions: v1 (migrations 0012, 0015), v2 failover tokens and keys (0019), v3 `in_process`
--- (0020), v4 spread (0029), v5 `replace` (0031), v6 `args` (0034). This file is the live text
--- (ADR 0028): `migrate` re-creates the function when the file changes.
+-- (0020), v4 spread (0029), v5 `replace` (0031), v6 `args` (0034), then `p_known` (issue 45).
+-- This file is the live text (ADR 0028): `migrate` re-creates the function when it changes.
+
+-- The signature before `p_known` (nothing released had it: ADR 0027 point 3).
+-- squawk-ignore ban-drop-function
+DROP FUNCTION IF EXISTS sd_claim_launch_v6(bigint, integer, text, interval, interval, text,
+    timestamptz);
 
 CREATE OR REPLACE FUNCTION sd_claim_launch_v6(
     p_key bigint, p_slots integer, p_owner text, p_ttl interval, p_grace interval,
-    p_build_revision text, p_now timestamptz)
+    p_build_revision text, p_known text[], p_now timestamptz)
 RETURNS TABLE (free integer, id bigint, task_id bigint, occurrence_seq bigint,
     scheduled_for timestamptz, lease_token bigint, task_name text, executor text, payload jsonb,
     run_timeout interval, run_id bigint, attempt integer, started_at timestamptz,
@@ -80,33 +88,70 @@ BEGIN
             - (SELECT count(*) FROM occurrence
                WHERE status IN ('launching', 'running'))))::integer AS n
     ), picked AS MATERIALIZED (
-        SELECT o.id FROM occurrence o
-        WHERE o.status = 'queued' AND o.not_before <= coalesce(p_now, clock_timestamp())
-          -- Within the bounds after this claim's `+ 1` (occurrence_attempts_check,
-          -- occurrence_lease_token_check): a row written at a bound by hand is passed over
-          -- rather than failing every claim of the fleet (issue 44).
-          AND o.attempts < 1000000000 AND o.lease_token < 4611686018427387903
-          AND (v_exclusive_from IS NULL
-               OR coalesce(p_now, clock_timestamp()) >= v_exclusive_from
-               OR (o.overlap = 'allow' AND o.concurrency_key IS NULL))
-          AND (o.concurrency_key IS NULL OR NOT EXISTS (
-                SELECT 1 FROM occurrence other
-                WHERE other.concurrency_key = o.concurrency_key
-                  AND other.status IN ('queued', 'launching', 'running')
-                  AND (other.status <> 'queued'
-                       OR (other.scheduled_for, other.id) < (o.scheduled_for, o.id))))
-          AND (o.overlap <> 'queue' OR NOT EXISTS (
-                SELECT 1 FROM occurrence other
-                WHERE other.task_id = o.task_id
-                  AND other.status IN ('queued', 'launching', 'running')
-                  AND (other.status <> 'queued' OR other.occurrence_seq < o.occurrence_seq)))
-          -- A `replace` firing waits until its predecessor's job is gone (0031).
-          AND (o.overlap <> 'replace' OR NOT EXISTS (
-                SELECT 1 FROM occurrence other
-                WHERE other.task_id = o.task_id AND other.status IN ('launching', 'running')))
-        ORDER BY o.attempts, o.scheduled_for, o.id
+        -- Two lanes (ADR 0029), the same test in each but for the row's mark and the order of
+        -- its index (its comments in the second; tests/unit/test_claim_lanes.py holds them
+        -- equal): first the occurrences marked with a revision this build knows, in the order
+        -- of occurrence_queue_marked_idx (empty outside a rolling upgrade), then the unmarked
+        -- ones (occurrence_queue_idx, which holds no marked row), so a build never reads a row
+        -- marked with a revision it does not know.
+        SELECT id FROM (
+            SELECT o.id FROM occurrence o
+            WHERE o.status = 'queued'
+              AND o.needs_build IS NOT NULL AND o.needs_build = ANY(p_known)
+              AND o.not_before <= coalesce(p_now, clock_timestamp())
+              AND o.attempts < 1000000000 AND o.lease_token < 4611686018427387903
+              AND (v_exclusive_from IS NULL
+                   OR coalesce(p_now, clock_timestamp()) >= v_exclusive_from
+                   OR (o.overlap = 'allow' AND o.concurrency_key IS NULL))
+              AND (o.concurrency_key IS NULL OR NOT EXISTS (
+                    SELECT 1 FROM occurrence other
+                    WHERE other.concurrency_key = o.concurrency_key
+                      AND other.status IN ('queued', 'launching', 'running')
+                      AND (other.status <> 'queued'
+                           OR (other.scheduled_for, other.id) < (o.scheduled_for, o.id))))
+              AND (o.overlap <> 'queue' OR NOT EXISTS (
+                    SELECT 1 FROM occurrence other
+                    WHERE other.task_id = o.task_id
+                      AND other.status IN ('queued', 'launching', 'running')
+                      AND (other.status <> 'queued' OR other.occurrence_seq < o.occurrence_seq)))
+              AND (o.overlap <> 'replace' OR NOT EXISTS (
+                    SELECT 1 FROM occurrence other
+                    WHERE other.task_id = o.task_id AND other.status IN ('launching', 'running')))
+            ORDER BY o.needs_build, o.attempts, o.scheduled_for, o.id
+            LIMIT (SELECT n FROM free)
+            FOR UPDATE SKIP LOCKED) marked
+        UNION ALL
+        SELECT id FROM (
+            SELECT o.id FROM occurrence o
+            WHERE o.status = 'queued'
+              AND o.needs_build IS NULL
+              AND o.not_before <= coalesce(p_now, clock_timestamp())
+              -- Within the bounds after this claim's `+ 1` (occurrence_attempts_check,
+              -- occurrence_lease_token_check): a row written at a bound by hand is passed over
+              -- rather than failing every claim of the fleet (issue 44).
+              AND o.attempts < 1000000000 AND o.lease_token < 4611686018427387903
+              AND (v_exclusive_from IS NULL
+                   OR coalesce(p_now, clock_timestamp()) >= v_exclusive_from
+                   OR (o.overlap = 'allow' AND o.concurrency_key IS NULL))
+              AND (o.concurrency_key IS NULL OR NOT EXISTS (
+                    SELECT 1 FROM occurrence other
+                    WHERE other.concurrency_key = o.concurrency_key
+                      AND other.status IN ('queued', 'launching', 'running')
+                      AND (other.status <> 'queued'
+                           OR (other.scheduled_for, other.id) < (o.scheduled_for, o.id))))
+              AND (o.overlap <> 'queue' OR NOT EXISTS (
+                    SELECT 1 FROM occurrence other
+                    WHERE other.task_id = o.task_id
+                      AND other.status IN ('queued', 'launching', 'running')
+                      AND (other.status <> 'queued' OR other.occurrence_seq < o.occurrence_seq)))
+              -- A `replace` firing waits until its predecessor's job is gone (0031).
+              AND (o.overlap <> 'replace' OR NOT EXISTS (
+                    SELECT 1 FROM occurrence other
+                    WHERE other.task_id = o.task_id AND other.status IN ('launching', 'running')))
+            ORDER BY o.attempts, o.scheduled_for, o.id
+            LIMIT (SELECT n FROM free)
+            FOR UPDATE SKIP LOCKED) unmarked
         LIMIT (SELECT n FROM free)
-        FOR UPDATE SKIP LOCKED
     ), launched AS (
         UPDATE occurrence o SET status = 'running',
             lease_token = greatest(o.lease_token, v_floor) + 1,

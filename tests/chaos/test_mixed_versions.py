@@ -264,3 +264,104 @@ def test_a_rolling_upgrade_never_drops_or_doubles_a_run(
     elapsed = time.monotonic() - began
     print(f"mixed-version upgrade: {elapsed:.1f}s, audit: {audit.stdout.strip()[:300]}")
     assert elapsed < 180
+
+
+def _marked_runs(url: str) -> list[dict[str, object]]:
+    """The runs of the marked task's occurrences: owner, status, who ended them, the build."""
+    return query(
+        url,
+        "SELECT r.id, r.owner, r.status, r.finished_by, r.build_revision FROM run r "
+        "JOIN occurrence o ON o.id = r.occurrence_id JOIN task t ON t.id = o.task_id "
+        "WHERE t.name = 'marked' ORDER BY r.id",
+    )
+
+
+def test_a_build_without_a_revision_never_runs_a_task_marked_with_it(
+    empty_database_url, tmp_path
+) -> None:
+    """ADR 0029 with real daemons of two builds: a task marked `needs_build = 9001` (what the
+    Client writes for a feature of the synthetic expand step while an older build is
+    registered) is never dispatched, claimed or taken over by a daemon of the build whose chain
+    lacks 9001, which keeps running the unmarked task beside it; daemons of the build with 9001
+    run it and take over the run a killed one left. Fails without the mechanism: the old daemon,
+    alone at first, dispatches and runs the marked task."""
+    url = empty_database_url
+    old = builds.older_build(tmp_path / "old")
+    new = builds.newer_build(tmp_path / "new")
+    started: list[DaemonProcess] = []
+
+    def start(name: str, build: SourceBuild) -> DaemonProcess:
+        daemon = DaemonProcess(
+            url, tmp_path, name, *TIMING, python=build.python, cwd=build.cwd, env=build.env
+        )
+        started.append(daemon)
+        return daemon
+
+    def ok(done: subprocess.CompletedProcess[str]) -> None:
+        assert done.returncode == 0, done.stdout + done.stderr
+
+    try:
+        ok(old.command(url, "migrate"))
+        ok(new.command(url, "migrate"))  # the expand step 9001; the contract left pending
+        assert migration.current_revision(url) == builds.SYNTHETIC_EXPAND
+        for name, command in (("marked", "sleep 2"), ("plain", "sleep 0.2")):
+            ok(new.command(url, "tasks", "add", name, "--every", "1s", "--command", command))
+        query(
+            url,
+            "UPDATE task SET needs_build = %s WHERE name = 'marked' RETURNING id",
+            (builds.SYNTHETIC_EXPAND,),
+        )
+        old_a = start("old-a", old)
+        old_id = old_a.instance_id()
+        wait_for(lambda: _runs_by(url, old_id) >= 5, message="the old build to run jobs")
+        # Alone, the old build dispatched nothing of the marked task (its due scan never
+        # read it), and ran only the plain one.
+        firings = "SELECT count(*) AS n FROM occurrence o JOIN task t ON t.id = o.task_id "
+        assert query(url, firings + "WHERE t.name = 'marked'") == [{"n": 0}]
+        new_b = start("new-b", new)
+        new_b_id = new_b.instance_id()
+        # The new build dispatches and runs it; kill it while it holds a run of it.
+        wait_for(
+            lambda: len([r for r in _marked_runs(url) if r["status"] == "success"]) >= 2,
+            timeout=60,
+            message="the new build to run the marked task",
+        )
+        left = wait_for(
+            lambda: [r for r in _marked_runs(url) if r["status"] == "running"],
+            message="a running run of the marked task",
+        )
+        os.kill(new_b.pid, signal.SIGKILL)
+        new_b.proc.wait(30)
+        # Past its takeover point (3 s lease, 1 s grace, a pass a second) and then some, the old
+        # build has not taken it over, nor claimed any queued firing of the marked task.
+        ran_before = _runs_by(url, old_id)
+        time.sleep(10)
+        assert old_a.proc.poll() is None, old_a.log()[-3000:]
+        assert _runs_by(url, old_id) > ran_before  # it kept working meanwhile
+        still = {r["id"]: r for r in _marked_runs(url)}
+        assert still[left[0]["id"]]["status"] == "running", still
+        # A daemon of the new build takes it over and runs the task on.
+        new_c = start("new-c", new)
+        new_c_id = new_c.instance_id()
+        assert _taken_over_by(url, left[0]["id"]) == new_c_id
+        wait_for(
+            lambda: any(r["owner"] == new_c_id for r in _marked_runs(url)),
+            timeout=30,
+            message="the new build's second daemon to run the marked task",
+        )
+        for daemon in (old_a, new_c):
+            assert daemon.stop() == 0, daemon.log()[-3000:]
+    finally:
+        for daemon in started:
+            daemon.kill()
+    marked = _marked_runs(url)
+    assert marked
+    assert {r["owner"] for r in marked} <= {new_b_id, new_c_id}, marked
+    assert {r["finished_by"] for r in marked} - {None} <= {new_b_id, new_c_id}, marked
+    assert {r["build_revision"] for r in marked} == {new.head}, marked
+    plain = query(
+        url,
+        "SELECT DISTINCT r.owner FROM run r JOIN occurrence o ON o.id = r.occurrence_id "
+        "JOIN task t ON t.id = o.task_id WHERE t.name = 'plain'",
+    )
+    assert old_id in {r["owner"] for r in plain}

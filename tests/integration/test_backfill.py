@@ -13,7 +13,7 @@ import pytest
 from scheduler_daemon.client import Client
 from scheduler_daemon.domain.status import OverlapPolicy
 from scheduler_daemon.domain.task import TaskSpec
-from scheduler_daemon.storage import occurrence_store
+from scheduler_daemon.storage import migration, occurrence_store
 from scheduler_daemon.storage.database import one_trip
 from tests.support import query, shell_task, wait_for
 
@@ -213,7 +213,7 @@ def test_a_forbid_task_runs_its_backfill_one_after_another_in_firing_order(
 
     def claim() -> list[int]:  # the launcher's claim as it sends it, without starting the jobs
         statement = occurrence_store.claim_launch_statement(
-            owner="t", slots=10, ttl=HOUR, grace=HOUR
+            owner="t", slots=10, ttl=HOUR, grace=HOUR, known=migration.known_revisions()
         )
         _, launched = occurrence_store.launched(one_trip(pool, statement)[0])
         return [claim.id for claim, _ in launched]

@@ -224,7 +224,7 @@ def test_the_claim_returns_a_run_timeout_capped_and_no_timeout_as_none(
     query(database_url, "UPDATE task SET run_timeout = %s::interval", (stored,))
     (row,) = query(
         database_url,
-        "SELECT run_timeout FROM sd_claim_launch_v6(1, 1, 'o', '5s', '1s', 'x', NULL)",
+        "SELECT run_timeout FROM sd_claim_launch_v6(1, 1, 'o', '5s', '1s', 'x', '{}', NULL)",
     )
     assert row["run_timeout"] == claimed
 
@@ -260,7 +260,8 @@ def test_the_daemons_task_reads_select_every_column_of_task(database_url, name: 
     )
     with psycopg.connect(database_url) as conn:
         cursor = conn.execute(
-            queries.QUERIES[name].sql, {"id": 0, "ids": [0], "limit": 1, "now": None}
+            queries.QUERIES[name].sql,
+            {"id": 0, "ids": [0], "limit": 1, "now": None, "known": ["0038"]},
         )
         names = [d.name for d in cursor.description or []]
     # The due scan adds each task's calendar ids (revision 0036), read beside the row.

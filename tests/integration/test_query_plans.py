@@ -16,7 +16,8 @@ SEEDED = 20_000
 SECOND = timedelta(seconds=1)
 BATCH = {"ids": [1, 2], "tokens": [1, 1], "owner": "o", "build_revision": "x", "now": None}
 CLAIM = {"key": 1, "slots": 10, "owner": "o", "ttl": SECOND, "grace": SECOND}
-CLAIM |= {"build_revision": "x", "now": None}
+CLAIM |= {"build_revision": "x", "known": ["0038"], "now": None}
+KNOWN = {"known": ["0038"]}  # the chain of a build without the marked rows' revision (ADR 0029)
 SUCCEED = {
     **BATCH,
     "occurrence_ids": [1, 2],
@@ -89,7 +90,7 @@ def _plan(url: str, name: str, params: dict[str, Any]) -> str:
 @pytest.mark.parametrize(
     ("name", "params", "indexes"),
     [
-        ("task_claim_due", {"limit": 10, "now": None}, ("task_due_idx",)),
+        ("task_claim_due", {"limit": 10, "now": None, **KNOWN}, ("task_due_idx",)),
         # The dispatch reads and moves its task by the primary key.
         (
             "occurrence_dispatch",
@@ -112,25 +113,29 @@ def _plan(url: str, name: str, params: dict[str, Any]) -> str:
         ),
         (
             "task_next_due_wake",
-            {"channel": "c", "wake": False, "limit": 10, "now": None},
+            {"channel": "c", "wake": False, "limit": 10, "now": None, **KNOWN},
             ("task_due_idx",),
         ),
         ("occurrence_claim_launch", CLAIM, ("occurrence_queue_idx",)),
         (
             "run_takeover_candidates",
-            {"after": 0, "limit": 10, "restart_quiet": timedelta(seconds=5)},
+            {"after": 0, "limit": 10, "restart_quiet": timedelta(seconds=5), **KNOWN},
             "run_takeover_idx",
         ),
         # Either index holds only the executing rows (launching ones in the first).
         (
             "occurrence_expired_claims",
-            {"after": 0, "limit": 10},
+            {"after": 0, "limit": 10, **KNOWN},
             ("occurrence_claim_expiry_idx", "occurrence_executing_idx"),
         ),
         # A sequential scan of every occurrence ever kept, in every claim, before revision 0011.
         ("occurrence_executing_count", {}, ("occurrence_executing_idx",)),
         # A sequential scan of every task in every reconcile pass before revision 0010.
-        ("task_unfinished_one_shots", {"after": 0, "limit": 10}, ("task_running_one_shot_idx",)),
+        (
+            "task_unfinished_one_shots",
+            {"after": 0, "limit": 10, **KNOWN},
+            ("task_running_one_shot_idx",),
+        ),
         # The batched hot path reaches each row of its batch through the primary key.
         ("occurrence_lock_many", {"ids": [1, 2]}, ("occurrence_pkey",)),
         (
@@ -424,3 +429,76 @@ def test_the_batched_success_finds_each_row_by_key_after_an_analyze_of_a_young_f
     _joins_by_key(
         nested_plans(database_url, _statement("run_succeed_many"), _BATCH_OF_TEN, between=grow)
     )
+
+
+MARKED = 2_000
+
+
+def _mark_the_head_of_the_queue(url: str) -> None:
+    """MARKED queued occurrences and due tasks marked `needs_build = '9001'` (ADR 0029), each
+    ahead of every unmarked one in its scan's order: a scan that reads marked rows and filters
+    them out would read all of them before the first row it may take."""
+    query(
+        url,
+        """
+        INSERT INTO occurrence (task_id, occurrence_seq, scheduled_for, trigger, overlap, status,
+                                not_before, attempts, needs_build)
+        SELECT 1, 1000000 + g, now() - interval '1 year', 'manual', 'allow', 'queued',
+               now() - interval '1 year', 0, '9001'
+        FROM generate_series(1, %(n)s) g RETURNING 1""",
+        {"n": MARKED},
+    )
+    query(
+        url,
+        """
+        INSERT INTO task (name, schedule_kind, every, anchor_at, executor, payload, overlap,
+                          next_run_at, needs_build)
+        SELECT 'marked' || g, 'interval', '1 hour', now(), 'shell', '{"command": "true"}',
+               'allow', now() - interval '1 year', '9001'
+        FROM generate_series(1, %(n)s) g RETURNING 1""",
+        {"n": MARKED},
+    )
+    query(url, "UPDATE task SET next_run_at = now() - interval '1 day' WHERE id <= 20 RETURNING 1")
+    query(url, "ANALYZE")
+
+
+def _filtered(plan: str) -> int:
+    """The most rows any node of `plan` read and filtered out."""
+    return max((int(n) for n in re.findall(r"Rows Removed by Filter: (\d+)", plan)), default=0)
+
+
+def test_a_build_without_the_marked_revision_never_reads_a_marked_row(seeded) -> None:
+    """The plan guard of ADR 0029: the claim and the due scan of a build whose chain lacks
+    9001 pass over the MARKED rows marked with it by index, never reading them: the hot indexes
+    (occurrence_queue_idx, task_due_idx) hold only unmarked rows and the marked lane is found by
+    revision. Without the mechanism (the hot indexes as they were, holding marked rows, the scan
+    filtering them) each claim and due scan reads and drops all MARKED rows first: this fails."""
+    _mark_the_head_of_the_queue(seeded)
+    analyze = "SET auto_explain.log_analyze = on"
+    claim = nested_plans(seeded, queries.QUERIES["occurrence_claim_launch"].sql, CLAIM, analyze)
+    assert "Index Scan using occurrence_queue_idx" in claim, claim
+    assert "Index Scan using occurrence_queue_marked_idx" in claim, claim
+    assert _filtered(claim) < MARKED, claim
+    with psycopg.connect(seeded) as conn:
+        due = "\n".join(
+            row[0]
+            for row in conn.execute(
+                f"EXPLAIN (ANALYZE) {_statement('task_claim_due')}",
+                {"limit": 10, "now": None, **KNOWN},
+            )
+        )
+        conn.rollback()
+    assert "Index Scan using task_due_idx" in due, due
+    assert "task_due_marked_idx" in due, due
+    assert _filtered(due) < MARKED, due
+    # The claim took unmarked rows only, its free slots full.
+    with psycopg.connect(seeded) as conn:
+        rows = conn.execute(queries.QUERIES["occurrence_claim_launch"].sql, CLAIM).fetchall()
+        claimed = [row[1] for row in rows]
+        marks = conn.execute(
+            "SELECT count(*) FROM occurrence WHERE id = ANY(%s) AND needs_build IS NOT NULL",
+            (claimed,),
+        ).fetchone()
+        conn.rollback()
+    assert len(claimed) == CLAIM["slots"]
+    assert marks == (0,)

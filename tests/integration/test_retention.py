@@ -206,15 +206,17 @@ HOT = {
         "ttl": timedelta(seconds=5),
         "grace": timedelta(seconds=1),
         "build_revision": "x",
+        "known": ["0038"],
         "now": None,
     },
-    "task_claim_due": {"limit": 10, "now": None},
+    "task_claim_due": {"limit": 10, "now": None, "known": ["0038"]},
 }
 # The indexes each hot statement may use: partial indexes over the active rows (and primary keys
 # for the rows they found), never one that grows with the finished history.
 SERVED_BY = {
     "occurrence_claim_launch": {
         "occurrence_queue_idx",
+        "occurrence_queue_marked_idx",  # the marked lane: empty here (ADR 0029)
         "occurrence_executing_idx",
         "fleet_setting_pkey",
         "occurrence_task_active_idx",
@@ -224,7 +226,7 @@ SERVED_BY = {
         "fleet_epoch_pkey",  # the newest timeline and the last failover (revision 0019)
     },
     # Each due task's calendar ids (revision 0036): a probe of task_calendar's key.
-    "task_claim_due": {"task_due_idx", "task_calendar_pkey"},
+    "task_claim_due": {"task_due_idx", "task_due_marked_idx", "task_calendar_pkey"},
 }
 RETENTION_INDEXES = ("occurrence_finished_idx", "task_retention_idx", "task_deleted_idx")
 

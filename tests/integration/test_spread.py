@@ -9,9 +9,11 @@ from typing import Any
 
 from scheduler_daemon.domain.spread import spread_offset
 from scheduler_daemon.domain.task import TaskSpec
-from scheduler_daemon.storage import occurrence_store
+from scheduler_daemon.storage import migration, occurrence_store
 from scheduler_daemon.storage.database import transaction
 from tests.support import Replica, query
+
+KNOWN = migration.known_revisions()
 
 SPREAD = timedelta(minutes=30)
 
@@ -72,12 +74,11 @@ def test_the_start_deadline_counts_from_the_spread_start(client, pool, database_
         "spread_offset = interval '10 min', not_before = now() + interval '8 min' RETURNING id",
     )
     with transaction(pool) as tx:
-        assert occurrence_store.past_deadline(tx.conn, after=0, limit=10) == []
+        assert occurrence_store.past_deadline(tx.conn, after=0, limit=10, known=KNOWN) == []
     query(database_url, "UPDATE occurrence SET spread_offset = interval '30 s' RETURNING id")
     with transaction(pool) as tx:
-        assert [o.id for o in occurrence_store.past_deadline(tx.conn, after=0, limit=10)] == [
-            occ.id
-        ]
+        late = occurrence_store.past_deadline(tx.conn, after=0, limit=10, known=KNOWN)
+        assert [o.id for o in late] == [occ.id]
 
 
 def test_spread_round_trips_through_add_update_export_apply_json_and_next(

@@ -49,7 +49,7 @@ def test_every_file_creates_the_one_function_its_name_names() -> None:
 def test_a_files_signature_is_its_argument_types_as_the_catalog_reads_them() -> None:
     by_file = {f.file: f for f in functions.files(FOLDER)}
     assert by_file["claim_launch.sql"].signature == (
-        "sd_claim_launch_v6(bigint, integer, text, interval, interval, text, timestamptz)"
+        "sd_claim_launch_v6(bigint, integer, text, interval, interval, text, text[], timestamptz)"
     )
     assert by_file["end_pause.sql"].signature == (
         "sd_end_pause_v1(bigint, timestamptz, text, text)"
