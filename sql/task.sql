@@ -68,9 +68,12 @@ id, name, schedule_kind, cron_expr, run_at, anchor_at, timezone, dst_gap, dst_ov
 -- fragment: task_secrets
 -- The secret columns of a task row `t` as the connected role may see them: unmasked to one
 -- that may select them, masked (sd_masked_v1) to the reader, which may not (ADR 0031). The
--- view's row by its key: one probe of task_pkey.
+-- view's row by its key: one probe of task_pkey per row shown. OFFSET 0 keeps the planner from
+-- pulling the view up into a join of task with itself, which hashes the whole table before a
+-- page's sort (test_cli_paging's plan guard).
 CROSS JOIN LATERAL (
     SELECT v.payload, v.notify_url, v.notify_headers FROM task_secret_shown v WHERE v.id = t.id
+    OFFSET 0
 ) secrets
 
 -- fragment: task_outcome
