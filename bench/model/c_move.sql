@@ -9,16 +9,5 @@ WITH moved AS MATERIALIZED (
     DELETE FROM run r USING moved WHERE r.occurrence_id = moved.id RETURNING r.*
 ), occ AS (
     DELETE FROM occurrence o USING moved WHERE o.id = moved.id RETURNING o.*
-), runs AS (
-    INSERT INTO run_history (id, occurrence_id, attempt, owner, lease_token, status, exit_code,
-        http_status, output_tail, error, finished_by, started_at, finished_at, build_revision,
-        uuid)
-    SELECT e.id, e.occurrence_id, e.attempt, e.owner, e.lease_token, e.status, e.exit_code,
-        e.http_status, e.output_tail, e.error, e.finished_by, e.started_at, e.finished_at,
-        e.build_revision, e.uuid
-    FROM ended e
-)
-INSERT INTO occurrence_history ({{history_columns}})
-SELECT {{history_values}}
-FROM occ o;
+{{write_history}}
 \endif

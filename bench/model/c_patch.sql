@@ -4,8 +4,6 @@
 DROP INDEX occurrence_forbid_active_key;
 CREATE UNIQUE INDEX occurrence_forbid_active_key ON occurrence (task_id)
     WHERE overlap = 'forbid' AND status IN ('queued', 'launching', 'running');
-DROP INDEX occurrence_task_seq_key;
-CREATE UNIQUE INDEX occurrence_task_seq_key ON occurrence (task_id, occurrence_seq);
 CREATE INDEX occurrence_finished_idx ON occurrence (finished_at, id) WHERE finished_at IS NOT NULL;
 DROP INDEX run_occurrence_key;
 CREATE UNIQUE INDEX run_occurrence_running_key ON run (occurrence_id) WHERE status = 'running';

@@ -2,11 +2,7 @@
 -- with SKIP LOCKED in a MATERIALIZED CTE, running at the next token, and its run row. The fleet
 -- budget's count, the advisory lock and the epoch reads are left out (reads, the same in every
 -- alternative). A claim that finds nothing gives zeros and the completion after it does nothing.
-WITH picked AS MATERIALIZED (
-    SELECT o.id FROM occurrence o
-    WHERE o.status = 'queued' AND o.not_before <= clock_timestamp()
-    ORDER BY o.attempts, o.scheduled_for, o.id LIMIT 1 FOR UPDATE SKIP LOCKED
-), launched AS (
+{{picked}}, launched AS (
     UPDATE occurrence o SET status = 'running', lease_token = o.lease_token + 1,
         attempts = o.attempts + 1, claim_owner = 'bench', claim_expires_at = NULL,
         first_claim_snapshot = coalesce(o.first_claim_snapshot, pg_current_snapshot()),

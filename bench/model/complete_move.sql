@@ -9,14 +9,4 @@ WITH mine AS MATERIALIZED (
     DELETE FROM run r USING mine WHERE r.id = mine.id RETURNING r.*
 ), occ AS (
     DELETE FROM occurrence o USING mine WHERE o.id = mine.occurrence_id RETURNING o.*
-), runs AS (
-    INSERT INTO run_history (id, occurrence_id, attempt, owner, lease_token, status, exit_code,
-        http_status, output_tail, error, finished_by, started_at, finished_at, build_revision,
-        uuid)
-    SELECT e.id, e.occurrence_id, e.attempt, e.owner, e.lease_token, 'success', 0, NULL, NULL,
-        NULL, 'bench', e.started_at, clock_timestamp(), e.build_revision, e.uuid
-    FROM ended e
-)
-INSERT INTO occurrence_history ({{history_columns}})
-SELECT {{history_values}}
-FROM occ o;
+{{write_history}}

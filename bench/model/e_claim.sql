@@ -1,14 +1,10 @@
 -- E's claim: the hot row itself becomes the running attempt (its run id, uuid and lease on it):
 -- one row version written, no run row.
-WITH picked AS MATERIALIZED (
-    SELECT o.id FROM occurrence o
-    WHERE o.status = 'queued' AND o.not_before <= clock_timestamp()
-    ORDER BY o.attempts, o.scheduled_for, o.id LIMIT 1 FOR UPDATE SKIP LOCKED
-), launched AS (
+{{picked}}, launched AS (
     UPDATE occurrence o SET status = 'running', lease_token = o.lease_token + 1,
         attempts = o.attempts + 1, claim_owner = 'bench', claim_expires_at = NULL,
         first_claim_snapshot = coalesce(o.first_claim_snapshot, pg_current_snapshot()),
-        updated_at = clock_timestamp(), run_id = nextval('run_id_seq'),
+        updated_at = clock_timestamp(), run_id = nextval('attempt_id_seq'),
         run_uuid = gen_random_uuid(), lease_expires_at = clock_timestamp() + interval '9 s',
         takeover_at = clock_timestamp() + interval '12 s', started_at = clock_timestamp(),
         build_revision = 'bench-rev'

@@ -1,40 +1,7 @@
--- Alternatives B, C and E: the hot set. Today's occurrence columns, only active rows (queued,
--- launching, running, waiting for a retry), today's exclusion indexes with their predicates
--- reduced to what a hot row can be, the queue, and the per-task sequence (unique while active).
--- Loaded after today's `task` table (price.py extracts it from sql/schema.sql).
-CREATE TABLE occurrence (
-    id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
-    task_id bigint NOT NULL REFERENCES task(id),
-    occurrence_seq bigint NOT NULL,
-    scheduled_for timestamptz NOT NULL,
-    last_scheduled_for timestamptz,
-    firing_count bigint NOT NULL DEFAULT 1,
-    trigger text NOT NULL CHECK (trigger IN ('schedule', 'manual', 'backfill')),
-    overlap text NOT NULL CHECK (overlap IN ('forbid', 'queue', 'allow', 'replace')),
-    concurrency_key text,
-    status text NOT NULL,
-    reason text,
-    requested_by text,
-    attempts integer NOT NULL DEFAULT 0,
-    interruptions integer NOT NULL DEFAULT 0,
-    lease_token bigint NOT NULL DEFAULT 0 CHECK (lease_token < 4611686018427387904),
-    claim_owner text,
-    claim_expires_at timestamptz,
-    not_before timestamptz NOT NULL,
-    error text,
-    created_at timestamptz NOT NULL DEFAULT now(),
-    updated_at timestamptz NOT NULL DEFAULT now(),
-    finished_at timestamptz,
-    cancel_requested_at timestamptz,
-    cancel_reason text,
-    created_xid xid8 DEFAULT pg_current_xact_id(),
-    first_claim_snapshot pg_snapshot,
-    idempotency_key text,
-    retry_delay interval,
-    spread_offset interval,
-    args jsonb
-);
-CREATE UNIQUE INDEX occurrence_task_seq_key ON occurrence (task_id, occurrence_seq);
+-- Alternatives B, C, E and F: the hot set. Today's occurrence table (price.py loads its CREATE
+-- TABLE from sql/schema.sql: columns, CHECKs, the key, the per-task sequence's unique key) with
+-- only active rows (queued, launching, running, waiting for a retry), today's exclusion indexes
+-- with their predicates reduced to what a hot row can be, and the queue.
 CREATE UNIQUE INDEX occurrence_forbid_active_key ON occurrence (task_id) WHERE overlap = 'forbid';
 CREATE INDEX occurrence_key_active_idx ON occurrence (concurrency_key, scheduled_for, id)
     WHERE concurrency_key IS NOT NULL;

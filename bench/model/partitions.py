@@ -23,7 +23,7 @@ import sys
 import time
 from pathlib import Path
 
-from price import HERE, TMP, Cluster, waldump
+from price import HERE, TMP, Cluster, today_table, waldump
 
 TASKS = 1000
 LONG_RETENTION_TASKS = 10  # tasks 1..10 keep their history past the fleet's retention
@@ -38,6 +38,7 @@ def setup(cluster: Cluster, db: str, rows: int, days: int) -> None:
         .replace("/*PARTITION*/", "PARTITION BY RANGE (finished_at)")
     )
     table, indexes = ddl.split("CREATE TABLE run_history")[0].split("CREATE INDEX", 1)
+    table = today_table("task") + today_table("occurrence") + today_table("run") + table
     parts = "".join(
         f"CREATE TABLE occurrence_history_d{d} PARTITION OF occurrence_history FOR VALUES FROM "
         f"('2026-01-01'::timestamptz + {d} * interval '1 day') TO "
@@ -50,20 +51,21 @@ def setup(cluster: Cluster, db: str, rows: int, days: int) -> None:
 SET maintenance_work_mem = '512MB';
 SET max_parallel_maintenance_workers = 0;
 INSERT INTO occurrence_history (id, task_id, occurrence_seq, scheduled_for, firing_count, trigger,
-    overlap, status, attempts, interruptions, lease_token, not_before, created_at, finished_at,
-    idempotency_key)
+    overlap, status, attempts, interruptions, lease_token, not_before, created_at, updated_at,
+    finished_at, idempotency_key)
 SELECT g, g % {TASKS} + 1, g, f - interval '1 second', 1, 'schedule', 'forbid',
     CASE WHEN g % 20 = 0 THEN 'failed' ELSE 'success' END, 1, 0, 1, f - interval '1 second',
-    f - interval '1 second', f,
+    f - interval '1 second', f, f,
     'scheduler-daemon:3f2504e0-4f89-11d3-9a0c-0305e82c3301:schedule:' || g
 FROM generate_series(1, {per_day * days}) g,
      LATERAL (SELECT '2026-01-01'::timestamptz
                      + make_interval(secs => (g - 1) * {step:.6f}) AS f) t;
 -- one task whose only (so newest) outcome is in the oldest day: the drop must keep it
 INSERT INTO occurrence_history (id, task_id, occurrence_seq, scheduled_for, firing_count, trigger,
-    overlap, status, attempts, interruptions, lease_token, not_before, created_at, finished_at)
+    overlap, status, attempts, interruptions, lease_token, not_before, created_at, updated_at,
+    finished_at)
 VALUES (0, {TASKS + 1}, 1, '2026-01-01 06:00', 1, 'schedule', 'forbid', 'success', 1, 0, 1,
-    '2026-01-01 06:00', '2026-01-01 06:00', '2026-01-01 06:00:01');
+    '2026-01-01 06:00', '2026-01-01 06:00', '2026-01-01 06:00:01', '2026-01-01 06:00:01');
 CREATE INDEX {indexes}
 CREATE TABLE occurrence_kept (LIKE occurrence_history);
 CREATE INDEX occurrence_kept_task_seq_idx ON occurrence_kept (task_id, occurrence_seq);

@@ -39,15 +39,27 @@ TMP = tempfile.gettempdir()  # the private cluster's socket directory
 HISTORY_COLUMNS = (
     "id, task_id, occurrence_seq, scheduled_for, last_scheduled_for, firing_count, trigger, "
     "overlap, concurrency_key, status, reason, requested_by, attempts, interruptions, "
-    "lease_token, not_before, error, created_at, finished_at, cancel_reason, created_xid, "
+    "lease_token, not_before, error, created_at, updated_at, finished_at, cancel_reason, "
+    "created_xid, "
     "first_claim_snapshot, idempotency_key, retry_delay, spread_offset, args"
 )
+RUN_HISTORY_COLUMNS = (
+    "id, occurrence_id, attempt, owner, lease_token, lease_expires_at, takeover_at, status, "
+    "exit_code, http_status, output_tail, error, finished_by, started_at, finished_at, "
+    "build_revision, uuid"
+)
+# A row ended in place keeps its own outcome; a row the completion moves ends a success now.
+ENDED = {
+    "status": "CASE WHEN {t}.finished_at IS NULL THEN 'success' ELSE {t}.status END",
+    "finished_at": "coalesce({t}.finished_at, clock_timestamp())",
+    "exit_code": "CASE WHEN {t}.finished_at IS NULL THEN 0 ELSE {t}.exit_code END",
+    "finished_by": "coalesce({t}.finished_by, 'bench')",
+}
 HISTORY_VALUES = ", ".join(
-    {
-        "status": "CASE WHEN o.finished_at IS NULL THEN 'success' ELSE o.status END",
-        "finished_at": "coalesce(o.finished_at, clock_timestamp())",
-    }.get(c, "o." + c)
-    for c in HISTORY_COLUMNS.split(", ")
+    ENDED.get(c, "{t}." + c).format(t="o") for c in HISTORY_COLUMNS.split(", ")
+)
+RUN_HISTORY_VALUES = ", ".join(
+    ENDED.get(c, "{t}." + c).format(t="e") for c in RUN_HISTORY_COLUMNS.split(", ")
 )
 INSERT_TODAY = (
     "\\set task random(1, 100)\n"
@@ -81,7 +93,7 @@ ALTERNATIVES = {
     ),
     "D": (("d_patch.sql",), (), INSERT_TODAY, "claim.sql", "complete_update.sql", None),
     "E": (
-        ("hot_tables.sql", "e_tables.sql"),
+        ("hot_tables.sql", "e_tables.sql", "history.sql", "e_history.sql"),
         ("firing_history", "attempt_history"),
         INSERT_KEYED,
         "e_claim.sql",
@@ -89,7 +101,7 @@ ALTERNATIVES = {
         None,
     ),
     "F": (
-        ("hot_tables.sql", "e_tables.sql", "f_latest.sql"),
+        ("hot_tables.sql", "e_tables.sql", "history.sql", "e_history.sql", "f_latest.sql"),
         ("firing_history", "attempt_history"),
         INSERT_KEYED,
         "e_claim.sql",
@@ -187,16 +199,17 @@ def run(cmd: list[str]) -> str:
     return subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
 
 
-def today_tables(names: tuple[str, ...]) -> str:
-    """The CREATE TABLE and CREATE INDEX statements of `names` from sql/schema.sql (no triggers)."""
-    text = SCHEMA.read_text()
-    out = []
-    for name in names:
-        table = re.search(rf"^CREATE TABLE {name} \(.*?^\);$", text, re.S | re.M)
-        assert table, name
-        out.append(table.group(0))
-        out += re.findall(rf"^CREATE (?:UNIQUE )?INDEX \S+ ON public\.{name} .*;$", text, re.M)
-    return "\n".join(out) + "\n"
+def today_table(name: str) -> str:
+    """The CREATE TABLE statement of `name` in sql/schema.sql (columns, CHECKs, keys, FKs)."""
+    table = re.search(rf"^CREATE TABLE {name} \(.*?^\);$", SCHEMA.read_text(), re.S | re.M)
+    assert table, name
+    return table.group(0) + "\n"
+
+
+def today_indexes(name: str) -> str:
+    """The CREATE INDEX statements of `name` in sql/schema.sql."""
+    pattern = rf"^CREATE (?:UNIQUE )?INDEX \S+ ON public\.{name} .*;$"
+    return "\n".join(re.findall(pattern, SCHEMA.read_text(), re.M)) + "\n"
 
 
 def partitions_sql(tables: tuple[str, ...], days_back: int, days_ahead: int) -> str:
@@ -217,13 +230,14 @@ def build(cluster: Cluster, alt: str, workdir: Path) -> Path:
     db = f"model_{alt.lower()}"
     cluster.psql("postgres", f"DROP DATABASE IF EXISTS {db}")
     cluster.psql("postgres", f"CREATE DATABASE {db}")
-    ddl = today_tables(("task",)) + (
+    ddl = today_table("task") + (
         "INSERT INTO task (name, schedule_kind, every, anchor_at, executor, payload) "
         "SELECT 'task-' || g, 'interval', interval '1 minute', now(), 'python', '{}' "
         "FROM generate_series(1, 100) g;\n"
     )
-    if not files or files == ("d_patch.sql",):
-        ddl += today_tables(("occurrence", "run"))
+    ddl += today_table("occurrence") + today_table("run")
+    if alt in ("A", "D"):
+        ddl += today_indexes("occurrence") + today_indexes("run")
     for name in files:
         part = "PARTITION BY RANGE (finished_at)" if partitioned else ""
         ddl += (HERE / name).read_text().replace("/*PARTITION*/", part)
@@ -235,8 +249,14 @@ def build(cluster: Cluster, alt: str, workdir: Path) -> Path:
     parts.append((HERE / complete).read_text())
     if extra:
         parts.append((HERE / extra).read_text())
-    script = "\n".join(parts).replace("{{history_columns}}", HISTORY_COLUMNS)
+    write = (HERE / "write_history.sql").read_text().split("\n", 2)[2].rstrip()
+    script = "\n".join(parts).replace("{{write_history}}", write)
+    script = script.replace("{{history_columns}}", HISTORY_COLUMNS)
     script = script.replace("{{history_values}}", HISTORY_VALUES)
+    script = script.replace("{{run_history_columns}}", RUN_HISTORY_COLUMNS)
+    script = script.replace("{{run_history_values}}", RUN_HISTORY_VALUES)
+    pick = (HERE / "pick.sql").read_text().split("\n", 2)[2]
+    script = script.replace("{{picked}}", pick)
     latest = (HERE / "f_latest_cte.sql").read_text().rstrip() if alt == "F" else ""
     script = script.replace("{{latest}}", latest)
     path = workdir / f"life_{alt.lower()}.sql"
@@ -271,13 +291,27 @@ def waldump(cluster: Cluster, start: str, end: str) -> dict[str, tuple[int, int,
     return kinds
 
 
+def wal_since(cluster: Cluster, lsn: str) -> tuple[int, int]:
+    """WAL bytes since `lsn` (exact, from the LSNs) and full-page images (pg_stat_wal, read after
+    the backends' statistics are flushed: at exit, or within a second of going idle)."""
+    time.sleep(1.5)
+    row = cluster.psql(
+        "postgres",
+        f"SELECT pg_wal_lsn_diff(pg_current_wal_insert_lsn(), '{lsn}'), wal_fpi FROM pg_stat_wal",  # noqa: S608
+    )
+    nbytes, fpi = row.split("|")
+    return int(float(nbytes)), int(fpi)
+
+
 def price_wal(cluster: Cluster, alt: str, script: Path, jobs: int) -> dict[str, float]:
     db = f"model_{alt.lower()}"
     cluster.pgbench(db, script, 500)  # warm: the tables' first pages exist
     cluster.psql(db, "CHECKPOINT")
-    lsn0, rec0, fpi0, bytes0 = wal_now(cluster)
+    lsn0, _, _, _ = wal_now(cluster)
+    _, fpi0 = wal_since(cluster, lsn0)
     cluster.pgbench(db, script, jobs)
-    lsn1, rec1, fpi1, bytes1 = wal_now(cluster)
+    lsn1, _, _, _ = wal_now(cluster)
+    nbytes, fpi1 = wal_since(cluster, lsn0)
     kinds = waldump(cluster, lsn0, lsn1)
     fpi_bytes = sum(v[2] for v in kinds.values())
     entries = sum(
@@ -287,14 +321,14 @@ def price_wal(cluster: Cluster, alt: str, script: Path, jobs: int) -> dict[str, 
     )
     heap = {k: v[0] / jobs for k, v in kinds.items() if k.startswith(("Heap/", "Heap2/"))}
     cluster.psql(db, "VACUUM")
-    _, _, fpi2, bytes2 = wal_now(cluster)
+    vacuum, fpi2 = wal_since(cluster, lsn1)
     return {
-        "wal_B": (bytes1 - bytes0) / jobs,
-        "wal_noFPI_B": (bytes1 - bytes0 - fpi_bytes) / jobs,
+        "wal_B": nbytes / jobs,
+        "wal_noFPI_B": (nbytes - fpi_bytes) / jobs,
         "fpi": (fpi1 - fpi0) / jobs,
-        "records": (rec1 - rec0) / jobs,
+        "records": sum(v[0] for v in kinds.values()) / jobs,
         "index_entries": entries / jobs,
-        "vacuum_B": (bytes2 - bytes1) / jobs,
+        "vacuum_B": vacuum / jobs,
         "vacuum_fpi": (fpi2 - fpi1) / jobs,
         **{"heap:" + k: round(v, 2) for k, v in sorted(heap.items())},
     }
