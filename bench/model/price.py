@@ -224,10 +224,30 @@ def partitions_sql(tables: tuple[str, ...], days_back: int, days_ahead: int) -> 
     return "\n".join(out) + "\n"
 
 
-def build(cluster: Cluster, alt: str, workdir: Path) -> Path:
-    """Creates the alternative's scratch database and writes its pgbench script; returns it."""
-    files, partitioned, insert, claim, complete, extra = ALTERNATIVES[alt]
-    db = f"model_{alt.lower()}"
+def plant_sql(table: str, rows: int, days: int) -> str:
+    """`rows` ended firings (and their keys) of the 100 tasks over the `days` before today,
+    below every id and sequence number the job life issues (negative)."""
+    step = (days - 1) * 86400 / max(rows, 1)
+    return (
+        f"INSERT INTO {table} (id, task_id, occurrence_seq, scheduled_for, firing_count, "  # noqa: S608
+        "trigger, overlap, status, attempts, interruptions, lease_token, not_before, "
+        "created_at, updated_at, finished_at, idempotency_key) "
+        "SELECT -g, g % 100 + 1, -g, f, 1, 'schedule', 'forbid', "
+        "CASE WHEN g % 20 = 0 THEN 'failed' ELSE 'success' END, 1, 0, 1, f, f, f, f, "
+        "'scheduler-daemon:planted:' || g "
+        f"FROM generate_series(1, {rows}) g, LATERAL (SELECT date_trunc('day', now()) "
+        f"- make_interval(secs => g * {step:.6f}) AS f) t;\n"
+        "INSERT INTO firing_key (task_id, scheduled_for, trigger) "
+        f"SELECT task_id, scheduled_for, 'schedule' FROM {table};\n"
+        "VACUUM ANALYZE;\n"
+    )
+
+
+def build(cluster: Cluster, alt: str, workdir: Path, history: tuple[int, int]) -> Path:
+    """Creates the alternative's scratch database and writes its pgbench script; returns it.
+    `alt` ending in `+`: the same alternative with history (rows, days) planted first."""
+    files, partitioned, insert, claim, complete, extra = ALTERNATIVES[alt.rstrip("+")]
+    db = dbname(alt)
     cluster.psql("postgres", f"DROP DATABASE IF EXISTS {db}")
     cluster.psql("postgres", f"CREATE DATABASE {db}")
     ddl = today_table("task") + (
@@ -241,8 +261,11 @@ def build(cluster: Cluster, alt: str, workdir: Path) -> Path:
     for name in files:
         part = "PARTITION BY RANGE (finished_at)" if partitioned else ""
         ddl += (HERE / name).read_text().replace("/*PARTITION*/", part)
-    ddl += partitions_sql(partitioned, 2, 3)
+    planted = alt.endswith("+") and partitioned
+    ddl += partitions_sql(partitioned, history[1] if planted else 2, 3)
     ddl += "CREATE SEQUENCE bench_seq;\n"
+    if planted:
+        ddl += plant_sql(partitioned[0], *history)
     cluster.psql_file(db, ddl)
     body = (HERE / "insert_one.sql").read_text().split("\n", 3)[3]
     parts = [insert.format(insert=body.strip()), (HERE / claim).read_text()]
@@ -257,11 +280,15 @@ def build(cluster: Cluster, alt: str, workdir: Path) -> Path:
     script = script.replace("{{run_history_values}}", RUN_HISTORY_VALUES)
     pick = (HERE / "pick.sql").read_text().split("\n", 2)[2]
     script = script.replace("{{picked}}", pick)
-    latest = (HERE / "f_latest_cte.sql").read_text().rstrip() if alt == "F" else ""
+    latest = (HERE / "f_latest_cte.sql").read_text().rstrip() if alt.rstrip("+") == "F" else ""
     script = script.replace("{{latest}}", latest)
-    path = workdir / f"life_{alt.lower()}.sql"
+    path = workdir / f"life_{db}.sql"
     path.write_text(script)
     return path
+
+
+def dbname(alt: str) -> str:
+    return "model_" + alt.lower().replace("+", "_planted")
 
 
 def wal_now(cluster: Cluster) -> tuple[str, int, int, int]:
@@ -304,7 +331,7 @@ def wal_since(cluster: Cluster, lsn: str) -> tuple[int, int]:
 
 
 def price_wal(cluster: Cluster, alt: str, script: Path, jobs: int) -> dict[str, float]:
-    db = f"model_{alt.lower()}"
+    db = dbname(alt)
     cluster.pgbench(db, script, 500)  # warm: the tables' first pages exist
     cluster.psql(db, "CHECKPOINT")
     lsn0, _, _, _ = wal_now(cluster)
@@ -344,7 +371,7 @@ def price_cpu(
         order = names[r % len(names) :] + names[: r % len(names)]
         for alt in order:
             cpu0 = cluster.cpu_seconds()
-            wall = cluster.pgbench(f"model_{alt.lower()}", scripts[alt], jobs)
+            wall = cluster.pgbench(dbname(alt), scripts[alt], jobs)
             time.sleep(0.3)  # the backend reaped into the postmaster's cutime
             ms = (cluster.cpu_seconds() - cpu0) * 1000 / jobs
             per[alt].append(ms)
@@ -363,6 +390,13 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=3, help="interleaved CPU rounds")
     ap.add_argument("--cpu-jobs", type=int, default=3000, help="jobs per alternative per round")
     ap.add_argument("--stop", action="store_true", help="stop the private cluster at the end")
+    ap.add_argument(
+        "--history-rows",
+        type=int,
+        default=10_000_000,
+        help="planted in the history of an alternative named with a `+` (e.g. --only F,F+)",
+    )
+    ap.add_argument("--history-days", type=int, default=400, help="daily partitions planted")
     args = ap.parse_args()
     cluster = Cluster(Path(args.datadir), args.port)
     cluster.start()
@@ -370,7 +404,8 @@ def main() -> int:
     workdir = Path(args.datadir + "_scripts")
     workdir.mkdir(exist_ok=True)
     alts = args.only.split(",")
-    scripts = {alt: build(cluster, alt, workdir) for alt in alts}
+    history = (args.history_rows, args.history_days)
+    scripts = {alt: build(cluster, alt, workdir, history) for alt in alts}
     wal = {}
     for alt in alts:
         wal[alt] = price_wal(cluster, alt, scripts[alt], args.jobs)
