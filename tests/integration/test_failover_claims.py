@@ -28,7 +28,7 @@ def _claim(url: str, *, now: datetime | None = None, ttl: timedelta = TTL) -> li
     """One claim as this build sends it (sd_claim_launch_v6), the clock pinned to `now`."""
     rows = query(
         url,
-        "SELECT * FROM sd_claim_launch_v6(1, 100, 'o', %s, %s, 'x', %s)",
+        "SELECT * FROM sd_claim_launch_v6(1, 100, 'o', %s, %s, 'x', '{}', %s)",
         (ttl, GRACE, now),
     )
     return [r for r in rows if r["id"] is not None]

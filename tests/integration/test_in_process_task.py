@@ -90,7 +90,8 @@ def test_the_claim_returns_in_process_and_false_for_what_an_older_build_stored(
     query(database_url, "UPDATE task SET in_process = NULL WHERE name = 'older'")
     rows = query(
         database_url,
-        "SELECT task_name, in_process FROM sd_claim_launch_v6(1, 10, 'o', '5s', '1s', 'x', NULL)",
+        "SELECT task_name, in_process "
+        "FROM sd_claim_launch_v6(1, 10, 'o', '5s', '1s', 'x', '{}', NULL)",
     )
     assert sorted((r["task_name"], r["in_process"]) for r in rows) == [
         ("inproc", True),

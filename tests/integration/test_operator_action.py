@@ -62,10 +62,10 @@ def test_an_action_whose_record_is_refused_is_rolled_back_with_one_line(cli, db)
     assert cli("tasks", "trigger", "t").code == 0  # the occurrence to cancel below
     # Not occurrence 1: when a minute passes between `add p` and `pause p` (a loaded machine),
     # the pause records p's due firing as skipped first, and that one is 1.
-    (triggered,) = db.execute(
+    triggered = db.execute(
         "SELECT o.id FROM occurrence o JOIN task t ON t.id = o.task_id "
         "WHERE t.name = 't' AND o.trigger = 'manual'"
-    ).fetchone().values()
+    ).fetchone()["id"]
     _refuse_every_record(db)
     before = _written(db)
     window = ("--from", "2026-01-01T00:00", "--to", "2026-01-01T00:02")
