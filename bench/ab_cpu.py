@@ -269,6 +269,7 @@ def _wal(fleet: Fleet, jobs: int) -> dict[str, float]:
     after = _wal_reading(fleet.cluster)
     kinds = waldump(fleet.cluster, fleet.wal0.lsn, after.lsn)
     fpi_bytes = sum(v[2] for v in kinds.values())
+    print(f"  {fleet.name} WAL by record kind, per job: {fleet_cost.top_kinds(kinds, jobs)}")
     return fleet_cost.wal_per_job(fleet.wal0, after, fpi_bytes, jobs)
 
 

@@ -84,6 +84,16 @@ def wal_per_job(
     }
 
 
+def top_kinds(kinds: dict[str, tuple[int, int, int]], jobs: int, count: int = 8) -> str:
+    """The WAL record kinds that wrote the most bytes (record and full-page image bytes, from
+    pg_waldump --stats=record), per job: `Heap/UPDATE 3.0 (590 B)`, largest first."""
+    ranked = sorted(kinds.items(), key=lambda item: -(item[1][1] + item[1][2]))[:count]
+    return ", ".join(
+        f"{kind} {n / jobs:.1f} ({(size + images) / jobs:,.0f} B)"
+        for kind, (n, size, images) in ranked
+    )
+
+
 def medians(sittings: list[dict[str, float]]) -> dict[str, float]:
     """Each figure's median over the sittings that have it."""
     keys = {key for sitting in sittings for key in sitting}

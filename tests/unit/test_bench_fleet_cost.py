@@ -57,3 +57,14 @@ def test_quiet_warning_only_at_a_load_average_of_one_or_more() -> None:
 def test_medians_are_per_figure_over_the_sittings_that_have_it() -> None:
     sittings = [{"A wal_B": 900.0, "A jobs/s": 10.0}, {"A wal_B": 1100.0}, {"A wal_B": 1000.0}]
     assert fleet_cost.medians(sittings) == {"A jobs/s": 10.0, "A wal_B": 1000.0}
+
+
+def test_top_kinds_rank_by_record_and_image_bytes_per_job() -> None:
+    kinds = {
+        "Heap/INSERT": (2000, 300_000, 0),
+        "Btree/INSERT_LEAF": (9000, 500_000, 100_000),
+        "Transaction/COMMIT": (500, 20_000, 0),
+    }
+    assert fleet_cost.top_kinds(kinds, 1000, count=2) == (
+        "Btree/INSERT_LEAF 9.0 (600 B), Heap/INSERT 2.0 (300 B)"
+    )
