@@ -32,13 +32,13 @@ ROOT = Path(__file__).resolve().parent.parent
 TARGET = "bench.noop_job:noop"
 
 
-def database(name: str, tree: str | None = None) -> str:
-    """A fresh database at the schema head of `tree` (a checkout: its own `migrate`, so an older
-    build's fleet runs on the schema it knows), or of this checkout."""
-    with psycopg.connect(SERVER, autocommit=True) as conn:
+def database(name: str, tree: str | None = None, server: str = SERVER) -> str:
+    """A fresh database on `server` at the schema head of `tree` (a checkout: its own `migrate`,
+    so an older build's fleet runs on the schema it knows), or of this checkout."""
+    with psycopg.connect(server, autocommit=True) as conn:
         conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
         conn.execute(f"CREATE DATABASE {name}")
-    url = urlunsplit(urlsplit(SERVER)._replace(path="/" + name))
+    url = urlunsplit(urlsplit(server)._replace(path="/" + name))
     if tree is None:
         migration.upgrade(url)
     else:
@@ -50,7 +50,9 @@ def database(name: str, tree: str | None = None) -> str:
     return url
 
 
-def seed(url: str, count: int, name: str = "bench") -> None:
+def seed(url: str, count: int, name: str = "bench", *, in_process: bool = False) -> None:
+    """`count` queued manual occurrences of one `allow` python task running TARGET, in a worker
+    process or `in_process` (on a daemon thread: ADR 0009)."""
     with psycopg.connect(url) as conn:
         (task,) = conn.execute(
             "INSERT INTO task (name, schedule_kind, every, anchor_at, executor, payload, overlap, "
@@ -59,6 +61,8 @@ def seed(url: str, count: int, name: str = "bench") -> None:
             "RETURNING id",
             (name, TARGET),
         ).fetchone()
+        if in_process:  # a separate statement: a tree older than the column seeds as before
+            conn.execute("UPDATE task SET in_process = true WHERE id = %s", (task,))
         conn.execute(
             "INSERT INTO occurrence (task_id, occurrence_seq, scheduled_for, trigger, overlap, "
             "status, not_before) SELECT %s, g, now(), 'manual', 'allow', 'queued', now() "

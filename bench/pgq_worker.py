@@ -28,3 +28,7 @@ def main(args: list[str]) -> None:
     cap = int(args[2]) if len(args) > 2 else None
     asyncio.run(serve(url, batch_size, cap))
     sys.exit(0)
+
+
+if __name__ == "__main__":  # python -m bench.pgq_worker URL [BATCH [CAP]]
+    main(sys.argv[1:])

@@ -121,12 +121,21 @@ def owner(cmd: list[str]) -> list[str]:
     return ["runuser", "-u", "postgres", "--", *cmd] if os.geteuid() == 0 else cmd
 
 
+# The model's server: no checkpoint but ours, no autovacuum, commits not waiting for the disk.
+SETTINGS = (
+    "-c shared_buffers=1GB -c max_wal_size=100GB -c min_wal_size=2GB "
+    "-c checkpoint_timeout=1d -c autovacuum=off -c synchronous_commit=off "
+    "-c max_locks_per_transaction=1024"
+)
+
+
 class Cluster:
     """A private PostgreSQL cluster: its data directory, port and processes."""
 
-    def __init__(self, datadir: Path, port: int) -> None:
+    def __init__(self, datadir: Path, port: int, settings: str = SETTINGS) -> None:
         self.datadir = datadir
         self.port = port
+        self.settings = settings
 
     def start(self) -> None:
         if not (self.datadir / "PG_VERSION").exists():
@@ -134,12 +143,8 @@ class Cluster:
             if os.geteuid() == 0:
                 shutil.chown(self.datadir, "postgres", "postgres")
             run(owner([tool("initdb"), "-D", str(self.datadir), "-U", "postgres", "-A", "trust"]))
-        opts = (
-            f"-p {self.port} -c listen_addresses='' -c unix_socket_directories={TMP} "
-            "-c shared_buffers=1GB -c max_wal_size=100GB -c min_wal_size=2GB "
-            "-c checkpoint_timeout=1d -c autovacuum=off -c synchronous_commit=off "
-            "-c max_locks_per_transaction=1024"
-        )
+        opts = f"-p {self.port} -c listen_addresses='' -c unix_socket_directories={TMP} "
+        opts += self.settings
         if not (self.datadir / "postmaster.pid").exists():
             log = str(self.datadir / "server.log")
             run(
