@@ -11,7 +11,7 @@ tests/integration/test_from_0037.py holds the two schemas equal.
 
 from collections.abc import Iterator
 
-from scheduler_daemon.storage import functions, presquash
+from scheduler_daemon.storage import functions, presquash, shape
 
 # What only builds before the squash called: the claims v1-v5, the successes v1-v3, and the
 # trigger that cleared a pending `--until` when such a build paused or resumed a task (0035).
@@ -131,6 +131,9 @@ CREATE TRIGGER operator_action_session_user_on_insert BEFORE INSERT ON operator_
 # locks it holds until COMMIT block only the CLI and the console for the while.
 LOCK_TIMEOUT = "SET LOCAL lock_timeout = '5s';\n\nSET LOCAL statement_timeout = '15min';"
 
+# The compatibility record with the shape of the schema made, as the baseline ends (issue 47).
+RECORD = shape.baseline_record("0038") + ";"
+
 VERSION = "UPDATE scheduler_daemon_alembic_version SET version_num = '0038';"
 
 
@@ -149,6 +152,7 @@ def statements() -> Iterator[str]:
     yield ACTION_SESSION_ROLE_TRIGGER
     # The secret columns as the reader sees them (ADR 0031): the baseline's views, written once.
     yield from presquash.baseline_module().VIEWS
+    yield RECORD
     yield VERSION
 
 

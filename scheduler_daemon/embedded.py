@@ -240,6 +240,13 @@ def acquire(path: Path | None = None) -> str:
     return url
 
 
+def in_use() -> list[Path]:
+    """The data directories of the embedded servers this process uses (acquired, not released):
+    what an error about its database names."""
+    with _guard:
+        return [target for target, held in _state.held.items() if held.pid == os.getpid()]
+
+
 def release(path: Path | None = None) -> None:
     """Unregister this process; stop the server if no live user remains. Safe to call twice.
 

@@ -40,3 +40,60 @@ LEFT JOIN pg_proc p
 -- Held by `migrate` while it compares the functions with their files and re-creates those that
 -- differ (storage/functions.py): a second `migrate` at once waits, then finds them recorded.
 SELECT pg_advisory_xact_lock(%(key)s)
+
+-- name: schema_shape :scalar
+-- The shape of the schema (ADR 0027, "as built"): sha256 of one line per table, column (type,
+-- NOT NULL, default, identity), constraint, index, trigger and view (its columns and what it
+-- reads) of the current schema, sorted bytewise (COLLATE "C": the same in every database). Not
+-- the functions, which `migrate` keeps equal to their files by checksum (ADR 0028), nor the
+-- grants, which `db roles` applies again. Views by their columns and dependencies, not their
+-- text: PostgreSQL 16 prints a view's text otherwise than 15, so the same schema would differ.
+-- Index and trigger definitions name their table with its schema, which is left out.
+WITH rel AS (
+    SELECT c.oid, c.relname, c.relkind, ' ON ' || quote_ident(n.nspname) || '.' AS qualified
+    FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+    WHERE n.nspname = current_schema()
+      AND c.relkind::text = ANY (ARRAY['r', 'p', 'v'])  -- tables, partitioned ones, views
+      AND c.relname <> 'scheduler_daemon_alembic_version'
+), line AS (
+    SELECT CASE r.relkind WHEN 'v' THEN 'view ' ELSE 'table ' END || r.relname AS text
+    FROM rel r
+    UNION ALL
+    SELECT 'column ' || r.relname || '.' || a.attname || ' '
+        || format_type(a.atttypid, a.atttypmod)
+        || CASE WHEN a.attnotnull THEN ' not null' ELSE '' END
+        || coalesce(' default ' || pg_get_expr(d.adbin, d.adrelid), '')
+        || CASE a.attidentity WHEN 'a' THEN ' identity always'
+                              WHEN 'd' THEN ' identity by default' ELSE '' END
+        || CASE WHEN a.attgenerated <> '' THEN ' generated' ELSE '' END
+    FROM rel r
+    JOIN pg_attribute a ON a.attrelid = r.oid AND a.attnum > 0 AND NOT a.attisdropped
+    LEFT JOIN pg_attrdef d ON d.adrelid = r.oid AND d.adnum = a.attnum
+    UNION ALL
+    SELECT 'constraint ' || r.relname || '.' || k.conname || ' ' || pg_get_constraintdef(k.oid)
+    FROM rel r JOIN pg_constraint k ON k.conrelid = r.oid
+    WHERE k.contype <> 'n'
+    UNION ALL
+    SELECT 'index ' || r.relname || '.' || ic.relname || ' '
+        || replace(pg_get_indexdef(i.indexrelid), r.qualified, ' ON ')
+    FROM rel r JOIN pg_index i ON i.indrelid = r.oid JOIN pg_class ic ON ic.oid = i.indexrelid
+    UNION ALL
+    SELECT 'trigger ' || r.relname || '.' || t.tgname || ' '
+        || replace(pg_get_triggerdef(t.oid), r.qualified, ' ON ')
+    FROM rel r JOIN pg_trigger t ON t.tgrelid = r.oid
+    WHERE NOT t.tgisinternal
+    UNION ALL
+    SELECT DISTINCT 'view ' || r.relname || ' reads '
+        || CASE WHEN dep.refclassid = 'pg_proc'::regclass THEN dep.refobjid::regprocedure::text
+                ELSE dep.refobjid::regclass::text || '.' || ra.attname END
+    FROM rel r
+    JOIN pg_rewrite w ON w.ev_class = r.oid
+    JOIN pg_depend dep ON dep.classid = 'pg_rewrite'::regclass AND dep.objid = w.oid
+        AND dep.refobjid <> r.oid
+    LEFT JOIN pg_attribute ra ON dep.refclassid = 'pg_class'::regclass
+        AND ra.attrelid = dep.refobjid AND ra.attnum = dep.refobjsubid
+    WHERE r.relkind = 'v'
+)
+SELECT encode(sha256(convert_to(string_agg(text, E'\n' ORDER BY text COLLATE "C"), 'UTF8')),
+              'hex')
+FROM line

@@ -14,7 +14,10 @@ In order: the tables with their constraints (columns in the order the squashed c
 them, so both paths' snapshots are equal), their indexes, the live functions from
 `sql/functions/*.sql` with their checksum comments (storage/functions.py: the first `migrate`
 re-creates nothing; after the tables, since `sd_occurrence_key_v1` is LANGUAGE sql and read
-when created), the triggers, the views of the secret columns (ADR 0031), and the seed rows. Grants are `scheduler-daemon db roles`'s.
+when created), the triggers, the views of the secret columns (ADR 0031), the seed rows, and
+the compatibility record with the shape the server takes of the schema (storage/shape.py, issue
+47: a database made at 0038 by an earlier build records another, and this build refuses it).
+Grants are `scheduler-daemon db roles`'s.
 
 What the squashed chain's readers need to know of its history lives in docs/schema.md:
 `task_event.either_days` NULL (written before 0026), `run.build_revision` NULL (before 0004),
@@ -23,7 +26,7 @@ What the squashed chain's readers need to know of its history lives in docs/sche
 
 from alembic import op
 
-from scheduler_daemon.storage import functions
+from scheduler_daemon.storage import functions, shape
 
 revision = "0038"
 down_revision = None
@@ -561,6 +564,7 @@ def upgrade() -> None:
         op.execute(each.create_and_record)
     for statement in TRIGGERS + VIEWS + SEEDS:
         op.execute(statement)
+    op.execute(shape.baseline_record(revision))
 
 
 def downgrade() -> None:

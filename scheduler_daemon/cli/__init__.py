@@ -28,6 +28,7 @@ from scheduler_daemon.cli.base import (
     EXIT_BAD_INPUT,
     EXIT_CONTRACT_BLOCKED,
     EXIT_SCHEMA_BEHIND,
+    EXIT_SCHEMA_SHAPE,
     EXIT_SCHEMA_TOO_NEW,
     EXIT_UNAVAILABLE,
     cli,
@@ -46,10 +47,25 @@ from scheduler_daemon.storage.error import (
     DatabaseUnavailable,
     NotFound,
     SchemaBehind,
+    SchemaShapeDiffers,
     SchemaTooNew,
 )
 
 __all__ = ["cli", "main"]
+
+
+def _naming_the_embedded_directory(message: str) -> str:
+    """On the embedded server (the quick start's), how to recreate the database names its data
+    directory; nothing else."""
+    from scheduler_daemon import embedded
+    from scheduler_daemon.domain.schema_compat import RECREATE_HOW
+
+    used = embedded.in_use()
+    if len(used) != 1:
+        return message
+    return message.replace(
+        RECREATE_HOW, f"the embedded server's: `scheduler-daemon db stop`, then delete {used[0]}"
+    )
 
 
 def _fail(code: int, message: str) -> NoReturn:
@@ -88,6 +104,8 @@ def main(argv: list[str] | None = None) -> None:
         _fail(EXIT_SCHEMA_BEHIND, str(exc))
     except SchemaTooNew as exc:
         _fail(EXIT_SCHEMA_TOO_NEW, str(exc))
+    except SchemaShapeDiffers as exc:
+        _fail(EXIT_SCHEMA_SHAPE, _naming_the_embedded_directory(str(exc)))
     except ContractBlocked as exc:
         _fail(EXIT_CONTRACT_BLOCKED, str(exc))
     except (DatabaseUnavailable, EmbeddedUnavailable) as exc:

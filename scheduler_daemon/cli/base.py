@@ -38,6 +38,10 @@ EXIT_RUN_NOT_SUCCESSFUL = 10
 """`runs logs -f`: the followed run ended other than `success`."""
 EXIT_CONSOLE_UNAVAILABLE = 11
 """`console`: the `console` extra is not installed, or the address cannot be listened on."""
+EXIT_SCHEMA_SHAPE = 12
+"""The schema is at a revision this build knows, but of another shape (ADR 0027, "as built"):
+made by another unreleased build, or changed by hand. Not 4 (`migrate` cannot help, and a
+supervisor restarting on 4 would loop), nor 5 (a newer build does not help either)."""
 
 
 class Duration(click.ParamType):

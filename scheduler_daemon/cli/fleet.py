@@ -14,6 +14,7 @@ from scheduler_daemon.cli.base import (
     DURATION_OR_ZERO,
     EXIT_CONTRACT_BLOCKED,
     EXIT_SCHEMA_BEHIND,
+    EXIT_SCHEMA_SHAPE,
     EXIT_SCHEMA_TOO_NEW,
     cli,
     client_for,
@@ -43,7 +44,7 @@ from scheduler_daemon.settings import (
     is_flag=True,
     help=f"Change nothing; exit 0 when this build works with the schema as it is, "
     f"{EXIT_SCHEMA_BEHIND} when it needs `migrate`, {EXIT_SCHEMA_TOO_NEW} when the schema is "
-    "too new for it.",
+    f"too new for it, {EXIT_SCHEMA_SHAPE} when it is not the shape this build knows there.",
 )
 @click.option(
     "--contract",

@@ -4,14 +4,16 @@ A build knows its own chain of migration steps, oldest first. Each step is `base
 before the contract existed: builds before it cannot work with it), `expand` (additive: builds
 that predate it keep working) or `contract` (destructive: only builds that know it may write
 after it). The database records, besides the applied revision, the oldest build head allowed to
-write (`oldest_build`) and the contract steps still pending.
+write (`oldest_build`), the contract steps still pending, and the shape of the schema it left
+(a digest of its tables, columns, constraints, indexes, triggers and views: ADR 0027, "as
+built"), which a build compares with the shape it knows for that revision.
 """
 
 from dataclasses import dataclass
 from typing import Literal
 
 Phase = Literal["baseline", "expand", "contract"]
-Kind = Literal["ok", "behind", "too_new"]
+Kind = Literal["ok", "behind", "too_new", "shape"]
 
 PRESQUASH_HEAD = "0037"
 """The last revision before the squash (issue 45): 0001-0037 became the baseline 0038."""
@@ -37,6 +39,7 @@ class Record:
     revision: str
     oldest_build: str
     contract_pending: tuple[str, ...] = ()
+    shape: str | None = None  # None: recorded by a build from before the shape (issue 47)
 
 
 @dataclass(frozen=True)
@@ -47,6 +50,44 @@ class Verdict:
     @property
     def ok(self) -> bool:
         return self.kind == "ok"
+
+
+def short(digest: str | None) -> str:
+    """A shape digest as messages show it: its first 12 hex digits."""
+    return digest[:12] if digest else "none recorded"
+
+
+RECREATE_HOW = (
+    "drop and create the database; the embedded one: `scheduler-daemon db stop`, then delete its "
+    "data directory"
+)
+"""How to recreate a database; the CLI names the directory when it used the embedded server."""
+RECREATE = f"recreate it ({RECREATE_HOW}) or use the build that made it"
+
+
+def judge_shape(
+    revision: str, expected: str, recorded: str | None, live: str | None = None
+) -> Verdict | None:
+    """Whether a schema at `revision`, whose shape this build knows (`expected`), is that shape:
+    None when it is, else why not. `recorded` is what `migrate` recorded (None: nothing, as
+    before issue 47), `live` the digest taken now (None: not taken). A database at a revision
+    this build knows but of another shape was made by an unreleased build whose schema step at
+    that revision differed (until 1.0.0 the baseline is edited in place), or changed by hand."""
+    if recorded != expected:
+        return Verdict(
+            "shape",
+            f"the database at {revision} was made by an unreleased build with another schema "
+            f"(shape {short(recorded)}, this build's {short(expected)}): {RECREATE}",
+        )
+    if live is not None and live != expected:
+        return Verdict(
+            "shape",
+            f"the database at {revision} records this build's schema (shape {short(expected)}) "
+            f"but has another (shape {short(live)}): a table, column, constraint, index, "
+            "trigger or view was changed since `migrate` made it; restore it as "
+            "`scheduler-daemon migrate --sql` creates it, or recreate the database",
+        )
+    return None
 
 
 @dataclass(frozen=True)

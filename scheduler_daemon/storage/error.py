@@ -58,6 +58,13 @@ class SchemaTooNew(SchemaMismatch):
     """The schema is past what this build can work with: upgrade the build (exit code 5)."""
 
 
+class SchemaShapeDiffers(SchemaMismatch):
+    """The schema is at a revision this build knows, but not of the shape this build knows for
+    it (ADR 0027, "as built"): made by another unreleased build, or changed by hand. Neither
+    `migrate` nor another start helps: recreate the database, or use the build that made it
+    (exit code 12)."""
+
+
 class ContractBlocked(StorageError):
     """`migrate --contract` found registered instances of a build it would break (exit code 6)."""
 

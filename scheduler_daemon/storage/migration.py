@@ -14,7 +14,14 @@ import psycopg
 from psycopg.types.json import Jsonb
 
 from scheduler_daemon.domain.instance import Instance
-from scheduler_daemon.domain.schema_compat import Build, Record, Step, Verdict, before_squash
+from scheduler_daemon.domain.schema_compat import (
+    Build,
+    Record,
+    Step,
+    Verdict,
+    before_squash,
+    judge_shape,
+)
 from scheduler_daemon.storage import functions, instance_store, presquash, query
 from scheduler_daemon.storage.database import (
     CONNECT_TIMEOUT_SECONDS,
@@ -22,8 +29,14 @@ from scheduler_daemon.storage.database import (
     connect,
     read_write,
 )
-from scheduler_daemon.storage.error import ContractBlocked, SchemaBehind, SchemaTooNew
+from scheduler_daemon.storage.error import (
+    ContractBlocked,
+    SchemaBehind,
+    SchemaShapeDiffers,
+    SchemaTooNew,
+)
 from scheduler_daemon.storage.resource import resource_dir
+from scheduler_daemon.storage.shape import SHAPES, shape_of
 from scheduler_daemon.version import __version__
 
 if TYPE_CHECKING:
@@ -145,7 +158,12 @@ def _record(conn: psycopg.Connection[Any]) -> Record | None:
     value = query.run(conn, "schema_compat_record_shown" if shown else "schema_compat_record")
     if value is None:
         return None
-    return Record(value["revision"], value["oldest_build"], tuple(value["contract_pending"]))
+    return Record(
+        value["revision"],
+        value["oldest_build"],
+        tuple(value["contract_pending"]),
+        value.get("shape"),
+    )
 
 
 @dataclass(frozen=True)
@@ -168,17 +186,31 @@ class SchemaState:
             "this_build": mine.head,
             "this_build_needs": mine.needs,
             "this_build_compatible": self.verdict.ok,
+            "shape": self.record.shape if self.record else None,
+            "this_build_shape": SHAPES.get(self.current or ""),
         }
 
 
-def state_of(conn: psycopg.Connection[Any]) -> SchemaState:
+def state_of(conn: psycopg.Connection[Any], *, live: bool = False) -> SchemaState:
+    """The schema's revision, record and this build's verdict. At a revision whose shape this
+    build knows (SHAPES), the recorded shape is compared with it, and with `live` the shape the
+    schema has now too (5 ms of catalog reads: `migrate`, a start, not every pass); another
+    shape is the verdict, whatever the revision would allow."""
     current, record = _current(conn), _record(conn)
+    expected = SHAPES.get(current or "")
+    if expected is not None and current is not None:
+        now = shape_of(conn) if live else None
+        other = judge_shape(current, expected, record.shape if record else None, now)
+        if other is not None:
+            return SchemaState(current, record, other)
     return SchemaState(current, record, build().judge(current, record))
 
 
-def state(url: str) -> SchemaState:
+def state(url: str, *, live: bool = True) -> SchemaState:
+    """`state_of` on a connection of its own, the present shape included unless `live` is
+    False (`audit`, which reads history whatever index a bug or a hand dropped)."""
     with connect(url, autocommit=True) as conn:
-        return state_of(conn)
+        return state_of(conn, live=live)
 
 
 def raise_unless_compatible(verdict: Verdict) -> None:
@@ -186,13 +218,16 @@ def raise_unless_compatible(verdict: Verdict) -> None:
         raise SchemaBehind(verdict.message)
     if verdict.kind == "too_new":
         raise SchemaTooNew(verdict.message)
+    if verdict.kind == "shape":
+        raise SchemaShapeDiffers(verdict.message)
 
 
 def check_before_write(conn: psycopg.Connection[Any]) -> None:
     """In the caller's transaction (a registration): waits for a contract in progress, then
-    raises SchemaBehind or SchemaTooNew unless this build can work with the schema."""
+    raises SchemaBehind, SchemaTooNew or SchemaShapeDiffers (the shape taken now included)
+    unless this build can work with the schema."""
     query.run(conn, "schema_compat_lock_shared", {"key": COMPAT_LOCK_KEY})
-    raise_unless_compatible(state_of(conn).verdict)
+    raise_unless_compatible(state_of(conn, live=True).verdict)
 
 
 def _write_record(url: str, revision: str | None, pending: list[str], oldest: str | None) -> None:
@@ -205,7 +240,12 @@ def _write_record(url: str, revision: str | None, pending: list[str], oldest: st
 def _set_record(
     conn: psycopg.Connection[Any], revision: str, pending: list[str], oldest: str | None
 ) -> None:
-    value = {"revision": revision, "oldest_build": oldest, "contract_pending": pending}
+    value = {
+        "revision": revision,
+        "oldest_build": oldest,
+        "contract_pending": pending,
+        "shape": shape_of(conn),  # what the steps left, judged against SHAPES by the readers
+    }
     query.run(
         conn,
         "schema_compat_record_set",
@@ -225,9 +265,14 @@ def _pending_contract(revision: str | None) -> list[str]:
     return [s.revision for s in build().after(revision) if s.phase == "contract"]
 
 
-def _refuse_a_newer_schema(url: str) -> SchemaState:
+def _refuse_what_no_step_fixes(url: str) -> SchemaState:
+    """The schema's state, unless it is too new for this build or not the shape this build
+    knows at its revision: refused before anything is written (the record, a step, a function),
+    since no step of this build can bring it back."""
     found = state(url)
-    if found.current is not None and not build().knows(found.current):
+    if found.verdict.kind == "shape" or (
+        found.current is not None and not build().knows(found.current)
+    ):
         raise_unless_compatible(found.verdict)  # too new: nothing to do here, or refuse
     return found
 
@@ -249,7 +294,7 @@ def upgrade(url: str, revision: str = "head") -> None:
     of `contract` (tests, and the embedded server's first start); records the result. A database
     from before the squash takes its path first, with the instance check (the fleet stopped)."""
     _past_the_squash(url)
-    _refuse_a_newer_schema(url)
+    _refuse_what_no_step_fixes(url)
     _command().upgrade(_config(url), revision)
     now = current_revision(url)
     _write_record(url, now, _pending_contract(now), build().oldest_build_at(now) if now else None)
@@ -285,7 +330,7 @@ def expand(url: str) -> MigrateReport:
     """`migrate`: the expand steps only, up to the first pending contract step. A schema newer
     than this build that still works with it is left alone."""
     bridged = _past_the_squash(url)
-    found = _refuse_a_newer_schema(url)
+    found = _refuse_what_no_step_fixes(url)
     before = presquash.PRESQUASH_HEAD if bridged else found.current
     if found.current is not None and not build().knows(found.current):
         pending = found.record.contract_pending if found.record else ()
@@ -334,7 +379,7 @@ def contract(url: str, target: str | None = None) -> MigrateReport:
     steps included; refused, naming them and the instances, while an instance of a build they
     would break is registered."""
     _past_the_squash(url)
-    found = _refuse_a_newer_schema(url)
+    found = _refuse_what_no_step_fixes(url)
     before = found.current
     if before is not None and not build().knows(before):
         raise SchemaTooNew(

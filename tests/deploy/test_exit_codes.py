@@ -15,6 +15,7 @@ from scheduler_daemon.cli.base import (
     EXIT_CONTRACT_BLOCKED,
     EXIT_RUN_NOT_SUCCESSFUL,
     EXIT_SCHEMA_BEHIND,
+    EXIT_SCHEMA_SHAPE,
     EXIT_SCHEMA_TOO_NEW,
     EXIT_UNAVAILABLE,
 )
@@ -46,7 +47,7 @@ MENTION = re.compile(
     r"(?<![`\"])\b(?:exit(?:s|ed)?(?: with)?(?: code| status)?|ExitStatus=)\s?(\d+)\b", re.I
 )
 SCHEMA = re.compile(r"\bschema\b", re.I)
-SCHEMA_CODES = {EXIT_SCHEMA_BEHIND, EXIT_SCHEMA_TOO_NEW, EXIT_CONTRACT_BLOCKED}
+SCHEMA_CODES = {EXIT_SCHEMA_BEHIND, EXIT_SCHEMA_TOO_NEW, EXIT_CONTRACT_BLOCKED, EXIT_SCHEMA_SHAPE}
 
 
 def _table_codes() -> dict[int, str]:
@@ -94,6 +95,7 @@ def test_the_table_is_what_the_code_exits_with() -> None:
         EXIT_IN_PROCESS_UNTRUSTED,
         EXIT_RUN_NOT_SUCCESSFUL,
         EXIT_CONSOLE_UNAVAILABLE,
+        EXIT_SCHEMA_SHAPE,
     }
     assert set(_table_codes()) == {0, 130, *codes}
     assert "migrate" in _table_codes()[EXIT_SCHEMA_BEHIND]

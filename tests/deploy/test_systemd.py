@@ -54,11 +54,12 @@ def test_the_unit_reports_readiness_and_keepalives_and_waits_for_the_database() 
 
 
 def test_the_unit_retries_a_schema_behind_but_not_one_past_this_build() -> None:
-    from scheduler_daemon.cli.base import EXIT_SCHEMA_BEHIND, EXIT_SCHEMA_TOO_NEW
+    from scheduler_daemon.cli.base import EXIT_SCHEMA_BEHIND, EXIT_SCHEMA_SHAPE, EXIT_SCHEMA_TOO_NEW
 
     prevented = _one(_directives(UNIT.read_text()), "RestartPreventExitStatus").split()
     assert str(EXIT_SCHEMA_TOO_NEW) in prevented  # only a newer build helps
     assert str(EXIT_SCHEMA_BEHIND) not in prevented  # `migrate` will come
+    assert str(EXIT_SCHEMA_SHAPE) in prevented  # only a recreated database or its own build helps
 
 
 def test_the_unit_restarts_a_daemon_whose_lease_keeper_failed() -> None:

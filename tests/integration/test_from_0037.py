@@ -27,6 +27,7 @@ import pytest
 
 from scheduler_daemon.storage import migration
 from scheduler_daemon.storage.database import make_pool
+from scheduler_daemon.storage.shape import SHAPES
 from tests.conftest import row_counts
 from tests.schema_snapshot import dump
 from tests.support import Replica, query, wait_for
@@ -125,6 +126,12 @@ def test_a_database_at_0037_reaches_the_baseline_once_the_fleet_is_stopped_and_r
 
     # Held equal: the path's schema is the fresh baseline's (the template database).
     assert dump(url) == dump(database_url)
+    # ... and so is its shape, which the path recorded in its transaction (issue 47).
+    shapes = [
+        query(each, "SELECT value->>'shape' AS s FROM fleet_setting WHERE key = 'schema_compat'")
+        for each in (url, database_url)
+    ]
+    assert shapes == [[{"s": SHAPES["0038"]}]] * 2
     with psycopg.connect(url) as conn:
         major = conn.info.server_version // 10000
     if major == 15:

@@ -1,4 +1,5 @@
-"""Migrations: upgrade → downgrade → upgrade, `migrate --check/--sql`, and the schema snapshot."""
+"""Migrations: upgrade → downgrade → upgrade, `migrate --check/--sql`, the schema snapshot, and
+the shape this build knows (storage/shape.py)."""
 
 from pathlib import Path
 
@@ -6,6 +7,7 @@ import psycopg
 import pytest
 
 from scheduler_daemon.storage import migration
+from scheduler_daemon.storage.shape import SHAPES, shape_of
 from tests.schema_snapshot import dump
 
 pytestmark = pytest.mark.smoke
@@ -60,6 +62,9 @@ def test_migrate_sql_prints_the_ddl_without_a_database(cli) -> None:
     assert "DROP FUNCTION %s" in path
     assert "task_pause_clears_until" in path
     assert path.rstrip().endswith("SET version_num = '0038';\nCOMMIT;")
+    # Both the baseline and the path record the shape the server takes (issue 47), so a schema
+    # applied from this SQL by hand is accepted too.
+    assert result.out.count("SELECT 'schema_compat', jsonb_build_object('revision', '0038'") == 2
 
 
 def test_schema_snapshot_matches_the_migrations(database_url: str) -> None:
@@ -70,3 +75,19 @@ def test_schema_snapshot_matches_the_migrations(database_url: str) -> None:
     assert dump(database_url) == SNAPSHOT.read_text(), (
         "sql/schema.sql is stale: regenerate it with python -m tests.schema_snapshot URL"
     )
+
+
+def test_the_shape_this_build_knows_is_the_shape_its_migrations_make(database_url: str) -> None:
+    """Fails when a schema edit forgets SHAPES, with the value to set (as the snapshot above)."""
+    head = migration.head_revision()
+    with psycopg.connect(database_url) as conn:
+        now = shape_of(conn)
+        recorded = conn.execute(
+            "SELECT value->>'shape' FROM fleet_setting WHERE key = 'schema_compat'"
+        ).fetchone()
+    assert SHAPES.get(head) == now, (
+        f"the schema at {head} has another shape: set SHAPES['{head}'] = '{now}' in "
+        "scheduler_daemon/storage/shape.py (until 1.0.0; from it on, a released revision's "
+        "shape is frozen and a schema change is a new step with a shape of its own)"
+    )
+    assert recorded == (now,)

@@ -1,6 +1,6 @@
 """The compatibility judgement (ADR 0039): which build works with which schema."""
 
-from scheduler_daemon.domain.schema_compat import Build, Record, Step, before_squash
+from scheduler_daemon.domain.schema_compat import Build, Record, Step, before_squash, judge_shape
 
 OLD = Build((Step("0038", "baseline"), Step("0039", "baseline")))
 NEW = Build((*OLD.steps, Step("0040", "expand"), Step("0041", "contract")))
@@ -77,3 +77,24 @@ def test_a_schema_from_before_the_squash_is_behind_and_names_the_way_to_the_base
     older = NEW.judge("0019", None)
     assert older.kind == "behind"
     assert older.message.endswith("after reaching 0037")
+
+
+def test_a_schema_of_another_shape_than_recorded_or_known_is_judged_by_its_shape() -> None:
+    # issue 47: a database at 0038 made by an earlier build records no shape, or another one.
+    mine = "a" * 64
+    assert judge_shape("0038", mine, mine) is None
+    assert judge_shape("0038", mine, mine, live=mine) is None
+    for recorded, shown in ((None, "none recorded"), ("b" * 64, "bbbbbbbbbbbb")):
+        verdict = judge_shape("0038", mine, recorded, live=mine)
+        assert verdict is not None
+        assert (verdict.kind, verdict.ok) == ("shape", False)
+        assert verdict.message.startswith(
+            f"the database at 0038 was made by an unreleased build with another schema (shape "
+            f"{shown}, this build's aaaaaaaaaaaa): recreate it"
+        )
+    by_hand = judge_shape("0038", mine, mine, live="c" * 64)
+    assert by_hand is not None
+    assert by_hand.kind == "shape"
+    assert "records this build's schema (shape aaaaaaaaaaaa) but has another (shape " in (
+        by_hand.message
+    )
