@@ -148,11 +148,14 @@ def _current(conn: psycopg.Connection[Any]) -> str | None:
     return None if row is None else row["version_num"]
 
 
-def _record(conn: psycopg.Connection[Any]) -> Record | None:
+def _record(conn: psycopg.Connection[Any], *, required: bool = False) -> Record | None:
+    """The compatibility record; None where the schema has none. With `required` (a revision
+    whose schema always holds fleet_setting), a missing table is a broken object, raised as the
+    database error it is (a failed pass), never read as "no record"."""
     found = conn.execute(
         "SELECT to_regclass('fleet_setting') AS t, to_regclass('fleet_setting_shown') AS v"
     ).fetchone()
-    if found is None or found["t"] is None:
+    if found is None or (found["t"] is None and not required):
         return None
     shown = found["v"] is not None  # the reader may not select fleet_setting.value (ADR 0031)
     value = query.run(conn, "schema_compat_record_shown" if shown else "schema_compat_record")
@@ -196,8 +199,9 @@ def state_of(conn: psycopg.Connection[Any], *, live: bool = False) -> SchemaStat
     build knows (SHAPES), the recorded shape is compared with it, and with `live` the shape the
     schema has now too (5 ms of catalog reads: `migrate`, a start, not every pass); another
     shape is the verdict, whatever the revision would allow."""
-    current, record = _current(conn), _record(conn)
+    current = _current(conn)
     expected = SHAPES.get(current or "")
+    record = _record(conn, required=expected is not None)
     if expected is not None and current is not None:
         now = shape_of(conn) if live else None
         other = judge_shape(current, expected, record.shape if record else None, now)
