@@ -3,12 +3,15 @@
 The log's order is the order its lines were written, across processes. The fault driver adds
 `mark` lines: a daemon `frozen` (written before its SIGSTOP), `thawed` (before its SIGCONT) and
 `dead` (after its exit was seen). A job that found one of its locks taken names the holder's run
-and pid: if that pid was not frozen then, two jobs really ran at once (an overlap: of one
-occurrence's attempts, of a `forbid` task's runs, of a key's jobs). A holder frozen then did
-nothing while frozen; if it writes again after its thaw beside the job that found its lock taken,
-that is the "little work" a frozen daemon's job may do before its exit 9 (docs/guarantees.md, In-
-process jobs), counted apart. Besides: an idempotency key belongs to one occurrence, an occurrence
-has one key, and each new attempt of an occurrence carries a higher lease token.
+and pid: if that pid was not frozen since the holder's job began, two jobs really ran at once (an
+overlap: of one occurrence's attempts, of a `forbid` task's runs, of a key's jobs). A holder
+frozen meanwhile did nothing while frozen, and its run was taken over while it was; if its job
+still holds the lock after the thaw (the `thawed` mark is written before the SIGCONT, and the
+thawed job needs a moment to return or its daemon to exit 9), or writes again beside the job that
+found its lock taken, that is the "little work" a frozen daemon's job may do before its exit 9
+(docs/guarantees.md, In-process jobs), counted apart. Besides: an idempotency key belongs to one
+occurrence, an occurrence has one key, and each new attempt of an occurrence carries a higher
+lease token.
 """
 
 import itertools
@@ -32,6 +35,8 @@ class Verdict:
 
     def _judge(self) -> None:
         frozen: set[int] = set()
+        freezes: Counter[int] = Counter()  # pid -> `frozen` marks so far
+        froze_at_start: dict[int, int] = {}  # run -> its pid's freezes when it began
         keys: dict[str, set[int]] = defaultdict(set)  # idempotency key -> occurrences
         tokens: dict[int, list[int]] = defaultdict(list)  # occurrence -> tokens, in log order
         occ_keys: dict[int, set[str]] = defaultdict(set)
@@ -39,6 +44,7 @@ class Verdict:
             if line["e"] == "mark":
                 if line["what"] == "frozen":
                     frozen.add(line["pid"])
+                    freezes[line["pid"]] += 1
                 elif line["what"] == "thawed":
                     frozen.discard(line["pid"])
                 continue
@@ -46,13 +52,21 @@ class Verdict:
                 self.ends[line["run"]] = line
                 continue
             self.starts[line["run"]] = line
+            froze_at_start[line["run"]] = freezes[line["pid"]]
             keys[line["key"]].add(line["occ"])
             occ_keys[line["occ"]].add(line["key"])
             tokens[line["occ"]].append(line["token"])
             for taken in line["taken"]:
                 holder = taken["holder"]
                 held_by = int(holder[1]) if len(holder) == 2 and holder[1].isdigit() else None
-                if held_by in frozen:
+                held_run = int(holder[0]) if held_by is not None and holder[0].isdigit() else None
+                # Frozen now, or frozen since the holder's job began (and thawed a moment ago).
+                frozen_over = (
+                    held_run in froze_at_start
+                    and held_by is not None
+                    and freezes[held_by] > froze_at_start[held_run]
+                )
+                if held_by in frozen or frozen_over:
                     self.beside_frozen.add((int(holder[0]), line["run"]))
                 else:
                     self.overlaps.append(

@@ -55,6 +55,38 @@ def test_a_lock_held_by_a_frozen_daemons_job_is_counted_apart_with_its_work_afte
     assert verdict.problems == []
 
 
+def test_a_lock_found_just_after_its_holders_thaw_is_counted_apart(tmp_path: Path) -> None:
+    """The `thawed` mark is written before the SIGCONT, and the thawed job needs a moment to
+    return (or its daemon to exit 9): a job of the key that starts in that moment finds the lock
+    still held by a pid no longer marked frozen. Its holder was frozen through its takeover, so
+    this is the little work after a thaw, not an overlap (a soak failed on it: seed 7960)."""
+    held = [{"lock": "key-ip0", "holder": ["1", "100"]}]
+    verdict = _verdict(
+        tmp_path,
+        _start(1, 10, 100),
+        {"e": "mark", "what": "frozen", "pid": 100},
+        {"e": "mark", "what": "thawed", "pid": 100},
+        _start(2, 11, 200, taken=held),
+        {"e": "end", "run": 1, "pid": 100, "how": "returned"},
+    )
+    assert verdict.overlaps == []
+    assert verdict.beside_frozen == {(1, 2)}
+    assert verdict.residue() == [(1, 2)]
+
+
+def test_a_freeze_before_the_holder_began_excuses_nothing(tmp_path: Path) -> None:
+    held = [{"lock": "key-ip0", "holder": ["1", "100"]}]
+    verdict = _verdict(
+        tmp_path,
+        {"e": "mark", "what": "frozen", "pid": 100},
+        {"e": "mark", "what": "thawed", "pid": 100},
+        _start(1, 10, 100),
+        _start(2, 11, 200, taken=held),
+    )
+    assert len(verdict.overlaps) == 1
+    assert verdict.beside_frozen == set()
+
+
 def test_a_key_of_two_occurrences_and_a_token_that_does_not_rise_are_problems(
     tmp_path: Path,
 ) -> None:
