@@ -282,11 +282,11 @@ SELECT least((SELECT min(next_run_at) FROM task
                   AND next_run_at <= coalesce(%(now)s::timestamptz, now())
                 ORDER BY next_run_at, id LIMIT %(limit)s) AS locked,
        EXISTS (SELECT 1 FROM occurrence
-               WHERE status = 'queued' AND needs_build IS NOT NULL
+               WHERE finished_at IS NULL AND status = 'queued' AND needs_build IS NOT NULL
                  AND needs_build = ANY(%(known)s::text[])
                  AND not_before <= coalesce(%(now)s::timestamptz, now()))
        OR EXISTS (SELECT 1 FROM occurrence
-                  WHERE status = 'queued' AND needs_build IS NULL
+                  WHERE finished_at IS NULL AND status = 'queued' AND needs_build IS NULL
                     AND not_before <= coalesce(%(now)s::timestamptz, now())) AS queue_due
 
 -- name: task_unfinished_one_shots :many
@@ -295,7 +295,7 @@ SELECT least((SELECT min(next_run_at) FROM task
 SELECT t.id FROM task t
 WHERE t.schedule_kind = 'once' AND t.status = 'running' AND t.deleted_at IS NULL
   AND {{known_to_this_build}}
-  AND NOT EXISTS (SELECT 1 FROM occurrence o WHERE o.task_id = t.id
+  AND NOT EXISTS (SELECT 1 FROM occurrence o WHERE o.task_id = t.id AND o.finished_at IS NULL
                   AND o.status IN {{active_statuses}} AND o.trigger <> 'manual')
   AND t.id > %(after)s
 ORDER BY t.id
@@ -411,7 +411,7 @@ WHERE t.deleted_at IS NULL
 -- name: task_metrics_sample :many
 -- The per-task gauges, a row per label value: the finish of the newest successful occurrence
 -- (one backward probe of occurrence_task_success_idx), the newest scheduled firing
--- (occurrence_task_scheduled_for_key; a kept task's only), the next one, the executing
+-- (occurrence_task_scheduled_for_idx; a kept task's only), the next one, the executing
 -- occurrences, and the failed outcomes (failed, timeout, interrupted) since the last success,
 -- counted up to `failures_cap` (one range of occurrence_task_failure_idx, stopped there): each
 -- task's reads are bounded whatever the length of its history (revision 0037, ADR 0026).
@@ -436,7 +436,7 @@ figures AS (
     ) fired ON true
     CROSS JOIN LATERAL (
         SELECT count(*) AS n FROM occurrence o
-        WHERE o.task_id = l.id AND o.status IN ('launching', 'running')
+        WHERE o.task_id = l.id AND o.finished_at IS NULL AND o.status IN ('launching', 'running')
     ) executing
     CROSS JOIN LATERAL (
         SELECT count(*) AS n FROM (

@@ -31,6 +31,10 @@ SUCCEED = {
 }
 
 
+# An occurrence found by its id on the default partition (issue 47: no primary key).
+BY_ID = r"Index Scan using occurrence_(id_key|active_id_idx) on occurrence_active o"
+
+
 def _statement(name: str) -> str:
     """The last statement of a named query (the one its cardinality speaks of)."""
     return queries.QUERIES[name].sql.rsplit(";\n", 1)[-1]
@@ -137,11 +141,19 @@ def _plan(url: str, name: str, params: dict[str, Any]) -> str:
             ("task_running_one_shot_idx",),
         ),
         # The batched hot path reaches each row of its batch through the primary key.
-        ("occurrence_lock_many", {"ids": [1, 2]}, ("occurrence_pkey",)),
+        (
+            "occurrence_lock_many",
+            {"ids": [1, 2]},
+            ("occurrence_id_key", "occurrence_active_id_idx"),
+        ),
         (
             "occurrence_finish_many",
             {**BATCH, "statuses": ["success"] * 2, "errors": [None] * 2, "reasons": [None] * 2},
-            ("occurrence_pkey", "occurrence_executing_idx"),  # the running rows only
+            (
+                "occurrence_id_key",
+                "occurrence_active_id_idx",
+                "occurrence_executing_idx",
+            ),  # the running rows only
         ),
         (
             "run_finish_many",
@@ -153,7 +165,7 @@ def _plan(url: str, name: str, params: dict[str, Any]) -> str:
                 "output_tails": [None] * 2,
                 "errors": [None] * 2,
             },
-            ("run_pkey",),
+            ("run_id_key", "run_active_id_idx"),
         ),
         ("task_lock_many", {"ids": [1, 2]}, ("task_pkey",)),
         # Every reconcile pass: the tasks with a deadline only, never the whole task table
@@ -194,7 +206,7 @@ def _plan(url: str, name: str, params: dict[str, Any]) -> str:
         (
             "run_succeed_many",
             SUCCEED,
-            ("run_pkey", "run_occurrence_running_key"),
+            ("run_id_key", "run_active_id_idx", "run_occurrence_running_key"),
         ),
         (
             "task_record_outcome_many",
@@ -266,7 +278,7 @@ def test_the_claim_walks_the_queue_index_when_the_statistics_are_stale(database_
     assert "Bitmap" not in plan, plan
     # The budget's count reads only the executing rows; the launch finds each claimed row by id.
     assert "occurrence_executing_idx" in plan, plan
-    assert "Index Scan using occurrence_pkey on occurrence o" in plan, plan
+    assert re.search(BY_ID, plan), plan
 
 
 @pytest.mark.parametrize(
@@ -287,7 +299,7 @@ def test_the_functions_plans_made_on_empty_tables_stay_on_the_indexes_as_the_tab
     # it (bench/run.py section a: the server's time per job went from 0.40 to 0.69 ms). This
     # plans on empty tables, grows them with autovacuum off (no ANALYZE replans), and asserts
     # the plans the second call uses read no table whole.
-    for table in ("task", "occurrence", "run"):
+    for table in ("task", "occurrence_active", "run_active"):  # a partitioned table has none
         query(database_url, f"ALTER TABLE {table} SET (autovacuum_enabled = false)")
 
     def grow() -> None:  # the seeded tables, without their ANALYZE
@@ -323,7 +335,7 @@ def _young_fleet(database_url: str) -> str:
     """One task with 3,000 running occurrences and no runs yet, autovacuum off (no ANALYZE
     replans behind the test's back); returns the statement that adds their runs, with a `{}`
     for the condition on the occurrence id."""
-    for table in ("task", "occurrence", "run"):
+    for table in ("task", "occurrence_active", "run_active"):  # a partitioned table has none
         query(database_url, f"ALTER TABLE {table} SET (autovacuum_enabled = false)")
     query(
         database_url,
@@ -367,7 +379,11 @@ def test_the_batched_success_looks_each_run_up_by_key_after_planning_on_a_young_
 
     plans = nested_plans(database_url, _statement("run_succeed_many"), _BATCH_OF_TEN, between=grow)
     lines = plans.splitlines()
-    scans = [i for i, line in enumerate(lines) if re.search(r"Scan .*on (run|occurrence)\b", line)]
+    scans = [
+        i
+        for i, line in enumerate(lines)
+        if re.search(r"Scan .*on (run|occurrence)(_active)?\b", line)
+    ]
     assert len(scans) >= 6, plans  # the three locks, the lookups, the two updates' rows
     for scan in scans:
         at = scan
@@ -407,7 +423,7 @@ def test_the_claim_launches_each_row_by_key_after_an_analyze_of_a_backlog(databa
     query(database_url, "ANALYZE")
     plans = _claim_plan(database_url, CLAIM)
     _joins_by_key(plans)
-    assert "Index Scan using occurrence_pkey on occurrence o" in plans, plans
+    assert re.search(BY_ID, plans), plans
 
 
 def test_the_batched_success_finds_each_row_by_key_after_an_analyze_of_a_young_fleet(
@@ -502,3 +518,58 @@ def test_a_build_without_the_marked_revision_never_reads_a_marked_row(seeded) ->
         conn.rollback()
     assert len(claimed) == CLAIM["slots"]
     assert marks == (0,)
+
+
+RENEW = {
+    "ids": [1, 2],
+    "occurrence_ids": [1, 2],
+    "tokens": [1, 1],
+    "owner": "o",
+    "ttl": SECOND,
+    "grace": SECOND,
+    "follow_window": SECOND,
+}
+FINISH_MANY = {
+    "ids": [1, 2],
+    "tokens": [1, 1],
+    "statuses": ["failed"] * 2,
+    "errors": [None] * 2,
+    "reasons": [None] * 2,
+    "now": None,
+}
+RUN_FINISH_MANY = {
+    **BATCH,
+    "statuses": ["failed"] * 2,
+    "exit_codes": [1, 1],
+    "http_statuses": [None] * 2,
+    "output_tails": [None] * 2,
+    "errors": [None] * 2,
+}
+
+
+@pytest.mark.parametrize(
+    ("name", "params"),
+    [
+        ("occurrence_claim_launch", CLAIM),
+        ("run_succeed_many", SUCCEED),
+        ("run_renew", RENEW),
+        ("occurrence_finish_many", FINISH_MANY),
+        ("run_finish_many", RUN_FINISH_MANY),
+        ("run_takeover_candidates", {"after": 0, "limit": 10, "restart_quiet": SECOND, **KNOWN}),
+        ("occurrence_executing_count", {}),
+    ],
+)
+def test_the_hot_statements_touch_only_the_default_partitions(database_url, name, params) -> None:
+    # Issue 47: with many dated partitions, a hot statement that is not pruned to the default
+    # partition (`finished_at IS NULL`) probes every partition's indexes. Fails if one of the
+    # claim, the completions or the renewal reads or writes `occurrence`/`run` without it.
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        for table in ("occurrence", "run"):
+            for day in range(1, 4):
+                conn.execute(
+                    f"CREATE TABLE {table}_p2026010{day}0000 PARTITION OF {table} "  # type: ignore[arg-type]
+                    f"FOR VALUES FROM ('2026-01-0{day} UTC') TO ('2026-01-0{day + 1} UTC')"
+                )
+    plan = _plan(database_url, name, params)
+    assert "_p2026" not in plan, plan
+    assert "_active" in plan, plan
