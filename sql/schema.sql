@@ -328,6 +328,10 @@ BEGIN
         ORDER BY id FOR UPDATE) locked;
     PERFORM 1 FROM occurrence WHERE id = ANY(p_occurrence_ids) ORDER BY id FOR UPDATE;
     PERFORM 1 FROM run WHERE id = ANY(p_ids) ORDER BY id FOR UPDATE;
+    -- The tasks' task_latest rows, which the ends below update (task_latest_record), locked
+    -- last and in task id order: two batches ending occurrences of the same tasks in other
+    -- orders take them in one order, not in the order their rows are updated.
+    PERFORM 1 FROM task_latest WHERE task_id = ANY(p_task_ids) ORDER BY task_id FOR UPDATE;
     IF p_wake THEN
         PERFORM pg_notify(p_channel, 'finished');
     END IF;
@@ -383,6 +387,49 @@ BEGIN
             NEW.schedule_kind, NEW.cron_expr, NEW.every, NEW.run_at, NEW.anchor_at, NEW.timezone,
             NEW.dst_gap, NEW.dst_overlap,
             NOT NEW.paused AND NEW.parked_at IS NULL AND NEW.deleted_at IS NULL);
+    RETURN NULL;
+END
+$function$;
+
+CREATE OR REPLACE FUNCTION public.task_latest_record()
+ RETURNS trigger
+ LANGUAGE plpgsql
+AS $function$
+BEGIN
+    IF TG_TABLE_NAME = 'task' THEN
+        INSERT INTO task_latest (task_id) VALUES (NEW.id) ON CONFLICT (task_id) DO NOTHING;
+        RETURN NULL;
+    END IF;
+    INSERT INTO task_latest AS l (task_id, occurrence_seq, occurrence_id, scheduled_for, status,
+                                  finished_at, error, success_seq, success_finished_at,
+                                  success_created_at)
+    VALUES (NEW.task_id, NEW.occurrence_seq, NEW.id, NEW.scheduled_for, NEW.status,
+            NEW.finished_at, coalesce(NEW.error, NEW.reason),
+            CASE WHEN NEW.status = 'success' THEN NEW.occurrence_seq ELSE 0 END,
+            CASE WHEN NEW.status = 'success' THEN NEW.finished_at END,
+            CASE WHEN NEW.status = 'success' THEN NEW.created_at END)
+    ON CONFLICT (task_id) DO UPDATE SET
+        occurrence_seq = CASE WHEN excluded.occurrence_seq > l.occurrence_seq
+                              THEN excluded.occurrence_seq ELSE l.occurrence_seq END,
+        occurrence_id = CASE WHEN excluded.occurrence_seq > l.occurrence_seq
+                             THEN excluded.occurrence_id ELSE l.occurrence_id END,
+        scheduled_for = CASE WHEN excluded.occurrence_seq > l.occurrence_seq
+                             THEN excluded.scheduled_for ELSE l.scheduled_for END,
+        status = CASE WHEN excluded.occurrence_seq > l.occurrence_seq
+                      THEN excluded.status ELSE l.status END,
+        finished_at = CASE WHEN excluded.occurrence_seq > l.occurrence_seq
+                           THEN excluded.finished_at ELSE l.finished_at END,
+        error = CASE WHEN excluded.occurrence_seq > l.occurrence_seq
+                     THEN excluded.error ELSE l.error END,
+        success_seq = CASE WHEN excluded.success_seq > l.success_seq
+                           THEN excluded.success_seq ELSE l.success_seq END,
+        success_finished_at = CASE WHEN excluded.success_seq > l.success_seq
+                                   THEN excluded.success_finished_at
+                                   ELSE l.success_finished_at END,
+        success_created_at = CASE WHEN excluded.success_seq > l.success_seq
+                                  THEN excluded.success_created_at
+                                  ELSE l.success_created_at END
+    WHERE excluded.occurrence_seq > l.occurrence_seq OR excluded.success_seq > l.success_seq;
     RETURN NULL;
 END
 $function$;
@@ -579,7 +626,7 @@ CREATE INDEX occurrence_task_active_idx ON public.occurrence USING btree (task_i
 
 CREATE UNIQUE INDEX occurrence_task_backfill_key ON public.occurrence USING btree (task_id, scheduled_for) WHERE (trigger = 'backfill'::text);
 
-CREATE INDEX occurrence_task_failure_idx ON public.occurrence USING btree (task_id, occurrence_seq) WHERE (status = ANY (ARRAY['failed'::text, 'timeout'::text, 'interrupted'::text]));
+CREATE INDEX occurrence_task_failure_idx ON public.occurrence USING btree (task_id, occurrence_seq) INCLUDE (finished_at) WHERE (status = ANY (ARRAY['failed'::text, 'timeout'::text, 'interrupted'::text]));
 
 CREATE INDEX occurrence_task_history_idx ON public.occurrence USING btree (task_id, id);
 
@@ -590,6 +637,10 @@ CREATE UNIQUE INDEX occurrence_task_scheduled_for_key ON public.occurrence USING
 CREATE INDEX occurrence_task_success_idx ON public.occurrence USING btree (task_id, occurrence_seq) WHERE (status = 'success'::text);
 
 CREATE INDEX occurrence_task_window_idx ON public.occurrence USING btree (task_id, scheduled_for) INCLUDE (trigger, status, reason, overlap, firing_count, finished_at);
+
+CREATE TRIGGER occurrence_latest_on_end AFTER UPDATE ON public.occurrence FOR EACH ROW WHEN (((old.finished_at IS NULL) AND (new.finished_at IS NOT NULL) AND (new.status <> 'skipped'::text))) EXECUTE FUNCTION task_latest_record();
+
+CREATE TRIGGER occurrence_latest_on_insert AFTER INSERT ON public.occurrence FOR EACH ROW WHEN (((new.finished_at IS NOT NULL) AND (new.status <> 'skipped'::text))) EXECUTE FUNCTION task_latest_record();
 
 
 CREATE TABLE operator_action (
@@ -751,6 +802,8 @@ CREATE TRIGGER task_event_on_change AFTER UPDATE ON public.task FOR EACH ROW WHE
 
 CREATE TRIGGER task_event_on_insert AFTER INSERT ON public.task FOR EACH ROW EXECUTE FUNCTION task_event_record();
 
+CREATE TRIGGER task_latest_on_task_insert AFTER INSERT ON public.task FOR EACH ROW EXECUTE FUNCTION task_latest_record();
+
 
 CREATE TABLE task_calendar (
     task_id bigint NOT NULL,
@@ -784,6 +837,21 @@ CREATE TABLE task_event (
 );
 
 CREATE INDEX task_event_task_idx ON public.task_event USING btree (task_id, id);
+
+
+CREATE TABLE task_latest (
+    task_id bigint NOT NULL,
+    occurrence_seq bigint NOT NULL DEFAULT 0,
+    occurrence_id bigint,
+    scheduled_for timestamp with time zone,
+    status text,
+    finished_at timestamp with time zone,
+    error text,
+    success_seq bigint NOT NULL DEFAULT 0,
+    success_finished_at timestamp with time zone,
+    success_created_at timestamp with time zone,
+    CONSTRAINT task_latest_pkey PRIMARY KEY (task_id)
+);
 
 
 CREATE TABLE task_pruned (

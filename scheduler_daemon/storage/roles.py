@@ -30,6 +30,7 @@ TABLES = (
     "task_event",
     "fleet_setting_event",
     "task_pruned",
+    "task_latest",
     "fleet_epoch",
     "notification_outbox",
     "operator_action",
@@ -74,6 +75,9 @@ WRITES: dict[str, dict[str, tuple[str, ...]]] = {
         "run": ("INSERT", "UPDATE", "DELETE"),
         "instance": ("INSERT", "UPDATE", "DELETE"),
         "task_pruned": ("INSERT", "UPDATE"),  # the prune's mark, an upsert
+        # Each task's newest outcome, an upsert by task_latest_record (the trigger on
+        # occurrence, run as the writer) whenever an occurrence ends; nothing in it is run.
+        "task_latest": ("INSERT", "UPDATE"),
         "fleet_epoch": ("INSERT",),  # a reconcile pass's first sighting
         # A finished firing's notifications, written beside its outcome, then claimed and
         # recorded by the deliverer (UPDATE of COLUMNS only); the prune deletes them with the
@@ -87,6 +91,8 @@ WRITES: dict[str, dict[str, tuple[str, ...]]] = {
     "operator": {
         "task": ("INSERT", "UPDATE"),  # deletion is a soft delete
         "task_event": ("INSERT",),
+        # A task's row made with it, and its outcome on a cancel: task_latest_record's upserts.
+        "task_latest": ("INSERT", "UPDATE"),
         "occurrence": ("INSERT", "UPDATE"),  # trigger, cancel
         "run": ("UPDATE",),  # cancel
         "fleet_setting": ("INSERT", "UPDATE"),
