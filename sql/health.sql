@@ -47,7 +47,11 @@ LEFT JOIN LATERAL (
                            ELSE o.scheduled_for + coalesce(o.spread_offset, interval '0') END
                       + least(t.start_deadline, interval '36525 days')
 ) deadline ON true
-LEFT JOIN task_latest newest ON newest.task_id = t.id
+LEFT JOIN LATERAL (
+    -- One probe of task_latest's key per task judged (OFFSET 0: not pulled up into a join that
+    -- reads all of it before a batch's LIMIT).
+    SELECT l.status FROM task_latest l WHERE l.task_id = t.id OFFSET 0
+) newest ON true
 LEFT JOIN LATERAL (
     -- None when the newest outcome succeeded: its last run did, so no streak of failures ends
     -- the history (most tasks: no run is read). No ORDER BY above the join: a nested loop over

@@ -80,13 +80,15 @@ CROSS JOIN LATERAL (
 -- The newest outcome of a recurring task `t`: its ended occurrence of highest sequence, a
 -- `skipped` one aside (no writer ever showed one), with its error, else its reason, as
 -- task_latest_record keeps it in `task_latest` (issue 47): one probe of task_latest_pkey
--- however the occurrences are stored, none for a one-shot task.
+-- however the occurrences are stored, none for a one-shot task. OFFSET 0 keeps the planner from
+-- pulling it up into a hash join that reads all of task_latest (as task_secrets).
 LEFT JOIN LATERAL (
     SELECT l.occurrence_seq AS shown_seq, l.occurrence_id AS shown_id,
         l.scheduled_for AS shown_scheduled_for, l.status AS shown_status,
         l.finished_at AS shown_finished_at, l.error AS shown_error
     FROM task_latest l
     WHERE l.task_id = t.id AND t.schedule_kind <> 'once'
+    OFFSET 0
 ) shown ON true
 
 -- name: task_insert :one
