@@ -55,9 +55,12 @@ BEGIN
     PERFORM 1 FROM occurrence WHERE id = ANY(p_occurrence_ids) ORDER BY id FOR UPDATE;
     PERFORM 1 FROM run WHERE id = ANY(p_ids) ORDER BY id FOR UPDATE;
     -- The tasks' task_latest rows, which the ends below update (task_latest_record), locked
-    -- last and in task id order: two batches ending occurrences of the same tasks in other
-    -- orders take them in one order, not in the order their rows are updated.
-    PERFORM 1 FROM task_latest WHERE task_id = ANY(p_task_ids) ORDER BY task_id FOR UPDATE;
+    -- last and in task id order when the batch holds more than one task: two batches ending
+    -- occurrences of the same tasks take them in one order, not in the order their rows are
+    -- updated. With one task there is no order to keep, and no lock record to write.
+    IF EXISTS (SELECT 1 FROM unnest(p_task_ids) x WHERE x <> p_task_ids[1]) THEN
+        PERFORM 1 FROM task_latest WHERE task_id = ANY(p_task_ids) ORDER BY task_id FOR UPDATE;
+    END IF;
     IF p_wake THEN
         PERFORM pg_notify(p_channel, 'finished');
     END IF;

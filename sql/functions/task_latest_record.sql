@@ -19,8 +19,10 @@
 -- outcome is every ended status but `skipped` (no writer ever showed a skipped firing), its
 -- `error` the occurrence's error, else its reason; the newest success keeps its sequence, its
 -- finish and when its row was created (the failures since it finished after that: the bound
--- that lets the gauges' count skip older history). The row is locked until the writer commits:
--- the batch success (succeed_runs.sql) locks its tasks' rows first, in task id order.
+-- that lets the gauges' count skip older history). A plain UPDATE where the row is newer, not an
+-- upsert: ON CONFLICT DO UPDATE writes a lock record before its update, 54 B a job. An updated
+-- row stays locked until the writer commits: the batch success (succeed_runs.sql) locks its
+-- tasks' rows first, in task id order, when it holds more than one task.
 -- It runs as the writer: a role that ends occurrences or adds tasks needs INSERT and UPDATE on
 -- `task_latest` (storage/roles.py).
 --
@@ -30,19 +32,50 @@ CREATE OR REPLACE FUNCTION task_latest_record()
 RETURNS trigger
 LANGUAGE plpgsql
 AS $function$
+DECLARE
+    v_success boolean := NEW.status = 'success';
 BEGIN
     IF TG_TABLE_NAME = 'task' THEN
         INSERT INTO task_latest (task_id) VALUES (NEW.id) ON CONFLICT (task_id) DO NOTHING;
         RETURN NULL;
     END IF;
+    -- The row is there (made with its task): an UPDATE guarded by the sequences, rechecked on
+    -- the newest version after a wait, and writing nothing (no lock either) when not newer.
+    UPDATE task_latest l SET
+        occurrence_seq = CASE WHEN NEW.occurrence_seq > l.occurrence_seq
+                              THEN NEW.occurrence_seq ELSE l.occurrence_seq END,
+        occurrence_id = CASE WHEN NEW.occurrence_seq > l.occurrence_seq
+                             THEN NEW.id ELSE l.occurrence_id END,
+        scheduled_for = CASE WHEN NEW.occurrence_seq > l.occurrence_seq
+                             THEN NEW.scheduled_for ELSE l.scheduled_for END,
+        status = CASE WHEN NEW.occurrence_seq > l.occurrence_seq
+                      THEN NEW.status ELSE l.status END,
+        finished_at = CASE WHEN NEW.occurrence_seq > l.occurrence_seq
+                           THEN NEW.finished_at ELSE l.finished_at END,
+        error = CASE WHEN NEW.occurrence_seq > l.occurrence_seq
+                     THEN coalesce(NEW.error, NEW.reason) ELSE l.error END,
+        success_seq = CASE WHEN v_success AND NEW.occurrence_seq > l.success_seq
+                           THEN NEW.occurrence_seq ELSE l.success_seq END,
+        success_finished_at = CASE WHEN v_success AND NEW.occurrence_seq > l.success_seq
+                                   THEN NEW.finished_at ELSE l.success_finished_at END,
+        success_created_at = CASE WHEN v_success AND NEW.occurrence_seq > l.success_seq
+                                  THEN NEW.created_at ELSE l.success_created_at END
+    WHERE l.task_id = NEW.task_id
+      AND (NEW.occurrence_seq > l.occurrence_seq
+           OR (v_success AND NEW.occurrence_seq > l.success_seq));
+    IF FOUND OR EXISTS (SELECT 1 FROM task_latest WHERE task_id = NEW.task_id) THEN
+        RETURN NULL;
+    END IF;
+    -- No row (a task made by hand without its trigger, say): made here, or, when another
+    -- writer made it meanwhile, moved on by the same guards.
     INSERT INTO task_latest AS l (task_id, occurrence_seq, occurrence_id, scheduled_for, status,
                                   finished_at, error, success_seq, success_finished_at,
                                   success_created_at)
     VALUES (NEW.task_id, NEW.occurrence_seq, NEW.id, NEW.scheduled_for, NEW.status,
             NEW.finished_at, coalesce(NEW.error, NEW.reason),
-            CASE WHEN NEW.status = 'success' THEN NEW.occurrence_seq ELSE 0 END,
-            CASE WHEN NEW.status = 'success' THEN NEW.finished_at END,
-            CASE WHEN NEW.status = 'success' THEN NEW.created_at END)
+            CASE WHEN v_success THEN NEW.occurrence_seq ELSE 0 END,
+            CASE WHEN v_success THEN NEW.finished_at END,
+            CASE WHEN v_success THEN NEW.created_at END)
     ON CONFLICT (task_id) DO UPDATE SET
         occurrence_seq = CASE WHEN excluded.occurrence_seq > l.occurrence_seq
                               THEN excluded.occurrence_seq ELSE l.occurrence_seq END,
