@@ -171,6 +171,26 @@ CREATE TRIGGER operator_action_session_user_on_insert BEFORE INSERT ON operator_
 """
 
 
+# `task_latest` (issue 47), filled from the rows there: a row per task, its newest ended
+# occurrence but `skipped` by sequence and its newest success (DISTINCT ON over each's index:
+# occurrence_task_outcome_idx, occurrence_task_success_idx). The fleet is stopped, so nothing
+# ends between the fill and the triggers, made after the live functions.
+TASK_LATEST_FILLED = """
+INSERT INTO task_latest (task_id, occurrence_seq, occurrence_id, scheduled_for, status,
+                         finished_at, error, success_seq, success_finished_at, success_created_at)
+SELECT t.id, coalesce(o.occurrence_seq, 0), o.id, o.scheduled_for, o.status, o.finished_at,
+    coalesce(o.error, o.reason), coalesce(s.occurrence_seq, 0), s.finished_at, s.created_at
+FROM task t
+LEFT JOIN (SELECT DISTINCT ON (task_id) task_id, occurrence_seq, id, scheduled_for, status,
+               finished_at, error, reason
+           FROM occurrence WHERE finished_at IS NOT NULL AND status <> 'skipped'
+           ORDER BY task_id, occurrence_seq DESC) o ON o.task_id = t.id
+LEFT JOIN (SELECT DISTINCT ON (task_id) task_id, occurrence_seq, finished_at, created_at
+           FROM occurrence WHERE status = 'success'
+           ORDER BY task_id, occurrence_seq DESC) s ON s.task_id = t.id;
+"""
+
+
 # One transaction: a failure leaves the database at 0037, whole. The fleet is stopped, so the
 # locks it holds until COMMIT block only the CLI and the console for the while.
 LOCK_TIMEOUT = "SET LOCAL lock_timeout = '5s';\n\nSET LOCAL statement_timeout = '15min';"
@@ -191,10 +211,13 @@ def statements() -> Iterator[str]:
     yield NEEDS_BUILD
     yield TASK_EVENT_TRIGGER
     yield ACTION_SESSION_ROLE
-    yield from repartition()
+    yield from repartition()  # with the failure index that carries finished_at
+    yield presquash.baseline_module().TASK_LATEST_TABLE
+    yield TASK_LATEST_FILLED
     for each in functions.files():  # the live functions as their files say (ADR 0028)
         yield each.create_and_record
     yield ACTION_SESSION_ROLE_TRIGGER
+    yield presquash.baseline_module().TASK_LATEST_TRIGGERS
     # The secret columns as the reader sees them (ADR 0031): the baseline's views, written once.
     yield from presquash.baseline_module().VIEWS
     yield RECORD

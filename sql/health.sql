@@ -12,7 +12,7 @@ SELECT set_config('jit', 'off', true)
 -- queued occurrences past their start deadline (occurrence_task_active_idx, the reconciler's
 -- rule); the statuses of its newest `attempts` finished runs, newest first, from its newest
 -- `scan` outcomes (occurrence_task_outcome_idx backwards), read only when its newest outcome
--- is not a success. Bounded per task by its active rows
+-- (its `task_latest` row: one probe, issue 47) is not a success. Bounded per task by its active rows
 -- and `attempts` runs, and for the fleet by the window's lost rows. With `after` and `batch`
 -- (the console's verdict filter, ADR 0023): the next `batch` tasks by name after `after`, one
 -- range of task_name_c_idx (`batch` NULL: no LIMIT).
@@ -48,9 +48,9 @@ LEFT JOIN LATERAL (
                       + least(t.start_deadline, interval '36525 days')
 ) deadline ON true
 LEFT JOIN LATERAL (
-    SELECT status FROM occurrence
-    WHERE task_id = t.id AND finished_at IS NOT NULL AND status <> 'skipped'
-    ORDER BY occurrence_seq DESC LIMIT 1
+    -- One probe of task_latest's key per task judged (OFFSET 0: not pulled up into a join that
+    -- reads all of it before a batch's LIMIT).
+    SELECT l.status FROM task_latest l WHERE l.task_id = t.id OFFSET 0
 ) newest ON true
 LEFT JOIN LATERAL (
     -- None when the newest outcome succeeded: its last run did, so no streak of failures ends

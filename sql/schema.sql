@@ -329,6 +329,13 @@ BEGIN
     PERFORM 1 FROM occurrence WHERE finished_at IS NULL AND id = ANY(p_occurrence_ids)
     ORDER BY id FOR UPDATE;
     PERFORM 1 FROM run WHERE finished_at IS NULL AND id = ANY(p_ids) ORDER BY id FOR UPDATE;
+    -- The tasks' task_latest rows, which the ends below update (task_latest_record), locked
+    -- last and in task id order when the batch holds more than one task: two batches ending
+    -- occurrences of the same tasks take them in one order, not in the order their rows are
+    -- updated. With one task there is no order to keep, and no lock record to write.
+    IF EXISTS (SELECT 1 FROM unnest(p_task_ids) x WHERE x <> p_task_ids[1]) THEN
+        PERFORM 1 FROM task_latest WHERE task_id = ANY(p_task_ids) ORDER BY task_id FOR UPDATE;
+    END IF;
     IF p_wake THEN
         PERFORM pg_notify(p_channel, 'finished');
     END IF;
@@ -397,6 +404,80 @@ BEGIN
             NEW.schedule_kind, NEW.cron_expr, NEW.every, NEW.run_at, NEW.anchor_at, NEW.timezone,
             NEW.dst_gap, NEW.dst_overlap,
             NOT NEW.paused AND NEW.parked_at IS NULL AND NEW.deleted_at IS NULL);
+    RETURN NULL;
+END
+$function$;
+
+CREATE OR REPLACE FUNCTION public.task_latest_record()
+ RETURNS trigger
+ LANGUAGE plpgsql
+AS $function$
+DECLARE
+    v_success boolean := NEW.status = 'success';
+BEGIN
+    IF TG_TABLE_NAME = 'task' THEN
+        INSERT INTO task_latest (task_id) VALUES (NEW.id) ON CONFLICT (task_id) DO NOTHING;
+        RETURN NULL;
+    END IF;
+    -- The row is there (made with its task): an UPDATE guarded by the sequences, rechecked on
+    -- the newest version after a wait, and writing nothing (no lock either) when not newer.
+    UPDATE task_latest l SET
+        occurrence_seq = CASE WHEN NEW.occurrence_seq > l.occurrence_seq
+                              THEN NEW.occurrence_seq ELSE l.occurrence_seq END,
+        occurrence_id = CASE WHEN NEW.occurrence_seq > l.occurrence_seq
+                             THEN NEW.id ELSE l.occurrence_id END,
+        scheduled_for = CASE WHEN NEW.occurrence_seq > l.occurrence_seq
+                             THEN NEW.scheduled_for ELSE l.scheduled_for END,
+        status = CASE WHEN NEW.occurrence_seq > l.occurrence_seq
+                      THEN NEW.status ELSE l.status END,
+        finished_at = CASE WHEN NEW.occurrence_seq > l.occurrence_seq
+                           THEN NEW.finished_at ELSE l.finished_at END,
+        error = CASE WHEN NEW.occurrence_seq > l.occurrence_seq
+                     THEN coalesce(NEW.error, NEW.reason) ELSE l.error END,
+        success_seq = CASE WHEN v_success AND NEW.occurrence_seq > l.success_seq
+                           THEN NEW.occurrence_seq ELSE l.success_seq END,
+        success_finished_at = CASE WHEN v_success AND NEW.occurrence_seq > l.success_seq
+                                   THEN NEW.finished_at ELSE l.success_finished_at END,
+        success_created_at = CASE WHEN v_success AND NEW.occurrence_seq > l.success_seq
+                                  THEN NEW.created_at ELSE l.success_created_at END
+    WHERE l.task_id = NEW.task_id
+      AND (NEW.occurrence_seq > l.occurrence_seq
+           OR (v_success AND NEW.occurrence_seq > l.success_seq));
+    IF FOUND OR EXISTS (SELECT 1 FROM task_latest WHERE task_id = NEW.task_id) THEN
+        RETURN NULL;
+    END IF;
+    -- No row (a task made by hand without its trigger, say): made here, or, when another
+    -- writer made it meanwhile, moved on by the same guards.
+    INSERT INTO task_latest AS l (task_id, occurrence_seq, occurrence_id, scheduled_for, status,
+                                  finished_at, error, success_seq, success_finished_at,
+                                  success_created_at)
+    VALUES (NEW.task_id, NEW.occurrence_seq, NEW.id, NEW.scheduled_for, NEW.status,
+            NEW.finished_at, coalesce(NEW.error, NEW.reason),
+            CASE WHEN v_success THEN NEW.occurrence_seq ELSE 0 END,
+            CASE WHEN v_success THEN NEW.finished_at END,
+            CASE WHEN v_success THEN NEW.created_at END)
+    ON CONFLICT (task_id) DO UPDATE SET
+        occurrence_seq = CASE WHEN excluded.occurrence_seq > l.occurrence_seq
+                              THEN excluded.occurrence_seq ELSE l.occurrence_seq END,
+        occurrence_id = CASE WHEN excluded.occurrence_seq > l.occurrence_seq
+                             THEN excluded.occurrence_id ELSE l.occurrence_id END,
+        scheduled_for = CASE WHEN excluded.occurrence_seq > l.occurrence_seq
+                             THEN excluded.scheduled_for ELSE l.scheduled_for END,
+        status = CASE WHEN excluded.occurrence_seq > l.occurrence_seq
+                      THEN excluded.status ELSE l.status END,
+        finished_at = CASE WHEN excluded.occurrence_seq > l.occurrence_seq
+                           THEN excluded.finished_at ELSE l.finished_at END,
+        error = CASE WHEN excluded.occurrence_seq > l.occurrence_seq
+                     THEN excluded.error ELSE l.error END,
+        success_seq = CASE WHEN excluded.success_seq > l.success_seq
+                           THEN excluded.success_seq ELSE l.success_seq END,
+        success_finished_at = CASE WHEN excluded.success_seq > l.success_seq
+                                   THEN excluded.success_finished_at
+                                   ELSE l.success_finished_at END,
+        success_created_at = CASE WHEN excluded.success_seq > l.success_seq
+                                  THEN excluded.success_created_at
+                                  ELSE l.success_created_at END
+    WHERE excluded.occurrence_seq > l.occurrence_seq OR excluded.success_seq > l.success_seq;
     RETURN NULL;
 END
 $function$;
@@ -574,7 +655,7 @@ CREATE INDEX occurrence_id_idx ON ONLY public.occurrence USING btree (id);
 
 CREATE INDEX occurrence_lost_idx ON ONLY public.occurrence USING btree (scheduled_for, task_id) INCLUDE (status, reason, overlap, firing_count) WHERE (status = ANY (ARRAY['skipped'::text, 'expired'::text]));
 
-CREATE INDEX occurrence_task_failure_idx ON ONLY public.occurrence USING btree (task_id, occurrence_seq) WHERE (status = ANY (ARRAY['failed'::text, 'timeout'::text, 'interrupted'::text]));
+CREATE INDEX occurrence_task_failure_idx ON ONLY public.occurrence USING btree (task_id, occurrence_seq) INCLUDE (finished_at) WHERE (status = ANY (ARRAY['failed'::text, 'timeout'::text, 'interrupted'::text]));
 
 CREATE INDEX occurrence_task_history_idx ON ONLY public.occurrence USING btree (task_id, id);
 
@@ -585,6 +666,10 @@ CREATE INDEX occurrence_task_scheduled_for_idx ON ONLY public.occurrence USING b
 CREATE INDEX occurrence_task_success_idx ON ONLY public.occurrence USING btree (task_id, occurrence_seq) WHERE (status = 'success'::text);
 
 CREATE INDEX occurrence_task_window_idx ON ONLY public.occurrence USING btree (task_id, scheduled_for) INCLUDE (trigger, status, reason, overlap, firing_count, finished_at);
+
+CREATE TRIGGER occurrence_latest_on_end AFTER UPDATE ON public.occurrence FOR EACH ROW WHEN (((old.finished_at IS NULL) AND (new.finished_at IS NOT NULL) AND (new.status <> 'skipped'::text))) EXECUTE FUNCTION task_latest_record();
+
+CREATE TRIGGER occurrence_latest_on_insert AFTER INSERT ON public.occurrence FOR EACH ROW WHEN (((new.finished_at IS NOT NULL) AND (new.status <> 'skipped'::text))) EXECUTE FUNCTION task_latest_record();
 
 
 CREATE TABLE occurrence_active (
@@ -639,7 +724,7 @@ CREATE INDEX occurrence_active_id_idx ON public.occurrence_active USING btree (i
 
 CREATE INDEX occurrence_active_lost_idx ON public.occurrence_active USING btree (scheduled_for, task_id) INCLUDE (status, reason, overlap, firing_count) WHERE (status = ANY (ARRAY['skipped'::text, 'expired'::text]));
 
-CREATE INDEX occurrence_active_task_failure_idx ON public.occurrence_active USING btree (task_id, occurrence_seq) WHERE (status = ANY (ARRAY['failed'::text, 'timeout'::text, 'interrupted'::text]));
+CREATE INDEX occurrence_active_task_failure_idx ON public.occurrence_active USING btree (task_id, occurrence_seq) INCLUDE (finished_at) WHERE (status = ANY (ARRAY['failed'::text, 'timeout'::text, 'interrupted'::text]));
 
 CREATE INDEX occurrence_active_task_history_idx ON public.occurrence_active USING btree (task_id, id);
 
@@ -678,6 +763,10 @@ CREATE UNIQUE INDEX occurrence_replace_queued_key ON public.occurrence_active US
 CREATE INDEX occurrence_task_active_idx ON public.occurrence_active USING btree (task_id, occurrence_seq) WHERE (status = ANY (ARRAY['queued'::text, 'launching'::text, 'running'::text]));
 
 CREATE UNIQUE INDEX occurrence_task_seq_key ON public.occurrence_active USING btree (task_id, occurrence_seq);
+
+CREATE TRIGGER occurrence_latest_on_end AFTER UPDATE ON public.occurrence_active FOR EACH ROW WHEN (((old.finished_at IS NULL) AND (new.finished_at IS NOT NULL) AND (new.status <> 'skipped'::text))) EXECUTE FUNCTION task_latest_record();
+
+CREATE TRIGGER occurrence_latest_on_insert AFTER INSERT ON public.occurrence_active FOR EACH ROW WHEN (((new.finished_at IS NOT NULL) AND (new.status <> 'skipped'::text))) EXECUTE FUNCTION task_latest_record();
 
 
 CREATE TABLE operator_action (
@@ -876,6 +965,8 @@ CREATE TRIGGER task_event_on_change AFTER UPDATE ON public.task FOR EACH ROW WHE
 
 CREATE TRIGGER task_event_on_insert AFTER INSERT ON public.task FOR EACH ROW EXECUTE FUNCTION task_event_record();
 
+CREATE TRIGGER task_latest_on_task_insert AFTER INSERT ON public.task FOR EACH ROW EXECUTE FUNCTION task_latest_record();
+
 
 CREATE TABLE task_calendar (
     task_id bigint NOT NULL,
@@ -909,6 +1000,21 @@ CREATE TABLE task_event (
 );
 
 CREATE INDEX task_event_task_idx ON public.task_event USING btree (task_id, id);
+
+
+CREATE TABLE task_latest (
+    task_id bigint NOT NULL,
+    occurrence_seq bigint NOT NULL DEFAULT 0,
+    occurrence_id bigint,
+    scheduled_for timestamp with time zone,
+    status text,
+    finished_at timestamp with time zone,
+    error text,
+    success_seq bigint NOT NULL DEFAULT 0,
+    success_finished_at timestamp with time zone,
+    success_created_at timestamp with time zone,
+    CONSTRAINT task_latest_pkey PRIMARY KEY (task_id)
+);
 
 
 CREATE TABLE task_pruned (

@@ -77,18 +77,18 @@ CROSS JOIN LATERAL (
 ) secrets
 
 -- fragment: task_outcome
--- The newest outcome of a recurring task `t`: its finished occurrence of highest sequence, a
--- `skipped` one aside (no writer ever showed one), with its error, else its reason; one read
--- of occurrence_task_outcome_idx (revision 0021), none for a one-shot task.
+-- The newest outcome of a recurring task `t`: its ended occurrence of highest sequence, a
+-- `skipped` one aside (no writer ever showed one), with its error, else its reason, as
+-- task_latest_record keeps it in `task_latest` (issue 47): one probe of task_latest_pkey
+-- however the occurrences are stored, none for a one-shot task. OFFSET 0 keeps the planner from
+-- pulling it up into a hash join that reads all of task_latest (as task_secrets).
 LEFT JOIN LATERAL (
-    SELECT o.occurrence_seq AS shown_seq, o.id AS shown_id,
-        o.scheduled_for AS shown_scheduled_for, o.status AS shown_status,
-        o.finished_at AS shown_finished_at, coalesce(o.error, o.reason) AS shown_error
-    FROM occurrence o
-    WHERE o.task_id = t.id AND t.schedule_kind <> 'once'
-      AND o.finished_at IS NOT NULL AND o.status <> 'skipped'
-    ORDER BY o.occurrence_seq DESC
-    LIMIT 1
+    SELECT l.occurrence_seq AS shown_seq, l.occurrence_id AS shown_id,
+        l.scheduled_for AS shown_scheduled_for, l.status AS shown_status,
+        l.finished_at AS shown_finished_at, l.error AS shown_error
+    FROM task_latest l
+    WHERE l.task_id = t.id AND t.schedule_kind <> 'once'
+    OFFSET 0
 ) shown ON true
 
 -- name: task_insert :one
@@ -149,8 +149,8 @@ SELECT {{task_read}} FROM task WHERE id = ANY(%(ids)s::bigint[]) ORDER BY id FOR
 -- Live tasks, a page at a time in the byte order of their names (task_name_c_idx, whatever the
 -- database's collation), after the name `after`; optionally only the names matching `pattern`
 -- (a LIKE-escaped prefix and `%`: an index range), one status, paused or not. No limit: all.
--- As they are shown to the connected role (the reader's secrets masked): one read of
--- occurrence_task_outcome_idx per task of the page.
+-- As they are shown to the connected role (the reader's secrets masked): one probe of
+-- task_latest_pkey per task of the page (its newest outcome).
 SELECT {{task_shown}}, secrets.payload, secrets.notify_url, secrets.notify_headers
 FROM task t {{task_secrets}} {{task_outcome}}
 WHERE deleted_at IS NULL
@@ -410,11 +410,13 @@ WHERE t.deleted_at IS NULL
 
 -- name: task_metrics_sample :many
 -- The per-task gauges, a row per label value: the finish of the newest successful occurrence
--- (one backward probe of occurrence_task_success_idx), the newest scheduled firing
+-- (its `task_latest` row: one probe, issue 47), the newest scheduled firing
 -- (occurrence_task_scheduled_for_idx; a kept task's only), the next one, the executing
 -- occurrences, and the failed outcomes (failed, timeout, interrupted) since the last success,
--- counted up to `failures_cap` (one range of occurrence_task_failure_idx, stopped there): each
--- task's reads are bounded whatever the length of its history (revision 0037, ADR 0026).
+-- counted up to `failures_cap` (one range of occurrence_task_failure_idx, stopped there; those
+-- of a higher sequence than the success ended after its row was made, so `finished_at` bounds
+-- them too, which a history partitioned by it reads only from there): each task's reads are
+-- bounded whatever the length of its history (revision 0037, ADR 0026).
 -- `other` sums the running and keeps the most failures; it has no times (none would mean
 -- anything for a set). JIT off (session_jit_off): compiling it cost more than running it.
 WITH live AS MATERIALIZED ({{task_metrics_live}}),
@@ -423,10 +425,10 @@ figures AS (
         executing.n AS running, failed.n AS failures
     FROM live l
     LEFT JOIN LATERAL (
-        SELECT o.occurrence_seq, o.finished_at FROM occurrence o
-        WHERE o.task_id = l.id AND o.status = 'success'
-        ORDER BY o.occurrence_seq DESC
-        LIMIT 1
+        SELECT nullif(latest.success_seq, 0) AS occurrence_seq,
+            latest.success_finished_at AS finished_at, latest.success_created_at AS created_at
+        FROM task_latest latest
+        WHERE latest.task_id = l.id
     ) success ON true
     LEFT JOIN LATERAL (
         SELECT greatest(o.scheduled_for, o.last_scheduled_for) AS at FROM occurrence o
@@ -443,6 +445,7 @@ figures AS (
             SELECT FROM occurrence o
             WHERE o.task_id = l.id AND o.status IN ('failed', 'timeout', 'interrupted')
               AND o.occurrence_seq > coalesce(success.occurrence_seq, 0)
+              AND o.finished_at >= coalesce(success.created_at, '-infinity')
             LIMIT %(failures_cap)s
         ) capped
     ) failed

@@ -143,6 +143,28 @@ CREATE TABLE firing_key (
 """,
 ]
 
+# Each task's newest outcome and its newest success by sequence (issue 47): one row per task,
+# made with the task and moved only to a higher sequence by task_latest_record; what ADR 0011's
+# and ADR 0026's reads read instead of each task's occurrences. The same text on both paths.
+# No foreign key to task: a second update of one row in a transaction (a batch ending two
+# occurrences of a task) would check it again, taking KEY SHARE on the task row, which the
+# success path must not wait for (ADR 0011). Tasks are soft-deleted; the trigger makes the row.
+TASK_LATEST_TABLE = """
+CREATE TABLE task_latest (
+    task_id bigint NOT NULL,
+    occurrence_seq bigint DEFAULT 0 NOT NULL,
+    occurrence_id bigint,
+    scheduled_for timestamp with time zone,
+    status text,
+    finished_at timestamp with time zone,
+    error text,
+    success_seq bigint DEFAULT 0 NOT NULL,
+    success_finished_at timestamp with time zone,
+    success_created_at timestamp with time zone,
+    CONSTRAINT task_latest_pkey PRIMARY KEY (task_id)
+);
+"""
+
 TABLES = [
     """
 CREATE TABLE fleet_setting (
@@ -287,6 +309,7 @@ CREATE TABLE task_pruned (
     CONSTRAINT task_pruned_pkey PRIMARY KEY (task_id)
 );
 """,
+    TASK_LATEST_TABLE,
     """
 CREATE TABLE fleet_epoch (
     system_identifier bigint NOT NULL,
@@ -481,10 +504,10 @@ CREATE INDEX occurrence_active_lost_idx ON occurrence_active USING btree (schedu
 CREATE INDEX occurrence_lost_idx ON occurrence USING btree (scheduled_for, task_id) INCLUDE (status, reason, overlap, firing_count) WHERE (status = ANY (ARRAY['skipped'::text, 'expired'::text]));
 """,
     """
-CREATE INDEX occurrence_active_task_failure_idx ON occurrence_active USING btree (task_id, occurrence_seq) WHERE (status = ANY (ARRAY['failed'::text, 'timeout'::text, 'interrupted'::text]));
+CREATE INDEX occurrence_active_task_failure_idx ON occurrence_active USING btree (task_id, occurrence_seq) INCLUDE (finished_at) WHERE (status = ANY (ARRAY['failed'::text, 'timeout'::text, 'interrupted'::text]));
 """,
     """
-CREATE INDEX occurrence_task_failure_idx ON occurrence USING btree (task_id, occurrence_seq) WHERE (status = ANY (ARRAY['failed'::text, 'timeout'::text, 'interrupted'::text]));
+CREATE INDEX occurrence_task_failure_idx ON occurrence USING btree (task_id, occurrence_seq) INCLUDE (finished_at) WHERE (status = ANY (ARRAY['failed'::text, 'timeout'::text, 'interrupted'::text]));
 """,
     """CREATE INDEX occurrence_active_task_history_idx ON occurrence_active USING btree (task_id, id);""",
     """CREATE INDEX occurrence_task_history_idx ON occurrence USING btree (task_id, id);""",
@@ -534,6 +557,20 @@ CREATE INDEX run_active_status_history_idx ON run_active USING btree (status, oc
 
 INDEXES += HISTORY_INDEXES
 
+# `task_latest`: each task's newest outcome and newest success by sequence, kept by
+# task_latest_record (sql/functions/task_latest_record.sql, issue 47); the same text on both paths.
+TASK_LATEST_TRIGGERS = """
+CREATE TRIGGER task_latest_on_task_insert AFTER INSERT ON task FOR EACH ROW EXECUTE FUNCTION task_latest_record();
+
+CREATE TRIGGER occurrence_latest_on_insert AFTER INSERT ON occurrence FOR EACH ROW
+WHEN (new.finished_at IS NOT NULL AND new.status <> 'skipped')
+EXECUTE FUNCTION task_latest_record();
+
+CREATE TRIGGER occurrence_latest_on_end AFTER UPDATE ON occurrence FOR EACH ROW
+WHEN (old.finished_at IS NULL AND new.finished_at IS NOT NULL AND new.status <> 'skipped')
+EXECUTE FUNCTION task_latest_record();
+"""
+
 TRIGGERS = [
     """
 CREATE TRIGGER fleet_setting_event_on_change AFTER INSERT OR UPDATE ON fleet_setting FOR EACH ROW EXECUTE FUNCTION fleet_setting_event_record();
@@ -559,6 +596,7 @@ EXECUTE FUNCTION task_event_record();
     """
 CREATE TRIGGER task_event_on_insert AFTER INSERT ON task FOR EACH ROW EXECUTE FUNCTION task_event_record();
 """,
+    TASK_LATEST_TRIGGERS,
 ]
 
 # The secret columns as the connected role may see them (ADR 0031): unmasked for a role that may
@@ -617,6 +655,7 @@ TABLE_NAMES = [
     "task",
     "task_event",
     "task_pruned",
+    "task_latest",
     "occurrence",
     "run",
     "firing_key",

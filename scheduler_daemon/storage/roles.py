@@ -34,6 +34,7 @@ TABLES = (
     "task_event",
     "fleet_setting_event",
     "task_pruned",
+    "task_latest",
     "fleet_epoch",
     "notification_outbox",
     "operator_action",
@@ -81,6 +82,9 @@ WRITES: dict[str, dict[str, tuple[str, ...]]] = {
         "firing_key": ("INSERT", "DELETE"),  # dispatch (guarantee 2); the prune deletes keys
         "instance": ("INSERT", "UPDATE", "DELETE"),
         "task_pruned": ("INSERT", "UPDATE"),  # the prune's mark, an upsert
+        # Each task's newest outcome, an upsert by task_latest_record (the trigger on
+        # occurrence, run as the writer) whenever an occurrence ends; nothing in it is run.
+        "task_latest": ("INSERT", "UPDATE"),
         "fleet_epoch": ("INSERT",),  # a reconcile pass's first sighting
         # A finished firing's notifications, written beside its outcome, then claimed and
         # recorded by the deliverer (UPDATE of COLUMNS only); the prune deletes them with the
@@ -96,6 +100,8 @@ WRITES: dict[str, dict[str, tuple[str, ...]]] = {
         "task_event": ("INSERT",),
         # trigger, cancel; DELETE: a cancelled occurrence ends by a move (issue 47)
         "occurrence": ("INSERT", "UPDATE", "DELETE"),
+        # A task's row made with it, and its outcome on a cancel: task_latest_record's upserts.
+        "task_latest": ("INSERT", "UPDATE"),
         "run": ("UPDATE",),  # cancel
         "firing_key": ("INSERT",),  # backfill (guarantee 2)
         "fleet_setting": ("INSERT", "UPDATE"),

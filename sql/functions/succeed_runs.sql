@@ -7,10 +7,11 @@
 -- running run once they grow; nor hash or merge joins, so no statistics make it read a whole
 -- table. No decision needs the locked rows, since success is final whatever the attempts or a
 -- cancel request.
--- - Locks only the batch's one-shot task rows, then the occurrences, then the runs, each in id
---   order (task -> occurrence -> run, the one lock order). A recurring task's row is off the
---   success path: it is neither locked nor written (its newest outcome is read from its
---   occurrences through occurrence_task_outcome_idx), so its `last_*` columns miss successes.
+-- - Locks only the batch's one-shot task rows, then the occurrences, then the runs, then the
+--   tasks' `task_latest` rows, each in id order (task -> occurrence -> run -> task_latest). A
+--   recurring task's row is off the success path: it is neither locked nor written (its newest
+--   outcome is its `task_latest` row, which the trigger task_latest_record moves on as the
+--   occurrences end), so its `last_*` columns miss successes.
 --   A task made one-shot after this read is finalized by the reconciler.
 -- - One statement ends each run still ours (`p_owner`) at its token whose occurrence is still
 --   running at that token, and finishes those occurrences; a run fenced out is not written.
@@ -54,6 +55,13 @@ BEGIN
     PERFORM 1 FROM occurrence WHERE finished_at IS NULL AND id = ANY(p_occurrence_ids)
     ORDER BY id FOR UPDATE;
     PERFORM 1 FROM run WHERE finished_at IS NULL AND id = ANY(p_ids) ORDER BY id FOR UPDATE;
+    -- The tasks' task_latest rows, which the ends below update (task_latest_record), locked
+    -- last and in task id order when the batch holds more than one task: two batches ending
+    -- occurrences of the same tasks take them in one order, not in the order their rows are
+    -- updated. With one task there is no order to keep, and no lock record to write.
+    IF EXISTS (SELECT 1 FROM unnest(p_task_ids) x WHERE x <> p_task_ids[1]) THEN
+        PERFORM 1 FROM task_latest WHERE task_id = ANY(p_task_ids) ORDER BY task_id FOR UPDATE;
+    END IF;
     IF p_wake THEN
         PERFORM pg_notify(p_channel, 'finished');
     END IF;

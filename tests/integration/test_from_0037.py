@@ -148,6 +148,12 @@ def test_a_database_at_0037_reaches_the_baseline_once_the_fleet_is_stopped_and_r
     assert (tasks["recurring"]["last_outcome_seq"], tasks["recurring"]["last_status"]) == (0, None)
     assert tasks["recurring"]["last_error"] is None
     assert (tasks["once"]["last_outcome_seq"], tasks["once"]["last_status"]) == (1, "success")
+    # task_latest filled from the rows there (issue 47): each task's newest outcome by sequence,
+    # the running and queued firings aside, and its newest success.
+    assert _latest(url) == {
+        "recurring": (1, "failed", 0),
+        "once": (1, "success", 1),
+    }
     names = {r["proname"] for r in query(url, "SELECT proname FROM pg_proc WHERE proname ~ '^sd_'")}
     assert names == {
         "sd_claim_launch_v6",
@@ -187,7 +193,71 @@ def test_a_database_at_0037_reaches_the_baseline_once_the_fleet_is_stopped_and_r
         (2, "success"),
         (3, "success"),
     ]
+    assert _latest(url)["recurring"] == (3, "success", 3)  # the trigger, made by the path
     assert cli("audit", "--json", url=url).code == 0
+
+
+def _latest(url: str) -> dict[str, tuple[int, str | None, int]]:
+    rows = query(
+        url,
+        "SELECT t.name, l.occurrence_seq, l.status, l.success_seq FROM task_latest l "
+        "JOIN task t ON t.id = l.task_id",
+    )
+    return {r["name"]: (r["occurrence_seq"], r["status"], r["success_seq"]) for r in rows}
+
+
+def test_the_path_from_0037_fills_task_latest_from_the_rows_there(empty_database_url: str) -> None:
+    """Fails on a fill that takes the newest row written, the newest by id, a `skipped` or an
+    unfinished one, or that leaves out a task with no outcome: a task whose success (seq 1) is
+    older than its newest outcome (seq 3, expired, written first), with a skipped seq 4 and a
+    running seq 5, and a task with nothing ended."""
+    url = empty_database_url
+    _restore(url)
+    query(url, "DELETE FROM instance")
+    query(
+        url,
+        """
+        INSERT INTO task (name, schedule_kind, every, anchor_at, executor, payload,
+                          occurrence_seq)
+        VALUES ('mixed', 'interval', '1 hour', now(), 'shell', '{"command": "true"}', 5),
+               ('idle', 'interval', '1 hour', now(), 'shell', '{"command": "true"}', 0)
+        RETURNING id""",
+    )
+    query(
+        url,
+        """
+        INSERT INTO occurrence (task_id, occurrence_seq, scheduled_for, trigger, overlap, status,
+            reason, error, not_before, finished_at)
+        SELECT t.id, o.seq, now() - o.seq * interval '1 minute', 'manual', 'allow', o.status,
+            o.reason, o.error, now(), CASE WHEN o.status <> 'running' THEN now() END
+        FROM task t, (VALUES (3, 'expired', 'start_deadline', NULL), (1, 'success', NULL, NULL),
+                             (2, 'failed', NULL, 'exit 2'), (4, 'skipped', 'overlap', NULL),
+                             (5, 'running', NULL, NULL)) AS o(seq, status, reason, error)
+        WHERE t.name = 'mixed' RETURNING id""",
+    )
+    migration.expand(url)
+    assert migration.current_revision(url) == "0038"
+    (mixed,) = query(
+        url,
+        "SELECT l.occurrence_seq, l.status, l.error, l.success_seq, "
+        "o.id = l.occurrence_id AS same_row, s.finished_at = l.success_finished_at AS same_success "
+        "FROM task_latest l JOIN task t ON t.id = l.task_id "
+        "JOIN occurrence o ON o.task_id = t.id AND o.occurrence_seq = 3 "
+        "JOIN occurrence s ON s.task_id = t.id AND s.occurrence_seq = 1 WHERE t.name = 'mixed'",
+    )
+    assert mixed == {
+        "occurrence_seq": 3,
+        "status": "expired",
+        "error": "start_deadline",
+        "success_seq": 1,
+        "same_row": True,
+        "same_success": True,
+    }
+    assert _latest(url)["idle"] == (0, None, 0)
+    assert (
+        query(url, "SELECT count(*) AS n FROM task_latest")[0]["n"]
+        == query(url, "SELECT count(*) AS n FROM task")[0]["n"]
+    )
 
 
 @pytest.mark.parametrize(

@@ -215,7 +215,7 @@ def test_a_limit_of_zero_folds_every_task(db, pool) -> None:
         (
             "task_metrics_sample",
             (
-                "occurrence_active_task_success_idx",
+                "task_latest_pkey",
                 "occurrence_active_task_failure_idx",
                 "occurrence_active_task_scheduled_for_idx",
             ),
@@ -228,9 +228,12 @@ def test_a_limit_of_zero_folds_every_task(db, pool) -> None:
 def test_the_sample_reads_each_task_through_its_indexes(database_url, name, indexes) -> None:
     # Its per-task look-ups stay index probes however long the history (the 10,000-task
     # figures in docs/performance.md depend on it). Before revision 0037 the sample walked
-    # occurrence_task_outcome_idx back to the last success, unbounded (ADR 0026).
+    # occurrence_task_outcome_idx back to the last success, unbounded (ADR 0026); before
+    # issue 47 its newest success was a backward read of occurrence_task_success_idx, one per
+    # partition once occurrences are partitioned: now it is the task's task_latest row.
     _seed(database_url)
     plan = _plan(database_url, name, task_sample.params(500))
     assert all(any(i in plan for i in index.split("|")) for index in indexes), plan
     assert "Seq Scan on occurrence" not in plan, plan
-    assert "occurrence_active_task_outcome_idx" not in plan, plan
+    assert "task_outcome_idx" not in plan, plan
+    assert "task_success_idx" not in plan, plan
