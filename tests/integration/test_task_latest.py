@@ -383,3 +383,77 @@ def test_every_task_has_its_row_from_its_first_moment(client, db) -> None:
         "success_created_at": None,
     }
     assert db.execute("SELECT count(*) AS n FROM task_latest").fetchone() == {"n": 1}
+
+
+def _running_run(db: psycopg.Connection[Any], task_id: int, seq: int) -> tuple[int, int]:
+    """A running occurrence of the task and its running run, owned by `me` at token 1."""
+    occurrence = _running(db, task_id, seq)
+    row = db.execute(
+        """INSERT INTO run (occurrence_id, attempt, owner, lease_token, lease_expires_at,
+                           takeover_at, status, started_at, build_revision)
+           VALUES (%s, 1, 'me', 1, now() + interval '1 hour', now() + interval '1 hour',
+                   'running', now(), 'b') RETURNING id""",
+        [occurrence],
+    ).fetchone()
+    assert row is not None
+    return occurrence, int(row["id"])
+
+
+def test_a_success_batch_of_two_tasks_takes_their_rows_in_task_order(db, database_url) -> None:
+    """Two success batches holding the same two tasks must take their task_latest rows in one
+    order, or they can wait on each other in a cycle. A batch whose runs come in the other order
+    (task B's run first) is held at B's row by a second session: it must already hold A's (a
+    third session's NOWAIT on A fails). Fails on a sd_succeed_runs_v4 without the ordered lock:
+    its ends update B's row first and wait there, A's row still free."""
+    first, second = _task(db, "a"), _task(db, "b")
+    occurrence_b, run_b = _running_run(db, second, 1)
+    occurrence_a, run_a = _running_run(db, first, 1)
+    with (
+        psycopg.connect(database_url) as holder,
+        psycopg.connect(database_url) as batch,
+        psycopg.connect(database_url) as probe,
+    ):
+        holder.execute("SELECT 1 FROM task_latest WHERE task_id = %s FOR UPDATE", [second])
+        done: list[Any] = []
+
+        def succeed() -> None:
+            try:
+                done.extend(
+                    batch.execute(
+                        "SELECT sd_succeed_runs_v4(%s, %s, %s, %s, %s, %s, %s, %s, 'me', 'c', "
+                        "false, NULL)",
+                        [
+                            [run_b, run_a],
+                            [1, 1],
+                            [occurrence_b, occurrence_a],
+                            [second, first],
+                            [0, 0],
+                            [None, None],
+                            [None, None],
+                            [None, None],
+                        ],
+                    ).fetchall()
+                )
+                batch.commit()
+            except Exception as error:  # surfaced by the assertion below
+                done.append(error)
+
+        writer = threading.Thread(target=succeed)
+        writer.start()
+        wait_for(
+            lambda: _waiting_for_a_lock(db, batch.info.backend_pid),
+            message="the batch waiting on task b's row",
+        )
+        try:
+            probe.execute("SELECT 1 FROM task_latest WHERE task_id = %s FOR UPDATE NOWAIT", [first])
+            a_was = "free"
+        except psycopg.errors.LockNotAvailable:
+            a_was = "held by the batch"
+        finally:
+            probe.rollback()
+            holder.commit()  # the batch goes on, whatever was found
+        writer.join(timeout=30)
+        assert not writer.is_alive()
+    assert a_was == "held by the batch"
+    assert sorted(r[0] for r in done) == sorted([run_a, run_b]), done
+    assert (_latest(db, first)["success_seq"], _latest(db, second)["success_seq"]) == (1, 1)
