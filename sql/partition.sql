@@ -43,3 +43,9 @@ WITH ahead AS (
 SELECT (SELECT min(n) FROM ahead)::integer AS partitions_ahead, u.last_success_at,
     u.last_error, u.last_error_at, u.last_sqlstate
 FROM (SELECT 1) one LEFT JOIN partition_upkeep u ON true
+
+-- name: partition_in_use :scalar
+-- Whether the history (`occurrence`) is partitioned by time (ADR 0033): then the row-by-row
+-- prune leaves what a partition drop will remove.
+SELECT EXISTS (SELECT 1 FROM pg_partitioned_table
+               WHERE partrelid = to_regclass(quote_ident(current_schema()) || '.occurrence'))

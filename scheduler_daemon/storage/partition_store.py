@@ -31,3 +31,20 @@ def partitions(conn: psycopg.Connection[Any]) -> list[dict[str, Any]]:
 
 def status(conn: psycopg.Connection[Any]) -> dict[str, Any]:
     return dict(query.run(conn, "partition_status") or {})
+
+
+def in_use(conn: psycopg.Connection[Any]) -> bool:
+    return bool(query.run(conn, "partition_in_use"))
+
+
+def row_by_row_retention(
+    conn: psycopg.Connection[Any], retention: timedelta | None
+) -> timedelta | None:
+    """The fleet retention the row-by-row prune applies (ADR 0033): on partitioned history,
+    one partition interval past `retention`, so that what a partition drop removes whole is not
+    deleted row by row first; the prune still takes what no drop can (a task's shorter retention,
+    rows kept in or fallen into the DEFAULT partition, a stalled upkeep's history) one interval
+    later. Unpartitioned, `retention` itself."""
+    if retention is None or not in_use(conn):
+        return retention
+    return retention + (fleet_store.partition_interval(conn) or partitioning.DEFAULT_INTERVAL)

@@ -417,3 +417,25 @@ def test_audit_owes_nothing_after_a_drop_and_would_without_its_marks(
     owed = cli("audit", "--json", "--check", "firing_missing")
     assert owed.code == 1, owed.out
     assert owed.json()["violations"][0]["check"] == "firing_missing"
+
+
+def test_the_row_by_row_prune_leaves_what_a_drop_removes_and_takes_what_it_cannot(
+    partitioned: str, cli: Any, pool: Any
+) -> None:
+    """On partitioned history the prune takes the fleet's retention one interval later (what
+    the next drop removes whole is not deleted row by row first), and a task's shorter
+    retention as it is. Fails on a prune that deletes every row past the fleet's retention."""
+    from scheduler_daemon.services.pruner import Pruner
+
+    url = partitioned
+    setting(url, "history_partition_interval", "1h")
+    plain = add_task(cli, "plain")
+    short = add_task(cli, "short", "--history-retention", "30m")
+    recent = [plant(url, plain, s, timedelta(minutes=m)) for s, m in ((2, 90), (3, 80))]
+    stale = plant(url, plain, 1, timedelta(minutes=150))  # past retention + interval
+    shorts = [plant(url, short, s, timedelta(minutes=m)) for s, m in ((1, 90), (2, 80))]
+    upkeep(url)
+    setting(url, "history_retention", "1h")
+    Pruner(pool, instance_id="t").run_once(until_swept=True)
+    left = set(where(url, "occurrence", [*recent, stale, *shorts]))
+    assert left == {*recent, shorts[-1]}  # short keeps only its newest outcome
