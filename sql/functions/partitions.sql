@@ -144,7 +144,7 @@ BEGIN
                         ), keys AS (
                             DELETE FROM firing_key f USING doomed d
                             WHERE f.task_id = d.task_id AND f.trigger = d.trigger
-                              AND f.scheduled_for BETWEEN d.scheduled_for AND d.last
+                              AND f.scheduled_for = d.scheduled_for
                         ), outbox AS (
                             DELETE FROM notification_outbox b USING doomed d
                             WHERE b.occurrence_id = d.id AND b.delivered_at IS NOT NULL
