@@ -351,8 +351,9 @@ def _partitions_line(found: dict[str, Any]) -> str | None:
         return None
     line = f"history partitions ahead: {'none' if ahead is None else ahead}"
     line += f"; last upkeep {found.get('last_success_at') or 'never'}"
-    if error is not None:
-        line += f"; last error at {found.get('last_error_at')}: {error}"
+    success, failed = found.get("last_success_at"), found.get("last_error_at")
+    if error is not None and (success is None or (failed or "") >= success):  # ISO, both UTC
+        line += f"; last error at {failed}: {error}"
     return line
 
 

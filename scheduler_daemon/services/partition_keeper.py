@@ -6,9 +6,10 @@ drop tables) with the fleet's partition interval and history retention. The func
 the partitions ahead and for rows fallen into the DEFAULT partition, drops those past the
 retention (keeping what the keep rule keeps), bounds its lock waits by a 100 ms lock_timeout,
 and lets one daemon of the fleet work at a time (the others are told `busy`). A refusal it
-records (`error`: a held lock, 55P03, or anything else) is raised here as UpkeepFailed, which the
-loop counts and logs at most once a minute without failing its step: the hot path never waits
-on upkeep. Fewer than WARN_AHEAD partitions ahead is warned (once per call, so once a minute).
+records (`error`: a held lock, 55P03, tried twice more first, so a minute's upkeep holds the
+loop 0.4 s at most; or anything else) is raised here as UpkeepFailed, which the loop counts and
+logs at most once a minute without failing its step. Fewer than WARN_AHEAD partitions ahead is
+warned (once per call, so once a minute).
 """
 
 import time
@@ -24,6 +25,9 @@ from scheduler_daemon.storage import partition_store
 from scheduler_daemon.storage.database import transaction
 
 log = structlog.get_logger()
+LOCK_NOT_AVAILABLE = "55P03"
+LOCK_TRIES = 3  # calls per upkeep while its lock waits time out (each waits 100 ms at most)
+RETRY_PAUSE = 0.05  # seconds between them: the hot set's own transactions last milliseconds
 
 
 class UpkeepFailed(RuntimeError):
@@ -38,6 +42,7 @@ class PartitionKeeper:
     instance_id: str
     every: float = partitioning.UPKEEP_EVERY_SECONDS
     clock: Callable[[], float] = time.monotonic
+    sleep: Callable[[float], None] = time.sleep
     partitions_ahead: int | None = field(default=None, init=False)  # from the last answer
     _last: float = field(default=float("-inf"), init=False)
 
@@ -55,9 +60,15 @@ class PartitionKeeper:
         return self.run_once()
 
     def run_once(self) -> dict[str, Any]:
-        """One upkeep; its answer (partition_store.upkeep). UpkeepFailed when it gave up."""
-        with transaction(self.pool) as tx:
-            answer = partition_store.upkeep(tx.conn)
+        """One upkeep; its answer (partition_store.upkeep). A give-up on a held lock (55P03:
+        the ATTACH or DETACH met a transaction on the hot set) is tried again up to
+        LOCK_TRIES times, RETRY_PAUSE apart; UpkeepFailed when it still gave up."""
+        for attempt in range(1, LOCK_TRIES + 1):
+            with transaction(self.pool) as tx:
+                answer = partition_store.upkeep(tx.conn)
+            if answer.get("sqlstate") != LOCK_NOT_AVAILABLE or attempt == LOCK_TRIES:
+                break
+            self.sleep(RETRY_PAUSE)
         if "error" in answer:
             raise UpkeepFailed(f"{answer['error']} (SQLSTATE {answer.get('sqlstate')})")
         if answer.get("created") or answer.get("dropped"):

@@ -439,3 +439,49 @@ def test_the_row_by_row_prune_leaves_what_a_drop_removes_and_takes_what_it_canno
     Pruner(pool, instance_id="t").run_once(until_swept=True)
     left = set(where(url, "occurrence", [*recent, stale, *shorts]))
     assert left == {*recent, shorts[-1]}  # short keeps only its newest outcome
+
+
+@pytest.mark.slow
+def test_a_daemons_history_is_audited_clean_after_its_minute_partitions_are_dropped(
+    database_url: str, cli: Any, spawn: Any
+) -> None:
+    """A real daemon runs every-second tasks over one-minute partitions for a little over a
+    minute; the upkeep then drops the first minutes (retention 1s) while the daemon runs; with
+    the retention lengthened again, `audit` owes nothing: the drop raised each task's mark and
+    kept each task's newest outcome."""
+    url = database_url
+    assert cli("config", "set", "history-partition-interval", "1m").code == 0
+    first = cli("partitions", "--upkeep", "--json")
+    assert first.code == 0, first.err
+    assert first.json()["partitions_ahead"] >= 60  # an hour ahead, at one minute each
+    for name, extra in (("tick", ()), ("queued", ("--overlap", "queue"))):
+        assert cli("tasks", "add", name, "--every", "1s", "--command", "true", *extra).code == 0
+    daemon = spawn(url, "partitioned", "--concurrency", "4")
+    daemon.instance_id()
+    began = query(url, "SELECT now() AS t")[0]["t"]
+    wait_for(
+        lambda: query(url, "SELECT now() - %s > interval '75 seconds' AS ok", (began,))[0]["ok"],
+        timeout=120,
+        message="the first minute partition to be past",
+    )
+    assert cli("config", "set", "history-retention", "1s").code == 0
+    dropped = cli("partitions", "--upkeep", "--json")
+    assert dropped.code == 0, dropped.err
+    assert dropped.json()["dropped"], dropped.out
+    assert dropped.json()["dropped_rows"] > 0, dropped.out
+    wait_for(
+        lambda: query(
+            url,
+            "SELECT count(*) >= 4 AS ok FROM run WHERE finished_at > now() - interval '2 seconds'",
+        )[0]["ok"],
+        message="the daemon to go on running after the drop",
+    )
+    assert daemon.stop() == 0, daemon.log()
+    assert cli("config", "set", "history-retention", "1h").code == 0
+    audited = cli("audit", "--json", "--settle", "2s")
+    assert audited.code == 0, audited.out
+    assert audited.json()["violations"] == []
+    newest = query(
+        url, "SELECT count(DISTINCT task_id) AS n FROM occurrence WHERE status = 'success'"
+    )
+    assert newest[0]["n"] == 2
