@@ -485,3 +485,21 @@ def test_a_daemons_history_is_audited_clean_after_its_minute_partitions_are_drop
         url, "SELECT count(DISTINCT task_id) AS n FROM occurrence WHERE status = 'success'"
     )
     assert newest[0]["n"] == 2
+
+
+def test_a_large_fallen_backlog_moves_out_over_several_calls(partitioned: str, cli: Any) -> None:
+    """Rows of 30 past hours in the DEFAULT partition (a long outage, or history carried from
+    0037): one call makes the partitions ahead and the 24 oldest past ones, says `backlog`, and
+    the next call makes the rest: no call does an unbounded move."""
+    url = partitioned
+    setting(url, "history_partition_interval", "1h")
+    task = add_task(cli, "backlog")
+    planted = [plant(url, task, h, timedelta(hours=h, minutes=30)) for h in range(1, 31)]
+    first = upkeep(url)
+    assert first["backlog"] is True, first
+    assert first["moved_rows"] == 2 * 24, first  # occurrences and runs of the 24 oldest hours
+    left = [i for i, p in where(url, "occurrence", planted).items() if p == "occurrence_active"]
+    assert sorted(left) == sorted(planted[:6])  # the 6 newest hours (1..6 hours ago) wait
+    second = upkeep(url)
+    assert second["backlog"] is False, second
+    assert "occurrence_active" not in where(url, "occurrence", planted).values()
