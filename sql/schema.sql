@@ -273,6 +273,11 @@ DECLARE
     v_name text;
     v_count bigint;
     v_rounds integer := 0;
+    c_past constant integer := 24;  -- past ranges made a call and table, at most
+    c_span constant integer := 1000;  -- how many intervals back a fallen row gets a partition
+    v_past boolean;
+    v_made integer;
+    v_backlog boolean := false;
     v_created text[] := ARRAY[]::text[];
     v_dropped text[] := ARRAY[]::text[];
     v_moved bigint := 0;
@@ -389,8 +394,11 @@ BEGIN
             END LOOP;
         END LOOP;
 
-        -- (a) create: rows fallen into the DEFAULT partition (oldest first, inside the
-        -- retention: older ones are the row-by-row prune's), then now() .. v_until.
+        -- (a) create: now() .. v_until first, then the ranges of rows fallen into the DEFAULT
+        -- partition, oldest first, at most c_past a call and table (a large backlog, e.g. the
+        -- history the path from 0037 carried, is moved over several calls), from the retention
+        -- cutoff but no further back than c_span intervals (older ones are the row-by-row
+        -- prune's, or stay in the DEFAULT partition when nothing is pruned).
         FOREACH v_parent IN ARRAY ARRAY['occurrence', 'run'] LOOP
             SELECT partdefid::regclass INTO v_default
             FROM pg_partitioned_table WHERE partrelid = v_parent::regclass;
@@ -398,19 +406,32 @@ BEGIN
             FROM pg_attribute
             WHERE attrelid = v_parent::regclass AND attnum > 0 AND NOT attisdropped
               AND attgenerated = '';
-            v_t := coalesce(v_cutoff, '-infinity');
+            v_past := false;
+            v_made := 0;
+            v_t := v_now;
             LOOP
                 v_rounds := v_rounds + 1;
-                IF v_rounds > 4000 THEN
-                    RAISE EXCEPTION 'partition upkeep: more than 4,000 ranges in one call'
+                IF v_rounds > 10000 THEN
+                    RAISE EXCEPTION 'partition upkeep: more than 10,000 ranges in one call'
                         USING ERRCODE = '54000';
                 END IF;
-                EXECUTE format('SELECT min(finished_at) FROM %s '
-                               'WHERE finished_at >= $1 AND finished_at < $2', v_default)
-                    INTO v_next USING v_t, v_now;
-                IF v_next IS NULL THEN
-                    v_next := greatest(v_t, v_now);
-                    EXIT WHEN v_next >= v_until;
+                IF NOT v_past THEN
+                    IF v_t >= v_until THEN
+                        v_past := true;
+                        v_t := greatest(coalesce(v_cutoff, '-infinity'),
+                                        v_now - c_span * p_interval);
+                        CONTINUE;
+                    END IF;
+                    v_next := v_t;
+                ELSE
+                    IF v_made >= c_past THEN
+                        v_backlog := true;
+                        EXIT;
+                    END IF;
+                    EXECUTE format('SELECT min(finished_at) FROM %s '
+                                   'WHERE finished_at >= $1 AND finished_at < $2', v_default)
+                        INTO v_next USING v_t, v_now;
+                    EXIT WHEN v_next IS NULL;
                 END IF;
                 -- the partition covering v_next, if any: go on from its upper bound
                 SELECT b[2]::timestamptz INTO v_hi
@@ -449,6 +470,7 @@ BEGIN
                 EXECUTE format('ALTER TABLE %I ATTACH PARTITION %I FOR VALUES FROM (%L) TO (%L)',
                                v_parent, v_name, v_lo, v_hi);
                 v_created := v_created || v_name;
+                v_made := v_made + CASE WHEN v_past THEN 1 ELSE 0 END;
                 v_t := v_hi;
             END LOOP;
         END LOOP;
@@ -476,7 +498,8 @@ BEGIN
         partitions_ahead = excluded.partitions_ahead;
     RETURN jsonb_build_object(
         'created', to_jsonb(v_created), 'dropped', to_jsonb(v_dropped),
-        'moved_rows', v_moved, 'kept_rows', v_kept, 'dropped_rows', v_gone, 'partitions_ahead', v_ahead);
+        'moved_rows', v_moved, 'kept_rows', v_kept, 'dropped_rows', v_gone,
+        'backlog', v_backlog, 'partitions_ahead', v_ahead);
 END
 $function$;
 
