@@ -125,7 +125,7 @@ def _upkeep_after_migrate(url: str) -> tuple[dict[str, Any], str]:
         done = partition_upkeep(url)
     except UpkeepFailed as exc:
         return {"error": str(exc)}, f"; partition upkeep gave up (the daemons retry): {exc}"
-    if done.get("partitioned") is False or done.get("busy"):
+    if not (done.get("created") or done.get("dropped")):  # unpartitioned, busy, or nothing to do
         return done, ""
     return done, (
         f"; partitions: {len(done.get('created') or [])} created, "
