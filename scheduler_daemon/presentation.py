@@ -302,7 +302,8 @@ def status_fields(status: dict[str, Any]) -> dict[str, Any]:
     overdue = {k: _json(v) for k, v in status["overdue_tasks"].items()}
     partitions = {k: _json(v) for k, v in status.get("partitions", {}).items()}
     warnings = fleet_warnings(status["queue_depth"], overdue, states)
-    if too_few_ahead(ahead := partitions.get("partitions_ahead")):  # ADR 0033
+    ahead, kept_up = partitions.get("partitions_ahead"), partitions.get("last_success_at")
+    if too_few_ahead(ahead) and (kept_up or partitions.get("last_error")):  # ADR 0033
         warnings.append(f"only {ahead} history partition(s) ahead: see partition upkeep")
     return {
         **status,

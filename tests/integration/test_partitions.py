@@ -503,3 +503,19 @@ def test_a_large_fallen_backlog_moves_out_over_several_calls(partitioned: str, c
     second = upkeep(url)
     assert second["backlog"] is False, second
     assert "occurrence_active" not in where(url, "occurrence", planted).values()
+
+
+def test_status_warns_when_fewer_than_two_partitions_remain_ahead(
+    partitioned: str, cli: Any
+) -> None:
+    url = partitioned
+    assert cli("status", "--json").json()["warnings"] == []  # no upkeep recorded yet
+    setting(url, "history_partition_interval", "1h")
+    upkeep(url)
+    assert cli("status", "--json").json()["warnings"] == []
+    for p in dated(url)[1:]:  # as if the upkeep had stalled for three hours
+        query(url, f"ALTER TABLE occurrence DETACH PARTITION {p['partition']}")
+    status = cli("status", "--json").json()
+    assert status["partitions"]["partitions_ahead"] == 1
+    assert status["warnings"] == ["only 1 history partition(s) ahead: see partition upkeep"]
+    assert "warning: only 1 history partition(s) ahead" in cli("status").out
