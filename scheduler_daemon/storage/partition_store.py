@@ -7,6 +7,7 @@ from typing import Any
 import psycopg
 
 from scheduler_daemon.domain import partitioning
+from scheduler_daemon.domain.limit import MAX_DURATION
 from scheduler_daemon.storage import fleet_store, query
 
 
@@ -44,7 +45,9 @@ def row_by_row_retention(
     one partition interval past `retention`, so that what a partition drop removes whole is not
     deleted row by row first; the prune still takes what no drop can (a task's shorter retention,
     rows kept in or fallen into the DEFAULT partition, a stalled upkeep's history) one interval
-    later. Unpartitioned, `retention` itself."""
+    later. Unpartitioned, `retention` itself. A retention past 100 years (written by hand: SQL
+    caps it there anyway) is taken as 100 years, so the sum stays a timedelta."""
     if retention is None or not in_use(conn):
         return retention
-    return retention + (fleet_store.partition_interval(conn) or partitioning.DEFAULT_INTERVAL)
+    lag = fleet_store.partition_interval(conn) or partitioning.DEFAULT_INTERVAL
+    return min(retention, MAX_DURATION) + lag

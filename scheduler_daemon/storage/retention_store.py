@@ -41,7 +41,10 @@ def prune(
 ) -> Batch:
     """One batch: deletes at most `limit` occurrences (with their runs) of the at most `scan`
     finished ones after `after`, oldest first (with `task_id`, only that task's), raising each
-    task's task_pruned mark in the same statement; with `dry_run` only counts them."""
+    task's task_pruned mark in the same statement; with `dry_run` only counts them. JIT off for
+    the transaction: over a history of 400 partitions its plan was JIT-compiled (7,373
+    functions) and never finished a pass (bench/history_scale.py, issue 47)."""
+    query.run(conn, "health_jit_off")
     row = query.run(
         conn,
         "retention_preview" if dry_run else "retention_prune",
