@@ -352,6 +352,15 @@ def main() -> int:
         figures = ab_cpu.one_sitting(sitting, trees, fleets)
         print("a: CPU and WAL per job, both fleets at once")
         ab_cpu.report(figures, trees)
+        f = figures
+        print(
+            f"  B/A (target <= 1.10): daemon CPU {ratio(f['B daemons'], f['A daemons'])} (from "
+            f"the first job {ratio(f['B daemons steady'], f['A daemons steady'])}), server CPU "
+            f"{ratio(f['B server'], f['A server'])} (from the first job "
+            f"{ratio(f['B server steady'], f['A server steady'])}), WAL per job "
+            f"{ratio(f['B wal_B'], f['A wal_B'])}",
+            flush=True,
+        )
         for fleet in fleets:
             for label, (buffers, parts) in hot_path(fleet).items():
                 named = ", ".join(parts[:4]) + (" ..." if len(parts) > 4 else "") or "none"
