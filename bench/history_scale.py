@@ -31,11 +31,13 @@ b. in B, the oldest partition: the row-by-row DELETE of its rows (one statement 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shutil
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -48,6 +50,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # `python bench
 from bench import ab_cpu, fleet_cost
 from bench.daemon_throughput import seed
 from bench.history_plant import (
+    STALE_TASK,
     Plan,
     dated,
     interval_start,
@@ -194,23 +197,23 @@ def reads(url: str, times: int) -> dict[str, tuple[float, int]]:
     return out
 
 
-def measured(cluster: Cluster, url: str, statements: list[str]) -> str:
-    """`statements` in one transaction on `url` after a CHECKPOINT (each ends with COMMIT or
-    ROLLBACK as given): wall seconds and WAL, full-page images apart."""
+def measured(cluster: Cluster, url: str, work: Callable[[psycopg.Connection[Any]], Any]) -> str:
+    """`work` on a connection to `url` after a CHECKPOINT: wall seconds and WAL, full-page images
+    apart (pg_waldump), and what `work` returned when it returned something."""
     cluster.psql("postgres", "CHECKPOINT")
     lsn0 = cluster.psql("postgres", "SELECT pg_current_wal_insert_lsn()")
     with psycopg.connect(url, autocommit=True) as conn:
         start = time.monotonic()
-        for statement in statements:
-            conn.execute(statement)
+        answer = work(conn)
         took = time.monotonic() - start
     lsn1 = cluster.psql("postgres", "SELECT pg_current_wal_insert_lsn()")
     kinds = waldump(cluster, lsn0, lsn1)
     total = fleet_cost.lsn_bytes(lsn1) - fleet_cost.lsn_bytes(lsn0)
     fpi = sum(v[2] for v in kinds.values())
+    said = f"; {json.dumps(answer, default=str)}" if answer is not None else ""
     return (
         f"{took:.3f} s, {total:,} B WAL of which {fpi:,} B full-page images "
-        f"({total - fpi:,} without)"
+        f"({total - fpi:,} without){said}"
     )
 
 
@@ -231,17 +234,25 @@ def _oldest(conn: psycopg.Connection[Any]) -> tuple[str, str, Any, Any] | None:
     return name, "run_p" + name.removeprefix("occurrence_p"), lo, hi
 
 
-def _upkeep_query() -> str | None:
-    from scheduler_daemon.storage.query import QUERIES
-
-    return next((n for n, q in QUERIES.items() if "sd_partitions_v" in q.sql), None)
+def _day(conn: psycopg.Connection[Any], lo: Any, hi: Any) -> tuple[int, int, int]:
+    """The firings and runs that ended in [lo, hi), and how many firings the keep rule keeps
+    of them (a long-retention task's, the stale task's newest outcome)."""
+    span = "finished_at >= %(lo)s AND finished_at < %(hi)s"
+    ((firings, runs, keep),) = conn.execute(
+        f"SELECT (SELECT count(*) FROM occurrence WHERE {span}), "  # noqa: S608
+        f"(SELECT count(*) FROM run WHERE {span}), "
+        "(SELECT count(*) FROM occurrence o JOIN task t ON t.id = o.task_id "
+        f"WHERE o.{span} AND (t.history_retention IS NOT NULL OR t.name = %(stale)s))",
+        {"lo": lo, "hi": hi, "stale": STALE_TASK},
+    ).fetchall()
+    return firings, runs, keep
 
 
 def drop_against_delete(fleet: ab_cpu.Fleet) -> None:
-    """b: the oldest partition's rows deleted row by row (rolled back), then dropped."""
+    """b: the oldest partition's rows deleted row by row (rolled back), then dropped by the
+    upkeep with the fleet's retention set just past that partition."""
     assert fleet.cluster is not None
     from scheduler_daemon.domain.duration import format_duration
-    from scheduler_daemon.storage.query import QUERIES
 
     with psycopg.connect(fleet.url, autocommit=True) as conn:
         oldest = _oldest(conn)
@@ -249,27 +260,19 @@ def drop_against_delete(fleet: ab_cpu.Fleet) -> None:
             print("  b: occurrence has no dated partition here: nothing to drop")
             return
         occurrence, run, lo, hi = oldest
-        span = "finished_at >= %s AND finished_at < %s"
-        counts = [
-            conn.execute(f"SELECT count(*) FROM {t} WHERE {span}", (lo, hi)).fetchone()[0]  # noqa: S608
-            for t in ("occurrence", "run")
-        ]
-        keep = conn.execute(
-            f"SELECT count(*) FROM occurrence o JOIN task t ON t.id = o.task_id WHERE o.{span} "  # noqa: S608
-            "AND (t.history_retention IS NOT NULL OR t.name = 'hist-stale')",
-            (lo, hi),
-        ).fetchone()[0]
-    print(f"  b: {occurrence} and {run}: {counts[0]:,} firings, {counts[1]:,} runs; {keep} to keep")
-    where = f"finished_at >= '{lo.isoformat()}' AND finished_at < '{hi.isoformat()}'"
-    delete = [
-        "BEGIN",
-        f"DELETE FROM run WHERE {where}",  # noqa: S608
-        f"DELETE FROM occurrence WHERE {where}",  # noqa: S608
-        "ROLLBACK",
-    ]
+        firings, runs, keep = _day(conn, lo, hi)
+    print(f"  b: {occurrence} and {run}: {firings:,} firings, {runs:,} runs; {keep} to keep")
+
+    def delete(conn: psycopg.Connection[Any]) -> None:
+        with conn.transaction(force_rollback=True):
+            for table in ("run", "occurrence"):
+                conn.execute(
+                    f"DELETE FROM {table} WHERE finished_at >= %s AND finished_at < %s",  # noqa: S608
+                    (lo, hi),
+                )
+
     deleted = measured(fleet.cluster, fleet.url, delete)
     print(f"  b: row-by-row DELETE of the day (rolled back): {deleted}")
-    upkeep = _upkeep_query()
     with psycopg.connect(fleet.url, autocommit=True) as conn:
         now = conn.execute("SELECT now()").fetchone()[0]
         retention = format_duration(retention_past(now, hi))
@@ -280,24 +283,33 @@ def drop_against_delete(fleet: ab_cpu.Fleet) -> None:
             (retention,),
         )
         marks0 = conn.execute("SELECT count(*) FROM task_pruned").fetchone()[0]
-    if upkeep is None:
-        label = "bare DROP of both (no upkeep function in this tree: nothing kept)"
-        drop = ["BEGIN", f"DROP TABLE {run}", f"DROP TABLE {occurrence}", "COMMIT"]
-    else:
-        label = f"DROP by the upkeep ({upkeep}, retention {retention})"
-        params = {"now": None, "retention": retention}
-        with psycopg.connect(fleet.url) as conn:
-            drop = [psycopg.ClientCursor(conn).mogrify(QUERIES[upkeep].sql, params)]
+    try:
+        from scheduler_daemon.storage import partition_store
+
+        label = f"DROP by the upkeep (partition_store.upkeep, retention {retention})"
+
+        def drop(conn: psycopg.Connection[Any]) -> Any:
+            with conn.transaction():
+                return partition_store.upkeep(conn)
+
+    except ImportError:
+        label = "bare DROP of both (no upkeep in this tree: nothing kept)"
+
+        def drop(conn: psycopg.Connection[Any]) -> Any:
+            with conn.transaction():
+                conn.execute(f"DROP TABLE {run}")
+                conn.execute(f"DROP TABLE {occurrence}")
+
     print(f"  b: {label}: {measured(fleet.cluster, fleet.url, drop)}")
     with psycopg.connect(fleet.url, autocommit=True) as conn:
         left = conn.execute(
             "SELECT count(*) FROM pg_class WHERE relname IN (%s, %s)", (occurrence, run)
         ).fetchone()[0]
-        kept = conn.execute(f"SELECT count(*) FROM occurrence WHERE {span}", (lo, hi)).fetchone()[0]  # noqa: S608
+        kept, _, _ = _day(conn, lo, hi)
         marks = conn.execute("SELECT count(*) FROM task_pruned").fetchone()[0]
     print(
         f"  b: after it: {left} of the two partitions left, {kept} of the day's firings still "
-        f"read through occurrence, task_pruned marks {marks0} -> {marks}"
+        f"read through occurrence (of {keep} to keep), task_pruned marks {marks0} -> {marks}"
     )
 
 
