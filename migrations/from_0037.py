@@ -121,6 +121,50 @@ EXECUTE FUNCTION task_event_record();
 # Who logged in to write each operator action (issue 46): rows written before have none.
 ACTION_SESSION_ROLE = "ALTER TABLE operator_action ADD COLUMN session_role text;"
 
+# The hot set and history (issue 47): `occurrence` and `run` made again as the baseline makes
+# them (partitioned by `finished_at`, their default partitions the hot set, no foreign key into
+# them), their rows carried over with their ids, each identity moved past the highest id, and
+# `firing_key` filled from the scheduled and backfill occurrences (guarantee 2). Every row lands in
+# the default partition: none dated exists yet (the upkeep makes them).
+REPARTITION_SAVE = """
+CREATE TEMPORARY TABLE occurrence_0037 ON COMMIT DROP AS SELECT * FROM occurrence;
+
+CREATE TEMPORARY TABLE run_0037 ON COMMIT DROP AS SELECT * FROM run;
+
+ALTER TABLE notification_outbox DROP CONSTRAINT notification_outbox_occurrence_id_fkey;
+
+DROP TABLE run;
+
+DROP TABLE occurrence;
+"""
+
+REPARTITION_FILL = """
+INSERT INTO occurrence OVERRIDING SYSTEM VALUE SELECT * FROM occurrence_0037;
+
+INSERT INTO run OVERRIDING SYSTEM VALUE SELECT * FROM run_0037;
+
+SELECT setval(pg_get_serial_sequence('occurrence', 'id'),
+              coalesce((SELECT max(id) FROM occurrence_0037), 0) + 1, false);
+
+SELECT setval(pg_get_serial_sequence('run', 'id'),
+              coalesce((SELECT max(id) FROM run_0037), 0) + 1, false);
+
+INSERT INTO firing_key (task_id, scheduled_for, trigger)
+SELECT task_id, scheduled_for, trigger FROM occurrence_0037
+WHERE trigger IN ('schedule', 'backfill')
+ON CONFLICT DO NOTHING;
+"""
+
+
+def repartition() -> Iterator[str]:
+    """The hot set and history's tables and indexes, the rows carried over (see above)."""
+    baseline = presquash.baseline_module()
+    yield REPARTITION_SAVE
+    yield from baseline.HISTORY_TABLES
+    yield from baseline.HISTORY_INDEXES
+    yield REPARTITION_FILL
+
+
 # After the live functions: the trigger's function, and the one the views read.
 ACTION_SESSION_ROLE_TRIGGER = """
 CREATE TRIGGER operator_action_session_user_on_insert BEFORE INSERT ON operator_action FOR EACH ROW EXECUTE FUNCTION operator_action_session_user();
@@ -147,6 +191,7 @@ def statements() -> Iterator[str]:
     yield NEEDS_BUILD
     yield TASK_EVENT_TRIGGER
     yield ACTION_SESSION_ROLE
+    yield from repartition()
     for each in functions.files():  # the live functions as their files say (ADR 0028)
         yield each.create_and_record
     yield ACTION_SESSION_ROLE_TRIGGER

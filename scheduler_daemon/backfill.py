@@ -5,7 +5,7 @@ outcome of each (domain/backfill.py) decides. Firings at or after the task's nex
 owed to the dispatcher) or after now are left out. A `forbid` task's backfill occurrences are
 recorded with overlap `queue`: they run one after another in firing order, after any active
 occurrence, and the task's own firings are skipped (`overlap`) meanwhile. Each batch of firings
-is one short transaction under the task lock; the unique index occurrence_task_backfill_key
+is one short transaction under the task lock; the primary key of firing_key
 makes a second backfill, or one running beside it, queue nothing twice.
 """
 
@@ -64,8 +64,8 @@ def queue_backfill(
     to the dispatcher) or after now are left out. A `forbid` task's backfill occurrences
     are recorded with overlap `queue`: they run one after another in firing order, after
     any active occurrence, and the task's own firings are skipped (`overlap`) meanwhile.
-    Each batch of firings is one transaction under the task lock; the unique index
-    occurrence_task_backfill_key makes a second backfill (or one running beside it) queue
+    Each batch of firings is one transaction under the task lock; the primary key of
+    firing_key (issue 47) makes a second backfill (or one running beside it) queue
     nothing twice. With `actor`, a batch that queued records it in `operator_action` in its
     own transaction. `progress(done, total)` is called after each batch."""
     if start > end:

@@ -98,7 +98,7 @@ WHERE tc.task_id = %(task_id)s AND d.day BETWEEN %(low)s AND %(high)s
 GROUP BY d.day
 
 -- name: calendar_newest_scheduled_row :one
--- The task's newest scheduled row (occurrence_task_scheduled_for_key, one probe) and the last
+-- The task's newest scheduled row (occurrence_task_scheduled_for_idx, one probe a partition) and the last
 -- firing it records: the dispatcher extends an excluded run's row with the excluded firings
 -- that follow it (ADR 0025).
 SELECT id, status, reason, coalesce(last_scheduled_for, scheduled_for) AS ends

@@ -80,7 +80,7 @@ LIMIT %(batch)s
 -- their occurrences scheduled in (now - window, now] grouped by trigger, status, reason and
 -- overlap, with each group's newest end (one index-only range of occurrence_task_window_idx per
 -- task); and over the runs of their newest `sample` firings of the window
--- (occurrence_task_scheduled_for_key backwards): queue wait (first attempt's start - scheduled
+-- (occurrence_task_scheduled_for_idx backwards): queue wait (first attempt's start - scheduled
 -- time) and run time p50/p99 in seconds, how many runs, and how many ran past the next firing's
 -- scheduled time (the next firing row's, or the task's next_run_at for the newest).
 WITH clock AS (SELECT coalesce(%(now)s::timestamptz, now()) AS now)

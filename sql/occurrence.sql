@@ -1,19 +1,29 @@
 -- name: occurrence_insert :one
 -- Inserts an occurrence of a task whose row lock the caller holds, finished if its status is one
--- of `finished`; a scheduled firing that exists already is not inserted again (no row returned).
--- Every insert of an occurrence copies its task's `needs_build` (ADR 0029).
+-- of `finished`; a scheduled or backfill firing that exists already is not inserted again (no row
+-- returned): its key goes into firing_key in the same statement, and the occurrence only if the
+-- key went in (guarantee 2). Every insert of an occurrence copies its task's `needs_build` (ADR
+-- 0029).
+WITH keyed AS (
+    INSERT INTO firing_key (task_id, scheduled_for, trigger)
+    SELECT %(task_id)s::bigint, %(scheduled_for)s::timestamptz, %(trigger)s::text
+    WHERE %(trigger)s::text IN ('schedule', 'backfill')
+    ON CONFLICT DO NOTHING
+    RETURNING task_id
+)
 INSERT INTO occurrence (
     task_id, occurrence_seq, scheduled_for, last_scheduled_for, firing_count, trigger, overlap,
     concurrency_key, status, reason, requested_by, not_before, created_at, updated_at, finished_at,
     idempotency_key, needs_build)
-VALUES (
-    %(task_id)s, %(occurrence_seq)s, %(scheduled_for)s, %(last_scheduled_for)s, %(firing_count)s,
-    %(trigger)s, %(overlap)s, %(concurrency_key)s, %(status)s, %(reason)s, %(requested_by)s,
-    %(scheduled_for)s, %(now)s, %(now)s,
-    CASE WHEN %(status)s = ANY(%(finished)s::text[]) THEN %(now)s::timestamptz END,
-    sd_occurrence_key_v1(%(task_id)s, %(trigger)s, %(scheduled_for)s),
-    (SELECT needs_build FROM task WHERE id = %(task_id)s))
-ON CONFLICT (task_id, scheduled_for) WHERE trigger = 'schedule' DO NOTHING
+SELECT %(task_id)s::bigint, %(occurrence_seq)s::bigint, %(scheduled_for)s::timestamptz,
+    %(last_scheduled_for)s::timestamptz, %(firing_count)s::bigint, %(trigger)s::text,
+    %(overlap)s::text, %(concurrency_key)s::text, %(status)s::text, %(reason)s::text,
+    %(requested_by)s::text, %(scheduled_for)s::timestamptz, %(now)s::timestamptz,
+    %(now)s::timestamptz,
+    CASE WHEN %(status)s::text = ANY(%(finished)s::text[]) THEN %(now)s::timestamptz END,
+    sd_occurrence_key_v1(%(task_id)s::bigint, %(trigger)s::text, %(scheduled_for)s::timestamptz),
+    (SELECT needs_build FROM task WHERE id = %(task_id)s::bigint)
+WHERE %(trigger)s::text NOT IN ('schedule', 'backfill') OR EXISTS (SELECT FROM keyed)
 RETURNING *
 
 -- name: occurrence_dispatch :many
@@ -23,8 +33,9 @@ RETURNING *
 -- status is one of `finished`; the task gets its next firing and, when `once_fired`, the status
 -- `running` if a queued firing went in, else `cancelled`. A firing's spread offset (`--spread`,
 -- NULL: none) is recorded and starts it no earlier than its nominal time plus the offset
--- (`not_before`). Each copies the task's `needs_build` (ADR 0029). Returns the occurrences
--- inserted.
+-- (`not_before`). Each copies the task's `needs_build` (ADR 0029). A firing goes in only if its
+-- key went into firing_key in the same statement (guarantee 2: a second dispatch of one instant
+-- inserts nothing). Returns the occurrences inserted.
 WITH firing AS (
     SELECT * FROM unnest(
         %(scheduled_fors)s::timestamptz[], %(last_scheduled_fors)s::timestamptz[],
@@ -32,6 +43,11 @@ WITH firing AS (
         %(spread_offsets)s::interval[])
         WITH ORDINALITY AS f(scheduled_for, last_scheduled_for, firing_count, status, reason,
             spread_offset, ord)
+), keyed AS (
+    INSERT INTO firing_key (task_id, scheduled_for, trigger)
+    SELECT %(task_id)s, f.scheduled_for, 'schedule' FROM firing f
+    ON CONFLICT DO NOTHING
+    RETURNING scheduled_for
 ), inserted AS (
     INSERT INTO occurrence (
         task_id, occurrence_seq, scheduled_for, last_scheduled_for, firing_count, trigger,
@@ -44,9 +60,9 @@ WITH firing AS (
         CASE WHEN f.status = ANY(%(finished)s::text[]) THEN %(now)s::timestamptz END,
         sd_occurrence_key_v1(%(task_id)s, 'schedule', f.scheduled_for), t.needs_build
     FROM firing f
+    JOIN keyed k ON k.scheduled_for = f.scheduled_for
     CROSS JOIN (SELECT occurrence_seq, needs_build FROM task WHERE id = %(task_id)s) t
     ORDER BY f.ord
-    ON CONFLICT (task_id, scheduled_for) WHERE trigger = 'schedule' DO NOTHING
     RETURNING id, status, reason, scheduled_for, not_before
 ), moved AS (
     UPDATE task SET
@@ -69,7 +85,7 @@ SELECT * FROM inserted
 -- name: occurrence_active_count :scalar
 -- How many occurrences of a task are queued, launching or running.
 SELECT count(*) FROM occurrence
-WHERE task_id = %(task_id)s AND status IN {{active_statuses}}
+WHERE task_id = %(task_id)s AND finished_at IS NULL AND status IN {{active_statuses}}
 
 -- name: occurrence_cancel_active :many
 -- Ends a locked task's queued and launching occurrences at once (raising the token fences a
@@ -80,22 +96,35 @@ WHERE task_id = %(task_id)s AND status IN {{active_statuses}}
 -- (occurrence_replace_queued_key) then has room, and the claim starts the replacement only
 -- after a running predecessor's job is gone (sql/functions/claim_launch.sql). Returned as
 -- occurrence_lock returns them: without their arguments, which a dispatch pass must not decode.
-UPDATE occurrence SET
-    status = CASE WHEN status = 'running' THEN status ELSE 'cancelled' END,
-    reason = CASE WHEN status = 'running' THEN reason ELSE %(reason)s END,
-    lease_token = CASE WHEN status = 'running' THEN lease_token ELSE lease_token + 1 END,
-    claim_owner = CASE WHEN status = 'running' THEN claim_owner END,
-    claim_expires_at = CASE WHEN status = 'running' THEN claim_expires_at END,
-    finished_at = CASE WHEN status = 'running' THEN NULL ELSE %(now)s::timestamptz END,
-    cancel_requested_at = CASE WHEN status = 'running'
-                               THEN coalesce(cancel_requested_at, %(now)s::timestamptz) END,
-    cancel_reason = CASE WHEN status = 'running' THEN coalesce(cancel_reason, %(reason)s) END,
-    requested_by = coalesce(%(requested_by)s, requested_by), updated_at = %(now)s
-WHERE id IN (
-    SELECT id FROM occurrence
-    WHERE task_id = %(task_id)s AND status IN {{active_statuses}}
-    ORDER BY id FOR UPDATE)
-RETURNING {{occurrence_locked}}
+-- An ended one moves out of the default partition: the fragment occurrence_end says why.
+WITH locked AS MATERIALIZED (
+    SELECT id, status FROM occurrence
+    WHERE task_id = %(task_id)s AND finished_at IS NULL AND status IN {{active_statuses}}
+    ORDER BY id FOR UPDATE
+), requested AS (
+    UPDATE occurrence SET
+        cancel_requested_at = coalesce(cancel_requested_at, %(now)s::timestamptz),
+        cancel_reason = coalesce(cancel_reason, %(reason)s),
+        requested_by = coalesce(%(requested_by)s, requested_by), updated_at = %(now)s
+    WHERE finished_at IS NULL
+      AND id IN (SELECT id FROM locked WHERE status = 'running') AND status = 'running'
+    RETURNING {{occurrence_locked}}
+), gone AS (
+    DELETE FROM occurrence o
+    WHERE o.finished_at IS NULL
+      AND o.id IN (SELECT id FROM locked WHERE status <> 'running') AND o.status <> 'running'
+    RETURNING o
+), ended AS (
+    INSERT INTO occurrence OVERRIDING SYSTEM VALUE
+    SELECT r.* FROM gone g CROSS JOIN LATERAL jsonb_populate_record(g.o, jsonb_build_object(
+        'status', 'cancelled', 'reason', %(reason)s::text,
+        'lease_token', (g.o).lease_token + 1, 'claim_owner', NULL, 'claim_expires_at', NULL,
+        'finished_at', %(now)s::timestamptz, 'cancel_requested_at', NULL, 'cancel_reason', NULL,
+        'requested_by', coalesce(%(requested_by)s, (g.o).requested_by),
+        'updated_at', %(now)s::timestamptz)) r
+    RETURNING {{occurrence_locked}}
+)
+SELECT * FROM requested UNION ALL SELECT * FROM ended
 
 -- name: occurrence_get :one
 -- One occurrence with its task's name, its trigger's arguments as the connected role may see
@@ -107,7 +136,7 @@ JOIN task t ON t.id = o.task_id
 
 -- name: occurrence_executing_count :scalar
 -- Occurrences holding a slot of the fleet budget; run after the budget lock, in its own statement.
-SELECT count(*) FROM occurrence WHERE status IN ('launching', 'running')
+SELECT count(*) FROM occurrence WHERE finished_at IS NULL AND status IN ('launching', 'running')
 
 -- fragment: claim_launch
 -- The claim's rows with their jsonb as text (payload, args): psycopg would decode them while
@@ -143,7 +172,9 @@ SELECT set_config('lock_timeout', %(claim_lock_timeout)s, true);
 -- Gives back this instance's claims that never launched (shutdown).
 UPDATE occurrence SET status = 'queued', claim_owner = NULL, claim_expires_at = NULL,
     updated_at = clock_timestamp()
-WHERE id IN (SELECT id FROM occurrence WHERE status = 'launching' AND claim_owner = %(owner)s
+WHERE finished_at IS NULL
+  AND id IN (SELECT id FROM occurrence
+             WHERE finished_at IS NULL AND status = 'launching' AND claim_owner = %(owner)s
              ORDER BY id FOR UPDATE)
 
 -- fragment: occurrence_locked
@@ -155,6 +186,16 @@ id, task_id, occurrence_seq, scheduled_for, last_scheduled_for, firing_count, tr
     concurrency_key, status, reason, requested_by, attempts, interruptions, lease_token,
     claim_owner, claim_expires_at, not_before, error, created_at, updated_at, finished_at,
     cancel_requested_at, cancel_reason
+
+-- fragment: occurrence_end
+-- How a statement ends an occurrence (issue 47): never an UPDATE that sets `finished_at`, which
+-- would move the row across partitions and make a concurrent writer waiting on it fail (SQLSTATE
+-- 40001, "tuple to be locked was already moved to another partition") where it must match no
+-- row ("fenced"); but `DELETE FROM occurrence WHERE finished_at IS NULL AND <fence> RETURNING o`
+-- (pruned to the default partition) and an INSERT of the row with its new values through the
+-- parent, which routes it to the partition of its `finished_at` (the default when none covers
+-- it). A writer that waited on the row sees it deleted and matches nothing. The row keeps its id.
+finished_at IS NULL
 
 -- fragment: occurrence_args_shown
 -- The trigger's arguments of the occurrence `o` as the connected role may see them: unmasked
@@ -173,20 +214,36 @@ ORDER BY id FOR UPDATE
 
 -- name: occurrence_finish_many :many
 -- Records the final status of a batch of occurrences, each fenced on the token its finishing
--- run holds; returns the ids written (a missing one was fenced).
-UPDATE occurrence o SET status = f.status, error = f.error, reason = f.reason,
-    finished_at = coalesce(%(now)s::timestamptz, clock_timestamp()),
-    updated_at = coalesce(%(now)s::timestamptz, clock_timestamp()), claim_owner = NULL
-FROM unnest(%(ids)s::bigint[], %(tokens)s::bigint[], %(statuses)s::text[], %(errors)s::text[],
-            %(reasons)s::text[]) AS f(id, token, status, error, reason)
-WHERE o.id = f.id AND o.status = 'running' AND o.lease_token = f.token
-RETURNING o.id
+-- run holds; returns the ids written (a missing one was fenced). A move: the fragment
+-- occurrence_end says why.
+WITH gone AS (
+    DELETE FROM occurrence o
+    USING unnest(%(ids)s::bigint[], %(tokens)s::bigint[], %(statuses)s::text[],
+                 %(errors)s::text[], %(reasons)s::text[]) AS f(id, token, status, error, reason)
+    WHERE o.{{occurrence_end}} AND o.id = f.id AND o.status = 'running'
+      AND o.lease_token = f.token
+    RETURNING o, f.status, f.error, f.reason
+)
+INSERT INTO occurrence OVERRIDING SYSTEM VALUE
+SELECT r.* FROM gone g CROSS JOIN LATERAL jsonb_populate_record(g.o, jsonb_build_object(
+    'status', g.status, 'error', g.error, 'reason', g.reason,
+    'finished_at', coalesce(%(now)s::timestamptz, clock_timestamp()),
+    'updated_at', coalesce(%(now)s::timestamptz, clock_timestamp()), 'claim_owner', NULL)) r
+RETURNING id
 
 -- name: occurrence_finish :rowcount
--- Records an occurrence's final status, fenced on the token the finishing run holds.
-UPDATE occurrence SET status = %(status)s, error = %(error)s, reason = %(reason)s,
-    finished_at = clock_timestamp(), updated_at = clock_timestamp(), claim_owner = NULL
-WHERE id = %(id)s AND status = 'running' AND lease_token = %(token)s
+-- Records an occurrence's final status, fenced on the token the finishing run holds. A move:
+-- the fragment occurrence_end says why.
+WITH gone AS (
+    DELETE FROM occurrence o
+    WHERE o.{{occurrence_end}} AND o.id = %(id)s AND o.status = 'running'
+      AND o.lease_token = %(token)s
+    RETURNING o
+)
+INSERT INTO occurrence OVERRIDING SYSTEM VALUE
+SELECT r.* FROM gone g CROSS JOIN LATERAL jsonb_populate_record(g.o, jsonb_build_object(
+    'status', %(status)s::text, 'error', %(error)s::text, 'reason', %(reason)s::text,
+    'finished_at', clock_timestamp(), 'updated_at', clock_timestamp(), 'claim_owner', NULL)) r
 
 -- name: occurrence_retry :rowcount
 -- Puts an occurrence back in the queue for another attempt after `delay` (at most 36,525 days,
@@ -200,19 +257,26 @@ UPDATE occurrence SET status = 'queued', error = %(error)s, claim_owner = NULL,
     retry_delay = least(%(delay)s::interval, interval '36525 days'),
     attempts = attempts - %(refund)s, interruptions = interruptions + %(refund)s,
     updated_at = clock_timestamp()
-WHERE id = %(id)s AND status = 'running' AND lease_token = %(token)s
+WHERE finished_at IS NULL AND id = %(id)s AND status = 'running' AND lease_token = %(token)s
 
 -- name: occurrence_queue_depth :scalar
 -- Queued occurrences, fleet-wide.
-SELECT count(*) FROM occurrence WHERE status = 'queued'
+SELECT count(*) FROM occurrence WHERE finished_at IS NULL AND status = 'queued'
 
 -- name: occurrence_cancel :one
 -- Cancels one occurrence of a locked task whose job has not started (a status in `not_started`:
 -- queued or launching) and raises its token, fencing a launcher that has not started it yet.
-UPDATE occurrence SET status = 'cancelled', reason = %(reason)s, requested_by = %(requested_by)s,
-    lease_token = lease_token + 1, claim_owner = NULL, claim_expires_at = NULL,
-    updated_at = clock_timestamp(), finished_at = clock_timestamp()
-WHERE id = %(id)s AND status = ANY(%(not_started)s::text[])
+-- A move: the fragment occurrence_end says why.
+WITH gone AS (
+    DELETE FROM occurrence o
+    WHERE o.{{occurrence_end}} AND o.id = %(id)s AND o.status = ANY(%(not_started)s::text[])
+    RETURNING o
+)
+INSERT INTO occurrence OVERRIDING SYSTEM VALUE
+SELECT r.* FROM gone g CROSS JOIN LATERAL jsonb_populate_record(g.o, jsonb_build_object(
+    'status', 'cancelled', 'reason', %(reason)s::text, 'requested_by', %(requested_by)s::text,
+    'lease_token', (g.o).lease_token + 1, 'claim_owner', NULL, 'claim_expires_at', NULL,
+    'updated_at', clock_timestamp(), 'finished_at', clock_timestamp())) r
 RETURNING *
 
 -- name: occurrence_request_cancel :one
@@ -222,13 +286,13 @@ RETURNING *
 UPDATE occurrence SET cancel_requested_at = coalesce(cancel_requested_at, clock_timestamp()),
     cancel_reason = coalesce(cancel_reason, %(reason)s), requested_by = %(requested_by)s,
     updated_at = clock_timestamp()
-WHERE id = %(id)s AND status = 'running'
+WHERE finished_at IS NULL AND id = %(id)s AND status = 'running'
 RETURNING *
 
 -- name: occurrence_expired_claims :many
 -- Claims that never launched and whose claim expired, a page at a time.
 SELECT id, task_id, lease_token FROM occurrence
-WHERE status = 'launching' AND claim_expires_at < clock_timestamp() AND {{known_to_this_build}}
+WHERE finished_at IS NULL AND status = 'launching' AND claim_expires_at < clock_timestamp() AND {{known_to_this_build}}
   AND id > %(after)s
 ORDER BY id
 LIMIT %(limit)s
@@ -237,7 +301,7 @@ LIMIT %(limit)s
 -- Gives an expired claim back to the queue, if it is still the claim that was seen.
 UPDATE occurrence SET status = 'queued', claim_owner = NULL, claim_expires_at = NULL,
     updated_at = clock_timestamp()
-WHERE id = %(id)s AND status = 'launching' AND lease_token = %(token)s
+WHERE finished_at IS NULL AND id = %(id)s AND status = 'launching' AND lease_token = %(token)s
   AND claim_expires_at < clock_timestamp()
 
 -- name: occurrence_past_deadline :many
@@ -247,7 +311,7 @@ WHERE id = %(id)s AND status = 'launching' AND lease_token = %(token)s
 -- 36,525 days at most, the longest any input takes, so none adds past the calendar), a page at
 -- a time.
 SELECT o.id, o.task_id FROM occurrence o JOIN task t ON t.id = o.task_id
-WHERE o.status = 'queued' AND t.start_deadline IS NOT NULL
+WHERE o.finished_at IS NULL AND o.status = 'queued' AND t.start_deadline IS NOT NULL
   AND (o.needs_build IS NULL OR o.needs_build = ANY(%(known)s::text[]))
   AND clock_timestamp() > CASE WHEN o.attempts + o.interruptions > 0 OR o.trigger = 'backfill'
                                THEN o.not_before
@@ -259,18 +323,24 @@ LIMIT %(limit)s
 
 -- name: occurrence_expire :one
 -- Expires one queued occurrence past its start deadline (its task locked first); returned as
--- occurrence_lock returns it.
-WITH expired AS (
-UPDATE occurrence o SET status = 'expired', reason = 'start_deadline',
-    finished_at = clock_timestamp(), updated_at = clock_timestamp()
-FROM task t
-WHERE o.id = %(id)s AND t.id = o.task_id AND o.status = 'queued' AND t.start_deadline IS NOT NULL
-  AND clock_timestamp() > CASE WHEN o.attempts + o.interruptions > 0 OR o.trigger = 'backfill'
-                               THEN o.not_before
-                               ELSE o.scheduled_for + coalesce(o.spread_offset, interval '0') END
-                          + least(t.start_deadline, interval '36525 days')
-RETURNING o.*)
-SELECT {{occurrence_locked}} FROM expired
+-- occurrence_lock returns it. A move: the fragment occurrence_end says why.
+WITH gone AS (
+    DELETE FROM occurrence o
+    USING task t
+    WHERE o.{{occurrence_end}} AND o.id = %(id)s AND t.id = o.task_id AND o.status = 'queued'
+      AND t.start_deadline IS NOT NULL
+      AND clock_timestamp() > CASE WHEN o.attempts + o.interruptions > 0 OR o.trigger = 'backfill'
+                                   THEN o.not_before
+                                   ELSE o.scheduled_for + coalesce(o.spread_offset, interval '0')
+                              END
+                              + least(t.start_deadline, interval '36525 days')
+    RETURNING o
+)
+INSERT INTO occurrence OVERRIDING SYSTEM VALUE
+SELECT r.* FROM gone g CROSS JOIN LATERAL jsonb_populate_record(g.o, jsonb_build_object(
+    'status', 'expired', 'reason', 'start_deadline', 'finished_at', clock_timestamp(),
+    'updated_at', clock_timestamp())) r
+RETURNING {{occurrence_locked}}
 
 -- name: occurrence_latest :one
 -- The occurrence that decides a one-shot task's status, read after the task lock is held: its
@@ -297,8 +367,8 @@ RETURNING id, occurrence_seq
 
 -- name: occurrence_firings :many
 -- The scheduled and backfill occurrences recorded for one task's firings in [low, high]: exact
--- rows and the skipped summaries that reach into the range (each half served by its partial
--- unique index).
+-- rows and the skipped summaries that reach into the range (occurrence_task_window_idx, in each
+-- partition).
 SELECT scheduled_for, last_scheduled_for, occurrence_seq, status, trigger FROM occurrence
 WHERE task_id = %(task_id)s AND trigger = 'schedule' AND scheduled_for <= %(high)s
   AND (scheduled_for >= %(low)s OR (firing_count > 1 AND last_scheduled_for >= %(low)s))
@@ -309,17 +379,24 @@ WHERE task_id = %(task_id)s AND trigger = 'backfill'
 
 -- name: occurrence_insert_backfill :one
 -- Queues a backfill occurrence of a locked task for one firing, startable now; a firing that has
--- one already is not inserted again (no row returned: occurrence_task_backfill_key). With the
--- task's `needs_build`.
+-- one already is not inserted again (no row returned): its key goes into firing_key in the same
+-- statement, and the occurrence only if the key went in (guarantee 2). With the task's
+-- `needs_build`.
+WITH keyed AS (
+    INSERT INTO firing_key (task_id, scheduled_for, trigger)
+    VALUES (%(task_id)s, %(scheduled_for)s, 'backfill')
+    ON CONFLICT DO NOTHING
+    RETURNING task_id
+)
 INSERT INTO occurrence (
     task_id, occurrence_seq, scheduled_for, trigger, overlap, concurrency_key, status,
     requested_by, not_before, created_at, updated_at, idempotency_key, needs_build)
-VALUES (
-    %(task_id)s, %(occurrence_seq)s, %(scheduled_for)s, 'backfill', %(overlap)s,
-    %(concurrency_key)s, 'queued', %(requested_by)s, %(now)s, %(now)s, %(now)s,
-    sd_occurrence_key_v1(%(task_id)s, 'backfill', %(scheduled_for)s),
-    (SELECT needs_build FROM task WHERE id = %(task_id)s))
-ON CONFLICT (task_id, scheduled_for) WHERE trigger = 'backfill' DO NOTHING
+SELECT %(task_id)s::bigint, %(occurrence_seq)s::bigint, %(scheduled_for)s::timestamptz,
+    'backfill', %(overlap)s::text, %(concurrency_key)s::text, 'queued', %(requested_by)s::text,
+    %(now)s::timestamptz, %(now)s::timestamptz, %(now)s::timestamptz,
+    sd_occurrence_key_v1(%(task_id)s::bigint, 'backfill', %(scheduled_for)s::timestamptz),
+    (SELECT needs_build FROM task WHERE id = %(task_id)s::bigint)
+FROM keyed
 RETURNING id, scheduled_for
 
 -- name: occurrence_trigger :one

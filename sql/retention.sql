@@ -16,7 +16,8 @@ FROM task WHERE history_retention IS NOT NULL
 -- touched. In the same
 -- statement, each task's newest deleted scheduled firing (a summary row's last) raises its
 -- task_pruned mark (revision 0016; `audit` owes no firing at or before it), in task id order so
--- two prunes never wait on each other's marks in a cycle. Returns the counts and the cursor to go
+-- two prunes never wait on each other's marks in a cycle. The pruned occurrences' notifications
+-- and firing keys are deleted with them. Returns the counts and the cursor to go
 -- on from (NULL when the scan reached the end).
 WITH scanned AS MATERIALIZED (
     {{retention_scanned}}
@@ -29,7 +30,16 @@ WITH scanned AS MATERIALIZED (
     DELETE FROM run r USING doomed WHERE r.occurrence_id = doomed.id RETURNING r.id
 ), occurrences AS (
     DELETE FROM occurrence o USING doomed WHERE o.id = doomed.id
-    RETURNING o.id, o.task_id, o.trigger, coalesce(o.last_scheduled_for, o.scheduled_for) AS firing
+    RETURNING o.id, o.task_id, o.trigger, o.scheduled_for,
+        coalesce(o.last_scheduled_for, o.scheduled_for) AS firing
+), notifications AS (
+    -- What a foreign key's ON DELETE CASCADE did before issue 47 (nothing refers to a
+    -- partitioned occurrence by key).
+    DELETE FROM notification_outbox n USING occurrences o WHERE n.occurrence_id = o.id
+), keys AS (
+    -- A pruned firing's key goes with it (guarantee 2 is kept as long as the firing's row).
+    DELETE FROM firing_key k USING occurrences o
+    WHERE k.task_id = o.task_id AND k.scheduled_for = o.scheduled_for AND k.trigger = o.trigger
 ), marked AS (
     INSERT INTO task_pruned AS p (task_id, pruned_through, updated_at)
     SELECT task_id, max(firing), coalesce(%(now)s::timestamptz, now()) FROM occurrences

@@ -143,12 +143,14 @@ WITH held AS (
 ), mine AS MATERIALIZED (
     SELECT r.id FROM run r
     JOIN held h ON r.id = h.id AND r.occurrence_id = h.occurrence_id AND r.lease_token = h.token
-    WHERE r.owner = %(owner)s AND r.status = 'running'
+    WHERE r.finished_at IS NULL AND r.owner = %(owner)s AND r.status = 'running'
     ORDER BY r.id FOR UPDATE OF r SKIP LOCKED
 ), renewed AS (
     UPDATE run SET lease_expires_at = clock_timestamp() + %(ttl)s,
         takeover_at = clock_timestamp() + %(ttl)s + %(grace)s
-    FROM mine, occurrence o WHERE run.id = mine.id AND o.id = run.occurrence_id
+    FROM mine, occurrence o
+    WHERE run.finished_at IS NULL AND o.finished_at IS NULL
+      AND run.id = mine.id AND o.id = run.occurrence_id
     RETURNING run.id, o.cancel_requested_at IS NOT NULL AS cancel_requested,
         run.followed_at > clock_timestamp() - %(follow_window)s AS followed
 )
@@ -158,7 +160,7 @@ SELECT h.id, coalesce(n.cancel_requested, false) AS cancel_requested,
         ELSE 'fenced' END AS outcome
 FROM held h
 LEFT JOIN renewed n ON n.id = h.id
-LEFT JOIN run r ON r.id = h.id AND r.occurrence_id = h.occurrence_id
+LEFT JOIN run r ON r.finished_at IS NULL AND r.id = h.id AND r.occurrence_id = h.occurrence_id
     AND r.lease_token = h.token AND r.owner = %(owner)s AND r.status = 'running'
 ORDER BY h.id
 
@@ -169,7 +171,8 @@ ORDER BY h.id
 UPDATE run SET lease_expires_at = clock_timestamp() + %(ttl)s,
     takeover_at = clock_timestamp() + %(ttl)s + %(grace)s
 FROM occurrence o
-WHERE run.id = %(id)s AND run.occurrence_id = %(occurrence_id)s AND run.lease_token = %(token)s
+WHERE run.finished_at IS NULL AND o.finished_at IS NULL
+  AND run.id = %(id)s AND run.occurrence_id = %(occurrence_id)s AND run.lease_token = %(token)s
   AND run.owner = %(owner)s AND run.status = 'running' AND o.id = run.occurrence_id
 RETURNING run.id, o.cancel_requested_at IS NOT NULL AS cancel_requested,
     coalesce(run.followed_at > clock_timestamp() - %(follow_window)s, false) AS followed
@@ -179,7 +182,7 @@ RETURNING run.id, o.cancel_requested_at IS NOT NULL AS cancel_requested,
 -- owner and token: 0 rows means the run is no longer this owner's at that token, and nothing
 -- was written.
 UPDATE run SET output_tail = %(output_tail)s
-WHERE id = %(id)s AND occurrence_id = %(occurrence_id)s AND lease_token = %(token)s
+WHERE finished_at IS NULL AND id = %(id)s AND occurrence_id = %(occurrence_id)s AND lease_token = %(token)s
   AND owner = %(owner)s AND status = 'running'
 
 -- name: run_follow :one
@@ -188,7 +191,7 @@ WHERE id = %(id)s AND occurrence_id = %(occurrence_id)s AND lease_token = %(toke
 -- when its mark is older than `refresh` (a follower polling often writes the row no more often).
 WITH mark AS (
     UPDATE run SET followed_at = clock_timestamp()
-    WHERE id = %(id)s AND status = 'running'
+    WHERE finished_at IS NULL AND id = %(id)s AND status = 'running'
       AND (followed_at IS NULL OR followed_at < clock_timestamp() - %(refresh)s)
     RETURNING id
 )
@@ -203,31 +206,55 @@ SELECT id, status, output_tail, owner, exit_code, http_status, error FROM run WH
 -- Locks one run (after its occurrence: the one lock order).
 SELECT * FROM run WHERE id = %(id)s FOR UPDATE
 
+-- fragment: run_end
+-- How a statement ends a run (issue 47), as occurrence_end (sql/occurrence.sql) ends an
+-- occurrence: `DELETE FROM run WHERE finished_at IS NULL AND <fence> RETURNING r` and an INSERT
+-- of the row with its outcome through the parent, never an UPDATE of `finished_at` (a writer
+-- that waited on the row would fail with SQLSTATE 40001 instead of matching nothing: fenced).
+finished_at IS NULL
+
 -- name: run_finish :rowcount
--- Records a run's outcome; fenced: only the owner holding the current token may write it.
-UPDATE run SET status = %(status)s, exit_code = %(exit_code)s, http_status = %(http_status)s,
-    output_tail = %(output_tail)s, error = %(error)s, finished_at = clock_timestamp(),
-    finished_by = %(owner)s
-WHERE id = %(id)s AND owner = %(owner)s AND lease_token = %(token)s AND status = 'running'
+-- Records a run's outcome; fenced: only the owner holding the current token may write it. A
+-- move: the fragment run_end says why.
+WITH gone AS (
+    DELETE FROM run r
+    WHERE r.{{run_end}} AND r.id = %(id)s AND r.owner = %(owner)s AND r.lease_token = %(token)s
+      AND r.status = 'running'
+    RETURNING r
+)
+INSERT INTO run OVERRIDING SYSTEM VALUE
+SELECT n.* FROM gone g CROSS JOIN LATERAL jsonb_populate_record(g.r, jsonb_build_object(
+    'status', %(status)s::text, 'exit_code', %(exit_code)s::int,
+    'http_status', %(http_status)s::int, 'output_tail', %(output_tail)s::text,
+    'error', %(error)s::text, 'finished_at', clock_timestamp(),
+    'finished_by', %(owner)s::text)) n
 
 -- name: run_finish_many :many
 -- Records the outcomes of a batch of runs in id order; each is fenced: only the owner holding
--- the current token may write it. Returns the ids written; a missing one was fenced.
+-- the current token may write it. Returns the ids written; a missing one was fenced. A move:
+-- the fragment run_end says why.
 WITH mine AS MATERIALIZED (
     SELECT r.id FROM run r
     JOIN unnest(%(ids)s::bigint[], %(tokens)s::bigint[]) AS h(id, token)
       ON r.id = h.id AND r.lease_token = h.token
-    WHERE r.owner = %(owner)s AND r.status = 'running'
+    WHERE r.{{run_end}} AND r.owner = %(owner)s AND r.status = 'running'
     ORDER BY r.id FOR UPDATE OF r
+), gone AS (
+    DELETE FROM run r USING mine
+    WHERE r.{{run_end}} AND r.id = mine.id
+    RETURNING r
 )
-UPDATE run SET status = f.status, exit_code = f.exit_code, http_status = f.http_status,
-    output_tail = f.output_tail, error = f.error,
-    finished_at = coalesce(%(now)s::timestamptz, clock_timestamp()), finished_by = %(owner)s
-FROM mine, unnest(%(ids)s::bigint[], %(statuses)s::text[], %(exit_codes)s::int[],
-                  %(http_statuses)s::int[], %(output_tails)s::text[], %(errors)s::text[])
-         AS f(id, status, exit_code, http_status, output_tail, error)
-WHERE run.id = mine.id AND f.id = mine.id
-RETURNING run.id
+INSERT INTO run OVERRIDING SYSTEM VALUE
+SELECT n.* FROM gone g
+JOIN unnest(%(ids)s::bigint[], %(statuses)s::text[], %(exit_codes)s::int[],
+            %(http_statuses)s::int[], %(output_tails)s::text[], %(errors)s::text[])
+     AS f(id, status, exit_code, http_status, output_tail, error) ON f.id = (g.r).id
+CROSS JOIN LATERAL jsonb_populate_record(g.r, jsonb_build_object(
+    'status', f.status, 'exit_code', f.exit_code, 'http_status', f.http_status,
+    'output_tail', f.output_tail, 'error', f.error,
+    'finished_at', coalesce(%(now)s::timestamptz, clock_timestamp()),
+    'finished_by', %(owner)s::text)) n
+RETURNING id
 
 -- name: run_takeover_candidates :many
 -- Runs past their takeover point (database clock), a page at a time in id order; none within the
@@ -235,7 +262,8 @@ RETURNING run.id
 -- so owners cut off by a restart or a failover can renew first.
 SELECT r.id, r.occurrence_id, o.task_id, r.lease_token, r.owner FROM run r
 JOIN occurrence o ON o.id = r.occurrence_id
-WHERE r.status = 'running' AND r.takeover_at < clock_timestamp()
+WHERE r.finished_at IS NULL AND o.finished_at IS NULL
+  AND r.status = 'running' AND r.takeover_at < clock_timestamp()
   AND (o.needs_build IS NULL OR o.needs_build = ANY(%(known)s::text[]))
   AND clock_timestamp() > {{quiet_from}} + %(restart_quiet)s
   AND r.id > %(after)s
@@ -254,21 +282,27 @@ SELECT r.id, r.occurrence_id, o.task_id, r.owner, r.lease_expires_at,
         AS renewing,
     clock_timestamp() AS db_now
 FROM run r JOIN occurrence o ON o.id = r.occurrence_id LEFT JOIN instance i ON i.id = r.owner
-WHERE r.status = 'running'
+WHERE r.finished_at IS NULL AND o.finished_at IS NULL AND r.status = 'running'
 ORDER BY r.id
 
 -- name: run_take_over :rowcount
 -- Compare-and-set on the token: ends a run whose owner stopped renewing, only if nothing changed
--- since it was seen and its takeover point has passed.
-UPDATE run SET status = 'interrupted', finished_at = clock_timestamp(), finished_by = %(by)s,
-    error = %(error)s
-WHERE id = %(id)s AND lease_token = %(token)s AND status = 'running'
-  AND takeover_at < clock_timestamp()
-  AND clock_timestamp() > {{quiet_from}} + %(restart_quiet)s
+-- since it was seen and its takeover point has passed. A move: the fragment run_end says why.
+WITH gone AS (
+    DELETE FROM run r
+    WHERE r.{{run_end}} AND r.id = %(id)s AND r.lease_token = %(token)s
+      AND r.status = 'running' AND r.takeover_at < clock_timestamp()
+      AND clock_timestamp() > {{quiet_from}} + %(restart_quiet)s
+    RETURNING r
+)
+INSERT INTO run OVERRIDING SYSTEM VALUE
+SELECT n.* FROM gone g CROSS JOIN LATERAL jsonb_populate_record(g.r, jsonb_build_object(
+    'status', 'interrupted', 'finished_at', clock_timestamp(), 'finished_by', %(by)s::text,
+    'error', %(error)s::text)) n
 
 -- name: run_running_by_build :many
 -- Executing runs per build (`status` during a rollout); NULL: a build before revision 0004.
-SELECT build_revision, count(*) AS runs FROM run WHERE status = 'running'
+SELECT build_revision, count(*) AS runs FROM run WHERE finished_at IS NULL AND status = 'running'
 GROUP BY build_revision ORDER BY build_revision NULLS FIRST
 
 -- name: run_succeed_many :many
@@ -290,7 +324,7 @@ SELECT r.id, r.occurrence_id, o.task_id, t.name AS task_name, o.scheduled_for, o
     r.attempt, r.owner, r.started_at, r.lease_expires_at, r.takeover_at,
     o.cancel_requested_at, clock_timestamp() AS db_now
 FROM run r JOIN occurrence o ON o.id = r.occurrence_id JOIN task t ON t.id = o.task_id
-WHERE r.status = 'running'
+WHERE r.finished_at IS NULL AND o.finished_at IS NULL AND r.status = 'running'
 ORDER BY r.started_at, r.id
 LIMIT %(limit)s
 

@@ -55,9 +55,19 @@ WITH rel AS (
     WHERE n.nspname = current_schema()
       AND c.relkind::text = ANY (ARRAY['r', 'p', 'v'])  -- tables, partitioned ones, views
       AND c.relname <> 'scheduler_daemon_alembic_version'
+      -- a partition only if it is a default one: the dated ones come and go (partition upkeep)
+      AND (NOT c.relispartition OR pg_get_expr(c.relpartbound, c.oid) = 'DEFAULT')
 ), line AS (
     SELECT CASE r.relkind WHEN 'v' THEN 'view ' ELSE 'table ' END || r.relname AS text
     FROM rel r
+    UNION ALL
+    SELECT 'partitioned ' || r.relname || ' ' || pg_get_partkeydef(r.oid)
+    FROM rel r WHERE r.relkind = 'p'
+    UNION ALL
+    SELECT 'partition ' || r.relname || ' of ' || p.inhparent::regclass::text || ' '
+        || pg_get_expr(c.relpartbound, c.oid)
+    FROM rel r JOIN pg_class c ON c.oid = r.oid JOIN pg_inherits p ON p.inhrelid = r.oid
+    WHERE c.relispartition
     UNION ALL
     SELECT 'column ' || r.relname || '.' || a.attname || ' '
         || format_type(a.atttypid, a.atttypmod)

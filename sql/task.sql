@@ -411,7 +411,7 @@ WHERE t.deleted_at IS NULL
 -- name: task_metrics_sample :many
 -- The per-task gauges, a row per label value: the finish of the newest successful occurrence
 -- (one backward probe of occurrence_task_success_idx), the newest scheduled firing
--- (occurrence_task_scheduled_for_key; a kept task's only), the next one, the executing
+-- (occurrence_task_scheduled_for_idx; a kept task's only), the next one, the executing
 -- occurrences, and the failed outcomes (failed, timeout, interrupted) since the last success,
 -- counted up to `failures_cap` (one range of occurrence_task_failure_idx, stopped there): each
 -- task's reads are bounded whatever the length of its history (revision 0037, ADR 0026).

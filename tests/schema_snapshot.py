@@ -21,7 +21,8 @@ SELECT c.relname AS tbl, a.attname AS col, format_type(a.atttypid, a.atttypmod) 
 FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
 JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped
 LEFT JOIN pg_attrdef d ON d.adrelid = c.oid AND d.adnum = a.attnum
-WHERE n.nspname = 'public' AND c.relkind = 'r' AND c.relname NOT LIKE '%%alembic_version'
+WHERE n.nspname = 'public' AND c.relkind IN ('r', 'p') AND c.relname NOT LIKE '%%alembic_version'
+  AND (NOT c.relispartition OR pg_get_expr(c.relpartbound, c.oid) = 'DEFAULT')
 ORDER BY c.relname, a.attnum
 """
 _CONSTRAINTS = """
@@ -36,6 +37,18 @@ SELECT tablename AS tbl, indexname AS name, indexdef AS def FROM pg_indexes
 WHERE schemaname = 'public' AND tablename NOT LIKE '%%alembic_version'
   AND indexname NOT IN (SELECT conname FROM pg_constraint)
 ORDER BY tablename, indexname
+"""
+# How a partitioned table is partitioned, and which table a default partition is of; the dated
+# partitions (made and dropped by the partition upkeep) are left out of the snapshot.
+_PARTITIONS = """
+SELECT c.relname AS tbl,
+       CASE WHEN c.relkind = 'p' THEN 'PARTITION BY ' || pg_get_partkeydef(c.oid)
+            ELSE 'PARTITION OF ' || i.inhparent::regclass::text || ' '
+                 || pg_get_expr(c.relpartbound, c.oid) END AS def
+FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+LEFT JOIN pg_inherits i ON i.inhrelid = c.oid
+WHERE n.nspname = 'public' AND (c.relkind = 'p' OR c.relispartition)
+ORDER BY c.relname
 """
 _TRIGGERS = """
 SELECT c.relname AS tbl, t.tgname AS name, pg_get_triggerdef(t.oid) AS def
@@ -64,6 +77,7 @@ def dump(url: str) -> str:
         triggers = conn.execute(_TRIGGERS).fetchall()
         functions = conn.execute(_FUNCTIONS).fetchall()
         views = conn.execute(_VIEWS).fetchall()
+        partitions = dict(conn.execute(_PARTITIONS).fetchall())
     out: list[str] = [HEADER]
     out.extend(f"{d.strip()};\n" for _, d in functions)
     tables: dict[str, list[Any]] = {}
@@ -74,7 +88,8 @@ def dump(url: str) -> str:
         tables.setdefault(tbl, []).append(f"    {col} {typ}{extra}")
     for tbl, lines in tables.items():
         cons = [f"    CONSTRAINT {name} {d}" for t, name, d in constraints if t == tbl]
-        out.append(f"CREATE TABLE {tbl} (\n" + ",\n".join(lines + cons) + "\n);\n")
+        how = f" {partitions[tbl]}" if tbl in partitions else ""
+        out.append(f"CREATE TABLE {tbl} (\n" + ",\n".join(lines + cons) + f"\n){how};\n")
         out.extend(f"{d};\n" for t, _, d in indexes if t == tbl)
         out.extend(f"{d};\n" for t, _, d in triggers if t == tbl)
         out.append("")

@@ -34,6 +34,115 @@ branch_labels = None
 depends_on = None
 phase = "baseline"
 
+# The hot set and history (issue 47, ADR 0033 as amended): `occurrence` and `run` are partitioned
+# by the time a row ended (`finished_at`); the DEFAULT partition (`occurrence_active`,
+# `run_active`) holds every active row (finished_at NULL) and any ended row whose dated partition
+# does not exist (yet): the dated ones (`occurrence_pYYYYMMDDHH24MI`, `run_p...`) are made and
+# dropped by the partition upkeep, never here. No primary key (one must hold `finished_at`, NULL
+# while active): ids are unique on the default partition, and a row ends by a move (DELETE from
+# the default, INSERT through the parent), which keeps its id. Nothing refers to these tables by
+# FOREIGN KEY (retention deletes what referred to a pruned row itself), and `occurrence` refers
+# to `task` by none: the move's INSERT would check it, taking a KEY SHARE lock on the task row,
+# and a success would wait for an operator holding that row (ADR 0021 took it off the path;
+# tasks are soft-deleted, so the key guarded only a hand-written task id). `firing_key` holds
+# guarantee 2 (one row per scheduled firing, backfilled at most once), which a table partitioned
+# by `finished_at` cannot: every statement that inserts a scheduled or backfill occurrence
+# inserts its key in the same statement, and the occurrence only if the key went in.
+HISTORY_TABLES = [
+    """
+CREATE TABLE occurrence (
+    id bigint GENERATED ALWAYS AS IDENTITY,
+    task_id bigint NOT NULL,
+    occurrence_seq bigint NOT NULL,
+    scheduled_for timestamp with time zone NOT NULL,
+    last_scheduled_for timestamp with time zone,
+    firing_count bigint DEFAULT 1 NOT NULL,
+    trigger text NOT NULL,
+    overlap text NOT NULL,
+    concurrency_key text,
+    status text NOT NULL,
+    reason text,
+    requested_by text,
+    attempts integer DEFAULT 0 NOT NULL,
+    interruptions integer DEFAULT 0 NOT NULL,
+    lease_token bigint DEFAULT 0 NOT NULL,
+    claim_owner text,
+    claim_expires_at timestamp with time zone,
+    not_before timestamp with time zone NOT NULL,
+    error text,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    updated_at timestamp with time zone DEFAULT now() NOT NULL,
+    finished_at timestamp with time zone,
+    cancel_requested_at timestamp with time zone,
+    cancel_reason text,
+    created_xid xid8 DEFAULT pg_current_xact_id(),
+    first_claim_snapshot pg_snapshot,
+    idempotency_key text,
+    retry_delay interval,
+    spread_offset interval,
+    args jsonb,
+    needs_build text,
+    CONSTRAINT occurrence_args_check CHECK (((args IS NULL) OR ((jsonb_typeof(args) = 'object'::text) AND (octet_length((args)::text) <= 131072)))),
+    CONSTRAINT occurrence_attempts_check CHECK (((attempts <= 1000000000) AND (interruptions <= 1000000000))),
+    CONSTRAINT occurrence_cancel_check CHECK ((((cancel_requested_at IS NULL) = (cancel_reason IS NULL)) AND ((cancel_requested_at IS NULL) OR (status <> ALL (ARRAY['queued'::text, 'launching'::text]))))),
+    CONSTRAINT occurrence_claim_check CHECK (((status <> 'launching'::text) OR ((claim_owner IS NOT NULL) AND (claim_expires_at IS NOT NULL)))),
+    CONSTRAINT occurrence_counts_check CHECK (((occurrence_seq >= 1) AND (attempts >= 0) AND (interruptions >= 0) AND (lease_token >= 0))),
+    CONSTRAINT occurrence_finished_check CHECK (((status = ANY (ARRAY['success'::text, 'failed'::text, 'timeout'::text, 'interrupted'::text, 'cancelled'::text, 'skipped'::text, 'expired'::text])) = (finished_at IS NOT NULL))),
+    CONSTRAINT occurrence_lease_token_check CHECK ((lease_token < '4611686018427387904'::bigint)),
+    CONSTRAINT occurrence_overlap_check CHECK ((overlap = ANY (ARRAY['forbid'::text, 'queue'::text, 'allow'::text, 'replace'::text]))),
+    CONSTRAINT occurrence_reason_check CHECK (((status <> ALL (ARRAY['skipped'::text, 'expired'::text, 'cancelled'::text])) OR (reason IS NOT NULL))),
+    CONSTRAINT occurrence_status_check CHECK ((status = ANY (ARRAY['queued'::text, 'launching'::text, 'running'::text, 'success'::text, 'failed'::text, 'timeout'::text, 'interrupted'::text, 'cancelled'::text, 'skipped'::text, 'expired'::text]))),
+    CONSTRAINT occurrence_summary_check CHECK ((((firing_count = 1) AND (last_scheduled_for IS NULL)) OR ((firing_count > 1) AND (status = 'skipped'::text) AND (last_scheduled_for > scheduled_for)))),
+    CONSTRAINT occurrence_trigger_check CHECK ((trigger = ANY (ARRAY['schedule'::text, 'manual'::text, 'backfill'::text])))
+) PARTITION BY RANGE (finished_at);
+""",
+    """
+CREATE TABLE run (
+    id bigint GENERATED ALWAYS AS IDENTITY,
+    occurrence_id bigint NOT NULL,
+    attempt integer NOT NULL,
+    owner text NOT NULL,
+    lease_token bigint NOT NULL,
+    lease_expires_at timestamp with time zone NOT NULL,
+    takeover_at timestamp with time zone NOT NULL,
+    status text DEFAULT 'running'::text NOT NULL,
+    exit_code integer,
+    http_status integer,
+    output_tail text,
+    error text,
+    finished_by text,
+    started_at timestamp with time zone DEFAULT now() NOT NULL,
+    finished_at timestamp with time zone,
+    build_revision text,
+    uuid uuid DEFAULT gen_random_uuid(),
+    followed_at timestamp with time zone,
+    CONSTRAINT run_attempt_check CHECK (((attempt >= 1) AND (lease_token >= 1))),
+    CONSTRAINT run_build_revision_check CHECK (((build_revision IS NULL) OR ((length(build_revision) >= 1) AND (length(build_revision) <= 64)))),
+    CONSTRAINT run_build_revision_running_check CHECK (((status <> 'running'::text) OR (build_revision IS NOT NULL))),
+    CONSTRAINT run_finished_check CHECK (((status = 'running'::text) = (finished_at IS NULL))),
+    CONSTRAINT run_lease_token_check CHECK ((lease_token < '4611686018427387904'::bigint)),
+    CONSTRAINT run_output_tail_check CHECK (((output_tail IS NULL) OR (octet_length(output_tail) <= 65536))),
+    CONSTRAINT run_status_check CHECK ((status = ANY (ARRAY['running'::text, 'success'::text, 'failed'::text, 'timeout'::text, 'interrupted'::text, 'cancelled'::text]))),
+    CONSTRAINT run_takeover_check CHECK ((takeover_at >= lease_expires_at))
+) PARTITION BY RANGE (finished_at);
+""",
+    """
+CREATE TABLE occurrence_active PARTITION OF occurrence DEFAULT;
+""",
+    """
+CREATE TABLE run_active PARTITION OF run DEFAULT;
+""",
+    """
+CREATE TABLE firing_key (
+    task_id bigint NOT NULL,
+    scheduled_for timestamp with time zone NOT NULL,
+    trigger text NOT NULL,
+    CONSTRAINT firing_key_trigger_check CHECK ((trigger = ANY (ARRAY['schedule'::text, 'backfill'::text]))),
+    CONSTRAINT firing_key_pkey PRIMARY KEY (task_id, scheduled_for, trigger)
+);
+""",
+]
+
 TABLES = [
     """
 CREATE TABLE fleet_setting (
@@ -179,89 +288,6 @@ CREATE TABLE task_pruned (
 );
 """,
     """
-CREATE TABLE occurrence (
-    id bigint GENERATED ALWAYS AS IDENTITY,
-    task_id bigint NOT NULL,
-    occurrence_seq bigint NOT NULL,
-    scheduled_for timestamp with time zone NOT NULL,
-    last_scheduled_for timestamp with time zone,
-    firing_count bigint DEFAULT 1 NOT NULL,
-    trigger text NOT NULL,
-    overlap text NOT NULL,
-    concurrency_key text,
-    status text NOT NULL,
-    reason text,
-    requested_by text,
-    attempts integer DEFAULT 0 NOT NULL,
-    interruptions integer DEFAULT 0 NOT NULL,
-    lease_token bigint DEFAULT 0 NOT NULL,
-    claim_owner text,
-    claim_expires_at timestamp with time zone,
-    not_before timestamp with time zone NOT NULL,
-    error text,
-    created_at timestamp with time zone DEFAULT now() NOT NULL,
-    updated_at timestamp with time zone DEFAULT now() NOT NULL,
-    finished_at timestamp with time zone,
-    cancel_requested_at timestamp with time zone,
-    cancel_reason text,
-    created_xid xid8 DEFAULT pg_current_xact_id(),
-    first_claim_snapshot pg_snapshot,
-    idempotency_key text,
-    retry_delay interval,
-    spread_offset interval,
-    args jsonb,
-    needs_build text,
-    CONSTRAINT occurrence_args_check CHECK (((args IS NULL) OR ((jsonb_typeof(args) = 'object'::text) AND (octet_length((args)::text) <= 131072)))),
-    CONSTRAINT occurrence_attempts_check CHECK (((attempts <= 1000000000) AND (interruptions <= 1000000000))),
-    CONSTRAINT occurrence_cancel_check CHECK ((((cancel_requested_at IS NULL) = (cancel_reason IS NULL)) AND ((cancel_requested_at IS NULL) OR (status <> ALL (ARRAY['queued'::text, 'launching'::text]))))),
-    CONSTRAINT occurrence_claim_check CHECK (((status <> 'launching'::text) OR ((claim_owner IS NOT NULL) AND (claim_expires_at IS NOT NULL)))),
-    CONSTRAINT occurrence_counts_check CHECK (((occurrence_seq >= 1) AND (attempts >= 0) AND (interruptions >= 0) AND (lease_token >= 0))),
-    CONSTRAINT occurrence_finished_check CHECK (((status = ANY (ARRAY['success'::text, 'failed'::text, 'timeout'::text, 'interrupted'::text, 'cancelled'::text, 'skipped'::text, 'expired'::text])) = (finished_at IS NOT NULL))),
-    CONSTRAINT occurrence_lease_token_check CHECK ((lease_token < '4611686018427387904'::bigint)),
-    CONSTRAINT occurrence_overlap_check CHECK ((overlap = ANY (ARRAY['forbid'::text, 'queue'::text, 'allow'::text, 'replace'::text]))),
-    CONSTRAINT occurrence_reason_check CHECK (((status <> ALL (ARRAY['skipped'::text, 'expired'::text, 'cancelled'::text])) OR (reason IS NOT NULL))),
-    CONSTRAINT occurrence_status_check CHECK ((status = ANY (ARRAY['queued'::text, 'launching'::text, 'running'::text, 'success'::text, 'failed'::text, 'timeout'::text, 'interrupted'::text, 'cancelled'::text, 'skipped'::text, 'expired'::text]))),
-    CONSTRAINT occurrence_summary_check CHECK ((((firing_count = 1) AND (last_scheduled_for IS NULL)) OR ((firing_count > 1) AND (status = 'skipped'::text) AND (last_scheduled_for > scheduled_for)))),
-    CONSTRAINT occurrence_trigger_check CHECK ((trigger = ANY (ARRAY['schedule'::text, 'manual'::text, 'backfill'::text]))),
-    CONSTRAINT occurrence_pkey PRIMARY KEY (id),
-    CONSTRAINT occurrence_task_seq_key UNIQUE (task_id, occurrence_seq),
-    CONSTRAINT occurrence_task_fkey FOREIGN KEY (task_id) REFERENCES task(id)
-);
-""",
-    """
-CREATE TABLE run (
-    id bigint GENERATED ALWAYS AS IDENTITY,
-    occurrence_id bigint NOT NULL,
-    attempt integer NOT NULL,
-    owner text NOT NULL,
-    lease_token bigint NOT NULL,
-    lease_expires_at timestamp with time zone NOT NULL,
-    takeover_at timestamp with time zone NOT NULL,
-    status text DEFAULT 'running'::text NOT NULL,
-    exit_code integer,
-    http_status integer,
-    output_tail text,
-    error text,
-    finished_by text,
-    started_at timestamp with time zone DEFAULT now() NOT NULL,
-    finished_at timestamp with time zone,
-    build_revision text,
-    uuid uuid DEFAULT gen_random_uuid(),
-    followed_at timestamp with time zone,
-    CONSTRAINT run_attempt_check CHECK (((attempt >= 1) AND (lease_token >= 1))),
-    CONSTRAINT run_build_revision_check CHECK (((build_revision IS NULL) OR ((length(build_revision) >= 1) AND (length(build_revision) <= 64)))),
-    CONSTRAINT run_build_revision_running_check CHECK (((status <> 'running'::text) OR (build_revision IS NOT NULL))),
-    CONSTRAINT run_finished_check CHECK (((status = 'running'::text) = (finished_at IS NULL))),
-    CONSTRAINT run_lease_token_check CHECK ((lease_token < '4611686018427387904'::bigint)),
-    CONSTRAINT run_output_tail_check CHECK (((output_tail IS NULL) OR (octet_length(output_tail) <= 65536))),
-    CONSTRAINT run_status_check CHECK ((status = ANY (ARRAY['running'::text, 'success'::text, 'failed'::text, 'timeout'::text, 'interrupted'::text, 'cancelled'::text]))),
-    CONSTRAINT run_takeover_check CHECK ((takeover_at >= lease_expires_at)),
-    CONSTRAINT run_occurrence_token_key UNIQUE (occurrence_id, lease_token),
-    CONSTRAINT run_pkey PRIMARY KEY (id),
-    CONSTRAINT run_occurrence_fkey FOREIGN KEY (occurrence_id) REFERENCES occurrence(id)
-);
-""",
-    """
 CREATE TABLE fleet_epoch (
     system_identifier bigint NOT NULL,
     timeline bigint NOT NULL,
@@ -287,8 +313,7 @@ CREATE TABLE notification_outbox (
     CONSTRAINT notification_outbox_firing_check CHECK (((occurrence_id IS NOT NULL) OR ((event = 'deadline'::text) AND (scheduled_for IS NOT NULL)))),
     CONSTRAINT notification_outbox_delivery_id_key UNIQUE (delivery_id),
     CONSTRAINT notification_outbox_occurrence_event_key UNIQUE (occurrence_id, event),
-    CONSTRAINT notification_outbox_pkey PRIMARY KEY (id),
-    CONSTRAINT notification_outbox_occurrence_id_fkey FOREIGN KEY (occurrence_id) REFERENCES occurrence(id) ON DELETE CASCADE
+    CONSTRAINT notification_outbox_pkey PRIMARY KEY (id)
 );
 """,
     """
@@ -350,6 +375,8 @@ CREATE TABLE task_calendar (
 """,
 ]
 
+TABLES += HISTORY_TABLES
+
 INDEXES = [
     """CREATE INDEX fleet_setting_event_key_idx ON fleet_setting_event USING btree (key, at);""",
     """CREATE INDEX instance_heartbeat_idx ON instance USING btree (heartbeat_at);""",
@@ -362,79 +389,7 @@ CREATE UNIQUE INDEX notification_outbox_firing_deadline_key ON notification_outb
     """
 CREATE INDEX notification_outbox_unrecorded_idx ON notification_outbox USING btree (created_at) WHERE (occurrence_id IS NULL);
 """,
-    """
-CREATE INDEX occurrence_claim_expiry_idx ON occurrence USING btree (claim_expires_at) WHERE (status = 'launching'::text);
-""",
-    """
-CREATE INDEX occurrence_executing_idx ON occurrence USING btree (id) WHERE (status = ANY (ARRAY['launching'::text, 'running'::text]));
-""",
-    """
-CREATE INDEX occurrence_finished_idx ON occurrence USING btree (finished_at, id) WHERE (finished_at IS NOT NULL);
-""",
-    """
-CREATE UNIQUE INDEX occurrence_forbid_active_key ON occurrence USING btree (task_id) WHERE ((overlap = 'forbid'::text) AND (status = ANY (ARRAY['queued'::text, 'launching'::text, 'running'::text])));
-""",
-    """
-CREATE INDEX occurrence_key_active_idx ON occurrence USING btree (concurrency_key, scheduled_for, id) WHERE ((concurrency_key IS NOT NULL) AND (status = ANY (ARRAY['queued'::text, 'launching'::text, 'running'::text])));
-""",
-    """
-CREATE UNIQUE INDEX occurrence_key_executing_key ON occurrence USING btree (concurrency_key) WHERE ((concurrency_key IS NOT NULL) AND (status = ANY (ARRAY['launching'::text, 'running'::text])));
-""",
-    """
-CREATE INDEX occurrence_lost_idx ON occurrence USING btree (scheduled_for, task_id) INCLUDE (status, reason, overlap, firing_count) WHERE (status = ANY (ARRAY['skipped'::text, 'expired'::text]));
-""",
-    """
-CREATE INDEX occurrence_own_row_idx ON occurrence USING btree (id) WHERE (status = ANY (ARRAY['queued'::text, 'launching'::text, 'skipped'::text, 'expired'::text, 'cancelled'::text]));
-""",
-    """
-CREATE UNIQUE INDEX occurrence_queue_executing_key ON occurrence USING btree (task_id) WHERE ((overlap = 'queue'::text) AND (status = ANY (ARRAY['launching'::text, 'running'::text])));
-""",
-    """
-CREATE INDEX occurrence_queue_idx ON occurrence USING btree (attempts, scheduled_for, id) WHERE ((status = 'queued'::text) AND (needs_build IS NULL));
-""",
-    """
-CREATE INDEX occurrence_queue_marked_idx ON occurrence USING btree (needs_build, attempts, scheduled_for, id) WHERE ((status = 'queued'::text) AND (needs_build IS NOT NULL));
-""",
-    """
-CREATE UNIQUE INDEX occurrence_replace_executing_key ON occurrence USING btree (task_id) WHERE ((overlap = 'replace'::text) AND (status = ANY (ARRAY['launching'::text, 'running'::text])));
-""",
-    """
-CREATE UNIQUE INDEX occurrence_replace_queued_key ON occurrence USING btree (task_id) WHERE ((overlap = 'replace'::text) AND (status = 'queued'::text));
-""",
-    """
-CREATE INDEX occurrence_task_active_idx ON occurrence USING btree (task_id, occurrence_seq) WHERE (status = ANY (ARRAY['queued'::text, 'launching'::text, 'running'::text]));
-""",
-    """
-CREATE UNIQUE INDEX occurrence_task_backfill_key ON occurrence USING btree (task_id, scheduled_for) WHERE (trigger = 'backfill'::text);
-""",
-    """
-CREATE INDEX occurrence_task_failure_idx ON occurrence USING btree (task_id, occurrence_seq) WHERE (status = ANY (ARRAY['failed'::text, 'timeout'::text, 'interrupted'::text]));
-""",
-    """CREATE INDEX occurrence_task_history_idx ON occurrence USING btree (task_id, id);""",
-    """
-CREATE INDEX occurrence_task_outcome_idx ON occurrence USING btree (task_id, occurrence_seq) WHERE ((finished_at IS NOT NULL) AND (status <> 'skipped'::text));
-""",
-    """
-CREATE UNIQUE INDEX occurrence_task_scheduled_for_key ON occurrence USING btree (task_id, scheduled_for) WHERE (trigger = 'schedule'::text);
-""",
-    """
-CREATE INDEX occurrence_task_success_idx ON occurrence USING btree (task_id, occurrence_seq) WHERE (status = 'success'::text);
-""",
-    """
-CREATE INDEX occurrence_task_window_idx ON occurrence USING btree (task_id, scheduled_for) INCLUDE (trigger, status, reason, overlap, firing_count, finished_at);
-""",
     """CREATE INDEX operator_action_task_idx ON operator_action USING btree (task_id, id);""",
-    """
-CREATE INDEX run_build_running_idx ON run USING btree (build_revision) WHERE (status = 'running'::text);
-""",
-    """CREATE INDEX run_occurrence_idx ON run USING btree (occurrence_id, id);""",
-    """
-CREATE UNIQUE INDEX run_occurrence_running_key ON run USING btree (occurrence_id) WHERE (status = 'running'::text);
-""",
-    """CREATE INDEX run_status_history_idx ON run USING btree (status, occurrence_id, id);""",
-    """
-CREATE INDEX run_takeover_idx ON run USING btree (takeover_at) WHERE (status = 'running'::text);
-""",
     """CREATE INDEX task_calendar_calendar_idx ON task_calendar USING btree (calendar_id);""",
     """
 CREATE INDEX task_deadline_idx ON task USING btree (id) WHERE ((deadline IS NOT NULL) AND (deleted_at IS NULL));
@@ -463,6 +418,121 @@ CREATE INDEX task_retention_idx ON task USING btree (history_retention) WHERE (h
 CREATE INDEX task_running_one_shot_idx ON task USING btree (id) WHERE ((schedule_kind = 'once'::text) AND (status = 'running'::text) AND (deleted_at IS NULL));
 """,
 ]
+
+# The hot indexes: the exclusion and claim indexes, on the default partition alone (where every
+# active row is), with today's names and predicates; the history readers' indexes on the parent
+# (every partition gets them, the default included). ADR 0033's inventory says where each went.
+# Each parent index is made after its copy on the default partition, which it then adopts, so
+# that copy has a name of its own (`occurrence_active_...`, `run_active_...`) and not one
+# PostgreSQL makes up from its columns.
+HISTORY_INDEXES = [
+    """CREATE UNIQUE INDEX occurrence_id_key ON occurrence_active USING btree (id);""",
+    """
+CREATE UNIQUE INDEX occurrence_task_seq_key ON occurrence_active USING btree (task_id, occurrence_seq);
+""",
+    """
+CREATE INDEX occurrence_claim_expiry_idx ON occurrence_active USING btree (claim_expires_at) WHERE (status = 'launching'::text);
+""",
+    """
+CREATE INDEX occurrence_executing_idx ON occurrence_active USING btree (id) WHERE (status = ANY (ARRAY['launching'::text, 'running'::text]));
+""",
+    """
+CREATE UNIQUE INDEX occurrence_forbid_active_key ON occurrence_active USING btree (task_id) WHERE ((overlap = 'forbid'::text) AND (status = ANY (ARRAY['queued'::text, 'launching'::text, 'running'::text])));
+""",
+    """
+CREATE INDEX occurrence_key_active_idx ON occurrence_active USING btree (concurrency_key, scheduled_for, id) WHERE ((concurrency_key IS NOT NULL) AND (status = ANY (ARRAY['queued'::text, 'launching'::text, 'running'::text])));
+""",
+    """
+CREATE UNIQUE INDEX occurrence_key_executing_key ON occurrence_active USING btree (concurrency_key) WHERE ((concurrency_key IS NOT NULL) AND (status = ANY (ARRAY['launching'::text, 'running'::text])));
+""",
+    """
+CREATE INDEX occurrence_own_row_idx ON occurrence_active USING btree (id) WHERE (status = ANY (ARRAY['queued'::text, 'launching'::text, 'skipped'::text, 'expired'::text, 'cancelled'::text]));
+""",
+    """
+CREATE UNIQUE INDEX occurrence_queue_executing_key ON occurrence_active USING btree (task_id) WHERE ((overlap = 'queue'::text) AND (status = ANY (ARRAY['launching'::text, 'running'::text])));
+""",
+    """
+CREATE INDEX occurrence_queue_idx ON occurrence_active USING btree (attempts, scheduled_for, id) WHERE ((status = 'queued'::text) AND (needs_build IS NULL));
+""",
+    """
+CREATE INDEX occurrence_queue_marked_idx ON occurrence_active USING btree (needs_build, attempts, scheduled_for, id) WHERE ((status = 'queued'::text) AND (needs_build IS NOT NULL));
+""",
+    """
+CREATE UNIQUE INDEX occurrence_replace_executing_key ON occurrence_active USING btree (task_id) WHERE ((overlap = 'replace'::text) AND (status = ANY (ARRAY['launching'::text, 'running'::text])));
+""",
+    """
+CREATE UNIQUE INDEX occurrence_replace_queued_key ON occurrence_active USING btree (task_id) WHERE ((overlap = 'replace'::text) AND (status = 'queued'::text));
+""",
+    """
+CREATE INDEX occurrence_task_active_idx ON occurrence_active USING btree (task_id, occurrence_seq) WHERE (status = ANY (ARRAY['queued'::text, 'launching'::text, 'running'::text]));
+""",
+    """CREATE INDEX occurrence_active_id_idx ON occurrence_active USING btree (id);""",
+    """CREATE INDEX occurrence_id_idx ON occurrence USING btree (id);""",
+    """
+CREATE INDEX occurrence_active_finished_idx ON occurrence_active USING btree (finished_at, id) WHERE (finished_at IS NOT NULL);
+""",
+    """
+CREATE INDEX occurrence_finished_idx ON occurrence USING btree (finished_at, id) WHERE (finished_at IS NOT NULL);
+""",
+    """
+CREATE INDEX occurrence_active_lost_idx ON occurrence_active USING btree (scheduled_for, task_id) INCLUDE (status, reason, overlap, firing_count) WHERE (status = ANY (ARRAY['skipped'::text, 'expired'::text]));
+""",
+    """
+CREATE INDEX occurrence_lost_idx ON occurrence USING btree (scheduled_for, task_id) INCLUDE (status, reason, overlap, firing_count) WHERE (status = ANY (ARRAY['skipped'::text, 'expired'::text]));
+""",
+    """
+CREATE INDEX occurrence_active_task_failure_idx ON occurrence_active USING btree (task_id, occurrence_seq) WHERE (status = ANY (ARRAY['failed'::text, 'timeout'::text, 'interrupted'::text]));
+""",
+    """
+CREATE INDEX occurrence_task_failure_idx ON occurrence USING btree (task_id, occurrence_seq) WHERE (status = ANY (ARRAY['failed'::text, 'timeout'::text, 'interrupted'::text]));
+""",
+    """CREATE INDEX occurrence_active_task_history_idx ON occurrence_active USING btree (task_id, id);""",
+    """CREATE INDEX occurrence_task_history_idx ON occurrence USING btree (task_id, id);""",
+    """
+CREATE INDEX occurrence_active_task_outcome_idx ON occurrence_active USING btree (task_id, occurrence_seq) WHERE ((finished_at IS NOT NULL) AND (status <> 'skipped'::text));
+""",
+    """
+CREATE INDEX occurrence_task_outcome_idx ON occurrence USING btree (task_id, occurrence_seq) WHERE ((finished_at IS NOT NULL) AND (status <> 'skipped'::text));
+""",
+    """
+CREATE INDEX occurrence_active_task_scheduled_for_idx ON occurrence_active USING btree (task_id, scheduled_for) WHERE (trigger = 'schedule'::text);
+""",
+    """
+CREATE INDEX occurrence_task_scheduled_for_idx ON occurrence USING btree (task_id, scheduled_for) WHERE (trigger = 'schedule'::text);
+""",
+    """
+CREATE INDEX occurrence_active_task_success_idx ON occurrence_active USING btree (task_id, occurrence_seq) WHERE (status = 'success'::text);
+""",
+    """
+CREATE INDEX occurrence_task_success_idx ON occurrence USING btree (task_id, occurrence_seq) WHERE (status = 'success'::text);
+""",
+    """
+CREATE INDEX occurrence_active_task_window_idx ON occurrence_active USING btree (task_id, scheduled_for) INCLUDE (trigger, status, reason, overlap, firing_count, finished_at);
+""",
+    """
+CREATE INDEX occurrence_task_window_idx ON occurrence USING btree (task_id, scheduled_for) INCLUDE (trigger, status, reason, overlap, firing_count, finished_at);
+""",
+    """CREATE UNIQUE INDEX run_id_key ON run_active USING btree (id);""",
+    """
+CREATE INDEX run_build_running_idx ON run_active USING btree (build_revision) WHERE (status = 'running'::text);
+""",
+    """
+CREATE UNIQUE INDEX run_occurrence_running_key ON run_active USING btree (occurrence_id) WHERE (status = 'running'::text);
+""",
+    """
+CREATE INDEX run_takeover_idx ON run_active USING btree (takeover_at) WHERE (status = 'running'::text);
+""",
+    """
+CREATE INDEX run_active_status_history_idx ON run_active USING btree (status, occurrence_id, id);
+""",
+    """CREATE INDEX run_status_history_idx ON run USING btree (status, occurrence_id, id);""",
+    """CREATE INDEX run_active_id_idx ON run_active USING btree (id);""",
+    """CREATE INDEX run_id_idx ON run USING btree (id);""",
+    """CREATE INDEX run_active_occurrence_idx ON run_active USING btree (occurrence_id, id);""",
+    """CREATE INDEX run_occurrence_idx ON run USING btree (occurrence_id, id);""",
+]
+
+INDEXES += HISTORY_INDEXES
 
 TRIGGERS = [
     """
@@ -494,7 +564,9 @@ CREATE TRIGGER task_event_on_insert AFTER INSERT ON task FOR EACH ROW EXECUTE FU
 # The secret columns as the connected role may see them (ADR 0031): unmasked for a role that may
 # select the column, masked by sd_masked_v1 for one that may not (the reader, after `db roles`,
 # which grants it every other column). Narrow (a key and the secret columns), so a column added
-# to a table needs no change here; the reader's statements join them on the key.
+# to a table needs no change here; the reader's statements join them on the key. The privilege
+# asked of `occurrence` is the parent's by name: its rows' tableoid is their partition's, on
+# which no role is granted anything.
 VIEWS = [
     """
 CREATE VIEW task_secret_shown AS
@@ -510,7 +582,7 @@ FROM task;
     """
 CREATE VIEW occurrence_args_shown AS
 SELECT id,
-    CASE WHEN has_column_privilege(tableoid, 'args', 'SELECT') THEN args
+    CASE WHEN has_column_privilege('occurrence'::regclass, 'args', 'SELECT') THEN args
          ELSE sd_masked_v1('args', args) END AS args
 FROM occurrence;
 """,
@@ -547,6 +619,7 @@ TABLE_NAMES = [
     "task_pruned",
     "occurrence",
     "run",
+    "firing_key",
     "fleet_epoch",
     "notification_outbox",
     "deadline_mark",

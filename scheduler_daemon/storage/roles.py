@@ -21,10 +21,14 @@ from scheduler_daemon.storage.error import SchemaTooNew, StorageError
 from scheduler_daemon.storage.migration import VERSION_TABLE
 
 # Every table of the schema at this build's head revision; a test keeps it equal to the database.
+# `occurrence` and `run` are partitioned (issue 47): every statement names the parent (the hot
+# ones ask `finished_at IS NULL`, which prunes to the default partition), so only the parent is
+# granted, and a partition the upkeep makes needs no grant.
 TABLES = (
     "task",
     "occurrence",
     "run",
+    "firing_key",
     "instance",
     "fleet_setting",
     "task_event",
@@ -70,16 +74,19 @@ WRITES: dict[str, dict[str, tuple[str, ...]]] = {
         # The daemon inserts and deletes rows of these three (dispatch, claim, registration,
         # prune), and nothing in them is run: what a job runs is read from task alone. Limiting
         # their UPDATE to columns would guard nothing that INSERT and DELETE leave open.
-        "occurrence": ("INSERT", "UPDATE", "DELETE"),  # DELETE: history past the retention
+        # DELETE: history past the retention, and a row's end (a move: deleted from the hot set,
+        # inserted again through the parent).
+        "occurrence": ("INSERT", "UPDATE", "DELETE"),
         "run": ("INSERT", "UPDATE", "DELETE"),
+        "firing_key": ("INSERT", "DELETE"),  # dispatch (guarantee 2); the prune deletes keys
         "instance": ("INSERT", "UPDATE", "DELETE"),
         "task_pruned": ("INSERT", "UPDATE"),  # the prune's mark, an upsert
         "fleet_epoch": ("INSERT",),  # a reconcile pass's first sighting
         # A finished firing's notifications, written beside its outcome, then claimed and
         # recorded by the deliverer (UPDATE of COLUMNS only); the prune deletes them with the
-        # occurrence (ON DELETE CASCADE, run as the table owner), and deletes itself those
-        # written before their firing had a row, which no cascade reaches. DELETE opens
-        # nothing new: deleting the occurrence removes its notifications.
+        # occurrence (in its statement: no foreign key refers to a partitioned occurrence), and
+        # those written before their firing had a row. DELETE opens nothing new: deleting the
+        # occurrence removes its notifications.
         "notification_outbox": ("INSERT", "UPDATE", "DELETE"),
         # The deadline scan's mark, raised after each window it judged.
         "deadline_mark": ("UPDATE",),
@@ -87,8 +94,10 @@ WRITES: dict[str, dict[str, tuple[str, ...]]] = {
     "operator": {
         "task": ("INSERT", "UPDATE"),  # deletion is a soft delete
         "task_event": ("INSERT",),
-        "occurrence": ("INSERT", "UPDATE"),  # trigger, cancel
+        # trigger, cancel; DELETE: a cancelled occurrence ends by a move (issue 47)
+        "occurrence": ("INSERT", "UPDATE", "DELETE"),
         "run": ("UPDATE",),  # cancel
+        "firing_key": ("INSERT",),  # backfill (guarantee 2)
         "fleet_setting": ("INSERT", "UPDATE"),
         "fleet_setting_event": ("INSERT",),
         # What an operator did, recorded by the CLI and the console: appended, never changed.

@@ -37,6 +37,9 @@
 -- branch; after a failover the fleet saw, an exclusive occurrence (`forbid`, `queue`, keyed)
 -- waits until that sighting + the longest lease TTL + grace registered, past the trust deadline
 -- of every job claimed on the lost branch.
+-- Every read and write of `occurrence` asks `finished_at IS NULL`, so the planner prunes it to
+-- the default partition, the hot set, where the exclusion and claim indexes are (issue 47): with
+-- hundreds of dated partitions a statement that does not prune probes each one.
 -- The locking select is a MATERIALIZED CTE so the planner cannot re-run it and claim more.
 -- The first claim records its snapshot: `audit` asks it which older occurrences were visible.
 -- Time is clock_timestamp() (read after the budget lock wait) unless a test pins `p_now`.
@@ -86,7 +89,7 @@ BEGIN
                              END
                       FROM fleet_setting WHERE key = 'max_concurrent_runs'), 0)
             - (SELECT count(*) FROM occurrence
-               WHERE status IN ('launching', 'running'))))::integer AS n
+               WHERE finished_at IS NULL AND status IN ('launching', 'running'))))::integer AS n
     ), picked AS MATERIALIZED (
         -- Two lanes (ADR 0029), the same test in each but for the row's mark and the order of
         -- its index (its comments in the second; tests/unit/test_claim_lanes.py holds them
@@ -96,7 +99,7 @@ BEGIN
         -- marked with a revision it does not know.
         SELECT id FROM (
             SELECT o.id FROM occurrence o
-            WHERE o.status = 'queued'
+            WHERE o.finished_at IS NULL AND o.status = 'queued'
               AND o.needs_build IS NOT NULL AND o.needs_build = ANY(p_known)
               AND o.not_before <= coalesce(p_now, clock_timestamp())
               AND o.attempts < 1000000000 AND o.lease_token < 4611686018427387903
@@ -105,25 +108,25 @@ BEGIN
                    OR (o.overlap = 'allow' AND o.concurrency_key IS NULL))
               AND (o.concurrency_key IS NULL OR NOT EXISTS (
                     SELECT 1 FROM occurrence other
-                    WHERE other.concurrency_key = o.concurrency_key
+                    WHERE other.finished_at IS NULL AND other.concurrency_key = o.concurrency_key
                       AND other.status IN ('queued', 'launching', 'running')
                       AND (other.status <> 'queued'
                            OR (other.scheduled_for, other.id) < (o.scheduled_for, o.id))))
               AND (o.overlap <> 'queue' OR NOT EXISTS (
                     SELECT 1 FROM occurrence other
-                    WHERE other.task_id = o.task_id
+                    WHERE other.finished_at IS NULL AND other.task_id = o.task_id
                       AND other.status IN ('queued', 'launching', 'running')
                       AND (other.status <> 'queued' OR other.occurrence_seq < o.occurrence_seq)))
               AND (o.overlap <> 'replace' OR NOT EXISTS (
                     SELECT 1 FROM occurrence other
-                    WHERE other.task_id = o.task_id AND other.status IN ('launching', 'running')))
+                    WHERE other.finished_at IS NULL AND other.task_id = o.task_id AND other.status IN ('launching', 'running')))
             ORDER BY o.needs_build, o.attempts, o.scheduled_for, o.id
             LIMIT (SELECT n FROM free)
             FOR UPDATE SKIP LOCKED) marked
         UNION ALL
         SELECT id FROM (
             SELECT o.id FROM occurrence o
-            WHERE o.status = 'queued'
+            WHERE o.finished_at IS NULL AND o.status = 'queued'
               AND o.needs_build IS NULL
               AND o.not_before <= coalesce(p_now, clock_timestamp())
               -- Within the bounds after this claim's `+ 1` (occurrence_attempts_check,
@@ -135,19 +138,19 @@ BEGIN
                    OR (o.overlap = 'allow' AND o.concurrency_key IS NULL))
               AND (o.concurrency_key IS NULL OR NOT EXISTS (
                     SELECT 1 FROM occurrence other
-                    WHERE other.concurrency_key = o.concurrency_key
+                    WHERE other.finished_at IS NULL AND other.concurrency_key = o.concurrency_key
                       AND other.status IN ('queued', 'launching', 'running')
                       AND (other.status <> 'queued'
                            OR (other.scheduled_for, other.id) < (o.scheduled_for, o.id))))
               AND (o.overlap <> 'queue' OR NOT EXISTS (
                     SELECT 1 FROM occurrence other
-                    WHERE other.task_id = o.task_id
+                    WHERE other.finished_at IS NULL AND other.task_id = o.task_id
                       AND other.status IN ('queued', 'launching', 'running')
                       AND (other.status <> 'queued' OR other.occurrence_seq < o.occurrence_seq)))
               -- A `replace` firing waits until its predecessor's job is gone (0031).
               AND (o.overlap <> 'replace' OR NOT EXISTS (
                     SELECT 1 FROM occurrence other
-                    WHERE other.task_id = o.task_id AND other.status IN ('launching', 'running')))
+                    WHERE other.finished_at IS NULL AND other.task_id = o.task_id AND other.status IN ('launching', 'running')))
             ORDER BY o.attempts, o.scheduled_for, o.id
             LIMIT (SELECT n FROM free)
             FOR UPDATE SKIP LOCKED) unmarked
@@ -158,7 +161,7 @@ BEGIN
             attempts = o.attempts + 1, claim_owner = p_owner, claim_expires_at = NULL,
             first_claim_snapshot = coalesce(o.first_claim_snapshot, pg_current_snapshot()),
             updated_at = coalesce(p_now, clock_timestamp())
-        FROM picked WHERE o.id = picked.id
+        FROM picked WHERE o.finished_at IS NULL AND o.id = picked.id
         RETURNING o.id, o.task_id, o.occurrence_seq, o.scheduled_for, o.lease_token, o.attempts,
             coalesce(o.idempotency_key, 'scheduler-daemon-occurrence-' || o.id) AS key,
             o.scheduled_for + coalesce(o.spread_offset, interval '0') AS spread_start, o.args

@@ -132,7 +132,7 @@ def test_a_scheduled_firing_recorded_twice_is_reported_with_both_occurrences(
     cli, client, database_url
 ) -> None:
     task = shell_task(client)
-    query(database_url, "DROP INDEX occurrence_task_scheduled_for_key")
+    # No index on occurrence keeps a scheduled firing unique (firing_key does, issue 47).
     at = _now(database_url) - 10 * MINUTE
     first = _occurrence(database_url, task.id, 1, scheduled_for=at)
     second = _occurrence(database_url, task.id, 2, scheduled_for=at, status="skipped")
@@ -453,7 +453,7 @@ def test_lease_tokens_that_repeat_or_fall_with_start_time_are_reported(
 ) -> None:
     t = _now(database_url)
     task = shell_task(client)
-    query(database_url, "ALTER TABLE run DROP CONSTRAINT run_occurrence_token_key")
+    # No unique (occurrence, token) on run since issue 47: the audit is what reports it.
 
     def runs(seq: int, *tokens: int) -> list[int]:
         occ = _occurrence(database_url, task.id, seq, scheduled_for=t - seq * MINUTE)
@@ -584,7 +584,7 @@ def test_a_violation_gone_by_the_second_snapshot_is_not_reported(
     """A buggy version that reported the first snapshot's findings (or never looked again) would
     report the duplicate that the hook removes between the two snapshots."""
     task = shell_task(client)
-    query(database_url, "DROP INDEX occurrence_task_scheduled_for_key")
+    # No index on occurrence keeps a scheduled firing unique (firing_key does, issue 47).
     at = _now(database_url) - MINUTE
     _occurrence(database_url, task.id, 1, scheduled_for=at)
     duplicate = _occurrence(database_url, task.id, 2, scheduled_for=at)

@@ -14,6 +14,7 @@ from scheduler_daemon.client import Client
 from scheduler_daemon.domain.status import OverlapPolicy
 from scheduler_daemon.domain.task import TaskSpec
 from scheduler_daemon.storage import migration, occurrence_store
+from scheduler_daemon.storage import query as named
 from scheduler_daemon.storage.database import one_trip
 from tests.support import query, shell_task, wait_for
 
@@ -188,12 +189,30 @@ def test_two_backfills_at_once_queue_each_firing_once(client, database_url) -> N
 
 
 def test_the_database_refuses_a_second_backfill_occurrence_of_a_firing(client, database_url):
+    # Guarantee 2 lives in firing_key (issue 47): its primary key refuses a firing's second
+    # backfill key, and the backfill insert goes in only with its key (fails if the statement's
+    # key insert is removed: the second occurrence would go in).
     task = shell_task(client)
     at = _utc("2026-01-01T00:00")
-    _plant(database_url, task.id, 1, at, "failed", trigger="backfill")
+    params = {
+        "task_id": task.id,
+        "scheduled_for": at,
+        "overlap": "forbid",
+        "concurrency_key": None,
+        "requested_by": "test",
+        "now": at,
+    }
+    with psycopg.connect(database_url) as conn:
+        assert named.run(conn, "occurrence_insert_backfill", {**params, "occurrence_seq": 1})
+        assert (
+            named.run(conn, "occurrence_insert_backfill", {**params, "occurrence_seq": 2}) is None
+        )
+        conn.commit()
     with pytest.raises(psycopg.errors.UniqueViolation):
-        _plant(database_url, task.id, 2, at, "queued", trigger="backfill")
-    _plant(database_url, task.id, 3, at, "failed")  # a scheduled one beside it is fine
+        query(database_url, "INSERT INTO firing_key VALUES (%s, %s, 'backfill')", (task.id, at))
+    query(database_url, "INSERT INTO firing_key VALUES (%s, %s, 'schedule')", (task.id, at))
+    rows = query(database_url, "SELECT occurrence_seq FROM occurrence WHERE trigger = 'backfill'")
+    assert rows == [{"occurrence_seq": 1}]
 
 
 def test_a_forbid_task_runs_its_backfill_one_after_another_in_firing_order(
@@ -282,7 +301,7 @@ def test_firings_still_owed_to_the_dispatcher_are_left_out(client, database_url)
 
 def test_audit_reports_two_backfill_occurrences_of_one_firing(cli, client, database_url) -> None:
     task = shell_task(client)
-    query(database_url, "DROP INDEX occurrence_task_backfill_key")
+    # No index on occurrence keeps a backfill unique (firing_key does, issue 47).
     at = _utc("2026-02-01T00:00")
     _plant(database_url, task.id, 1, at, "failed")  # the scheduled one: allowed beside them
     first = _plant(database_url, task.id, 2, at, "failed", trigger="backfill")

@@ -181,7 +181,7 @@ def test_a_task_page_walks_the_name_index_in_byte_order(tasks, params) -> None:
             )
         )
     assert "Index Scan using task_name_c_idx" in plan, plan
-    assert "Index Scan Backward using occurrence_task_outcome_idx" in plan, plan
+    assert "Index Scan Backward using occurrence_active_task_outcome_idx" in plan, plan
     # Each task's calendar names (revision 0036) are a subplan of their own, over the calendar
     # tables alone (empty here: test_task_list_plan holds it to task_calendar's key at scale).
     page, _, calendars = plan.partition("SubPlan")

@@ -52,7 +52,7 @@ def test_migrate_sql_prints_the_ddl_without_a_database(cli) -> None:
     assert "-- step 0038 (baseline): Baseline: the whole schema before the first release" in (
         result.out
     )
-    assert "occurrence_task_scheduled_for_key" in result.out
+    assert "firing_key_pkey" in result.out
     # The live functions' files close it: an edited file is applied by `migrate` at the head.
     for path in (SNAPSHOT.parent / "functions").iterdir():
         assert f"-- function {path.name} (at the head, where it differs)\n" in result.out

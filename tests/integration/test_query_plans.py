@@ -287,7 +287,7 @@ def test_the_functions_plans_made_on_empty_tables_stay_on_the_indexes_as_the_tab
     # it (bench/run.py section a: the server's time per job went from 0.40 to 0.69 ms). This
     # plans on empty tables, grows them with autovacuum off (no ANALYZE replans), and asserts
     # the plans the second call uses read no table whole.
-    for table in ("task", "occurrence", "run"):
+    for table in ("task", "occurrence_active", "run_active"):  # a partitioned table has none
         query(database_url, f"ALTER TABLE {table} SET (autovacuum_enabled = false)")
 
     def grow() -> None:  # the seeded tables, without their ANALYZE
@@ -323,7 +323,7 @@ def _young_fleet(database_url: str) -> str:
     """One task with 3,000 running occurrences and no runs yet, autovacuum off (no ANALYZE
     replans behind the test's back); returns the statement that adds their runs, with a `{}`
     for the condition on the occurrence id."""
-    for table in ("task", "occurrence", "run"):
+    for table in ("task", "occurrence_active", "run_active"):  # a partitioned table has none
         query(database_url, f"ALTER TABLE {table} SET (autovacuum_enabled = false)")
     query(
         database_url,
@@ -502,3 +502,58 @@ def test_a_build_without_the_marked_revision_never_reads_a_marked_row(seeded) ->
         conn.rollback()
     assert len(claimed) == CLAIM["slots"]
     assert marks == (0,)
+
+
+RENEW = {
+    "ids": [1, 2],
+    "occurrence_ids": [1, 2],
+    "tokens": [1, 1],
+    "owner": "o",
+    "ttl": SECOND,
+    "grace": SECOND,
+    "follow_window": SECOND,
+}
+FINISH_MANY = {
+    "ids": [1, 2],
+    "tokens": [1, 1],
+    "statuses": ["failed"] * 2,
+    "errors": [None] * 2,
+    "reasons": [None] * 2,
+    "now": None,
+}
+RUN_FINISH_MANY = {
+    **BATCH,
+    "statuses": ["failed"] * 2,
+    "exit_codes": [1, 1],
+    "http_statuses": [None] * 2,
+    "output_tails": [None] * 2,
+    "errors": [None] * 2,
+}
+
+
+@pytest.mark.parametrize(
+    ("name", "params"),
+    [
+        ("occurrence_claim_launch", CLAIM),
+        ("run_succeed_many", SUCCEED),
+        ("run_renew", RENEW),
+        ("occurrence_finish_many", FINISH_MANY),
+        ("run_finish_many", RUN_FINISH_MANY),
+        ("run_takeover_candidates", {"after": 0, "limit": 10, "restart_quiet": SECOND, **KNOWN}),
+        ("occurrence_executing_count", {}),
+    ],
+)
+def test_the_hot_statements_touch_only_the_default_partitions(database_url, name, params) -> None:
+    # Issue 47: with many dated partitions, a hot statement that is not pruned to the default
+    # partition (`finished_at IS NULL`) probes every partition's indexes. Fails if one of the
+    # claim, the completions or the renewal reads or writes `occurrence`/`run` without it.
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        for table in ("occurrence", "run"):
+            for day in range(1, 4):
+                conn.execute(
+                    f"CREATE TABLE {table}_p2026010{day}0000 PARTITION OF {table} "  # type: ignore[arg-type]
+                    f"FOR VALUES FROM ('2026-01-0{day} UTC') TO ('2026-01-0{day + 1} UTC')"
+                )
+    plan = _plan(database_url, name, params)
+    assert "_p2026" not in plan, plan
+    assert "_active" in plan, plan

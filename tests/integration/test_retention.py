@@ -221,14 +221,14 @@ SERVED_BY = {
         "fleet_setting_pkey",
         "occurrence_task_active_idx",
         "occurrence_key_active_idx",
-        "occurrence_pkey",
+        "occurrence_id_key",
         "task_pkey",
         "fleet_epoch_pkey",  # the newest timeline and the last failover (revision 0019)
     },
     # Each due task's calendar ids (revision 0036): a probe of task_calendar's key.
     "task_claim_due": {"task_due_idx", "task_due_marked_idx", "task_calendar_pkey"},
 }
-RETENTION_INDEXES = ("occurrence_finished_idx", "task_retention_idx", "task_deleted_idx")
+RETENTION_INDEXES = ("occurrence_active_finished_idx", "task_retention_idx", "task_deleted_idx")
 
 
 def _assert_hot_plans_stay_on_the_active_rows(url: str) -> None:
@@ -296,7 +296,7 @@ def test_a_pass_over_a_large_history_is_bounded_and_leaves_the_hot_plans_alone(
             "task_id": None,
         },
     )
-    assert "occurrence_finished_idx" in prune_plan, prune_plan  # index-driven, oldest first
+    assert "occurrence_active_finished_idx" in prune_plan, prune_plan  # index-driven, oldest first
 
     query(
         database_url,

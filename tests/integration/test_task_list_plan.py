@@ -33,7 +33,7 @@ PLAN = [
     "Index Scan using task_pkey on task",
     "Limit",
     "Result",
-    "Index Scan Backward using occurrence_task_outcome_idx on occurrence o",
+    "Index Scan Backward using occurrence_active_task_outcome_idx on occurrence_active o",
     # Each task's calendar names (revision 0036): a probe of task_calendar's key per task of
     # the page, joined to `calendar` (a row per calendar, read whole as `instance` is).
     "Sort",
@@ -46,7 +46,7 @@ PLAN = [
 @pytest.fixture
 def million(database_url: str) -> str:
     query(database_url, "ALTER TABLE task SET (autovacuum_enabled = false)")
-    query(database_url, "ALTER TABLE occurrence SET (autovacuum_enabled = false)")
+    query(database_url, "ALTER TABLE occurrence_active SET (autovacuum_enabled = false)")
     query(
         database_url,
         """
@@ -123,5 +123,5 @@ def test_a_tasks_list_page_at_a_million_tasks_reads_one_page_and_one_outcome_per
     ran = _explain(million, params, "(ANALYZE, COSTS OFF, TIMING OFF, SUMMARY OFF) ")
     assert re.search(r"task_name_c_idx on task t \(actual rows=101(?:\.00)? loops=1\)", ran), ran
     assert re.search(r"task_pkey on task \(actual rows=1(?:\.00)? loops=101\)", ran), ran
-    outcome = r"occurrence_task_outcome_idx .*\(actual rows=1(?:\.00)? loops=101\)"
+    outcome = r"occurrence_active_task_outcome_idx .*\(actual rows=1(?:\.00)? loops=101\)"
     assert re.search(outcome, ran), ran

@@ -214,14 +214,14 @@ def test_a_limit_of_zero_folds_every_task(db, pool) -> None:
         (
             "task_metrics_sample",
             (
-                "occurrence_task_success_idx",
-                "occurrence_task_failure_idx",
-                "occurrence_task_scheduled_for_key",
+                "occurrence_active_task_success_idx",
+                "occurrence_active_task_failure_idx",
+                "occurrence_active_task_scheduled_for_idx",
             ),
         ),
         # Either partial index holds the skipped and expired rows; occurrence_lost_idx (revision
         # 0024, `tasks health`) holds only those.
-        ("task_lost_firings", ("occurrence_lost_idx|occurrence_own_row_idx",)),
+        ("task_lost_firings", ("occurrence_active_lost_idx|occurrence_own_row_idx",)),
     ],
 )
 def test_the_sample_reads_each_task_through_its_indexes(database_url, name, indexes) -> None:
@@ -232,4 +232,4 @@ def test_the_sample_reads_each_task_through_its_indexes(database_url, name, inde
     plan = _plan(database_url, name, task_sample.params(500))
     assert all(any(i in plan for i in index.split("|")) for index in indexes), plan
     assert "Seq Scan on occurrence" not in plan, plan
-    assert "occurrence_task_outcome_idx" not in plan, plan
+    assert "occurrence_active_task_outcome_idx" not in plan, plan
