@@ -99,21 +99,24 @@ SELECT id, (row_number() OVER (ORDER BY name) - 1)::int AS n FROM task
 WHERE name LIKE '{prefix}%'"""
 
 # One range of firings g (each of task g mod tasks, its sequence g div tasks + 1, so newer
-# firings have higher sequences) ending evenly over [lo, hi), and the run of each that ran.
+# firings have higher sequences) ending evenly over [lo, hi), and the run of each that ran;
+# every task's 50th firings skipped and its 7th of every 20 failed (by its own sequence, so no
+# task only skips or only fails).
 ROWS_SQL = """WITH o AS (
     INSERT INTO {occurrence} (id, task_id, occurrence_seq, scheduled_for, firing_count,
         trigger, overlap, status, reason, attempts, interruptions, lease_token, not_before,
         created_at, updated_at, finished_at) OVERRIDING SYSTEM VALUE
-    SELECT {id_base} + g, t.id, (g - 1) / {tasks} + 1, f.at - interval '1 second', 1,
+    SELECT {id_base} + g, t.id, s.seq, f.at - interval '1 second', 1,
         'schedule', 'forbid', f.status, CASE WHEN f.status = 'skipped' THEN 'overlap' END,
         f.ran, 0, f.ran, f.at - interval '1 second', f.at - interval '1 second', f.at, f.at
     FROM generate_series({first}, {last}) g
     JOIN hist_task t ON t.n = (g - 1) % {tasks}
+    CROSS JOIN LATERAL (SELECT (g - 1) / {tasks} + 1 AS seq) s
     CROSS JOIN LATERAL (
         SELECT {lo} + (g - {first}) * (({hi} - {lo}) / {count}) AS at,
-            CASE WHEN g % 50 = 0 THEN 'skipped' WHEN g % 20 = 0 THEN 'failed'
+            CASE WHEN s.seq % 50 = 0 THEN 'skipped' WHEN s.seq % 20 = 7 THEN 'failed'
                  ELSE 'success' END AS status,
-            CASE WHEN g % 50 = 0 THEN 0 ELSE 1 END AS ran
+            CASE WHEN s.seq % 50 = 0 THEN 0 ELSE 1 END AS ran
     ) f
     RETURNING id, status, finished_at
 )
@@ -207,7 +210,8 @@ def plant_statements(
         out.append(
             "INSERT INTO firing_key (task_id, scheduled_for, trigger) SELECT o.task_id, "
             "o.scheduled_for, o.trigger FROM occurrence o JOIN hist_task t ON t.id = o.task_id "
-            "WHERE o.trigger IN ('schedule', 'backfill') ON CONFLICT DO NOTHING"
+            "WHERE o.trigger IN ('schedule', 'backfill') ORDER BY o.scheduled_for "
+            "ON CONFLICT DO NOTHING"  # in time order, as dispatches write them
         )
     out += [
         s.format(prefix=TASK_PREFIX, id_end=id_base + plan.rows + 1, run_end=run_base + plan.rows)
@@ -260,3 +264,25 @@ def retention_past(now: datetime, upper: datetime) -> timedelta:
 def ratio(b: float, a: float) -> str:
     """B/A as printed beside a target, `-` when A is zero."""
     return f"{b / a:.3f}" if a else "-"
+
+
+# One pg_waldump line: its total length, and its first block's relation (tablespace/db/filenode).
+WAL_LINE = re.compile(r"len \(rec/tot\):\s*\d+/\s*(\d+).*?blkref #0: rel \d+/\d+/(\d+)")
+
+
+def wal_by_relation(dump: str, names: Mapping[str, str]) -> list[tuple[str, int]]:
+    """pg_waldump's records summed by the relation of their first block (`names`: filenode ->
+    relation), most bytes first; a filenode not in `names` is `dropped <filenode>`, records
+    without a block are `(no block)`."""
+    totals: dict[str, int] = {}
+    for line in dump.splitlines():
+        if not line.startswith("rmgr:"):
+            continue
+        m = WAL_LINE.search(line)
+        if m is None:
+            size = re.search(r"len \(rec/tot\):\s*\d+/\s*(\d+)", line)
+            key, nbytes = "(no block)", int(size.group(1)) if size else 0
+        else:
+            key, nbytes = names.get(m.group(2), f"dropped {m.group(2)}"), int(m.group(1))
+        totals[key] = totals.get(key, 0) + nbytes
+    return sorted(totals.items(), key=lambda kv: -kv[1])

@@ -35,6 +35,7 @@ import json
 import os
 import shutil
 import statistics
+import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -47,7 +48,7 @@ from psycopg.rows import dict_row
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # `python bench/<this>.py`
 
-from bench import ab_cpu, fleet_cost
+from bench import ab_cpu, fleet_cost, history_plant
 from bench.daemon_throughput import seed
 from bench.history_plant import (
     STALE_TASK,
@@ -61,7 +62,7 @@ from bench.history_plant import (
     retention_past,
     statement_buffers,
 )
-from bench.model.price import Cluster, waldump
+from bench.model.price import Cluster, owner, tool, waldump
 
 ROOT = Path(__file__).resolve().parent.parent
 PORTS = {"A": 5494, "B": 5495}  # ab_cpu uses 5491-5493, bench/model 5498-5499
@@ -211,10 +212,28 @@ def measured(cluster: Cluster, url: str, work: Callable[[psycopg.Connection[Any]
     total = fleet_cost.lsn_bytes(lsn1) - fleet_cost.lsn_bytes(lsn0)
     fpi = sum(v[2] for v in kinds.values())
     said = f"; {json.dumps(answer, default=str)}" if answer is not None else ""
+    said += "\n       WAL by relation: " + ", ".join(
+        f"{name} {nbytes:,} B" for name, nbytes in wal_by_relation(cluster, url, lsn0, lsn1)[:8]
+    )
     return (
         f"{took:.3f} s, {total:,} B WAL of which {fpi:,} B full-page images "
         f"({total - fpi:,} without){said}"
     )
+
+
+def wal_by_relation(cluster: Cluster, url: str, start: str, end: str) -> list[tuple[str, int]]:
+    """WAL bytes (records and their images) between two LSNs by the relation of each record's
+    first block, most first: relations dropped since are `dropped <filenode>`."""
+    dump = [tool("pg_waldump"), "-p", str(cluster.datadir / "pg_wal"), "-s", start, "-e", end]
+    out = subprocess.run(owner(dump), capture_output=True, text=True, check=False).stdout
+    with psycopg.connect(url) as conn:
+        names = dict(
+            conn.execute(
+                "SELECT pg_relation_filenode(oid)::text, relname FROM pg_class "
+                "WHERE pg_relation_filenode(oid) IS NOT NULL"
+            ).fetchall()
+        )
+    return history_plant.wal_by_relation(out, names)
 
 
 def _oldest(conn: psycopg.Connection[Any]) -> tuple[str, str, Any, Any] | None:
@@ -361,18 +380,14 @@ def main() -> int:
     )
     fleets: list[ab_cpu.Fleet] = []
     try:
-        figures = ab_cpu.one_sitting(sitting, trees, fleets)
-        print("a: CPU and WAL per job, both fleets at once")
-        ab_cpu.report(figures, trees)
-        f = figures
-        print(
-            f"  B/A (target <= 1.10): daemon CPU {ratio(f['B daemons'], f['A daemons'])} (from "
-            f"the first job {ratio(f['B daemons steady'], f['A daemons steady'])}), server CPU "
-            f"{ratio(f['B server'], f['A server'])} (from the first job "
-            f"{ratio(f['B server steady'], f['A server steady'])}), WAL per job "
-            f"{ratio(f['B wal_B'], f['A wal_B'])}",
-            flush=True,
-        )
+        try:
+            figures = ab_cpu.one_sitting(sitting, trees, fleets)
+        except AssertionError as exc:  # a fleet did not drain: say so, measure the rest
+            print(f"a: NOT MEASURED: {exc}", flush=True)
+            _events(str(exc).rsplit("logs: ", 1)[-1].rstrip(")"))
+            figures = {}
+        if figures:
+            _report_sitting(figures, trees)
         for fleet in fleets:
             for label, (buffers, parts) in hot_path(fleet).items():
                 named = ", ".join(parts[:4]) + (" ..." if len(parts) > 4 else "") or "none"
@@ -391,6 +406,32 @@ def main() -> int:
                 if not args.keep:
                     shutil.rmtree(fleet.cluster.datadir, ignore_errors=True)
     return 0
+
+
+def _events(logs: str) -> None:
+    """What each daemon logged, by event, when a fleet did not drain."""
+    for log in sorted(Path(logs).glob("*.log")):
+        counts: dict[str, int] = {}
+        for line in log.read_text(errors="replace").splitlines():
+            try:
+                event = json.loads(line).get("event", "?")
+            except ValueError:
+                event = "(not JSON)"
+            counts[event] = counts.get(event, 0) + 1
+        print(f"  {log.name}: {counts}", flush=True)
+
+
+def _report_sitting(f: dict[str, float], trees: dict[str, str | None]) -> None:
+    print("a: CPU and WAL per job, both fleets at once")
+    ab_cpu.report(f, trees)
+    print(
+        f"  B/A (target <= 1.10): daemon CPU {ratio(f['B daemons'], f['A daemons'])} (from "
+        f"the first job {ratio(f['B daemons steady'], f['A daemons steady'])}), server CPU "
+        f"{ratio(f['B server'], f['A server'])} (from the first job "
+        f"{ratio(f['B server steady'], f['A server steady'])}), WAL per job "
+        f"{ratio(f['B wal_B'], f['A wal_B'])}",
+        flush=True,
+    )
 
 
 if __name__ == "__main__":

@@ -115,3 +115,22 @@ def test_the_retention_set_before_a_drop_puts_that_partition_alone_past_it() -> 
         hp.retention_past(upper, NOW)
     assert hp.ratio(3.0, 2.0) == "1.500"
     assert hp.ratio(1.0, 0.0) == "-"
+
+
+def test_wal_is_summed_by_the_relation_of_each_records_first_block() -> None:
+    dump = (
+        "rmgr: Heap        len (rec/tot):     54/  7902, tx: 7, lsn: 0/01, prev 0/00, desc: "
+        "INSERT off 3, blkref #0: rel 1663/5/16400 blk 0 FPW\n"
+        "rmgr: Heap        len (rec/tot):     59/    59, tx: 7, lsn: 0/02, prev 0/01, desc: "
+        "DELETE off 4, blkref #0: rel 1663/5/16400 blk 9\n"
+        "rmgr: Btree       len (rec/tot):     64/    64, tx: 7, lsn: 0/03, prev 0/02, desc: "
+        "INSERT_LEAF off 2, blkref #0: rel 1663/5/16999 blk 1\n"
+        "rmgr: Transaction len (rec/tot):    130/   130, tx: 7, lsn: 0/04, prev 0/03, desc: "
+        "COMMIT 2026-12-08\n"
+        "pg_waldump: error: error in WAL record at 0/05\n"
+    )
+    assert hp.wal_by_relation(dump, {"16400": "firing_key"}) == [
+        ("firing_key", 7961),
+        ("(no block)", 130),
+        ("dropped 16999", 64),
+    ]
