@@ -171,6 +171,21 @@ CREATE TRIGGER operator_action_session_user_on_insert BEFORE INSERT ON operator_
 """
 
 
+# The history's partition upkeep, as sd_partitions_v1 last left it (issue 47): `status` reads it.
+PARTITION_UPKEEP = """
+CREATE TABLE partition_upkeep (
+    singleton boolean DEFAULT true NOT NULL,
+    last_success_at timestamp with time zone,
+    partitions_ahead bigint,
+    last_error text,
+    last_error_at timestamp with time zone,
+    last_sqlstate text,
+    CONSTRAINT partition_upkeep_one_row_check CHECK (singleton),
+    CONSTRAINT partition_upkeep_pkey PRIMARY KEY (singleton)
+);
+"""
+
+
 # One transaction: a failure leaves the database at 0037, whole. The fleet is stopped, so the
 # locks it holds until COMMIT block only the CLI and the console for the while.
 LOCK_TIMEOUT = "SET LOCAL lock_timeout = '5s';\n\nSET LOCAL statement_timeout = '15min';"
@@ -192,6 +207,7 @@ def statements() -> Iterator[str]:
     yield TASK_EVENT_TRIGGER
     yield ACTION_SESSION_ROLE
     yield from repartition()
+    yield PARTITION_UPKEEP
     for each in functions.files():  # the live functions as their files say (ADR 0028)
         yield each.create_and_record
     yield ACTION_SESSION_ROLE_TRIGGER

@@ -13,10 +13,11 @@ from scheduler_daemon.domain import timing
 from scheduler_daemon.domain.audit import CHECK_NAMES, DEFAULT_SETTLE, AuditReport
 from scheduler_daemon.domain.instance import new_instance_id
 from scheduler_daemon.services.auditor import Auditor, TimeBound
+from scheduler_daemon.services.partition_keeper import PartitionKeeper
 from scheduler_daemon.services.pruner import Pruner, PruneReport
 from scheduler_daemon.services.reconciler import Reconciler, ReconcileReport
 from scheduler_daemon.settings import DaemonSettings
-from scheduler_daemon.storage import instance_store, migration
+from scheduler_daemon.storage import instance_store, migration, partition_store
 from scheduler_daemon.storage.database import Session, connect, make_pool
 from scheduler_daemon.storage.epoch import EpochWatch
 
@@ -95,5 +96,23 @@ def audit(
     pool.open(wait=True, timeout=10)
     try:
         return Auditor(pool, settle=settle, checks=checks).run_once(since=since, until=until)
+    finally:
+        pool.close()
+
+
+def partitions(url: str) -> list[dict[str, Any]]:
+    """The history's partitions with their bounds and row estimates (`partitions`)."""
+    with connect(url) as conn:
+        return partition_store.partitions(conn)
+
+
+def partition_upkeep(url: str) -> dict[str, Any]:
+    """One partition upkeep, as a daemon's reconcile step does it (`partitions --upkeep`,
+    `migrate`'s last step): the function's answer; UpkeepFailed when it gave up."""
+    pool = make_pool(url, max_size=1, name="scheduler-daemon partitions")
+    pool.open(wait=True, timeout=10)
+    try:
+        instance_id = new_instance_id(f"upkeep@{socket.gethostname()}")
+        return PartitionKeeper(pool, instance_id=instance_id).run_once()
     finally:
         pool.close()

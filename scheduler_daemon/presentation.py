@@ -18,6 +18,7 @@ from scheduler_daemon.domain.liveness import (
 )
 from scheduler_daemon.domain.lock_holder import LockHolder
 from scheduler_daemon.domain.occurrence import Occurrence
+from scheduler_daemon.domain.partitioning import too_few_ahead
 from scheduler_daemon.domain.run import HistoryRow, RunDetail, RunOutput
 from scheduler_daemon.domain.secret import mask_args, redact, shown_headers
 from scheduler_daemon.domain.status import ExecutorKind
@@ -299,12 +300,18 @@ def status_fields(status: dict[str, Any]) -> dict[str, Any]:
         )
     holders = [lock_holder_fields(h) for h in status.get("budget_lock_holders", [])]
     overdue = {k: _json(v) for k, v in status["overdue_tasks"].items()}
+    partitions = {k: _json(v) for k, v in status.get("partitions", {}).items()}
+    warnings = fleet_warnings(status["queue_depth"], overdue, states)
+    ahead, kept_up = partitions.get("partitions_ahead"), partitions.get("last_success_at")
+    if too_few_ahead(ahead) and (kept_up or partitions.get("last_error")):  # ADR 0033
+        warnings.append(f"only {ahead} history partition(s) ahead: see partition upkeep")
     return {
         **status,
         "instances": instances,
         "live_instances": states.count(InstanceState.LIVE),
         "overdue_tasks": overdue,
-        "warnings": fleet_warnings(status["queue_depth"], overdue, states),
+        "partitions": partitions,
+        "warnings": warnings,
         "parked_tasks": _tasks_at(status, "parked_tasks", "parked_at"),
         "pending_resumes": _tasks_at(status, "pending_resumes", "paused_until"),
         "budget_lock_holders": holders,

@@ -47,3 +47,9 @@ FROM (SELECT DISTINCT pid, virtualtransaction FROM pg_locks
 LEFT JOIN pg_stat_activity a ON a.pid = l.pid
 LEFT JOIN pg_prepared_xacts p ON l.pid IS NULL AND l.virtualtransaction = '-1/' || p.transaction
 ORDER BY coalesce(a.xact_start, p.prepared), l.pid
+
+-- name: fleet_partition_interval :scalar
+-- The fleet's history partition interval as the duration text `config set` stored (NULL: the
+-- default, 1 day; ADR 0033), through fleet_setting_shown, which every role may read.
+SELECT jsonb_build_array(value) ->> 0 FROM fleet_setting_shown
+WHERE key = 'history_partition_interval'

@@ -40,7 +40,7 @@ FROM clock CROSS JOIN task t
 LEFT JOIN lost ON lost.task_id = t.id
 LEFT JOIN LATERAL (
     SELECT count(*) AS n FROM occurrence o
-    WHERE o.task_id = t.id AND o.status IN {{active_statuses}}
+    WHERE o.task_id = t.id AND o.finished_at IS NULL AND o.status IN {{active_statuses}}
       AND o.status = 'queued' AND t.start_deadline IS NOT NULL
       AND clock.now > CASE WHEN o.attempts + o.interruptions > 0 OR o.trigger = 'backfill'
                            THEN o.not_before

@@ -101,7 +101,8 @@ SELECT o.id FROM occurrence o
             SELECT 1 FROM occurrence newer
             WHERE newer.task_id = o.task_id AND newer.occurrence_seq > o.occurrence_seq
               AND newer.finished_at IS NOT NULL AND newer.status <> 'skipped'))
-      AND NOT EXISTS (SELECT 1 FROM run r WHERE r.occurrence_id = o.id AND r.status = 'running')
+      AND NOT EXISTS (SELECT 1 FROM run r WHERE r.finished_at IS NULL AND r.occurrence_id = o.id
+                        AND r.status = 'running')
 
 -- name: retention_window :one
 -- One step of retention_prune's scan (the same cursor and bound), without locking or deleting:

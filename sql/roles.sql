@@ -6,7 +6,7 @@ SELECT current_user AS role_name, c.relname AS table_name, pg_get_userbyid(c.rel
     pg_has_role(current_user, c.relowner, 'USAGE') AS can_grant
 FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
 WHERE n.nspname = %(schema)s AND c.relname = ANY(%(tables)s::text[])
-  AND c.relkind IN ('r', 'p', 'v')  -- tables, partitioned ones, views
+  AND c.relkind::text = ANY (ARRAY['r', 'p', 'v'])  -- tables, partitioned ones, views
 ORDER BY c.relname
 
 -- name: roles_creator :one

@@ -282,11 +282,11 @@ SELECT least((SELECT min(next_run_at) FROM task
                   AND next_run_at <= coalesce(%(now)s::timestamptz, now())
                 ORDER BY next_run_at, id LIMIT %(limit)s) AS locked,
        EXISTS (SELECT 1 FROM occurrence
-               WHERE status = 'queued' AND needs_build IS NOT NULL
+               WHERE finished_at IS NULL AND status = 'queued' AND needs_build IS NOT NULL
                  AND needs_build = ANY(%(known)s::text[])
                  AND not_before <= coalesce(%(now)s::timestamptz, now()))
        OR EXISTS (SELECT 1 FROM occurrence
-                  WHERE status = 'queued' AND needs_build IS NULL
+                  WHERE finished_at IS NULL AND status = 'queued' AND needs_build IS NULL
                     AND not_before <= coalesce(%(now)s::timestamptz, now())) AS queue_due
 
 -- name: task_unfinished_one_shots :many
@@ -295,7 +295,7 @@ SELECT least((SELECT min(next_run_at) FROM task
 SELECT t.id FROM task t
 WHERE t.schedule_kind = 'once' AND t.status = 'running' AND t.deleted_at IS NULL
   AND {{known_to_this_build}}
-  AND NOT EXISTS (SELECT 1 FROM occurrence o WHERE o.task_id = t.id
+  AND NOT EXISTS (SELECT 1 FROM occurrence o WHERE o.task_id = t.id AND o.finished_at IS NULL
                   AND o.status IN {{active_statuses}} AND o.trigger <> 'manual')
   AND t.id > %(after)s
 ORDER BY t.id
@@ -436,7 +436,7 @@ figures AS (
     ) fired ON true
     CROSS JOIN LATERAL (
         SELECT count(*) AS n FROM occurrence o
-        WHERE o.task_id = l.id AND o.status IN ('launching', 'running')
+        WHERE o.task_id = l.id AND o.finished_at IS NULL AND o.status IN ('launching', 'running')
     ) executing
     CROSS JOIN LATERAL (
         SELECT count(*) AS n FROM (

@@ -326,6 +326,18 @@ CREATE TABLE deadline_mark (
 );
 """,
     """
+CREATE TABLE partition_upkeep (
+    singleton boolean DEFAULT true NOT NULL,
+    last_success_at timestamp with time zone,
+    partitions_ahead bigint,
+    last_error text,
+    last_error_at timestamp with time zone,
+    last_sqlstate text,
+    CONSTRAINT partition_upkeep_one_row_check CHECK (singleton),
+    CONSTRAINT partition_upkeep_pkey PRIMARY KEY (singleton)
+);
+""",
+    """
 CREATE TABLE operator_action (
     id bigint GENERATED ALWAYS AS IDENTITY,
     at timestamp with time zone DEFAULT clock_timestamp() NOT NULL,
@@ -623,6 +635,7 @@ TABLE_NAMES = [
     "fleet_epoch",
     "notification_outbox",
     "deadline_mark",
+    "partition_upkeep",
     "operator_action",
     "calendar",
     "calendar_date",

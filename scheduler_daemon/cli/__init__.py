@@ -17,6 +17,7 @@ from scheduler_daemon.cli import (  # noqa: F401 - registers the commands
     console,
     fleet,
     health,
+    partitions,
     retention,
     roles,
     runs,

@@ -42,6 +42,9 @@ EXIT_SCHEMA_SHAPE = 12
 """The schema is at a revision this build knows, but of another shape (ADR 0027, "as built"):
 made by another unreleased build, or changed by hand. Not 4 (`migrate` cannot help, and a
 supervisor restarting on 4 would loop), nor 5 (a newer build does not help either)."""
+EXIT_UPKEEP_GAVE_UP = 13
+"""`partitions --upkeep`: the upkeep gave up (a lock held past its 100 ms lock_timeout, or
+another error), its work undone; the next run tries again (ADR 0033)."""
 
 
 class Duration(click.ParamType):

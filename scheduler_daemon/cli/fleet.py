@@ -90,7 +90,11 @@ def migrate(
         return
     report = migration.contract(url) if contract else migration.expand(url)
     fields = migration.state(url).fields()
-    data = {"before": report.before, "after": report.after, "applied": list(report.applied)}
+    data: dict[str, Any] = {
+        "before": report.before,
+        "after": report.after,
+        "applied": list(report.applied),
+    }
     data["functions"] = list(report.functions)
     if report.newer_than_this_build:
         text = f"schema at {report.after}, newer than this build and works with it: nothing to do"
@@ -105,7 +109,28 @@ def migrate(
             f"; contract step(s) {', '.join(report.contract_pending)} pending: run "
             "`migrate --contract` once every replica runs this build"
         )
+    if not report.newer_than_this_build:
+        data["partitions"], line = _upkeep_after_migrate(url)
+        text += line
     emit(ctx, {**data, "schema": fields}, text)
+
+
+def _upkeep_after_migrate(url: str) -> tuple[dict[str, Any], str]:
+    """`migrate`'s last step: one partition upkeep, so a fresh database has its partitions
+    ahead (ADR 0033). Its giving up fails nothing: the daemons' upkeep tries again."""
+    from scheduler_daemon.operations import partition_upkeep
+    from scheduler_daemon.services.partition_keeper import UpkeepFailed
+
+    try:
+        done = partition_upkeep(url)
+    except UpkeepFailed as exc:
+        return {"error": str(exc)}, f"; partition upkeep gave up (the daemons retry): {exc}"
+    if not (done.get("created") or done.get("dropped")):  # unpartitioned, busy, or nothing to do
+        return done, ""
+    return done, (
+        f"; partitions: {len(done.get('created') or [])} created, "
+        f"{len(done.get('dropped') or [])} dropped, {done.get('partitions_ahead')} ahead"
+    )
 
 
 def _schema_line(schema: dict[str, Any]) -> str:
@@ -313,7 +338,23 @@ def status(ctx: click.Context) -> None:
     if notifications is not None:
         text += "\n" + notifications
     text += "\n" + presentation.database_text(fields["database"])
+    if (line := _partitions_line(fields["partitions"])) is not None:
+        text += "\n" + line
     emit(ctx, fields, text)
+
+
+def _partitions_line(found: dict[str, Any]) -> str | None:
+    """`status`'s line for the history's partition upkeep (ADR 0033); None when history is
+    not partitioned and no upkeep ever failed."""
+    ahead, error = found.get("partitions_ahead"), found.get("last_error")
+    if ahead is None and error is None:
+        return None
+    line = f"history partitions ahead: {'none' if ahead is None else ahead}"
+    line += f"; last upkeep {found.get('last_success_at') or 'never'}"
+    success, failed = found.get("last_success_at"), found.get("last_error_at")
+    if error is not None and (success is None or (failed or "") >= success):  # ISO, both UTC
+        line += f"; last error at {failed}: {error}"
+    return line
 
 
 @cli.command("recover")

@@ -10,7 +10,8 @@ from typing import Any
 import psycopg
 
 from scheduler_daemon.client.base import ClientBase, refuse_if_older
-from scheduler_daemon.domain import argument
+from scheduler_daemon.domain import argument, partitioning
+from scheduler_daemon.domain.duration import parse_duration
 from scheduler_daemon.domain.instance import Instance
 from scheduler_daemon.domain.lock_holder import CONFIRM_AFTER_SECONDS, LockHolder, held_throughout
 from scheduler_daemon.storage import (
@@ -19,6 +20,7 @@ from scheduler_daemon.storage import (
     migration,
     occurrence_store,
     outbox_store,
+    partition_store,
     run_store,
     task_store,
 )
@@ -54,6 +56,7 @@ class Fleet(ClientBase):
                 "pending_resumes": task_store.pending_resumes(conn),
                 "overdue_tasks": task_store.overdue_summary(conn),
                 "notifications": outbox_store.counts(conn),
+                "partitions": partition_store.status(conn),  # ADR 0033
             }
             holders = fleet_store.budget_lock_holders(conn)
         return {
@@ -80,6 +83,18 @@ class Fleet(ClientBase):
         with self._tx() as conn:
             return held_throughout(first, fleet_store.budget_lock_holders(conn))
 
+    @staticmethod
+    def _check_partition_count(conn: psycopg.Connection[Any], key: str, stored: Any) -> None:
+        """A retention that would span more than 1,000 partitions of the interval (either one
+        being set, the other as stored) is refused, nothing written (ADR 0033)."""
+        given = None if stored is None else parse_duration(stored)
+        retention = given if key == "history_retention" else fleet_store.history_retention(conn)
+        interval = given if key != "history_retention" else fleet_store.partition_interval(conn)
+        try:
+            partitioning.check_count(retention, interval)
+        except partitioning.BadPartitioning as exc:
+            raise argument.InvalidArgument(str(exc)) from None
+
     def running_now(self, *, limit: int) -> list[dict[str, Any]]:
         """The running runs, oldest start first, at most `limit`: owner, lease expiry, takeover
         point, and the database's `db_now` (the console's "running now")."""
@@ -103,4 +118,6 @@ class Fleet(ClientBase):
         key, stored = argument.fleet_setting(name, value)  # within its bound (domain/limit.py)
         with self._tx() as conn:
             refuse_if_older(conn, key)  # a setting an older build would misread (ADR 0029)
+            if key in ("history_retention", "history_partition_interval"):
+                self._check_partition_count(conn, key, stored)
             return fleet_store.set_setting(conn, key, stored, updated_by)

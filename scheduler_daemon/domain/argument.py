@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
-from scheduler_daemon.domain import json_text, limit
+from scheduler_daemon.domain import json_text, limit, partitioning
 from scheduler_daemon.domain.duration import format_duration, parse_duration
 from scheduler_daemon.domain.status import NOTIFY_ON_CHOICES, OccurrenceStatus, TaskStatus
 from scheduler_daemon.domain.task import (
@@ -23,13 +23,15 @@ TASK_STATUSES = tuple(TaskStatus)
 FLEET_SETTINGS = {
     "max-concurrent-runs": "max_concurrent_runs",
     "history-retention": "history_retention",
+    "history-partition-interval": "history_partition_interval",
     "notify-url": "notify_url",
     "notify-on": "notify_on",
     "notify-headers": "notify_headers",
 }
 # The settings that give notifications (ADR 0016).
 NOTIFY_SETTINGS = frozenset({"notify_url", "notify_on", "notify_headers"})
-DURATION_SETTINGS = frozenset({"history-retention"})  # stored as duration text
+# stored as duration text
+DURATION_SETTINGS = frozenset({"history-retention", "history-partition-interval"})
 
 
 class InvalidArgument(ValueError):
@@ -137,10 +139,15 @@ def fleet_setting(
     if name in DURATION_SETTINGS:
         if value.strip().lower() == "none":
             return FLEET_SETTINGS[name], None
+        unset = "to keep all" if name == "history-retention" else "for the default, 1d"
         try:
             bounded = limit.duration("duration", parse_duration(value))
+            if name == "history-partition-interval":
+                partitioning.check_interval(bounded)
+        except partitioning.BadPartitioning as exc:
+            raise InvalidArgument(str(exc)) from None
         except ValueError as exc:  # OutOfBounds too
-            raise InvalidArgument(f"{name}: {exc} (or `none` to keep all)") from None
+            raise InvalidArgument(f"{name}: {exc} (or `none` {unset})") from None
         return FLEET_SETTINGS[name], format_duration(bounded)
     if not (value.isascii() and value.isdigit()) or int(value) < 1:
         raise InvalidArgument(f"{name} must be a whole number of at least 1, got {value!r}")

@@ -83,6 +83,11 @@ class Trigger(StrEnum):
     BACKFILL = "backfill"
 
 
+KEYED_TRIGGERS = (Trigger.SCHEDULE, Trigger.BACKFILL)
+"""The triggers whose firing has a key in `firing_key` (guarantee 2, issue 47): one occurrence
+per scheduled firing, one backfill at most (firing_key_trigger_check)."""
+
+
 class OverlapPolicy(StrEnum):
     """Whether a task's occurrences may run beside each other (task_overlap_check)."""
 

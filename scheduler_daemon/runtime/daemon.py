@@ -100,7 +100,7 @@ class Daemon:
         self.supervisor = Supervisor(settings.max_failed_passes)
         self.keeper_watch = Vital("lease keeper", settings.max_failed_passes)
         self.side = SideThreads(self.keeper_watch, keeper_alive=lambda: True)
-        for part in ("waker", "endpoint", "pruner", "deliverer"):
+        for part in ("waker", "endpoint", "pruner", "partitions", "deliverer"):
             self.side.parts[part] = Degradable(
                 part,
                 on_failure=self.metrics.side_failures.labels(part).inc,

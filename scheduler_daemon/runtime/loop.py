@@ -140,6 +140,7 @@ class Loop:
             return
         self.metrics.record_reconcile(self.services.reconciler.run_once())
         self._prune()
+        self._partitions()
         with transaction(self.pool) as tx:
             depth = occurrence_store.queue_depth(tx.conn)
             executing = occurrence_store.executing_count(tx.conn)
@@ -159,6 +160,20 @@ class Loop:
             raise
         except Exception as exc:
             self.side.parts["pruner"].failed(exc, "prune_failed")
+
+    def _partitions(self) -> None:
+        """The history's partition upkeep, at most once a minute (ADR 0033). Like the prune it
+        can wait: a failure or a give-up is counted and logged at most once a minute, never a
+        failed step (an outage still is)."""
+        try:
+            self.services.partitions.maybe_run()
+        except DatabaseUnavailable:
+            raise
+        except Exception as exc:
+            self.side.parts["partitions"].failed(exc, "partition_upkeep_failed")
+        self.metrics.partitions_ahead.set(
+            -1 if (n := self.services.partitions.partitions_ahead) is None else n
+        )
 
     def _pass(self) -> None:
         """One loop pass: write finished outcomes; dispatch if a task is due (or a poll interval

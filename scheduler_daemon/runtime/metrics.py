@@ -46,7 +46,8 @@ NAMESPACE = "scheduler_daemon"
 disable_created_metrics()
 # Start lag and run duration: from milliseconds to a day.
 SECONDS_BUCKETS = (0.01, 0.05, 0.1, 0.5, 1, 2, 5, 10, 30, 60, 120, 300, 900, 1800, 3600, 21600)
-SIDE_PARTS = ("waker", "endpoint", "pruner", "deliverer")  # the parts that degrade (ADR 0005)
+# The parts that degrade (ADR 0005).
+SIDE_PARTS = ("waker", "endpoint", "pruner", "partitions", "deliverer")
 LOOP_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 90)
 
 
@@ -64,6 +65,7 @@ class Metrics:
         self._runs(ns)
         self._loop(ns, concurrency)
         self._fleet(ns)
+        self._partitions(ns)
         self.tasks = TaskGauges()  # served empty until the daemon attaches its sample
         r.register(self.tasks)
         for stage in ("completion", "renewal"):  # every series exists from the start
@@ -142,8 +144,9 @@ class Metrics:
         self.side_failures = Counter(
             "side_failures",
             "Failures of a part the daemon works without, by part: waker (a LISTEN session "
-            "or its thread), endpoint (its thread), pruner (a pass), deliverer (a pass of "
-            "the notification outbox, or its thread).",
+            "or its thread), endpoint (its thread), pruner (a pass), partitions (a partition "
+            "upkeep that failed or gave up, ADR 0033), deliverer (a pass of the notification "
+            "outbox, or its thread).",
             ["part"],
             **ns,
         )
@@ -162,6 +165,16 @@ class Metrics:
         )
         self.slots_in_use = Gauge("slots_in_use", "Runs this replica holds.", **ns)
         Gauge("concurrency", "This replica's job slots (--concurrency).", **ns).set(concurrency)
+
+    def _partitions(self, ns: dict[str, Any]) -> None:
+        self.partitions_ahead = Gauge(
+            "history_partitions_ahead",
+            "Dated history partitions not yet past, the one being written included, as this "
+            "daemon's last partition upkeep found them (ADR 0033); below 2 is warned; -1 before "
+            "any answer or when history is not partitioned.",
+            **ns,
+        )
+        self.partitions_ahead.set(-1)
 
     def _fleet(self, ns: dict[str, Any]) -> None:
         """Fleet-wide figures read from the database; the drain; this replica's wait for the

@@ -25,6 +25,7 @@ from scheduler_daemon.services.deliverer import Deliverer
 from scheduler_daemon.services.dispatcher import Dispatcher
 from scheduler_daemon.services.launcher import Launcher, LaunchResult
 from scheduler_daemon.services.lease_keeper import LeaseKeeper
+from scheduler_daemon.services.partition_keeper import PartitionKeeper
 from scheduler_daemon.services.pruner import Pruner
 from scheduler_daemon.services.reconciler import Reconciler
 from scheduler_daemon.services.waker import Waker
@@ -60,6 +61,7 @@ class Services:
     keeper: LeaseKeeper
     reconciler: Reconciler
     pruner: Pruner
+    partitions: PartitionKeeper
     waker: Waker
     deliverer: Deliverer
 
@@ -167,6 +169,7 @@ def build_services(
         ),
         reconciler=Reconciler.from_settings(pool, instance_id, settings, tracer),
         pruner=Pruner(pool, instance_id=instance_id),
+        partitions=PartitionKeeper(pool, instance_id=instance_id),
         waker=Waker(
             url,
             hooks.wake or threading.Event(),

@@ -17,7 +17,11 @@ a task per transaction; the task whose rows still fail is logged and passed over
 other task's history is still pruned. A pass also deletes the `deadline` notifications written
 before their firing had a row (no cascade reaches them) once past the same retention. Every
 retention is capped at 100 years in SQL, so none written by hand subtracts from now() past the
-calendar. Called from the daemon's reconcile step, and by `scheduler-daemon prune`.
+calendar. On history partitioned by time (ADR 0033) the fleet's retention is taken one
+partition interval later here, so that what the partition upkeep drops whole is not deleted
+row by row first: this prune keeps what a drop cannot do (a task's shorter retention, the rows
+kept in or fallen into the DEFAULT partition, and everything while the upkeep stalls). Called
+from the daemon's reconcile step, and by `scheduler-daemon prune`.
 """
 
 from collections.abc import Callable
@@ -28,7 +32,7 @@ from functools import partial
 import structlog
 from psycopg_pool import ConnectionPool
 
-from scheduler_daemon.storage import fleet_store, outbox_store, retention_store
+from scheduler_daemon.storage import fleet_store, outbox_store, partition_store, retention_store
 from scheduler_daemon.storage.database import UNIT_LIMITS, first_line, transaction
 from scheduler_daemon.storage.error import LOCK_ERRORS, UNSTORABLE_ERRORS, sqlstate
 from scheduler_daemon.storage.retention_store import Batch
@@ -73,15 +77,16 @@ class Pruner:
         with transaction(self.pool) as tx:
             retention = fleet_store.history_retention(tx.conn)
             shortest = retention_store.min_override(tx.conn)
+            by_row = partition_store.row_by_row_retention(tx.conn, retention)
         report.retention = retention
-        bounds = [r for r in (retention, shortest) if r is not None]
+        bounds = [r for r in (by_row, shortest) if r is not None]
         if not bounds:
             return report  # no retention anywhere: keep everything
         if dry_run or until_swept:
             self.after = retention_store.START
         prune = partial(
             retention_store.prune,
-            retention=retention,
+            retention=by_row,
             min_retention=min(bounds),
             scan=self.scan,
             dry_run=dry_run,

@@ -54,6 +54,16 @@ def history_retention(conn: psycopg.Connection[Any]) -> timedelta | None:
         return None
 
 
+def partition_interval(conn: psycopg.Connection[Any]) -> timedelta | None:
+    """The fleet's history partition interval; None when unset, `none`, or unreadable (the
+    default, domain.partitioning.DEFAULT_INTERVAL)."""
+    text = query.run(conn, "fleet_partition_interval")
+    try:
+        return None if text is None else parse_duration(text)
+    except ValueError:
+        return None
+
+
 def sight_epoch(
     conn: psycopg.Connection[Any], seen_system: int | None = None, seen_timeline: int | None = None
 ) -> dict[str, Any] | None:

@@ -38,6 +38,7 @@ TABLES = (
     "notification_outbox",
     "operator_action",
     "deadline_mark",
+    "partition_upkeep",  # written only by sd_partitions_v1, as the owner
     "calendar",
     "calendar_date",
     "task_calendar",
@@ -116,6 +117,8 @@ DEFINER_FUNCTIONS = {
     # Ends a `--until` pause whose instant passed: the daemon may not write `paused` nor
     # insert into operator_action otherwise.
     "sd_end_pause_v1(bigint, timestamptz, text, text)": "daemon",
+    # The history's partition upkeep (ADR 0033): the daemon may neither create nor drop tables.
+    "sd_partitions_v1(interval, interval, interval)": "daemon",
 }
 
 

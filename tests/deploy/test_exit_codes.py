@@ -18,6 +18,7 @@ from scheduler_daemon.cli.base import (
     EXIT_SCHEMA_SHAPE,
     EXIT_SCHEMA_TOO_NEW,
     EXIT_UNAVAILABLE,
+    EXIT_UPKEEP_GAVE_UP,
 )
 from scheduler_daemon.runtime.supervision import (
     EXIT_FAILED_PASSES,
@@ -96,6 +97,7 @@ def test_the_table_is_what_the_code_exits_with() -> None:
         EXIT_RUN_NOT_SUCCESSFUL,
         EXIT_CONSOLE_UNAVAILABLE,
         EXIT_SCHEMA_SHAPE,
+        EXIT_UPKEEP_GAVE_UP,
     }
     assert set(_table_codes()) == {0, 130, *codes}
     assert "migrate" in _table_codes()[EXIT_SCHEMA_BEHIND]

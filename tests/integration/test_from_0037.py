@@ -156,6 +156,7 @@ def test_a_database_at_0037_reaches_the_baseline_once_the_fleet_is_stopped_and_r
         "sd_occurrence_key_v1",
         "sd_end_pause_v1",
         "sd_masked_v1",  # the reader's masks (issue 46, ADR 0031)
+        "sd_partitions_v1",  # the history's partition upkeep (issue 47, ADR 0033)
     }
 
     audit = cli("audit", "--json", url=url)

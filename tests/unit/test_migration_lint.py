@@ -27,11 +27,14 @@ def test_squawk_finds_nothing_in_the_step(step, sql: str, tmp_path: Path) -> Non
     path.write_text(sql)
     # The path from 0037 runs in one transaction with the fleet stopped (ADR 0027): its
     # NOT VALID and VALIDATE share it, it drops the CHECK that proved NOT NULL, and it makes
-    # the indexes of `needs_build` (ADR 0029) again in it, where CONCURRENTLY cannot run.
+    # the indexes of `needs_build` (ADR 0029) again in it, where CONCURRENTLY cannot run. It
+    # makes `occurrence` and `run` again, partitioned (issue 47): their rows copied aside, the
+    # tables dropped and created as the baseline creates them (its column types included).
     excluded = [
         "--exclude",
         "constraint-missing-not-valid,ban-drop-constraint,"
-        "require-concurrent-index-creation,require-concurrent-index-deletion",
+        "require-concurrent-index-creation,require-concurrent-index-deletion,"
+        "ban-drop-table,prefer-bigint-over-int",
     ]
     result = subprocess.run(
         [

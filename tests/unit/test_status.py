@@ -16,6 +16,7 @@ from scheduler_daemon.domain.status import (
     EXECUTING,
     FAILED_OUTCOMES,
     FINISHED,
+    KEYED_TRIGGERS,
     LOST,
     NEEDS_REASON,
     NOT_STARTED,
@@ -64,6 +65,7 @@ CHECKS: dict[str, type[StrEnum] | tuple[str, ...]] = {
     "operator_action_action_check": OperatorAction,
     "operator_action_source_check": ActionSource,
     "calendar_source_kind_check": CalendarSource,
+    "firing_key_trigger_check": KEYED_TRIGGERS,
 }
 # Partial indexes keep their predicates written out (a generic plan could not match a parameter
 # against them); these are the sets they spell.
@@ -78,6 +80,9 @@ INDEXES = {
     "occurrence_own_row_idx": OWN_HISTORY_ROW,
     "occurrence_lost_idx": LOST,
     "occurrence_task_failure_idx": FAILED_OUTCOMES,
+    # The default partition's copies of the parent's (issue 47).
+    "occurrence_active_lost_idx": LOST,
+    "occurrence_active_task_failure_idx": FAILED_OUTCOMES,
 }
 NAMED_SETS = {
     "ACTIVE": ACTIVE,
@@ -85,6 +90,7 @@ NAMED_SETS = {
     "OWN_HISTORY_ROW": OWN_HISTORY_ROW,
     "LOST": LOST,
     "FAILED_OUTCOMES": FAILED_OUTCOMES,
+    "KEYED_TRIGGERS": KEYED_TRIGGERS,
 }
 # Column → the values a literal compared with it may take, in the statements and the schema.
 COLUMNS: dict[str, set[str]] = {
