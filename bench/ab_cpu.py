@@ -11,7 +11,10 @@ job on (the start-up left out), and the ratio B/A; and each fleet's jobs/s (its 
 of their records), whose ratio shows a change that moves no CPU but lets a fleet's daemons wait
 less for each other. One fleet's jobs/s moves by 10-30% from one minute to the next on a 2-core
 machine; the fleets here share every such minute, and a tree against itself measured B/A =
-0.995-1.003. `--sql-b` runs a file in B's database after migration (a diagnosis).
+0.995-1.003. `--sql-b` runs a file in B's database after migration (a diagnosis), `--sql-a`
+in A's; `--plant-a`/`--plant-b ROWS,PARTITIONS` plant that much ended history in that fleet's
+database first (bench/history_plant.py), so one tree against itself gives the cost of its history
+as B/A (issue 47: `bench/history_scale.py` runs it so, with the reads and the drop beside).
 
 - Without TREE_B: one tree alone, for absolute figures (issue 48). The load average is printed at
   each sitting's start and end, with a warning when it is 1 or more at the start.
@@ -51,13 +54,14 @@ import psycopg
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # `python bench/ab_cpu.py`
 
-from bench import fleet_cost
+from bench import fleet_cost, history_plant
 from bench.daemon_throughput import SERVER, database, seed
 from bench.model.price import TMP, Cluster, waldump
 
 TICK = os.sysconf("SC_CLK_TCK")
 ROOT = Path(__file__).resolve().parent.parent
 PORTS = {"A": 5491, "B": 5492, "P": 5493}  # bench/model/price.py uses 5499
+CLUSTER_PREFIX = "sd_ab_pg_"  # each fleet's private cluster: $TMPDIR/sd_ab_pg_{a,b,p}
 # The shared server's settings (128 MB of buffers, commits wait for the disk, no autovacuum),
 # but no checkpoint other than the one before the drain.
 SETTINGS = (
@@ -104,13 +108,18 @@ def _done(record: Path) -> int:
     return record.read_bytes().count(b"\n") if record.exists() else 0
 
 
-def _server(fleet: Fleet, wal: bool) -> str:
-    if not wal:
+def _datadir(name: str, prefix: str) -> Path:
+    return Path(TMP) / f"{prefix}{name.lower()}"
+
+
+def _server(fleet: Fleet, args: argparse.Namespace) -> str:
+    if not args.wal:
         return SERVER
-    datadir = Path(TMP) / f"sd_ab_pg_{fleet.name.lower()}"
-    fleet.cluster = Cluster(datadir, PORTS[fleet.name], SETTINGS)
+    ports = getattr(args, "ports", PORTS)
+    datadir = _datadir(fleet.name, getattr(args, "cluster_prefix", CLUSTER_PREFIX))
+    fleet.cluster = Cluster(datadir, ports[fleet.name], SETTINGS)
     fleet.cluster.start()
-    return f"postgresql://postgres@/postgres?host={TMP}&port={PORTS[fleet.name]}"
+    return f"postgresql://postgres@/postgres?host={TMP}&port={ports[fleet.name]}"
 
 
 def _pgqueuer_database(server: str, name: str, jobs: int) -> str:
@@ -132,14 +141,28 @@ def _pgqueuer_database(server: str, name: str, jobs: int) -> str:
     return url
 
 
-def _prepare(fleet: Fleet, jobs: int, in_process: bool, wal: bool) -> None:
-    server = _server(fleet, wal)
+def _prepare(fleet: Fleet, args: argparse.Namespace) -> None:
+    server = _server(fleet, args)
     name = f"sd_ab_{fleet.name.lower()}"
     if fleet.tree is None:
-        fleet.url = _pgqueuer_database(server, name, jobs)
-    else:
-        fleet.url = database(name, fleet.tree, server)
-        seed(fleet.url, jobs, in_process=in_process)
+        fleet.url = _pgqueuer_database(server, name, args.jobs)
+        return
+    fleet.url = database(name, fleet.tree, server)
+    seed(fleet.url, args.jobs, in_process=args.in_process)
+    planted = getattr(args, f"plant_{fleet.name.lower()}", None)
+    if planted:
+        from bench.history_scale import plant  # only where history is planted
+
+        start = time.monotonic()
+        plant(fleet.url, *planted, tasks=getattr(args, "tasks", 1000))
+        print(
+            f"  {fleet.name}: planted {planted[0]:,} ended firings in {planted[1]} partitions "
+            f"in {time.monotonic() - start:.0f} s",
+            flush=True,
+        )
+    for path in getattr(args, f"sql_{fleet.name.lower()}", None) or []:
+        with psycopg.connect(fleet.url, autocommit=True) as conn:
+            conn.execute(Path(path).read_text())
 
 
 def _wal_reading(cluster: Cluster) -> fleet_cost.WalReading:
@@ -273,17 +296,17 @@ def _wal(fleet: Fleet, jobs: int) -> dict[str, float]:
     return fleet_cost.wal_per_job(fleet.wal0, after, fpi_bytes, jobs)
 
 
-def one_sitting(args: argparse.Namespace, trees: dict[str, str | None]) -> dict[str, float]:
-    """Figures of one sitting by name ("A daemons", "A server steady", "A jobs/s", "A wal_B"...)."""
+def one_sitting(
+    args: argparse.Namespace, trees: dict[str, str | None], kept: list[Fleet] | None = None
+) -> dict[str, float]:
+    """Figures of one sitting by name ("A daemons", "A server steady", "A jobs/s", "A wal_B"...).
+    `kept` receives the fleets (their databases, and clusters left running, for reads after)."""
     work = Path(tempfile.mkdtemp(prefix="sd_ab_"))
     fleets = [Fleet(name, tree, work / f"{name}.txt") for name, tree in trees.items()]
+    if kept is not None:
+        kept.extend(fleets)
     for fleet in fleets:
-        _prepare(fleet, args.jobs, args.in_process, args.wal)
-    for fleet in fleets:
-        if fleet.name == "B" and args.sql_b:
-            with psycopg.connect(fleet.url, autocommit=True) as conn:
-                for path in args.sql_b:
-                    conn.execute(Path(path).read_text())
+        _prepare(fleet, args)
     _mark(fleets)
     try:
         for fleet in fleets:
@@ -357,7 +380,15 @@ def main() -> None:
     parser.add_argument("--in-process", action="store_true", help="the task runs in-process")
     parser.add_argument("--wal", action="store_true", help="a private cluster per fleet: WAL")
     parser.add_argument("--pgqueuer", action="store_true", help="one PgQueuer worker beside")
+    parser.add_argument("--sql-a", action="append", default=[], help="run in A's database first")
     parser.add_argument("--sql-b", action="append", default=[], help="run in B's database first")
+    for name in ("a", "b"):
+        parser.add_argument(
+            f"--plant-{name}",
+            type=history_plant.pair,
+            metavar="ROWS,PARTITIONS",
+            help=f"plant ended history in {name.upper()}'s database first",
+        )
     args = parser.parse_args()
     trees: dict[str, str | None] = {"A": os.path.abspath(args.tree_a)}
     if args.tree_b:
@@ -382,7 +413,7 @@ def main() -> None:
     finally:
         if args.wal:
             for name in trees:
-                datadir = Path(TMP) / f"sd_ab_pg_{name.lower()}"
+                datadir = _datadir(name, CLUSTER_PREFIX)
                 if (datadir / "postmaster.pid").exists():
                     Cluster(datadir, PORTS[name], SETTINGS).stop()
     if len(sittings) > 1:
