@@ -77,6 +77,9 @@ WITH rel AS (
                               WHEN 'd' THEN ' identity by default' ELSE '' END
         || CASE WHEN a.attgenerated <> '' THEN ' generated' ELSE '' END
     FROM rel r
+    -- Not a partition's: they are its parent's, but PostgreSQL 17 and later copy the parent's
+    -- identity onto them and 15 does not, so the same schema would differ (the embedded server).
+    JOIN pg_class pc ON pc.oid = r.oid AND NOT pc.relispartition
     JOIN pg_attribute a ON a.attrelid = r.oid AND a.attnum > 0 AND NOT a.attisdropped
     LEFT JOIN pg_attrdef d ON d.adrelid = r.oid AND d.adnum = a.attnum
     UNION ALL
