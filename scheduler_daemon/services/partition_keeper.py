@@ -12,6 +12,7 @@ logs at most once a minute without failing its step. Fewer than WARN_AHEAD parti
 warned (once per call, so once a minute).
 """
 
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import KW_ONLY, dataclass, field
@@ -42,7 +43,9 @@ class PartitionKeeper:
     instance_id: str
     every: float = partitioning.UPKEEP_EVERY_SECONDS
     clock: Callable[[], float] = time.monotonic
-    sleep: Callable[[float], None] = time.sleep
+    # An Event's wait, not time.sleep: under libfaketime (the soak's skewed daemon) time.sleep
+    # fails with EINVAL (clock_nanosleep on an absolute monotonic time), which failed the upkeep.
+    sleep: Callable[[float], object] = field(default_factory=lambda: threading.Event().wait)
     partitions_ahead: int | None = field(default=None, init=False)  # from the last answer
     _last: float = field(default=float("-inf"), init=False)
 

@@ -572,19 +572,6 @@ def receiver(soak) -> Iterator[NotificationReceiver]:
         receiver.close()
 
 
-_DROP_DATED_PARTITIONS = """
-DO $$
-DECLARE part regclass;
-BEGIN
-    FOR part IN SELECT i.inhrelid::regclass FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
-                WHERE i.inhparent IN ('occurrence'::regclass, 'run'::regclass)
-                  AND c.relname ~ '_p[0-9]{12}$'
-    LOOP
-        EXECUTE format('DROP TABLE %s', part);
-    END LOOP;
-END $$"""
-
-
 def test_the_fleet_keeps_every_guarantee_under_faults_by_the_jobs_and_the_audit(
     pair, cli, capsys, tmp_path, soak, *, receiver
 ) -> None:
@@ -606,11 +593,6 @@ def test_the_fleet_keeps_every_guarantee_under_faults_by_the_jobs_and_the_audit(
         added = cli("tasks", "add", name, *argv, url=url)
         assert added.code == 0, (name, added.err)
     assert cli("config", "set", "max-concurrent-runs", str(BUDGET), url=url).code == 0
-    # Minute partitions (issue 47): every daemon's upkeep attaches new ones to the history under
-    # the faults, each ATTACH taking the hot set (the default partition) for a moment. migrate
-    # made day partitions ahead (empty yet): dropped, so minute ones take their place.
-    assert cli("config", "set", "history-partition-interval", "1m", url=url).code == 0
-    query(url, _DROP_DATED_PARTITIONS)
     for i in range(0, 30, 2):  # manual occurrences of one-shots that will also fire on schedule
         assert cli("tasks", "trigger", f"once-{i}", url=url).code == 0
     calendars.record_first(url)
