@@ -191,21 +191,6 @@ LEFT JOIN (SELECT DISTINCT ON (task_id) task_id, occurrence_seq, finished_at, cr
 """
 
 
-# The history's partition upkeep, as sd_partitions_v1 last left it (issue 47): `status` reads it.
-PARTITION_UPKEEP = """
-CREATE TABLE partition_upkeep (
-    singleton boolean DEFAULT true NOT NULL,
-    last_success_at timestamp with time zone,
-    partitions_ahead bigint,
-    last_error text,
-    last_error_at timestamp with time zone,
-    last_sqlstate text,
-    CONSTRAINT partition_upkeep_one_row_check CHECK (singleton),
-    CONSTRAINT partition_upkeep_pkey PRIMARY KEY (singleton)
-);
-"""
-
-
 # One transaction: a failure leaves the database at 0037, whole. The fleet is stopped, so the
 # locks it holds until COMMIT block only the CLI and the console for the while.
 LOCK_TIMEOUT = "SET LOCAL lock_timeout = '5s';\n\nSET LOCAL statement_timeout = '15min';"
@@ -229,7 +214,7 @@ def statements() -> Iterator[str]:
     yield from repartition()  # with the failure index that carries finished_at
     yield presquash.baseline_module().TASK_LATEST_TABLE
     yield TASK_LATEST_FILLED
-    yield PARTITION_UPKEEP
+    yield presquash.baseline_module().PARTITION_UPKEEP_TABLE
     for each in functions.files():  # the live functions as their files say (ADR 0028)
         yield each.create_and_record
     yield ACTION_SESSION_ROLE_TRIGGER

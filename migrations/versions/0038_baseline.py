@@ -165,6 +165,21 @@ CREATE TABLE task_latest (
 );
 """
 
+# The history's partition upkeep as sd_partitions_v1 last left it (issue 47), which `status`
+# reads; the same text on both paths.
+PARTITION_UPKEEP_TABLE = """
+CREATE TABLE partition_upkeep (
+    singleton boolean DEFAULT true NOT NULL,
+    last_success_at timestamp with time zone,
+    partitions_ahead bigint,
+    last_error text,
+    last_error_at timestamp with time zone,
+    last_sqlstate text,
+    CONSTRAINT partition_upkeep_one_row_check CHECK (singleton),
+    CONSTRAINT partition_upkeep_pkey PRIMARY KEY (singleton)
+);
+"""
+
 TABLES = [
     """
 CREATE TABLE fleet_setting (
@@ -348,18 +363,7 @@ CREATE TABLE deadline_mark (
     CONSTRAINT deadline_mark_pkey PRIMARY KEY (id)
 );
 """,
-    """
-CREATE TABLE partition_upkeep (
-    singleton boolean DEFAULT true NOT NULL,
-    last_success_at timestamp with time zone,
-    partitions_ahead bigint,
-    last_error text,
-    last_error_at timestamp with time zone,
-    last_sqlstate text,
-    CONSTRAINT partition_upkeep_one_row_check CHECK (singleton),
-    CONSTRAINT partition_upkeep_pkey PRIMARY KEY (singleton)
-);
-""",
+    PARTITION_UPKEEP_TABLE,
     """
 CREATE TABLE operator_action (
     id bigint GENERATED ALWAYS AS IDENTITY,
