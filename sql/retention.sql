@@ -118,3 +118,9 @@ SELECT (SELECT coalesce(array_agg(DISTINCT o.task_id ORDER BY o.task_id), ARRAY[
         FROM occurrence o JOIN scanned s ON s.id = o.id) AS task_ids,
     (SELECT count(*) FROM scanned) AS scanned,
     (SELECT finished_at FROM last) AS after_at, (SELECT id FROM last) AS after_id
+
+-- name: retention_jit_off :one
+-- JIT off for the rest of the prune's transaction (SET LOCAL semantics: fine through PgBouncer):
+-- over a history of 400 partitions the prune's plan was JIT-compiled (7,373 functions) and no
+-- pass finished (bench/history_scale.py, issue 47).
+SELECT set_config('jit', 'off', true)

@@ -44,7 +44,7 @@ def prune(
     task's task_pruned mark in the same statement; with `dry_run` only counts them. JIT off for
     the transaction: over a history of 400 partitions its plan was JIT-compiled (7,373
     functions) and never finished a pass (bench/history_scale.py, issue 47)."""
-    query.run(conn, "health_jit_off")
+    query.run(conn, "retention_jit_off")
     row = query.run(
         conn,
         "retention_preview" if dry_run else "retention_prune",
